@@ -1,0 +1,249 @@
+"""The frozen dataclasses that cross module boundaries.
+
+Units live in field names (`median_us`, `max_rel_err`); `None` means absent.
+Only the standard library is imported here so that the GPU-side path stays light.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One input set of a problem: module globals to override before get_inputs()."""
+
+    name: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A KernelBench-format problem file plus its optional metadata (read statically)."""
+
+    path: Path
+    name: str
+    source: str
+    root: Path  # repository root: TARGET and WATCH are relative to it
+    target_relpath: str | None
+    gpu_shapes: tuple[Shape, ...]
+    cpu_shapes: tuple[Shape, ...]
+    tolerance: Mapping[str, float]  # overrides: norm_rel, elem_rtol, elem_atol_rel
+    distributions: tuple[str, ...]
+    reference_precision: str  # "float64" | "float32" | "native"
+    watch: tuple[str, ...]
+
+    @property
+    def target(self) -> Path | None:
+        return None if self.target_relpath is None else self.root / self.target_relpath
+
+    def shapes_for(self, device: str) -> tuple[Shape, ...]:
+        return self.cpu_shapes if device == "cpu" else self.gpu_shapes
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a candidate came from (shown in reports and used for refinement)."""
+
+    strategy: str  # "file" | "reference" | "target" | "search" | "llm"
+    detail: str = ""  # e.g. "torch.compile(mode='max-autotune')"
+    model: str | None = None
+    round: int | None = None
+    parent: str | None = None  # source hash of the candidate this one was derived from
+
+    def to_json(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "detail": self.detail, "model": self.model,
+                "round": self.round, "parent": self.parent}
+
+
+@dataclass(frozen=True)
+class CandidateSource:
+    """A self-contained candidate module: a drop-in replacement defining `ModelNew`."""
+
+    name: str
+    source: str
+    origin: Origin
+    path: Path | None = None  # where it lives on disk, when it came from a file
+    class_name: str = "ModelNew"
+
+    @property
+    def source_hash(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One verifier check: its name, outcome and human-readable evidence."""
+
+    name: str
+    passed: bool
+    evidence: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "passed": self.passed, "evidence": self.evidence,
+                "details": dict(self.details)}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verifier's judgement on one candidate."""
+
+    status: str  # "accepted" | "rejected"
+    checks: tuple[CheckResult, ...]
+
+    @property
+    def accepted(self) -> bool:
+        return self.status == "accepted"
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(f"{c.name}: {c.evidence}" for c in self.checks if not c.passed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "status": self.status, "reasons": list(self.reasons),
+                "checks": [c.to_json() for c in self.checks]}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Raw timing samples of one contender on one shape; statistics are derived."""
+
+    samples_us: tuple[float, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.samples_us)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.samples_us)
+
+    def quantile_us(self, q: float) -> float:
+        s = sorted(self.samples_us)
+        pos = q * (len(s) - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    @property
+    def iqr_us(self) -> float:
+        return self.quantile_us(0.75) - self.quantile_us(0.25)
+
+    @property
+    def rel_se(self) -> float:
+        """Relative standard error of the median (normal approximation from the IQR)."""
+        if self.n < 2 or self.median_us <= 0:
+            return math.inf
+        sigma = self.iqr_us / 1.349
+        return 1.2533 * sigma / math.sqrt(self.n) / self.median_us
+
+    def to_json(self, with_samples: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {"median_us": self.median_us, "iqr_us": self.iqr_us,
+                               "q1_us": self.quantile_us(0.25), "q3_us": self.quantile_us(0.75),
+                               "n": self.n, "rel_se": self.rel_se}
+        if with_samples:
+            out["samples_us"] = list(self.samples_us)
+        return out
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """Baseline median / candidate median with a bootstrap confidence interval."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    level: float
+    significance: str  # "faster" | "slower" | "no significant difference"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"speedup": self.ratio, "speedup_ci": [self.ci_low, self.ci_high],
+                "level": self.level, "significance": self.significance}
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where numbers were measured: enough to reproduce or to distrust them."""
+
+    device: str  # "cpu" | "cuda"
+    device_name: str
+    torch: str
+    triton: str | None
+    cuda: str | None
+    driver: str | None
+    python: str
+    clocks: Mapping[str, Any] = field(default_factory=dict)
+    host: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "device_name": self.device_name, "torch": self.torch,
+                "triton": self.triton, "cuda": self.cuda, "driver": self.driver,
+                "python": self.python, "clocks": dict(self.clocks), "host": self.host}
+
+    @property
+    def key(self) -> str:
+        """Identity for caches: results from another GPU or stack are not reused."""
+        return "|".join(str(x) for x in (self.device_name, self.torch, self.triton, self.cuda,
+                                          self.driver))
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file a follow-up pull request writes (repository-relative path)."""
+
+    path: str
+    content: bytes
+
+
+@dataclass(frozen=True)
+class CheckRunPlan:
+    name: str
+    head_sha: str
+    conclusion: str  # "success" | "neutral" | "failure"
+    title: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class PullRequestPlan:
+    """Everything stage 2 needs to publish: computed purely from results, no network."""
+
+    repo: str  # "owner/name"
+    branch: str  # e.g. "kernel-bot/pr-12"
+    base: str  # branch the follow-up PR targets
+    title: str
+    body: str
+    files: tuple[FileChange, ...]
+    patch: str  # unified diff of `files` against `base`
+    source_pr: int | None  # the PR that triggered the run (sticky comment goes there)
+    comment_body: str | None
+    fork: bool  # True: never push; the comment carries the patch
+    check_run: CheckRunPlan | None = None
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """Why the bot runs: a pull request event, a schedule, a manual dispatch or the CLI."""
+
+    kind: str  # "pull_request" | "schedule" | "workflow_dispatch" | "cli"
+    repo: str | None = None  # "owner/name"
+    action: str | None = None  # e.g. "labeled", "synchronize"
+    pr_number: int | None = None
+    base_ref: str | None = None
+    base_sha: str | None = None
+    head_ref: str | None = None
+    head_sha: str | None = None
+    head_repo: str | None = None  # "owner/name" of the head; differs from repo for forks
+    label: str | None = None  # the label that was added, for "labeled"
+    labels: tuple[str, ...] = ()  # all labels on the PR
+    default_branch: str | None = None
+
+    @property
+    def fork(self) -> bool:
+        return self.head_repo is not None and self.repo is not None and self.head_repo != self.repo

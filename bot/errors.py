@@ -1,0 +1,13 @@
+"""Domain errors. The CLI maps every `BotError` to one clear line and exit code 2."""
+
+
+class BotError(Exception):
+    """Unusable input or environment: a bad problem file, a missing token, bad config."""
+
+
+class ProblemError(BotError):
+    """A problem file that cannot be used (import error, missing function, wrong return type)."""
+
+
+class HarnessError(BotError):
+    """The harness itself failed (not the candidate): e.g. the reference worker died."""

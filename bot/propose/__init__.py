@@ -1,0 +1,1 @@
+"""Proposers turn a problem (and feedback on earlier tries) into candidate modules."""

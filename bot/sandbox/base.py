@@ -1,0 +1,132 @@
+"""What every sandbox backend provides: start a worker, hand back a private channel."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+BOT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the `bot` package
+
+# The worker is started with `python -I -c BOOT`: no PYTHON* variables, no user site,
+# no current directory on sys.path, so a stray `torch.py` cannot shadow the real one.
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from bot.worker import main; main(sys.argv[2:])"
+
+# Variables a worker may inherit. Anything that looks like a credential is dropped even if
+# a pattern below would admit it.
+_ALLOWED = re.compile(
+    r"^(PATH|LANG|LC_[A-Z]+|TZ|CUDA_VISIBLE_DEVICES|CUDA_HOME|CUDA_PATH|CUDA_DEVICE_ORDER|"
+    r"LD_LIBRARY_PATH|NVIDIA_[A-Z_]+|TRITON_[A-Z_]+|TORCHINDUCTOR_[A-Z_]+|TORCH_CUDA_ARCH_LIST|"
+    r"OMP_NUM_THREADS|MKL_NUM_THREADS|OPENBLAS_[A-Z_]+|CC|CXX|NCCL_NVLS_ENABLE|"
+    r"TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)$")
+_SECRET = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|_KEY$|^KEY|AUTH)", re.I)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one worker. Import is generous: CUDA extensions compile there."""
+
+    memory_mb: int = 16384
+    import_timeout_s: float = 600.0
+    construct_timeout_s: float = 120.0
+    call_timeout_s: float = 60.0
+    pids: int = 512
+    cpus: float | None = None
+
+
+@dataclass(frozen=True)
+class WorkerLaunch:
+    """How to start one worker; the sandbox decides where and how it is confined."""
+
+    workdir: Path  # private, writable; deleted by the caller afterwards
+    cache_dir: Path  # compile caches (triton, inductor, torch extensions) for this source
+    readable: tuple[Path, ...]  # files or folders the worker must read (problem, candidate)
+    device: str  # "cpu" | "cuda"
+    limits: Limits = field(default_factory=Limits)
+    gpu_index: int | None = None
+    python: str = sys.executable
+
+
+def worker_env(launch: WorkerLaunch, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The worker's whole environment: an allowlist, no credentials, private caches."""
+    source = os.environ if environ is None else environ
+    env = {k: v for k, v in source.items() if _ALLOWED.match(k) and not _SECRET.search(k)}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    cache = str(launch.cache_dir)
+    env.update({
+        "HOME": str(launch.workdir),
+        "TMPDIR": str(launch.workdir),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TRITON_CACHE_DIR": f"{cache}/triton",
+        "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
+        "TORCH_EXTENSIONS_DIR": f"{cache}/torch_extensions",
+        # Inductor's compile pool would start threads and processes that the thread check
+        # would (rightly) flag; one compile thread keeps torch.compile candidates honest.
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+    })
+    if launch.device == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # Triton kernels run on CPU tensors through the interpreter
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    elif launch.gpu_index is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(launch.gpu_index)
+    return env
+
+
+class RunningWorker(ABC):
+    """A started worker: the parent's end of the channel, and control over its life."""
+
+    sock: socket.socket
+    log_path: Path
+
+    @abstractmethod
+    def exit_code(self) -> int | None:
+        """None while running."""
+
+    @abstractmethod
+    def memory_bytes(self) -> int | None:
+        """Resident memory, when the backend can read it (for the parent's watchdog)."""
+
+    @abstractmethod
+    def kill(self) -> None:
+        """Stop it for good and release everything it holds (idempotent)."""
+
+    def exit_reason(self) -> str:
+        """Why it ended, in words (backends add e.g. 'killed by the memory limit')."""
+        code = self.exit_code()
+        if code is None:
+            return "still running"
+        if code < 0:
+            return f"killed by signal {-code}"
+        return f"exited with code {code}"
+
+    def log_tail(self, limit: int = 4000) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-limit:].decode(errors="replace")
+
+
+class Sandbox(ABC):
+    name: str
+
+    @abstractmethod
+    def start(self, launch: WorkerLaunch) -> RunningWorker:
+        """Start `python -I -c BOOT` confined by this backend, connected to a private channel."""
+
+
+def make_sandbox(name: str) -> Sandbox:
+    if name == "process":
+        from bot.sandbox.process import ProcessSandbox
+
+        return ProcessSandbox()
+    if name == "docker":
+        from bot.sandbox.docker import DockerSandbox
+
+        return DockerSandbox()
+    raise ValueError(f"unknown sandbox {name!r} (expected 'process' or 'docker')")
