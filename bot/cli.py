@@ -1,0 +1,141 @@
+"""The `bot` command line: builds dependencies, maps `BotError` to exit code 2."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from bot.domain import CandidateSource, Origin, Problem
+from bot.errors import BotError
+
+DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+                      show_default=True, help="Where candidates run.")
+SANDBOX = click.option("--sandbox", type=click.Choice(["process", "docker"]), default="process",
+                       show_default=True, help="How untrusted candidates are isolated.")
+JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        if device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise BotError("--device cuda: no CUDA GPU is visible to torch")
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_candidate(path: str | Path) -> CandidateSource:
+    """A candidate file as given by the user (its code is never imported here)."""
+    file = Path(path).resolve()
+    try:
+        source = file.read_text()
+    except OSError as exc:
+        raise BotError(f"{path}: cannot read candidate ({exc.strerror})") from None
+    return CandidateSource(name=file.stem, source=source, origin=Origin("file", str(path)), path=file)
+
+
+def default_baseline(problem: Problem) -> CandidateSource:
+    """The TARGET implementation if the problem declares one, else the reference itself."""
+    if problem.target is not None:
+        base = load_candidate(problem.target)
+        return CandidateSource(name=f"target:{problem.target_relpath}", source=base.source,
+                               origin=Origin("target", problem.target_relpath or ""), path=base.path)
+    return CandidateSource(name="reference", source=problem.source, origin=Origin("reference"),
+                           path=problem.path, class_name="Model")
+
+
+def _progress(message: str) -> None:
+    click.echo(f"... {message}", err=True)
+
+
+def _options(device: str, sandbox: str, time_cap_s: float | None = None,
+             min_speedup: float = 1.05, measure_cap_s: float | None = None):
+    from bot.evaluate import EvalOptions
+    from bot.timing import TimingOptions
+
+    timing = TimingOptions(time_cap_s=time_cap_s) if time_cap_s else TimingOptions()
+    return EvalOptions(device=device, sandbox=sandbox, timing=timing, min_speedup=min_speedup)
+
+
+class BotGroup(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BotError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=BotGroup)
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def main(verbose: bool) -> None:
+    """kernel-bot: verified, honestly measured faster GPU kernels."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.argument("problem", type=click.Path(dir_okay=False))
+@click.argument("candidate", type=click.Path(dir_okay=False))
+@DEVICE
+@SANDBOX
+@JSON
+def verify(problem: str, candidate: str, device: str, sandbox: str, as_json: bool) -> None:
+    """Verify CANDIDATE (defines ModelNew) against PROBLEM. Exit 0 accepted, 1 rejected."""
+    from bot.evaluate import evaluate
+    from bot.problems import load_problem
+    from bot.report import verdict_json
+    from bot.timing import TimingOptions
+
+    prob = load_problem(problem)
+    cand = load_candidate(candidate)
+    options = _options(resolve_device(device), sandbox)
+    # A short timed phase: calls made while timing are checked too (caching, streams, floor).
+    options = type(options)(**{**options.__dict__,
+                               "timing": TimingOptions(time_cap_s=1.0, min_samples=5)})
+    result = evaluate(prob, [cand], None, options, _progress)
+    outcome = result.candidates[0]
+    if as_json:
+        click.echo(json.dumps(verdict_json(result), indent=2))
+    else:
+        click.echo(f"{cand.name}: {outcome.verdict.status.upper()} on {result.environment.device_name}")
+        for check in outcome.verdict.checks:
+            mark = "ok  " if check.passed else "FAIL"
+            click.echo(f"  {mark} {check.name}{': ' + check.evidence if check.evidence else ''}")
+    sys.exit(0 if outcome.verdict.accepted else 1)
+
+
+@main.command()
+@click.argument("problem", type=click.Path(dir_okay=False))
+@click.argument("candidates", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--baseline", type=click.Path(dir_okay=False),
+              help="Baseline module (ModelNew); default: the problem's TARGET, else its Model.")
+@click.option("--time-cap-s", type=float, default=None, help="Timing budget per shape.")
+@click.option("--min-speedup", type=float, default=1.05, show_default=True)
+@DEVICE
+@SANDBOX
+@JSON
+def bench(problem: str, candidates: tuple[str, ...], baseline: str | None, time_cap_s: float | None,
+          min_speedup: float, device: str, sandbox: str, as_json: bool) -> None:
+    """Verify, then time CANDIDATES against the baseline in one interleaved run."""
+    from bot.evaluate import evaluate
+    from bot.problems import load_problem
+    from bot.report import bench_json, render_table
+
+    prob = load_problem(problem)
+    base = load_candidate(baseline) if baseline else default_baseline(prob)
+    cands = [load_candidate(c) for c in candidates]
+    options = _options(resolve_device(device), sandbox, time_cap_s, min_speedup)
+    result = evaluate(prob, cands, base, options, _progress)
+    if as_json:
+        click.echo(json.dumps(bench_json(result, min_speedup), indent=2))
+    else:
+        click.echo(render_table(result))

@@ -1,0 +1,268 @@
+"""Verify and measure contenders of one problem: the reference, the baseline and candidates
+each in its own sandboxed worker, the verdicts judged here in the parent."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import secrets
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from bot import bench, verify
+from bot.domain import (CandidateSource, CheckResult, Environment, Measurement, Problem, Shape,
+                        Speedup, Verdict)
+from bot.errors import HarnessError, ProblemError
+from bot.roofline import floor_us, peaks_for
+from bot.sandbox import Limits, make_sandbox
+from bot.timing import TimingOptions, TimingRecord, time_interleaved
+from bot.trials import ReferenceInfo, TrialStats, failure_check, run_trials
+from bot.workers import WorkerClient, WorkerFailure
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    device: str = "cpu"
+    sandbox: str = "process"
+    limits: Limits = field(default_factory=Limits)
+    timing: TimingOptions = field(default_factory=TimingOptions)
+    min_speedup: float = 1.05
+    trials_per_distribution: int = 1
+    threads: int | None = None
+    gpu_index: int | None = None
+    cache_root: Path = Path.home() / ".cache" / "kernel-bot"
+
+
+@dataclass(frozen=True)
+class ShapeOutcome:
+    shape: str
+    inputs: str  # e.g. "bfloat16[8192, 4096], bfloat16[4096]"
+    output_dtype: str | None
+    measurement: Measurement | None
+    speedup: Speedup | None
+    floor_us: float | None
+    max_abs_err: float | None
+    norm_rel_err: float | None
+
+    @property
+    def pct_of_floor(self) -> float | None:
+        if self.floor_us is None or self.measurement is None:
+            return None
+        return 100.0 * self.floor_us / self.measurement.median_us
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": self.shape, "inputs": self.inputs, "output_dtype": self.output_dtype,
+                "measurement": self.measurement.to_json() if self.measurement else None,
+                **(self.speedup.to_json() if self.speedup else {"speedup": None, "speedup_ci": None}),
+                "floor_us": self.floor_us, "pct_of_floor": self.pct_of_floor,
+                "max_abs_err": self.max_abs_err, "norm_rel_err": self.norm_rel_err}
+
+
+@dataclass(frozen=True)
+class ContenderOutcome:
+    candidate: CandidateSource
+    role: str  # "baseline" | "candidate"
+    verdict: Verdict
+    shapes: tuple[ShapeOutcome, ...]
+
+    @property
+    def speedup(self) -> float | None:
+        ratios = [s.speedup.ratio for s in self.shapes if s.speedup]
+        return bench.geomean(ratios) if ratios and len(ratios) == len(self.shapes) else None
+
+    @property
+    def speedup_ci(self) -> tuple[float, float] | None:
+        """Geometric mean of the per-shape bounds (each shape counts equally)."""
+        if self.speedup is None:
+            return None
+        return (bench.geomean([s.speedup.ci_low for s in self.shapes]),
+                bench.geomean([s.speedup.ci_high for s in self.shapes]))
+
+    @property
+    def median_us(self) -> float | None:
+        return self.shapes[0].measurement.median_us if self.shapes and self.shapes[0].measurement else None
+
+    def significant(self, min_speedup: float) -> bool:
+        ci = self.speedup_ci
+        return self.verdict.accepted and ci is not None and ci[0] >= min_speedup
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.candidate.name,
+                "path": str(self.candidate.path) if self.candidate.path else None,
+                "source_hash": self.candidate.source_hash, "role": self.role,
+                "origin": self.candidate.origin.to_json(), **self.verdict.to_json(),
+                "speedup": self.speedup, "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
+                "median_us": self.median_us, "shapes": [s.to_json() for s in self.shapes]}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    problem: Problem
+    environment: Environment
+    baseline: ContenderOutcome | None
+    candidates: tuple[ContenderOutcome, ...]
+
+
+def _environment(env: dict[str, Any]) -> Environment:
+    return Environment(device=env["device"], device_name=env.get("device_name", "?"),
+                       torch=env["torch"], triton=env.get("triton"), cuda=env.get("cuda"),
+                       driver=env.get("driver"), python=env["python"],
+                       clocks=env.get("clocks", {}), host=env.get("host", ""))
+
+
+def materialise(candidate: CandidateSource, folder: Path) -> Path:
+    """The file a worker imports: the candidate's own path, or its source written out."""
+    if candidate.path is not None:
+        return candidate.path
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{candidate.name}-{candidate.source_hash}.py"
+    path.write_text(candidate.source)
+    return path
+
+
+class _Session:
+    """Workers of one evaluation; all of them are killed when it closes."""
+
+    def __init__(self, problem: Problem, options: EvalOptions, root: Path):
+        self.problem, self.options, self.root = problem, options, root
+        self.sandbox = make_sandbox(options.sandbox)
+        self.workers: list[WorkerClient] = []
+
+    def start(self, label: str, module: Path | None, class_name: str, precision: str,
+              source_hash: str) -> WorkerClient:
+        readable = (self.problem.path, self.problem.root) + ((module,) if module else ())
+        worker = WorkerClient(self.sandbox, label, self.options.device,
+                              self.root / f"w-{len(self.workers)}-{label}"[:80],
+                              self.options.cache_root / "compile" / source_hash, readable,
+                              self.options.limits, self.options.gpu_index, self.options.threads)
+        self.workers.append(worker)
+        worker.request({"op": "load", "problem": str(self.problem.path),
+                        "module": str(module) if module else None, "class_name": class_name,
+                        "precision": precision}, self.options.limits.import_timeout_s, "import")
+        return worker
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+
+
+@contextlib.contextmanager
+def _session(problem: Problem, options: EvalOptions) -> Iterator[_Session]:
+    with tempfile.TemporaryDirectory(prefix="kernel-bot-") as tmp:
+        session = _Session(problem, options, Path(tmp))
+        try:
+            yield session
+        finally:
+            session.close()
+
+
+def _problem_failure(problem: Problem, exc: WorkerFailure) -> ProblemError:
+    if exc.phase in ("problem", "import", "construct"):
+        return ProblemError(f"{problem.path}: {exc.reason}")
+    return HarnessError(f"{problem.path}: reference worker failed: {exc.reason}")
+
+
+def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: CandidateSource | None,
+             options: EvalOptions, progress: Progress = lambda _: None) -> Evaluation:
+    """Verify every candidate (and the baseline) on every shape; time the accepted ones."""
+    rng = random.Random(secrets.randbits(64))  # the secret seed: from the OS, never fixed
+    contenders = ([baseline] if baseline else []) + list(candidates)
+    names = [f"c{i}" for i in range(len(contenders))]
+    checks: dict[str, list[CheckResult]] = {n: [] for n in names}
+    per_shape: dict[str, list[ShapeOutcome]] = {n: [] for n in names}
+    with _session(problem, options) as session:
+        ref_hash = hashlib.sha256(problem.source.encode()).hexdigest()[:16]
+        try:
+            reference = session.start("reference", None, "Model", problem.reference_precision, ref_hash)
+        except WorkerFailure as exc:
+            raise _problem_failure(problem, exc) from None
+        environment = _environment(reference.env)
+        workers: dict[str, WorkerClient] = {}
+        for name, cand in zip(names, contenders):
+            progress(f"{problem.name}: loading {cand.name}")
+            try:
+                module = materialise(cand, session.root / "candidates")
+                workers[name] = session.start(name, module, cand.class_name, "native", cand.source_hash)
+            except WorkerFailure as exc:
+                checks[name].append(failure_check(exc))
+        for shape in problem.shapes_for(options.device):
+            _evaluate_shape(problem, shape, reference, workers, checks, per_shape, rng, options,
+                            environment, baseline is not None, names, progress)
+    outcomes = [ContenderOutcome(c, "baseline" if baseline is not None and i == 0 else "candidate",
+                                 verify.judge(checks[n]), tuple(per_shape[n]))
+                for i, (n, c) in enumerate(zip(names, contenders))]
+    base = outcomes[0] if baseline is not None else None
+    return Evaluation(problem, environment, base, tuple(outcomes[1:] if base else outcomes))
+
+
+def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
+                    workers: dict[str, WorkerClient], checks: dict[str, list[CheckResult]],
+                    per_shape: dict[str, list[ShapeOutcome]], rng: random.Random,
+                    options: EvalOptions, environment: Environment, has_baseline: bool,
+                    names: list[str], progress: Progress) -> None:
+    limits = options.limits
+    seed = rng.getrandbits(62)
+    construct = {"op": "construct", "overrides": dict(shape.overrides), "seed": seed}
+    try:
+        reference.request(construct, limits.construct_timeout_s * 4, "problem")
+    except WorkerFailure as exc:
+        raise _problem_failure(problem, exc) from None
+    alive: dict[str, WorkerClient] = {}
+    for name, worker in workers.items():
+        if any(not c.passed for c in checks[name]):
+            continue
+        try:
+            reply = worker.request(construct, limits.construct_timeout_s, "construct")
+            checks[name].append(verify.check_threads(reply["new_threads"], "import and construction"))
+            if checks[name][-1].passed:
+                alive[name] = worker
+        except WorkerFailure as exc:
+            checks[name].append(failure_check(exc))
+    try:
+        info, trial_checks, stats = run_trials(problem, shape, reference, alive, rng,
+                                               options.trials_per_distribution,
+                                               limits.call_timeout_s, progress)
+    except WorkerFailure as exc:
+        raise _problem_failure(problem, exc) from None
+    for name, found in trial_checks.items():
+        checks[name].extend(found)
+    passed = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
+    records: dict[str, TimingRecord] = {}
+    if passed:
+        try:
+            records = time_interleaved(problem, shape, reference, passed,
+                                       [m["dtype"] for m in info.meta], rng, options.timing,
+                                       limits.call_timeout_s, progress)
+        except WorkerFailure as exc:
+            raise _problem_failure(problem, exc) from None
+    floor = floor_us(info.nbytes, info.flops, peaks_for(environment.device_name)
+                     if environment.device == "cuda" else None)
+    for name, rec in records.items():
+        checks[name].extend(rec.checks)
+        m = rec.measurement()
+        if m is not None and not rec.failed:
+            if rec.event_us:
+                checks[name].append(verify.check_stream_timing(rec.host_us, rec.event_us,
+                                                               workers[name].overhead_us))
+            checks[name].append(verify.check_roofline(m.median_us, floor))
+    base_rec = records.get(names[0]) if has_baseline else None
+    base_m = base_rec.measurement() if base_rec and all(c.passed for c in checks[names[0]]) else None
+    for name in names:
+        rec = records.get(name)
+        m = rec.measurement() if rec and all(c.passed for c in checks[name]) else None
+        sp = None
+        if base_m is not None and m is not None and name != names[0]:
+            sp = bench.speedup(base_m, m, options.min_speedup, seed=rng.getrandbits(32))
+        st = stats.get(name, TrialStats())
+        per_shape[name].append(ShapeOutcome(
+            shape.name, _describe(info), info.meta[0]["dtype"] if info.meta else None, m, sp, floor,
+            st.max_abs_err if name in stats else None, st.norm_rel_err if name in stats else None))
+
+
+def _describe(info: ReferenceInfo) -> str:
+    return ", ".join(info.inputs)

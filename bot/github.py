@@ -1,0 +1,304 @@
+"""The GitHub edge: webhook event -> `Trigger`, `PullRequestPlan` -> branch, PR, comment, check run.
+
+The only module importing PyGithub. Every network step goes through `GitHubClient._step`,
+which retries transient failures and turns permission errors into one clear `BotError` line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from base64 import b64encode
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import requests
+from github import Auth, Github, GithubException, InputGitTreeElement, UnknownObjectException
+from github.GitRef import GitRef
+from github.PullRequest import PullRequest
+from github.Repository import Repository
+
+from bot.domain import FileChange, PullRequestPlan, Trigger
+from bot.errors import BotError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+STICKY_MARKER = "<!-- kernel-bot:sticky -->"
+BOT_BRANCH_PREFIX = "kernel-bot/"
+PULL_REQUEST_ACTIONS = ("labeled", "synchronize", "opened", "reopened")
+_TRANSIENT_STATUSES = frozenset({502, 503, 504})
+_CHECK_SUMMARY_MAX_CHARS = 65_535  # GitHub rejects longer check run summaries with 422
+
+
+def trigger_from_event(event_name: str, payload: dict[str, Any], repo: str) -> Trigger:
+    """Turn a GitHub Actions event (name + event.json payload) into a `Trigger`."""
+    default_branch = (payload.get("repository") or {}).get("default_branch")
+    if event_name in ("schedule", "workflow_dispatch"):
+        return Trigger(kind=event_name, repo=repo, default_branch=default_branch)
+    if event_name != "pull_request":
+        raise BotError(f"unsupported event {event_name!r}: kernel-bot runs on pull_request, "
+                       "schedule and workflow_dispatch")
+    action = payload.get("action")
+    if action not in PULL_REQUEST_ACTIONS:
+        raise BotError(f"unsupported pull_request action {action!r}: expected one of "
+                       f"{', '.join(PULL_REQUEST_ACTIONS)}")
+    try:
+        pr, head, base = payload["pull_request"], payload["pull_request"]["head"], payload["pull_request"]["base"]
+        # A deleted fork has `head.repo: null`. Its name is unknown, but it is certainly not
+        # `repo`: a placeholder keeps `Trigger.fork` True, so nothing is ever pushed for it.
+        head_repo = (head.get("repo") or {}).get("full_name") or f"{head['user']['login']}/(deleted fork)"
+        return Trigger(
+            kind="pull_request", repo=repo, action=action, pr_number=int(pr["number"]),
+            base_ref=base["ref"], base_sha=base["sha"], head_ref=head["ref"], head_sha=head["sha"],
+            head_repo=head_repo,
+            label=(payload.get("label") or {}).get("name") if action == "labeled" else None,
+            labels=tuple(label["name"] for label in pr.get("labels") or ()),
+            default_branch=default_branch)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BotError(f"malformed pull_request payload: missing or bad field {exc}") from exc
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What `publish` did; `None` where it did not touch that object."""
+
+    pr_number: int | None
+    pr_url: str | None
+    comment_id: int | None
+    check_run_id: int | None
+    created: bool  # a new pull request was opened
+    updated: bool  # an existing pull request was reused: branch and text brought up to date
+    skipped_reason: str | None  # why no pull request was opened or updated
+
+
+class GitHubClient:
+    """A narrow, retrying view of one repository's REST API."""
+
+    def __init__(self, token: str, repo: str, api_url: str = "https://api.github.com", *,
+                 sleep: Callable[[float], None] = time.sleep, base_delay_s: float = 2.0,
+                 max_attempts: int = 5, per_page: int = 100,
+                 seconds_between_requests: float | None = 0.25,
+                 seconds_between_writes: float | None = 1.0) -> None:
+        if not token:
+            raise BotError("no GitHub token: set GITHUB_TOKEN (or the action's `token` input)")
+        if repo.count("/") != 1:
+            raise BotError(f"repository must be 'owner/name', got {repo!r}")
+        self.repo_name = repo
+        self._owner = repo.split("/")[0]
+        self._sleep, self._base_delay_s, self._max_attempts = sleep, base_delay_s, max_attempts
+        # retry=None: PyGithub's own urllib3 retry waits with time.sleep (60 s on secondary
+        # limits) and retries single requests; `_step` retries whole idempotent steps instead,
+        # so a create that succeeded before a 502 is found again rather than duplicated.
+        # The pauses between writes are GitHub's advice against secondary rate limits.
+        self._gh = Github(auth=Auth.Token(token), base_url=api_url.rstrip("/"), retry=None,
+                          per_page=per_page, seconds_between_requests=seconds_between_requests,
+                          seconds_between_writes=seconds_between_writes)
+        self._repository: Repository | None = None
+
+    # -- reads -------------------------------------------------------------------------
+
+    def pull_request_files(self, number: int) -> list[str]:
+        """Paths a pull request changes (all pages; GitHub caps the list at 3000 files)."""
+        return self._step(f"list the files of pull request #{number}",
+                          lambda: [f.filename for f in self._repo().get_pull(number).get_files()])
+
+    def open_bot_pull_requests(self, prefix: str = BOT_BRANCH_PREFIX) -> list[int]:
+        """Numbers of open pull requests whose head branch is ours (`prefix...` in this repo)."""
+        def step() -> list[int]:
+            return [p.number for p in self._repo().get_pulls(state="open")
+                    if p.head.ref.startswith(prefix) and p.head.repo is not None
+                    and p.head.repo.full_name == self.repo_name]
+        return self._step("list open pull requests", step)
+
+    # -- publish -----------------------------------------------------------------------
+
+    def publish(self, plan: PullRequestPlan, max_open: int) -> PublishResult:
+        """Push `plan.files`, open or update the follow-up PR, the sticky comment, the check run."""
+        if plan.repo != self.repo_name:
+            raise BotError(f"plan is for {plan.repo}, but this client writes to {self.repo_name}")
+        pr: PullRequest | None = None
+        created = updated = False
+        skipped: str | None = None
+        if plan.fork:
+            skipped = "the pull request comes from a fork: the patch is posted as a comment"
+        elif not plan.files:
+            skipped = "no files to publish"
+        else:
+            for change in plan.files:
+                _check_path(change.path)
+            existing = self._step("list open pull requests", lambda: self._find_pr(plan.branch))
+            open_count = len(self.open_bot_pull_requests()) if existing is None else 0
+            if existing is None and open_count >= max_open:
+                # Checked before pushing, so a skipped plan leaves no orphan branch behind.
+                skipped = f"{open_count} open kernel-bot pull requests reach the cap of {max_open}"
+            else:
+                self._step("push commits", lambda: self._push(plan), permission="`contents: write`")
+                pr, created = self._step("create pull requests", lambda: self._upsert_pr(plan),
+                                         permission="`pull-requests: write`")
+                updated = not created
+        if skipped:
+            log.info("no pull request for %s: %s", plan.branch, skipped)
+        comment_id = None
+        if plan.source_pr is not None and plan.comment_body:
+            comment_id = self._step(
+                "comment on pull requests",
+                lambda: self._upsert_comment(plan.source_pr, plan.comment_body or ""),
+                permission="`pull-requests: write` (or `issues: write`)")
+        check_run_id = None
+        if plan.check_run is not None:
+            check_run_id = self._step("create check runs", lambda: self._create_check_run(plan),
+                                      permission="`checks: write`")
+        return PublishResult(pr_number=pr.number if pr else None, pr_url=pr.html_url if pr else None,
+                             comment_id=comment_id, check_run_id=check_run_id, created=created,
+                             updated=updated, skipped_reason=skipped)
+
+    def _push(self, plan: PullRequestPlan) -> str:
+        """One commit with `plan.files` on top of `plan.base`, at `plan.branch` (Git Data API)."""
+        repo = self._repo()
+        base_ref = self._ref_or_none(plan.base)
+        if base_ref is None:
+            raise BotError(f"base branch {plan.base!r} does not exist in {self.repo_name}")
+        base_commit = repo.get_git_commit(base_ref.object.sha)
+        elements = [InputGitTreeElement(change.path, "100644", "blob", sha=self._blob(repo, change))
+                    for change in plan.files]
+        tree = repo.create_git_tree(elements, base_tree=base_commit.tree)
+        current = self._ref_or_none(plan.branch)
+        if current is not None:
+            tip = repo.get_git_commit(current.object.sha)
+            # Same tree on the same base: a new commit would only retrigger the PR's CI.
+            if tip.tree.sha == tree.sha and [p.sha for p in tip.parents] == [base_commit.sha]:
+                log.info("branch %s is already up to date at %s", plan.branch, tip.sha[:12])
+                return tip.sha
+        commit = repo.create_git_commit(plan.title, tree, [base_commit])
+        if current is None:
+            repo.create_git_ref(f"refs/heads/{plan.branch}", commit.sha)
+        else:
+            current.edit(commit.sha, force=True)  # the branch is ours: rebuilt from base each run
+        log.info("pushed %s to %s (%d files)", commit.sha[:12], plan.branch, len(plan.files))
+        return commit.sha
+
+    @staticmethod
+    def _blob(repo: Repository, change: FileChange) -> str:
+        try:
+            return repo.create_git_blob(change.content.decode("utf-8"), "utf-8").sha
+        except UnicodeDecodeError:  # binary (a PNG plot): JSON carries it as base64
+            return repo.create_git_blob(b64encode(change.content).decode("ascii"), "base64").sha
+
+    def _ref_or_none(self, branch: str) -> GitRef | None:
+        ref = self._repo().get_git_ref(f"heads/{branch}")  # lazy: `.object` sends the GET
+        try:
+            ref.object  # noqa: B018 - completing it also sets the `/git/refs/` url edit() needs
+        except UnknownObjectException:
+            return None
+        return ref
+
+    def _find_pr(self, branch: str) -> PullRequest | None:
+        pulls = self._repo().get_pulls(state="open", head=f"{self._owner}:{branch}")
+        return next(iter(pulls), None)
+
+    def _upsert_pr(self, plan: PullRequestPlan) -> tuple[PullRequest, bool]:
+        pr = self._find_pr(plan.branch)
+        if pr is None:
+            try:
+                pr = self._repo().create_pull(base=plan.base, head=plan.branch, title=plan.title,
+                                              body=plan.body)
+                log.info("opened pull request #%d", pr.number)
+                return pr, True
+            except GithubException as exc:  # an earlier attempt did succeed before a 5xx
+                pr = self._find_pr(plan.branch) if exc.status == 422 else None
+                if pr is None:
+                    raise
+        if (pr.title, pr.body) != (plan.title, plan.body):
+            pr.edit(title=plan.title, body=plan.body)
+        log.info("updated pull request #%d", pr.number)
+        return pr, False
+
+    def _upsert_comment(self, number: int, body: str) -> int:
+        if STICKY_MARKER not in body:
+            body = f"{STICKY_MARKER}\n{body}"
+        issue = self._repo().get_issue(number)  # lazy: no GET of the issue itself
+        ours = [c for c in issue.get_comments() if STICKY_MARKER in (c.body or "")]
+        # Anyone can paste the marker; prefer a comment written by a bot account.
+        ours.sort(key=lambda c: c.user is None or c.user.type != "Bot")
+        if ours:
+            if ours[0].body != body:
+                ours[0].edit(body)
+            return ours[0].id
+        return issue.create_comment(body).id
+
+    def _create_check_run(self, plan: PullRequestPlan) -> int:
+        check = plan.check_run
+        assert check is not None
+        # Re-runs create a new run of the same name; GitHub shows the newest one per commit.
+        run = self._repo().create_check_run(
+            name=check.name, head_sha=check.head_sha, status="completed", conclusion=check.conclusion,
+            output={"title": check.title, "summary": check.summary[:_CHECK_SUMMARY_MAX_CHARS]})
+        return run.id
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _repo(self) -> Repository:
+        if self._repository is None:
+            self._repository = self._step(f"read repository {self.repo_name}",
+                                          lambda: self._gh.get_repo(self.repo_name))
+        return self._repository
+
+    def _step(self, what: str, fn: Callable[[], T], permission: str | None = None) -> T:
+        """Run one idempotent step; retry it whole on 5xx and secondary rate limits."""
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                return fn()
+            except (GithubException, requests.ConnectionError, requests.Timeout) as exc:
+                delay = self._retry_delay(exc, attempt)
+                if delay is None or attempt == self._max_attempts:
+                    raise _as_bot_error(exc, what, permission, attempt) from exc
+                log.warning("%s: %s; attempt %d/%d, retrying in %.1f s",
+                            what, _describe(exc), attempt, self._max_attempts, delay)
+                self._sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _retry_delay(self, exc: Exception, attempt: int) -> float | None:
+        backoff = self._base_delay_s * 2 ** (attempt - 1)
+        if not isinstance(exc, GithubException) or exc.status in _TRANSIENT_STATUSES:
+            return backoff
+        if exc.status in (403, 429) and "secondary rate limit" in _message(exc).lower():
+            headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+            try:
+                return max(float(headers.get("retry-after", 0)), backoff)
+            except ValueError:
+                return backoff
+        return None
+
+
+def _check_path(path: str) -> None:
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..", ".git") for p in parts):
+        raise BotError(f"refusing to write {path!r}: not a plain repository-relative path")
+
+
+def _message(exc: GithubException) -> str:
+    data = exc.data if isinstance(exc.data, dict) else {}
+    return str(data.get("message") or exc.message or "")
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, GithubException):
+        return f"GitHub answered {exc.status} {_message(exc)!r}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _as_bot_error(exc: Exception, what: str, permission: str | None, attempts: int) -> BotError:
+    if not isinstance(exc, GithubException):
+        return BotError(f"cannot reach GitHub to {what} after {attempts} attempts: {_describe(exc)}")
+    message = _message(exc)
+    if exc.status == 401:
+        return BotError(f"GitHub rejected the token (bad credentials) while trying to {what}")
+    if permission and (exc.status == 404 or "resource not accessible" in message.lower()):
+        return BotError(f"the token cannot {what}: grant {permission} to the workflow job "
+                        f"(or the GitHub App); GitHub answered {exc.status} {message!r}")
+    if exc.status == 403 and message.lower().startswith("api rate limit exceeded"):
+        return BotError(f"GitHub API rate limit exhausted while trying to {what}: {message}")
+    if attempts > 1:
+        return BotError(f"GitHub kept failing to {what} after {attempts} attempts: {_describe(exc)}")
+    return BotError(f"GitHub refused to {what}: {_describe(exc)}")

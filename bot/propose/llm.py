@@ -1,0 +1,333 @@
+"""An LLM proposer over any OpenAI-compatible chat endpoint (the official `openai` client).
+
+`OPENAI_BASE_URL` / `OPENAI_API_KEY` configure it (read by the client, not by us). The
+key never enters the transcript or the logs: everything written goes through `redact`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import json
+import logging
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import openai
+
+from bot.domain import CandidateSource, Origin
+from bot.errors import BotError
+from bot.propose.base import BudgetExhausted, Feedback, ProposalRequest
+from bot.propose.parse import parse_answer
+from bot.propose.prompt import MAX_FEEDBACK_CHARS, build_messages
+
+log = logging.getLogger(__name__)
+
+# OpenAI keys, bearer headers and `api_key=...` assignments, whatever key is in use.
+_SECRET_PATTERNS = (re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
+                    re.compile(r"(?i)(bearer\s+)[^\s\"',]+"),
+                    re.compile(r"(?i)(api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',]+"))
+_RETRY_STATUSES = {408, 409, 429}  # plus every 5xx: overload and gateway hiccups pass
+_FATAL_STATUSES = {401, 403, 404}  # wrong key, model or URL: every later request fails too
+MAX_RETRY_AFTER_S = 600.0  # honour Retry-After, but a broken header must not hang the run
+
+
+class LlmError(BotError):
+    """The LLM endpoint is misconfigured (no key, wrong key, unknown model or URL)."""
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """`text` with the given secrets and anything shaped like an API key masked."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "[REDACTED]")
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + "[REDACTED]", text)
+    return text
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    estimated: bool  # True: the server sent no usage, counted as chars / 4
+    cost_usd: float
+
+
+@dataclass(frozen=True)
+class TranscriptEntry:
+    """One request of one round: what was sent, what came back, what it cost."""
+
+    round: int
+    sample: int
+    messages: tuple[Mapping[str, str], ...]
+    answer: str | None  # the raw visible answer (inline <think> included)
+    reasoning: str | None  # `reasoning_content`: kept for humans, never parsed for code
+    usage: Usage | None
+    error: str | None  # redacted; None when an answer arrived
+
+    def to_json(self, secrets: Iterable[str | None] = ()) -> dict[str, Any]:
+        """A JSON-ready dict with every string redacted."""
+        return _redact_tree(asdict(self), tuple(secrets))
+
+
+def _redact_tree(obj: Any, secrets: tuple[str | None, ...]) -> Any:
+    # Field by field, not on the JSON text: a masked escape sequence would corrupt it.
+    if isinstance(obj, str):
+        return redact(obj, secrets)
+    if isinstance(obj, Mapping):
+        return {k: _redact_tree(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_redact_tree(v, secrets) for v in obj]
+    return obj
+
+
+@dataclass(frozen=True)
+class _Reply:
+    answer: str
+    reasoning: str
+    usage: Usage
+
+
+class _Malformed(Exception):
+    """The server answered 200 with a body that is not a chat completion."""
+
+
+def _estimate_tokens(chars: int) -> int:
+    return (chars + 3) // 4  # ~4 chars per token for English and code
+
+
+def _retry_after_s(err: Exception) -> float | None:
+    response = getattr(err, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    if headers.get("retry-after-ms"):
+        try:
+            return float(headers["retry-after-ms"]) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        try:  # the HTTP-date form
+            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+
+
+def _retryable(err: Exception) -> bool:
+    if isinstance(err, openai.APIConnectionError):  # includes APITimeoutError
+        return True
+    status = getattr(err, "status_code", None)
+    return isinstance(err, openai.APIStatusError) and (status in _RETRY_STATUSES or status >= 500)
+
+
+class LlmProposer:
+    """Proposer: `samples` chat completions per round, parsed into `ModelNew` candidates."""
+
+    name = "llm"
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 client: Any = None, stream: bool = False, samples: int | None = None,
+                 temperature: float = 0.7, max_answer_tokens: int | None = None,
+                 timeout_s: float = 600.0, max_retries: int = 4, backoff_s: float = 2.0,
+                 max_backoff_s: float = 60.0, max_total_tokens: int | None = None,
+                 max_cost_usd: float | None = None, price_per_mtok_in: float = 0.0,
+                 price_per_mtok_out: float = 0.0, max_feedback_chars: int = MAX_FEEDBACK_CHARS,
+                 transcript_path: Path | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.model = model
+        self.stream, self.samples, self.temperature = stream, samples, temperature
+        self.max_answer_tokens, self.timeout_s = max_answer_tokens, timeout_s
+        self.max_retries, self.backoff_s, self.max_backoff_s = max_retries, backoff_s, max_backoff_s
+        self.max_total_tokens, self.max_cost_usd = max_total_tokens, max_cost_usd
+        self.price_per_mtok_in, self.price_per_mtok_out = price_per_mtok_in, price_per_mtok_out
+        self.max_feedback_chars, self.transcript_path = max_feedback_chars, transcript_path
+        self._sleep = sleep
+        self._client = client
+        self._client_args = {k: v for k, v in (("base_url", base_url), ("api_key", api_key)) if v}
+        self.transcript: list[TranscriptEntry] = []
+        self.last_failures: list[Feedback] = []  # unusable answers of the last round
+        self.last_errors: list[str] = []  # transport errors of the last round (redacted)
+        self.prompt_tokens = self.completion_tokens = 0
+        self.cost_usd = 0.0
+
+    @property
+    def tokens_used(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def client(self) -> Any:
+        # Built lazily: constructing the proposer must not need a key (dry runs, --help).
+        if self._client is None:
+            try:
+                self._client = openai.OpenAI(max_retries=0, timeout=self.timeout_s,
+                                             **self._client_args)
+            except openai.OpenAIError as err:
+                raise LlmError(f"cannot configure the LLM client: {self.redact(str(err))}") from None
+        return self._client
+
+    def _secrets(self) -> tuple[str | None, ...]:
+        key = getattr(self._client, "api_key", None)
+        return self._client_args.get("api_key"), key if isinstance(key, str) else None
+
+    def redact(self, text: str) -> str:
+        """`text` with this proposer's API key (and anything key-shaped) masked."""
+        return redact(text, self._secrets())
+
+    def propose(self, request: ProposalRequest) -> list[CandidateSource]:
+        """Candidates of one round; unusable answers land in `last_failures`."""
+        messages = build_messages(request, self.max_feedback_chars)
+        parent = hashlib.sha256(request.current_source.encode()).hexdigest()[:16]
+        candidates: list[CandidateSource] = []
+        self.last_failures, self.last_errors = [], []
+        for i in range(self.samples or request.samples):
+            try:
+                self._check_budget(messages)
+            except BudgetExhausted:
+                if i == 0:
+                    raise
+                log.warning("llm budget spent after %d of the round's samples", i)
+                break  # keep what this round already bought; the next round raises
+            origin = Origin(strategy="llm", detail=f"sample {i}", model=self.model,
+                            round=request.round, parent=parent)
+            name = f"{request.problem.name}-llm-r{request.round}-s{i}"
+            answer, unreadable = self._sample(request.round, i, messages)
+            if unreadable:
+                self.last_failures.append(Feedback(CandidateSource(name, "", origin), "empty",
+                                                   "the server's response could not be read"))
+                continue
+            if answer is None:
+                continue
+            parsed = parse_answer(answer)
+            if not parsed.ok:
+                log.info("llm round %d sample %d: %s (%s)", request.round, i, parsed.status,
+                         self.redact(parsed.message))
+                self.last_failures.append(Feedback(CandidateSource(name, parsed.code or "", origin),
+                                                   parsed.status, parsed.message))
+            elif any(c.source == parsed.code for c in candidates):
+                log.info("llm round %d sample %d: duplicate of an earlier sample", request.round, i)
+            else:
+                candidates.append(CandidateSource(name, parsed.code, origin))
+        return candidates
+
+    def _check_budget(self, messages: list[dict[str, str]]) -> None:
+        prompt = _estimate_tokens(sum(len(m["content"]) for m in messages))
+        if self.max_total_tokens is not None and self.tokens_used + prompt > self.max_total_tokens:
+            raise BudgetExhausted(f"token budget {self.max_total_tokens} spent "
+                                  f"({self.tokens_used} used, next prompt ~{prompt})")
+        if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
+            raise BudgetExhausted(f"cost budget ${self.max_cost_usd:.2f} spent (${self.cost_usd:.2f})")
+
+    def _sample(self, round_: int, sample: int,
+                messages: list[dict[str, str]]) -> tuple[str | None, bool]:
+        """(answer or None, unreadable) of one request, retried on transient errors, recorded."""
+        reply: _Reply | None = None
+        error: str | None = None
+        unreadable = False
+        try:
+            reply = self._with_retries(messages)
+        except _Malformed as err:
+            error, unreadable = f"malformed response: {err}", True
+        except openai.OpenAIError as err:
+            status = getattr(err, "status_code", None)
+            error = f"{type(err).__name__}: {err}"
+            if status in _FATAL_STATUSES:
+                self._record(round_, sample, messages, None, self.redact(error))
+                raise LlmError(f"LLM endpoint refused the request ({status}): "
+                               f"{self.redact(str(err))}") from None
+            self.last_errors.append(self.redact(error))
+        if reply is not None:
+            self.prompt_tokens += reply.usage.prompt_tokens
+            self.completion_tokens += reply.usage.completion_tokens
+            self.cost_usd += reply.usage.cost_usd
+            log.info("llm round %d sample %d: %d+%d tokens%s, total %d", round_, sample,
+                     reply.usage.prompt_tokens, reply.usage.completion_tokens,
+                     " (estimated)" if reply.usage.estimated else "", self.tokens_used)
+        else:
+            log.warning("llm round %d sample %d failed: %s", round_, sample, self.redact(error or ""))
+        self._record(round_, sample, messages, reply, None if error is None else self.redact(error))
+        return (None if reply is None else reply.answer), unreadable
+
+    def _record(self, round_: int, sample: int, messages: list[dict[str, str]],
+                reply: _Reply | None, error: str | None) -> None:
+        # Redacted already in memory: an echoed key must not survive in any copy.
+        r = self.redact
+        entry = TranscriptEntry(round_, sample,
+                                tuple({k: r(v) for k, v in m.items()} for m in messages),
+                                None if reply is None else r(reply.answer),
+                                r(reply.reasoning) if reply and reply.reasoning else None,
+                                None if reply is None else reply.usage, error)
+        self.transcript.append(entry)
+        if self.transcript_path is not None:
+            self.transcript_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.transcript_path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(entry.to_json(self._secrets())) + "\n")
+
+    def _with_retries(self, messages: list[dict[str, str]]) -> _Reply:
+        for attempt in range(self.max_retries + 1):
+            try:
+                return self._request(messages)
+            except ValueError as err:  # the client's json.loads on a garbled body
+                raise _Malformed(str(err)) from None
+            except openai.APIError as err:
+                if not _retryable(err) or attempt == self.max_retries:
+                    raise
+                wait = _retry_after_s(err)
+                wait = (min(wait, MAX_RETRY_AFTER_S) if wait is not None
+                        else min(self.max_backoff_s, self.backoff_s * 2 ** attempt))
+                log.warning("llm request failed (%s), retry %d/%d in %.1f s", self.redact(
+                    f"{type(err).__name__}: {err}"), attempt + 1, self.max_retries, wait)
+                self._sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _request(self, messages: list[dict[str, str]]) -> _Reply:
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
+                                  "temperature": self.temperature, "timeout": self.timeout_s}
+        if self.max_answer_tokens is not None:
+            kwargs["max_tokens"] = self.max_answer_tokens
+        usage: Any = None
+        if self.stream:
+            answer_parts: list[str] = []
+            reasoning_parts: list[str] = []
+            for chunk in self.client.chat.completions.create(
+                    stream=True, stream_options={"include_usage": True}, **kwargs):
+                usage = getattr(chunk, "usage", None) or usage
+                for choice in getattr(chunk, "choices", None) or []:
+                    delta = choice.delta
+                    answer_parts.append(getattr(delta, "content", None) or "")
+                    reasoning_parts.append(_reasoning_of(delta))
+            answer, reasoning = "".join(answer_parts), "".join(reasoning_parts)
+        else:
+            response = self.client.chat.completions.create(**kwargs)
+            if not hasattr(response, "choices"):
+                raise _Malformed(f"unexpected response type {type(response).__name__}")
+            usage = response.usage
+            message = response.choices[0].message if response.choices else None
+            answer = (getattr(message, "content", None) or "") if message else ""
+            reasoning = _reasoning_of(message) if message else ""
+        return _Reply(answer, reasoning, self._usage(usage, messages, answer, reasoning))
+
+    def _usage(self, usage: Any, messages: list[dict[str, str]], answer: str,
+               reasoning: str) -> Usage:
+        if usage is not None and getattr(usage, "prompt_tokens", None) is not None:
+            p, c, estimated = int(usage.prompt_tokens), int(usage.completion_tokens or 0), False
+        else:  # servers without usage reporting still spend the budget
+            p = _estimate_tokens(sum(len(m["content"]) for m in messages))
+            c, estimated = _estimate_tokens(len(answer) + len(reasoning)), True
+        cost = (p * self.price_per_mtok_in + c * self.price_per_mtok_out) / 1e6
+        return Usage(p, c, estimated, cost)
+
+
+def _reasoning_of(obj: Any) -> str:
+    # DeepSeek and SGLang say `reasoning_content`; vLLM's newer parsers say `reasoning`.
+    for attr in ("reasoning_content", "reasoning"):
+        value = getattr(obj, attr, None)
+        if isinstance(value, str):
+            return value
+    return ""

@@ -1,0 +1,107 @@
+"""The timing protocol: contenders interleaved in random order, warm-up first, fresh inputs
+for every call, adaptive repetition, and checks on calls made while timing."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from bot import bench, verify
+from bot.domain import CheckResult, Measurement, Problem, Shape
+from bot.trials import failure_check
+from bot.workers import WorkerClient, WorkerFailure
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    time_cap_s: float = 5.0  # per shape, all contenders together
+    target_rel_se: float = 0.01  # stop once every median is known to 1%
+    min_samples: int = 10
+    batch_target_us: float = 20_000.0  # calls per batch chosen to fill about this long
+    max_batch: int = 50
+    warmup_batches: int = 1
+    checks_per_batch: int = 1  # timed calls re-checked against the reference, chosen afterwards
+
+
+@dataclass
+class TimingRecord:
+    samples_us: list[float] = field(default_factory=list)
+    host_us: list[float] = field(default_factory=list)
+    event_us: list[float] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+    batch: int = 1
+    failed: bool = False
+
+    def measurement(self) -> Measurement | None:
+        return Measurement(tuple(self.samples_us)) if self.samples_us else None
+
+
+def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, reference: WorkerClient,
+               record: TimingRecord, dtypes: list[str], rng: random.Random, call_timeout_s: float,
+               options: TimingOptions, keep: bool) -> None:
+    seeds = [rng.getrandbits(62) for _ in range(record.batch)]
+    fp_seed = rng.getrandbits(40)
+    started = time.perf_counter()
+    try:
+        reply = worker.request({"op": "time", "seeds": seeds, "distribution": "standard",
+                                "fp_seed": fp_seed}, call_timeout_s * len(seeds), "call")
+    except WorkerFailure as exc:
+        record.checks.append(failure_check(exc))
+        record.failed = True
+        return
+    wall_us = (time.perf_counter() - started) * 1e6
+    samples = reply["event_us"] if reply["event_us"] is not None else reply["host_us"]
+    results = [verify.check_wall_clock(sum(samples), wall_us),
+               verify.check_threads(reply["new_threads"], "timed calls")]
+    picked = rng.sample(range(len(seeds)), min(options.checks_per_batch, len(seeds)))
+    ref = reference.request({"op": "fingerprints", "seeds": [seeds[i] for i in picked],
+                             "distribution": "standard", "fp_seed": fp_seed},
+                            call_timeout_s * 20 * max(len(picked), 1), "problem")
+    for ref_print, i in zip(ref["fingerprints"], picked):
+        results.append(verify.compare_fingerprints(
+            ref_print, reply["fingerprints"][i], dtypes, problem.tolerance,
+            f"shape {shape.name}, timed call {len(record.samples_us) + i + 1}"))
+    record.checks.extend(results)
+    if not all(r.passed for r in results):
+        record.failed = True
+        return
+    if keep:
+        record.samples_us.extend(samples)
+        record.host_us.extend(reply["host_us"])
+        record.event_us.extend(reply["event_us"] or [])
+    else:  # warm-up: also sizes the batches of the measured rounds
+        per_call = max(sorted(samples)[len(samples) // 2], 1.0)
+        record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch))
+
+
+def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
+                     contenders: Mapping[str, WorkerClient], dtypes: list[str], rng: random.Random,
+                     options: TimingOptions, call_timeout_s: float,
+                     progress: Callable[[str], None]) -> dict[str, TimingRecord]:
+    """Time all contenders in one run; each round visits them in a fresh random order."""
+    records = {name: TimingRecord() for name in contenders}
+    active = dict(contenders)
+    for _ in range(options.warmup_batches):
+        for name in rng.sample(list(active), len(active)):
+            _one_batch(problem, shape, active[name], reference, records[name], dtypes, rng,
+                       call_timeout_s, options, keep=False)
+    active = {n: w for n, w in active.items() if not records[n].failed}
+    deadline = time.monotonic() + options.time_cap_s
+    rounds = 0
+    while active:
+        rounds += 1
+        for name in rng.sample(list(active), len(active)):
+            _one_batch(problem, shape, active[name], reference, records[name], dtypes, rng,
+                       call_timeout_s, options, keep=True)
+        active = {n: w for n, w in active.items() if not records[n].failed}
+        done = all(bench.converged(records[n].measurement(), options.target_rel_se,
+                                   options.min_samples) for n in active)
+        if done or time.monotonic() > deadline:
+            break
+        if rounds % 5 == 0:
+            worst = max((records[n].measurement().rel_se for n in active), default=0.0)
+            progress(f"{problem.name} [{shape.name}] timing round {rounds}: "
+                     f"{len(active)} contender(s), worst relative error {worst:.1%}")
+    return records

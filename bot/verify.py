@@ -1,0 +1,210 @@
+"""The check list: pure functions from observations to `CheckResult`s, and `judge`.
+
+Nothing here runs candidate code or times anything; the observations come from workers
+(see `bot.trials` and `bot.timing`), the reference from a different process.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from bot.domain import CheckResult, Verdict
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Normwise ||out-ref||/||ref|| bound plus an elementwise bound
+    |out-ref| <= elem_atol_rel * max|ref| + elem_rtol * |ref| (scale-free, so the
+    'large' input distribution does not need its own numbers)."""
+
+    norm_rel: float
+    elem_rtol: float
+    elem_atol_rel: float
+
+
+# Chosen so that an honest kernel in the output's precision passes and a kernel computing
+# a float32 problem in bf16 (~3e-3), fp16 (~5e-4) or TF32 (~3e-4) does not.
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(1e-9, 1e-7, 1e-9),
+    "float32": Tolerance(1e-5, 1e-4, 1e-5),
+    "float16": Tolerance(1e-3, 2e-3, 1e-3),
+    "bfloat16": Tolerance(1e-2, 2e-2, 1e-2),
+    "float8_e4m3fn": Tolerance(7e-2, 0.13, 2e-2),
+    "float8_e5m2": Tolerance(1.4e-1, 0.26, 4e-2),
+}
+FINGERPRINT_SIGMAS = 6.0  # a projection on a random Gaussian vector: 6 sigma is never noise
+
+
+def tolerance_for(dtype: str, overrides: Mapping[str, float] | None = None) -> Tolerance | None:
+    """None means exact comparison (integer and boolean outputs)."""
+    base = DEFAULT_TOLERANCES.get(dtype)
+    if base is None:
+        return None
+    if overrides:
+        return Tolerance(**{**base.__dict__, **{k: float(v) for k, v in overrides.items()}})
+    return base
+
+
+def check_output_meta(expected: Sequence[Mapping[str, Any]], got: Sequence[Mapping[str, Any]]) -> CheckResult:
+    """Exact `torch.Tensor` type, number of outputs, shape, dtype and device."""
+    if len(expected) != len(got):
+        return CheckResult("output structure", False,
+                           f"returned {len(got)} outputs, expected {len(expected)}")
+    for i, (e, g) in enumerate(zip(expected, got)):
+        if g.get("type") != "Tensor":
+            return CheckResult("output structure", False,
+                               f"output {i} is a {g.get('type')}, expected exactly torch.Tensor")
+        for key in ("shape", "dtype", "device"):
+            if e.get(key) != g.get(key):
+                return CheckResult("output structure", False,
+                                   f"output {i} {key} is {g.get(key)}, expected {e.get(key)}")
+    return CheckResult("output structure", True)
+
+
+def _index(flat_index: int, shape: Sequence[int]) -> tuple[int, ...]:
+    idx = []
+    for dim in reversed(shape):
+        idx.append(flat_index % dim if dim else 0)
+        flat_index //= max(dim, 1)
+    return tuple(reversed(idx))
+
+
+def compare_values(expected: torch.Tensor, got: torch.Tensor, dtype: str,
+                   overrides: Mapping[str, float] | None, label: str) -> CheckResult:
+    """Values of one output against the upcast reference; evidence names the worst element."""
+    name = "values"
+    tol = tolerance_for(dtype, overrides)
+    ref = expected.to(torch.float64).reshape(-1)
+    out = got.to(torch.float64).reshape(-1)
+    shape = list(got.shape)
+    if tol is None:
+        bad = (ref != out).nonzero()
+        if bad.numel():
+            i = int(bad[0])
+            return CheckResult(name, False, f"{label}: {bad.numel()} of {ref.numel()} elements differ; "
+                               f"first at {_index(i, shape)}: got {out[i].item()}, expected {ref[i].item()}",
+                               {"mismatches": int(bad.numel())})
+        return CheckResult(name, True, details={"max_abs_err": 0.0, "norm_rel_err": 0.0})
+    for kind, fn in (("NaN", torch.isnan), ("+Inf", torch.isposinf), ("-Inf", torch.isneginf)):
+        mismatch = (fn(ref) != fn(out)).nonzero()
+        if mismatch.numel():
+            i = int(mismatch[0])
+            return CheckResult(name, False, f"{label}: {kind} positions differ at {mismatch.numel()} "
+                               f"elements; first at {_index(i, shape)}: got {out[i].item()}, "
+                               f"expected {ref[i].item()}")
+    finite = torch.isfinite(ref)
+    ref_f, out_f = ref[finite], out[finite]
+    diff = (out_f - ref_f).abs()
+    ref_norm = float(ref_f.norm())
+    norm_err = float((out_f - ref_f).norm()) / max(ref_norm, 1e-300)
+    max_ref = float(ref_f.abs().max()) if ref_f.numel() else 0.0
+    allowed = tol.elem_atol_rel * max_ref + tol.elem_rtol * ref_f.abs()
+    excess = diff - allowed
+    details = {"max_abs_err": float(diff.max()) if diff.numel() else 0.0, "norm_rel_err": norm_err,
+               "tolerance": tol.__dict__}
+    if diff.numel() and float(excess.max()) > 0:
+        j = int(excess.argmax())
+        i = int(finite.nonzero()[j])
+        return CheckResult(name, False, f"{label}: element {_index(i, shape)} got {out[i].item():.6g}, "
+                           f"expected {ref[i].item():.6g} (abs err {diff[j].item():.3g} > allowed "
+                           f"{allowed[j].item():.3g}); max abs err {details['max_abs_err']:.3g}, "
+                           f"normwise rel err {norm_err:.3g}", details)
+    if norm_err > tol.norm_rel:
+        return CheckResult(name, False, f"{label}: normwise rel err {norm_err:.3g} > {tol.norm_rel:g} "
+                           f"(max abs err {details['max_abs_err']:.3g}); lower precision than the "
+                           f"{dtype} output allows?", details)
+    return CheckResult(name, True, details=details)
+
+
+def check_inputs_unchanged(reference_hashes: Sequence[str], before: Sequence[str],
+                           after: Sequence[str], label: str) -> CheckResult:
+    name = "inputs unchanged"
+    if list(before) != list(reference_hashes):
+        return CheckResult(name, False, f"{label}: the worker's inputs differ from the reference's "
+                           "before the call (get_inputs() was tampered with?)")
+    changed = [i for i, (b, a) in enumerate(zip(before, after)) if b != a]
+    if changed:
+        return CheckResult(name, False, f"{label}: input(s) {changed} were modified by the call")
+    return CheckResult(name, True)
+
+
+def check_threads(new_threads: Sequence[str], where: str) -> CheckResult:
+    if new_threads:
+        return CheckResult("no new threads", False,
+                           f"{len(new_threads)} thread(s) alive after {where} that the harness did not start: "
+                           f"{', '.join(new_threads[:5])}")
+    return CheckResult("no new threads", True)
+
+
+def compare_fingerprints(reference: Sequence[Sequence[float]], got: Sequence[Sequence[float]],
+                         dtypes: Sequence[str], overrides: Mapping[str, float] | None,
+                         label: str) -> CheckResult:
+    """A call made while timing against the reference, through random projections.
+
+    For honest errors e, <w, e> ~ N(0, |e|^2) with |e| <= norm_rel*|ref|, and
+    | |out| - |ref| | <= |e| exactly; a stale or skipped result misses both by ~|ref|.
+    """
+    name = "timed-call outputs"
+    if len(reference) != len(got):
+        return CheckResult(name, False, f"{label}: {len(got)} outputs, expected {len(reference)}")
+    for i, ((rp, rn, rnf), (gp, gn, gnf), dtype) in enumerate(zip(reference, got, dtypes)):
+        tol = tolerance_for(dtype, overrides)
+        bound = (tol.norm_rel if tol else 1e-12) * rn + 1e-9
+        if rnf != gnf:
+            return CheckResult(name, False, f"{label}: output {i} has {int(gnf)} non-finite values, "
+                               f"reference {int(rnf)}")
+        if abs(gn - rn) > bound or abs(gp - rp) > FINGERPRINT_SIGMAS * bound:
+            return CheckResult(name, False, f"{label}: output {i} does not match the reference for "
+                               f"this call's inputs (norm {gn:.6g} vs {rn:.6g}, projection {gp:.6g} vs "
+                               f"{rp:.6g}): a cached, stale or skipped result?")
+    return CheckResult(name, True)
+
+
+def check_stream_timing(host_us: Sequence[float], event_us: Sequence[float],
+                        overhead_us: float) -> CheckResult:
+    """Device-wide synchronised time must agree with event time on the current stream."""
+    name = "stream timing"
+    gap = statistics.median(h - e for h, e in zip(host_us, event_us))
+    ev = statistics.median(event_us)
+    allowed = 2 * overhead_us + 0.25 * ev + 10.0
+    details = {"median_gap_us": gap, "allowed_us": allowed, "median_event_us": ev}
+    if gap > allowed:
+        return CheckResult(name, False, f"device-synchronised time exceeds event time by {gap:.1f} us "
+                           f"(allowed {allowed:.1f} us, event median {ev:.1f} us): work on another "
+                           "stream or left running after the call?", details)
+    return CheckResult(name, True, details=details)
+
+
+def check_roofline(median_us: float, floor_us: float | None) -> CheckResult:
+    name = "roofline"
+    if floor_us is None:
+        return CheckResult(name, True, "no roofline known for this device", {"floor_us": None})
+    if median_us < floor_us:
+        return CheckResult(name, False, f"median {median_us:.2f} us is below the physical floor "
+                           f"{floor_us:.2f} us (bytes / peak bandwidth, flops / peak rate): implausible",
+                           {"floor_us": floor_us})
+    return CheckResult(name, True, details={"floor_us": floor_us})
+
+
+def check_wall_clock(reported_us: float, parent_wall_us: float) -> CheckResult:
+    """The worker's own timings cannot exceed what the parent saw pass (timer patching)."""
+    name = "wall clock"
+    if reported_us > parent_wall_us * 1.02 + 100.0:
+        return CheckResult(name, False, f"worker reported {reported_us:.0f} us of calls within "
+                           f"{parent_wall_us:.0f} us of the parent's wall clock")
+    return CheckResult(name, True)
+
+
+def judge(checks: Sequence[CheckResult]) -> Verdict:
+    """Accepted only when every check passed and the values were actually compared."""
+    merged: dict[str, CheckResult] = {}
+    for check in checks:
+        prior = merged.get(check.name)
+        if prior is None or (prior.passed and not check.passed):
+            merged[check.name] = check
+    ok = bool(merged) and all(c.passed for c in merged.values()) and "values" in merged
+    return Verdict("accepted" if ok else "rejected", tuple(merged.values()))

@@ -1,0 +1,120 @@
+"""The parent's handle on one sandboxed worker: requests with timeouts and a memory watchdog.
+
+Every way a worker can fail (crash, hang, memory, exit without a result, a forged frame)
+becomes a `WorkerFailure` with a reason a person can act on.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import select
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from bot.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
+from bot.sandbox.base import Limits, RunningWorker, Sandbox, WorkerLaunch
+
+log = logging.getLogger(__name__)
+POLL_S = 0.1
+
+
+class WorkerFailure(Exception):
+    """The contender failed in `phase` ("start", "import", "construct", "call", "problem", ...)."""
+
+    def __init__(self, phase: str, reason: str, log_tail: str = ""):
+        super().__init__(f"{phase}: {reason}")
+        self.phase = phase
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+class WorkerClient:
+    def __init__(self, sandbox: Sandbox, label: str, device: str, workdir: Path, cache_dir: Path,
+                 readable: tuple[Path, ...], limits: Limits, gpu_index: int | None = None,
+                 threads: int | None = None):
+        self.label = label
+        self.limits = limits
+        self.workdir = workdir
+        launch = WorkerLaunch(workdir=workdir, cache_dir=cache_dir, readable=readable,
+                              device=device, limits=limits, gpu_index=gpu_index)
+        self.running: RunningWorker = sandbox.start(launch)
+        self.channel = Channel(self.running.sock)
+        key = secrets.token_bytes(32)
+        try:
+            self.channel.send({"op": "hello", "key": key.hex(), "device": device,
+                               "threads": threads})
+        except OSError as exc:
+            self.close()
+            raise WorkerFailure("start", f"could not reach the worker: {exc}") from None
+        self.channel.key = key
+        hello = self._receive("start", limits.import_timeout_s)
+        self.env: dict[str, Any] = hello["env"]
+        self.overhead_us: float = float(hello.get("overhead_us", 0.0))
+
+    def request(self, message: dict[str, Any], timeout_s: float, phase: str) -> dict[str, Any]:
+        """Send one op and wait for its reply; failures raise WorkerFailure."""
+        try:
+            self.channel.send(message)
+        except OSError:
+            raise self._dead(phase) from None
+        reply = self._receive(phase, timeout_s)
+        if not reply.get("ok"):
+            detail = reply.get("traceback") or ""
+            raise WorkerFailure(str(reply.get("phase", phase)), str(reply.get("error", "failed")),
+                                _tail(detail + "\n" + self.running.log_tail()))
+        return reply
+
+    def _receive(self, phase: str, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        limit = self.limits.memory_mb << 20
+        while True:
+            ready, _, _ = select.select([self.running.sock], [], [], POLL_S)
+            if ready:
+                break
+            used = self.running.memory_bytes()
+            if used is not None and used > limit:
+                self.close()
+                raise WorkerFailure(phase, f"killed: resident memory {used >> 20} MiB exceeded the "
+                                    f"limit of {self.limits.memory_mb} MiB")
+            if self.running.exit_code() is not None:
+                break  # let recv see the closed channel (there may be a last frame)
+            if time.monotonic() > deadline:
+                tail = self.running.log_tail()
+                self.close()
+                raise WorkerFailure(phase, f"timed out after {timeout_s:.0f} s (killed)", tail)
+        try:
+            self.running.sock.settimeout(max(deadline - time.monotonic(), 5.0))
+            return self.channel.recv()
+        except ChannelTampered as exc:
+            tail = self.running.log_tail()
+            self.close()
+            raise WorkerFailure("channel", f"result channel tampered with: {exc}", tail) from None
+        except (ChannelClosed, ChannelError, OSError):
+            raise self._dead(phase) from None
+
+    def _dead(self, phase: str) -> WorkerFailure:
+        for _ in range(50):  # the exit status may lag the closed socket by a moment
+            if self.running.exit_code() is not None:
+                break
+            time.sleep(0.02)
+        reason = self.running.exit_reason()
+        tail = self.running.log_tail()
+        self.close()
+        return WorkerFailure(phase, f"worker {reason} without a result", tail)
+
+    def close(self) -> None:
+        try:
+            if self.running.exit_code() is None:
+                self.channel.send({"op": "exit"})
+        except (OSError, ValueError):
+            pass
+        self.running.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _tail(text: str, limit: int = 3000) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
