@@ -1,11 +1,11 @@
 """An LLM proposer over any OpenAI-compatible chat endpoint (the official `openai` client).
 
-`OPENAI_BASE_URL` / `OPENAI_API_KEY` configure it (read by the client, not by us). The
-key never enters the transcript or the logs: everything written goes through `redact`.
-"""
+`OPENAI_BASE_URL` / `OPENAI_API_KEY` configure it (the client reads them). The key never
+enters the transcript or the logs: every string kept or written goes through `redact`."""
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import hashlib
 import json
@@ -80,51 +80,35 @@ def _redact_tree(obj: Any, secrets: tuple[str | None, ...]) -> Any:
         return redact(obj, secrets)
     if isinstance(obj, Mapping):
         return {k: _redact_tree(v, secrets) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_redact_tree(v, secrets) for v in obj]
-    return obj
-
-
-@dataclass(frozen=True)
-class _Reply:
-    answer: str
-    reasoning: str
-    usage: Usage
+    return [_redact_tree(v, secrets) for v in obj] if isinstance(obj, (list, tuple)) else obj
 
 
 class _Malformed(Exception):
     """The server answered 200 with a body that is not a chat completion."""
 
 
-def _estimate_tokens(chars: int) -> int:
-    return (chars + 3) // 4  # ~4 chars per token for English and code
+def _estimate_tokens(*texts: str) -> int:
+    return (sum(map(len, texts)) + 3) // 4  # ~4 chars per token for English and code
 
 
 def _retry_after_s(err: Exception) -> float | None:
-    response = getattr(err, "response", None)
-    headers = getattr(response, "headers", None) or {}
-    if headers.get("retry-after-ms"):
+    headers = getattr(getattr(err, "response", None), "headers", None) or {}
+    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if not value:
+            continue
         try:
-            return float(headers["retry-after-ms"]) / 1000
+            return float(value) * scale
         except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        try:  # the HTTP-date form
-            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError):
-            return None
+            with contextlib.suppress(TypeError, ValueError):  # the HTTP-date form
+                return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    return None
 
 
 def _retryable(err: Exception) -> bool:
-    if isinstance(err, openai.APIConnectionError):  # includes APITimeoutError
-        return True
-    status = getattr(err, "status_code", None)
-    return isinstance(err, openai.APIStatusError) and (status in _RETRY_STATUSES or status >= 500)
+    status = getattr(err, "status_code", None)  # APITimeoutError is an APIConnectionError
+    return isinstance(err, openai.APIConnectionError) or (
+        isinstance(err, openai.APIStatusError) and (status in _RETRY_STATUSES or status >= 500))
 
 
 class LlmProposer:
@@ -148,8 +132,7 @@ class LlmProposer:
         self.max_total_tokens, self.max_cost_usd = max_total_tokens, max_cost_usd
         self.price_per_mtok_in, self.price_per_mtok_out = price_per_mtok_in, price_per_mtok_out
         self.max_feedback_chars, self.transcript_path = max_feedback_chars, transcript_path
-        self._sleep = sleep
-        self._client = client
+        self._sleep, self._client = sleep, client
         self._client_args = {k: v for k, v in (("base_url", base_url), ("api_key", api_key)) if v}
         self.transcript: list[TranscriptEntry] = []
         self.last_failures: list[Feedback] = []  # unusable answers of the last round
@@ -172,13 +155,10 @@ class LlmProposer:
                 raise LlmError(f"cannot configure the LLM client: {self.redact(str(err))}") from None
         return self._client
 
-    def _secrets(self) -> tuple[str | None, ...]:
-        key = getattr(self._client, "api_key", None)
-        return self._client_args.get("api_key"), key if isinstance(key, str) else None
-
     def redact(self, text: str) -> str:
         """`text` with this proposer's API key (and anything key-shaped) masked."""
-        return redact(text, self._secrets())
+        key = getattr(self._client, "api_key", None)  # also the one the client read from env
+        return redact(text, (self._client_args.get("api_key"), key if isinstance(key, str) else None))
 
     def propose(self, request: ProposalRequest) -> list[CandidateSource]:
         """Candidates of one round; unusable answers land in `last_failures`."""
@@ -198,10 +178,9 @@ class LlmProposer:
                             round=request.round, parent=parent)
             name = f"{request.problem.name}-llm-r{request.round}-s{i}"
             answer, unreadable = self._sample(request.round, i, messages)
-            if unreadable:
+            if unreadable:  # counts as a failed attempt, so the loop sees the round's cost
                 self.last_failures.append(Feedback(CandidateSource(name, "", origin), "empty",
                                                    "the server's response could not be read"))
-                continue
             if answer is None:
                 continue
             parsed = parse_answer(answer)
@@ -210,66 +189,63 @@ class LlmProposer:
                          self.redact(parsed.message))
                 self.last_failures.append(Feedback(CandidateSource(name, parsed.code or "", origin),
                                                    parsed.status, parsed.message))
-            elif any(c.source == parsed.code for c in candidates):
-                log.info("llm round %d sample %d: duplicate of an earlier sample", request.round, i)
-            else:
+            elif all(c.source != parsed.code for c in candidates):  # duplicates cost verify time
                 candidates.append(CandidateSource(name, parsed.code, origin))
         return candidates
 
     def _check_budget(self, messages: list[dict[str, str]]) -> None:
-        prompt = _estimate_tokens(sum(len(m["content"]) for m in messages))
-        if self.max_total_tokens is not None and self.tokens_used + prompt > self.max_total_tokens:
-            raise BudgetExhausted(f"token budget {self.max_total_tokens} spent "
-                                  f"({self.tokens_used} used, next prompt ~{prompt})")
+        if (self.max_total_tokens is not None  # the next prompt must fit too
+                and self.tokens_used + _estimate_tokens(*(m["content"] for m in messages))
+                > self.max_total_tokens):
+            raise BudgetExhausted(f"token budget {self.max_total_tokens} spent ({self.tokens_used})")
         if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
             raise BudgetExhausted(f"cost budget ${self.max_cost_usd:.2f} spent (${self.cost_usd:.2f})")
 
     def _sample(self, round_: int, sample: int,
                 messages: list[dict[str, str]]) -> tuple[str | None, bool]:
         """(answer or None, unreadable) of one request, retried on transient errors, recorded."""
-        reply: _Reply | None = None
-        error: str | None = None
-        unreadable = False
+        reply: tuple[str, str, Usage] | None = None  # (answer, reasoning, usage)
+        error, unreadable, fatal = None, False, False
         try:
             reply = self._with_retries(messages)
         except _Malformed as err:
-            error, unreadable = f"malformed response: {err}", True
+            error, unreadable = self.redact(f"malformed response: {err}"), True
         except openai.OpenAIError as err:
-            status = getattr(err, "status_code", None)
-            error = f"{type(err).__name__}: {err}"
-            if status in _FATAL_STATUSES:
-                self._record(round_, sample, messages, None, self.redact(error))
-                raise LlmError(f"LLM endpoint refused the request ({status}): "
-                               f"{self.redact(str(err))}") from None
-            self.last_errors.append(self.redact(error))
-        if reply is not None:
-            self.prompt_tokens += reply.usage.prompt_tokens
-            self.completion_tokens += reply.usage.completion_tokens
-            self.cost_usd += reply.usage.cost_usd
-            log.info("llm round %d sample %d: %d+%d tokens%s, total %d", round_, sample,
-                     reply.usage.prompt_tokens, reply.usage.completion_tokens,
-                     " (estimated)" if reply.usage.estimated else "", self.tokens_used)
-        else:
-            log.warning("llm round %d sample %d failed: %s", round_, sample, self.redact(error or ""))
-        self._record(round_, sample, messages, reply, None if error is None else self.redact(error))
-        return (None if reply is None else reply.answer), unreadable
+            error = self.redact(f"{type(err).__name__}: {err}")
+            fatal = getattr(err, "status_code", None) in _FATAL_STATUSES
+        self._record(round_, sample, messages, reply, error)
+        if reply is None:
+            log.warning("llm round %d sample %d failed: %s", round_, sample, error)
+            if fatal:
+                raise LlmError(f"LLM endpoint refused the request: {error}")
+            if not unreadable:
+                self.last_errors.append(str(error))
+            return None, unreadable
+        usage = reply[2]
+        self.prompt_tokens += usage.prompt_tokens
+        self.completion_tokens += usage.completion_tokens
+        self.cost_usd += usage.cost_usd
+        log.info("llm round %d sample %d: %d+%d tokens%s, total %d", round_, sample,
+                 usage.prompt_tokens, usage.completion_tokens,
+                 " (estimated)" if usage.estimated else "", self.tokens_used)
+        return reply[0], False
 
     def _record(self, round_: int, sample: int, messages: list[dict[str, str]],
-                reply: _Reply | None, error: str | None) -> None:
+                reply: tuple[str, str, Usage] | None, error: str | None) -> None:
         # Redacted already in memory: an echoed key must not survive in any copy.
         r = self.redact
+        answer, reasoning, usage = reply if reply is not None else (None, None, None)
         entry = TranscriptEntry(round_, sample,
                                 tuple({k: r(v) for k, v in m.items()} for m in messages),
-                                None if reply is None else r(reply.answer),
-                                r(reply.reasoning) if reply and reply.reasoning else None,
-                                None if reply is None else reply.usage, error)
+                                None if answer is None else r(answer),
+                                r(reasoning) if reasoning else None, usage, error)
         self.transcript.append(entry)
         if self.transcript_path is not None:
             self.transcript_path.parent.mkdir(parents=True, exist_ok=True)
-            with self.transcript_path.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(entry.to_json(self._secrets())) + "\n")
+            with self.transcript_path.open("a", encoding="utf-8") as fh:  # JSONL, one per request
+                fh.write(json.dumps(entry.to_json()) + "\n")
 
-    def _with_retries(self, messages: list[dict[str, str]]) -> _Reply:
+    def _with_retries(self, messages: list[dict[str, str]]) -> tuple[str, str, Usage]:
         for attempt in range(self.max_retries + 1):
             try:
                 return self._request(messages)
@@ -286,48 +262,39 @@ class LlmProposer:
                 self._sleep(wait)
         raise AssertionError("unreachable")
 
-    def _request(self, messages: list[dict[str, str]]) -> _Reply:
+    def _request(self, messages: list[dict[str, str]]) -> tuple[str, str, Usage]:
+        """One chat completion: (answer, reasoning, usage), streamed or not."""
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
                                   "temperature": self.temperature, "timeout": self.timeout_s}
         if self.max_answer_tokens is not None:
             kwargs["max_tokens"] = self.max_answer_tokens
         usage: Any = None
         if self.stream:
-            answer_parts: list[str] = []
-            reasoning_parts: list[str] = []
+            parts: list[tuple[str, str]] = []
             for chunk in self.client.chat.completions.create(
                     stream=True, stream_options={"include_usage": True}, **kwargs):
-                usage = getattr(chunk, "usage", None) or usage
-                for choice in getattr(chunk, "choices", None) or []:
-                    delta = choice.delta
-                    answer_parts.append(getattr(delta, "content", None) or "")
-                    reasoning_parts.append(_reasoning_of(delta))
-            answer, reasoning = "".join(answer_parts), "".join(reasoning_parts)
+                usage = getattr(chunk, "usage", None) or usage  # the last chunk, when sent
+                parts += [(getattr(c.delta, "content", None) or "", _reasoning_of(c.delta))
+                          for c in getattr(chunk, "choices", None) or []]
+            answer, reasoning = "".join(a for a, _ in parts), "".join(r for _, r in parts)
         else:
             response = self.client.chat.completions.create(**kwargs)
-            if not hasattr(response, "choices"):
-                raise _Malformed(f"unexpected response type {type(response).__name__}")
             usage = response.usage
             message = response.choices[0].message if response.choices else None
             answer = (getattr(message, "content", None) or "") if message else ""
             reasoning = _reasoning_of(message) if message else ""
-        return _Reply(answer, reasoning, self._usage(usage, messages, answer, reasoning))
+        return answer, reasoning, self._usage(usage, messages, answer, reasoning)
 
-    def _usage(self, usage: Any, messages: list[dict[str, str]], answer: str,
-               reasoning: str) -> Usage:
+    def _usage(self, usage: Any, messages: list[dict[str, str]], *out: str) -> Usage:
         if usage is not None and getattr(usage, "prompt_tokens", None) is not None:
             p, c, estimated = int(usage.prompt_tokens), int(usage.completion_tokens or 0), False
         else:  # servers without usage reporting still spend the budget
-            p = _estimate_tokens(sum(len(m["content"]) for m in messages))
-            c, estimated = _estimate_tokens(len(answer) + len(reasoning)), True
-        cost = (p * self.price_per_mtok_in + c * self.price_per_mtok_out) / 1e6
-        return Usage(p, c, estimated, cost)
+            p = _estimate_tokens(*(m["content"] for m in messages))
+            c, estimated = _estimate_tokens(*out), True
+        return Usage(p, c, estimated, (p * self.price_per_mtok_in + c * self.price_per_mtok_out) / 1e6)
 
 
 def _reasoning_of(obj: Any) -> str:
     # DeepSeek and SGLang say `reasoning_content`; vLLM's newer parsers say `reasoning`.
-    for attr in ("reasoning_content", "reasoning"):
-        value = getattr(obj, attr, None)
-        if isinstance(value, str):
-            return value
-    return ""
+    value = getattr(obj, "reasoning_content", None) or getattr(obj, "reasoning", None)
+    return value if isinstance(value, str) else ""

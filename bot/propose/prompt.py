@@ -27,7 +27,7 @@ file. It must define `class ModelNew(torch.nn.Module)`:
   type (plain `torch.Tensor`), shape, dtype and device;
 - correct for every shape listed, not only the first one.
 The module may import torch, triton and the standard library. It must not read files,
-environment variables or the network (compiling with `load_inline` is allowed).
+environment variables or the network (compiling a kernel at import time is allowed).
 
 ## Rules (the verifier checks them; breaking one rejects the candidate)
 - No other CUDA streams: launch everything on the current stream.

@@ -1,0 +1,47 @@
+"""Shared fixtures: paths, a CPU evaluation helper, and the GPU/docker markers' skips."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+PROBLEMS = FIXTURES / "problems"
+CANDIDATES = FIXTURES / "candidates"
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _cuda_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the H200: see docs/verifier.md)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def quick_options():
+    """Evaluation options sized for CPU tests: short timing, strict call timeouts."""
+    from bot.evaluate import EvalOptions
+    from bot.sandbox import Limits
+    from bot.timing import TimingOptions
+
+    def make(**overrides):
+        limits = overrides.pop("limits", Limits(memory_mb=4096, import_timeout_s=120,
+                                                construct_timeout_s=60, call_timeout_s=20))
+        timing = overrides.pop("timing", TimingOptions(time_cap_s=0.5, min_samples=5))
+        return EvalOptions(device="cpu", limits=limits, timing=timing,
+                           cache_root=Path(os.environ.get("KERNEL_BOT_TEST_CACHE", "/tmp/kernel-bot-test-cache")),
+                           **overrides)
+    return make

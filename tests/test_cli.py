@@ -1,0 +1,72 @@
+"""`bot verify` / `bot bench`: exit codes, JSON shape and human output, through click."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from bot.cli import main
+from conftest import CANDIDATES, PROBLEMS
+
+PROBLEM = str(PROBLEMS / "scale_add.py")
+
+
+def _invoke(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_verify_accepts_honest_candidate_with_exit_0_and_json():
+    result = _invoke("verify", PROBLEM, str(CANDIDATES / "honest.py"), "--device", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["accepted"] is True and data["status"] == "accepted" and data["reasons"] == []
+    names = {c["name"] for c in data["checks"]}
+    assert {"values", "inputs unchanged", "output structure", "no new threads",
+            "timed-call outputs", "wall clock"} <= names
+    assert all(c["passed"] for c in data["checks"])
+
+
+def test_verify_rejects_with_exit_1_and_names_the_check():
+    result = _invoke("verify", PROBLEM, str(CANDIDATES / "cheat_low_precision.py"), "--device", "cpu")
+    assert result.exit_code == 1
+    assert "REJECTED" in result.stdout and "FAIL values" in result.stdout
+
+
+@pytest.mark.parametrize("problem,candidate,message", [
+    ("missing.py", str(CANDIDATES / "honest.py"), "cannot read problem file"),
+    (PROBLEM, "missing_candidate.py", "cannot read candidate"),
+    (str(CANDIDATES / "honest.py"), str(CANDIDATES / "honest.py"), "not a KernelBench problem"),
+])
+def test_unusable_input_exits_2_with_one_line(problem, candidate, message):
+    result = _invoke("verify", problem, candidate, "--device", "cpu")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and message in lines[-1]
+
+
+def test_bench_json_has_candidates_with_speedup_and_interval():
+    result = _invoke("bench", PROBLEM, str(CANDIDATES / "honest.py"), str(CANDIDATES / "slow2x.py"),
+                     str(CANDIDATES / "cheat_empty.py"), "--device", "cpu", "--time-cap-s", "1.5", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["baseline"]["name"] == "reference" and data["baseline"]["accepted"]
+    by_name = {c["name"]: c for c in data["candidates"]}
+    for name in ("honest", "slow2x"):
+        c = by_name[name]
+        assert c["accepted"] and c["median_us"] > 0 and c["path"].endswith(f"{name}.py")
+        low, high = c["speedup_ci"]
+        assert low <= c["speedup"] <= high
+        assert len(c["shapes"][0]["measurement"]["samples_us"]) >= 5
+    assert by_name["slow2x"]["speedup"] < 0.8 and by_name["slow2x"]["shapes"][0]["significance"] == "slower"
+    rejected = by_name["cheat_empty"]
+    assert not rejected["accepted"] and rejected["speedup"] is None and rejected["median_us"] is None
+    assert data["environment"]["device"] == "cpu" and data["environment"]["torch"]
+
+
+def test_bench_human_table_with_progress():
+    result = _invoke("bench", PROBLEM, str(CANDIDATES / "honest.py"), "--device", "cpu", "--time-cap-s", "0.5")
+    assert result.exit_code == 0
+    assert "contender" in result.stdout and "honest" in result.stdout and "95% CI" in result.stdout
+    assert "trial 1/4" in result.stderr

@@ -1,0 +1,95 @@
+"""The reward-hack regression suite: every cheat that can occur on CPU must be rejected,
+with the check that catches it named, and honest variants must pass.
+
+All soft cheats run in one evaluation (one reference worker, one worker each), which is
+also the situation in the product: many candidates of one problem side by side.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.cli import load_candidate
+from bot.evaluate import evaluate
+from bot.problems import load_problem
+from conftest import CANDIDATES, PROBLEMS
+
+# cheat file -> the check that must reject it
+REJECTED = {
+    "cheat_cache_by_shape": "values",
+    "cheat_stale_after_warmup": "timed-call outputs",
+    "cheat_mutate_input": "inputs unchanged",
+    "cheat_empty": "values",
+    "cheat_background_thread": "no new threads",
+    "cheat_subclass": "output structure",
+    "cheat_patch_checks": "values",
+    "cheat_forge_stdout": "call",
+    "cheat_forge_fds": "result channel",
+    "cheat_sys_exit": "call",
+    "cheat_predict_rng": "values",
+    "cheat_low_precision": "values",
+    "cheat_half_precision": "values",
+    "cheat_distribution": "values",
+    "cheat_hardcoded_shape": "call",
+    "cheat_detect_timing": "timed-call outputs",
+    "cheat_patch_reference": "values",
+    "cheat_gc_scan": "values",
+    "syntax_error": "import",
+    "import_error": "import",
+    "no_modelnew": "import",
+}
+ACCEPTED = ["honest", "fallback_reference", "cheat_patch_timers", "cheat_env_secrets"]
+
+
+@pytest.fixture(scope="module")
+def outcomes(request):
+    import os
+
+    from bot.evaluate import EvalOptions
+    from bot.sandbox import Limits
+    from bot.timing import TimingOptions
+
+    # Credentials in the bot's environment must never reach a worker.
+    os.environ["GITHUB_TOKEN"] = "ghp_secret_for_tests"
+    os.environ["OPENAI_API_KEY"] = "sk-secret-for-tests"
+    try:
+        problem = load_problem(PROBLEMS / "scale_add.py")
+        cands = [load_candidate(CANDIDATES / f"{n}.py") for n in [*REJECTED, *ACCEPTED]]
+        options = EvalOptions(device="cpu", limits=Limits(memory_mb=4096, call_timeout_s=20),
+                              timing=TimingOptions(time_cap_s=1.0, min_samples=5),
+                              cache_root=__import__("pathlib").Path("/tmp/kernel-bot-test-cache"))
+        result = evaluate(problem, cands, None, options)
+    finally:
+        del os.environ["GITHUB_TOKEN"], os.environ["OPENAI_API_KEY"]
+    return {o.candidate.name: o for o in result.candidates}
+
+
+@pytest.mark.parametrize("name,check", sorted(REJECTED.items()))
+def test_cheat_is_rejected_by_the_named_check(outcomes, name, check):
+    verdict = outcomes[name].verdict
+    assert not verdict.accepted, f"{name} was accepted"
+    failed = [c.name for c in verdict.checks if not c.passed]
+    assert check in failed, f"{name}: expected '{check}' to fail, failed: {verdict.reasons}"
+    assert all(reason.strip() for reason in verdict.reasons)
+
+
+@pytest.mark.parametrize("name", ACCEPTED)
+def test_honest_variants_are_accepted(outcomes, name):
+    verdict = outcomes[name].verdict
+    assert verdict.accepted, f"{name} rejected: {verdict.reasons}"
+    assert all(s.measurement is not None for s in outcomes[name].shapes)
+
+
+def test_patched_clocks_do_not_change_the_measurement(outcomes):
+    # The candidate spins 20 ms per call and scales every clock it can reach by 1/1000.
+    for shape in outcomes["cheat_patch_timers"].shapes:
+        assert shape.measurement.median_us > 18_000, shape.measurement.median_us
+
+
+def test_rejections_carry_evidence(outcomes):
+    values = next(c for c in outcomes["cheat_low_precision"].verdict.checks if c.name == "values")
+    assert "normwise rel err" in values.evidence or "abs err" in values.evidence
+    mutated = next(c for c in outcomes["cheat_mutate_input"].verdict.checks if c.name == "inputs unchanged")
+    assert "input(s) [0] were modified" in mutated.evidence
+    forged = next(c for c in outcomes["cheat_forge_stdout"].verdict.checks if c.name == "call")
+    assert "exited with code 0 without a result" in forged.evidence
