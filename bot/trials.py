@@ -36,7 +36,13 @@ def failure_check(exc: WorkerFailure) -> CheckResult:
     names = {"import": "import", "construct": "construction", "call": "call", "start": "start",
              "channel": "result channel"}
     name = names.get(exc.phase, exc.phase)
-    return CheckResult(name, False, exc.reason, {"log_tail": exc.log_tail})
+    reason = exc.reason
+    # A compiler's complaint (nvcc, g++, Triton) is the evidence a kernel author needs.
+    errors = [line.strip() for line in exc.log_tail.splitlines() if "error" in line.lower()
+              and not line.lstrip().startswith(("File ", "Traceback", "raise "))]
+    if exc.phase == "import" and errors:
+        reason += "\n" + "\n".join(errors[:6])
+    return CheckResult(name, False, reason, {"log_tail": exc.log_tail})
 
 
 def trial_plan(problem: Problem, rng: random.Random, per_distribution: int) -> list[tuple[str, int]]:

@@ -1,0 +1,242 @@
+"""The search proposer: a catalogue of transformations that needs no LLM.
+
+Every candidate is a self-contained module: the source of the implementation it derives
+from (the problem's reference, or its TARGET), followed by a small wrapper that defines
+`ModelNew` by subclassing it. So it keeps the same constructor and parameter names, and a
+follow-up PR can replace the TARGET file with it as is.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+from dataclasses import dataclass
+
+from bot.domain import CandidateSource, Origin, Problem
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+TF32_NORM_ERR = 3e-4  # measured normwise error of TF32 matmuls (field notes: ~3e-4)
+
+# Module-level constants a Triton implementation exposes for tuning, and values to try.
+TUNABLES = {
+    "BLOCK_SIZE": (256, 512, 1024, 2048, 4096, 8192),
+    "BLOCK": (256, 512, 1024, 2048, 4096),
+    "BLOCK_M": (32, 64, 128, 256), "BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (32, 64, 128),
+    "NUM_WARPS": (1, 2, 4, 8, 16),
+    "NUM_STAGES": (1, 2, 3, 4, 5),
+}
+MAX_TUNING_VARIANTS = 24
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A transformation that does not apply here, and why (shown in the report)."""
+
+    transformation: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Base:
+    """The implementation a transformation starts from."""
+
+    label: str  # "reference" | "target"
+    source: str
+    class_name: str  # "Model" for the reference, "ModelNew" for a TARGET
+
+    @property
+    def parent_hash(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+
+COMPILE_WRAPPER = '''
+
+# --- kernel-bot: {detail} ---------------------------------------------------------
+_KernelBotBase = {base}
+
+
+class ModelNew(_KernelBotBase):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Compiled lazily at the first call, for the shapes of that call.
+        self._kernel_bot_forward = torch.compile(super().forward, mode={mode!r}, fullgraph=False)
+
+    def forward(self, *inputs):
+        return self._kernel_bot_forward(*inputs)
+'''
+
+CUDA_GRAPH_WRAPPER = '''
+
+# --- kernel-bot: {detail} ---------------------------------------------------------
+_KernelBotBase = {base}
+
+
+class ModelNew(_KernelBotBase):
+    """Replays one captured CUDA graph per input signature: launch overhead is paid once.
+    Inputs are copied into the graph's static buffers and outputs cloned out, so every
+    call computes on its own inputs and returns tensors it owns."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._kernel_bot_graphs = {{}}
+
+    def _kernel_bot_capture(self, inputs):
+        static = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # warm-up outside the graph (allocator, lazy init)
+                super().forward(*static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = super().forward(*static)
+        return graph, static, out
+
+    def forward(self, *inputs):
+        key = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs)
+        entry = self._kernel_bot_graphs.get(key)
+        if entry is None:
+            entry = self._kernel_bot_graphs[key] = self._kernel_bot_capture(inputs)
+        graph, static, out = entry
+        for buf, x in zip(static, inputs):
+            if isinstance(x, torch.Tensor):
+                buf.copy_(x)
+        graph.replay()
+        if isinstance(out, torch.Tensor):
+            return out.clone()
+        return type(out)(o.clone() for o in out)
+'''
+
+TF32_WRAPPER = '''
+
+# --- kernel-bot: {detail} ---------------------------------------------------------
+torch.backends.cuda.matmul.allow_tf32 = True
+torch.backends.cudnn.allow_tf32 = True
+_KernelBotBase = {base}
+
+
+class ModelNew(_KernelBotBase):
+    pass
+'''
+
+CHANNELS_LAST_WRAPPER = '''
+
+# --- kernel-bot: {detail} ---------------------------------------------------------
+_KernelBotBase = {base}
+
+
+class ModelNew(_KernelBotBase):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.to(memory_format=torch.channels_last)
+
+    def forward(self, *inputs):
+        inputs = [x.contiguous(memory_format=torch.channels_last)
+                  if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in inputs]
+        return super().forward(*inputs)
+'''
+
+
+def _ensure_torch_import(source: str) -> str:
+    return source if re.search(r"^import torch\b", source, re.M) else "import torch\n" + source
+
+
+def _candidate(base: Base, wrapper: str, detail: str, name: str, **fields) -> CandidateSource:
+    source = _ensure_torch_import(base.source) + wrapper.format(base=base.class_name, detail=detail,
+                                                                **fields)
+    return CandidateSource(name=name, source=source,
+                           origin=Origin("search", detail, parent=base.parent_hash))
+
+
+def _uses(source: str, *needles: str) -> bool:
+    return any(n in source for n in needles)
+
+
+def tunable_constants(source: str) -> dict[str, int]:
+    """Module-level integer constants named like Triton tuning knobs."""
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id in TUNABLES \
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
+            found[node.targets[0].id] = node.value.value
+    return found
+
+
+def autotune_variants(base: Base, round_: int | None = None, limit: int = MAX_TUNING_VARIANTS
+                      ) -> list[CandidateSource]:
+    """Variants of a Triton implementation with other block sizes, warps and stages."""
+    current = tunable_constants(base.source)
+    if not current:
+        return []
+    axes = [[(k, v) for v in TUNABLES[k]] for k in current]
+    variants = []
+    for combo in itertools.product(*axes):
+        setting = dict(combo)
+        if setting == current:
+            continue
+        source = base.source
+        for key, value in setting.items():
+            source = re.sub(rf"^{key}\s*=\s*\d+", f"{key} = {value}", source, count=1, flags=re.M)
+        detail = "autotune " + ", ".join(f"{k}={v}" for k, v in setting.items())
+        variants.append(CandidateSource(
+            name="tune-" + "-".join(f"{k.lower()}{v}" for k, v in setting.items()), source=source,
+            origin=Origin("search", detail, round=round_, parent=base.parent_hash)))
+    # Spread the budget over the grid instead of taking its first corner.
+    step = max(1, len(variants) // limit)
+    return variants[::step][:limit]
+
+
+def search_candidates(problem: Problem, bases: list[Base], device: str
+                      ) -> tuple[list[CandidateSource], list[Skipped]]:
+    """The whole catalogue for one problem; inapplicable transformations are skipped with a reason."""
+    cands: list[CandidateSource] = []
+    skipped: list[Skipped] = []
+    cuda = device == "cuda"
+    for base in bases:
+        tag = base.label
+        for mode in COMPILE_MODES:
+            if mode in ("reduce-overhead", "max-autotune") and not cuda:
+                skipped.append(Skipped(f"torch.compile({mode}) of {tag}", "uses CUDA graphs: needs a GPU"))
+                continue
+            cands.append(_candidate(base, COMPILE_WRAPPER, f"torch.compile(mode={mode!r}) of {tag}",
+                                    f"compile-{mode}-{tag}", mode=None if mode == "default" else mode))
+        if cuda:
+            cands.append(_candidate(base, CUDA_GRAPH_WRAPPER, f"CUDA graph replay of {tag}",
+                                    f"cuda-graph-{tag}"))
+        else:
+            skipped.append(Skipped(f"CUDA graph of {tag}", "CUDA graphs need a GPU"))
+        cands.extend(autotune_variants(base))
+        if not tunable_constants(base.source):
+            skipped.append(Skipped(f"Triton autotuning of {tag}",
+                                   "exposes no module-level BLOCK_*/NUM_WARPS/NUM_STAGES constants"))
+    tol = problem.tolerance.get("norm_rel")
+    matmul = _uses(problem.source, "matmul", "@", "nn.Linear", "F.linear", "bmm", "einsum", "conv")
+    fp32 = _uses(problem.source, "float32", "torch.randn(") and not _uses(problem.source, "bfloat16", "float16")
+    if not cuda:
+        skipped.append(Skipped("TF32 matmul", "TF32 exists only on GPUs"))
+    elif not matmul or not fp32:
+        skipped.append(Skipped("TF32 matmul", "no float32 matrix products in this problem"))
+    elif tol is None or tol < TF32_NORM_ERR:
+        skipped.append(Skipped("TF32 matmul", f"the tolerance (norm_rel {tol or 1e-5:g}) is tighter "
+                               f"than TF32's error (~{TF32_NORM_ERR:g})"))
+    else:
+        cands.append(_candidate(bases[0], TF32_WRAPPER, "TF32 matmuls", "tf32"))
+    if _uses(problem.source, "Conv2d", "conv2d"):
+        cands.append(_candidate(bases[0], CHANNELS_LAST_WRAPPER, "channels-last memory format",
+                                "channels-last"))
+    else:
+        skipped.append(Skipped("channels-last", "no 2-D convolutions in this problem"))
+    return cands, skipped
+
+
+def bases_for(problem: Problem) -> list[Base]:
+    """The reference always; the TARGET implementation when the problem declares one."""
+    bases = [Base("reference", problem.source, "Model")]
+    if problem.target is not None:
+        bases.append(Base("target", problem.target.read_text(), "ModelNew"))
+    return bases

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up everything the test suite needs on a fresh CPU machine, then run it.
+#   bash ci/test.sh [pytest args...]
+# Idempotent: a second run reuses the virtual environment and the npm fixtures.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+venv="${KERNEL_BOT_VENV:-.venv}"
+if [[ ! -x "$venv/bin/python" ]]; then
+    python3 -m venv "$venv"
+fi
+# Pin the CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
+"$venv/bin/pip" install -q --disable-pip-version-check torch==2.13.0
+"$venv/bin/pip" install -q --disable-pip-version-check -e '.[test]'
+
+# Real parts, not mocks: GitHub's OpenAPI description and webhook examples (npm), a Docker
+# engine for the container sandbox, lint tools for the workflows.
+bash tests/github_double/install_fixtures.sh
+[[ -f ci/install-lint-tools.sh ]] && PYTHON="$venv/bin/python" bash ci/install-lint-tools.sh
+[[ -f ci/start-dockerd.sh ]] && bash ci/start-dockerd.sh
+
+exec "$venv/bin/python" -m pytest -q "$@"

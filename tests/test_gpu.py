@@ -1,0 +1,60 @@
+"""CUDA-only checks, run on the H200 (skipped on CPU machines): hacks that need a GPU are
+rejected, honest Triton and CUDA C++ candidates pass, every bundled problem verifies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.cli import default_baseline, load_candidate
+from bot.evaluate import EvalOptions, evaluate
+from bot.problems import find_problems, load_problem
+from bot.sandbox import Limits
+from bot.timing import TimingOptions
+from conftest import CANDIDATES, PROBLEMS, ROOT
+
+pytestmark = pytest.mark.gpu
+
+
+def _options(**kw):
+    return EvalOptions(device="cuda", limits=Limits(memory_mb=32768, call_timeout_s=60),
+                       timing=TimingOptions(time_cap_s=1.0, min_samples=10),
+                       cache_root=Path("/tmp/kernel-bot-gpu-cache"), **kw)
+
+
+def _verdicts(problem, names):
+    result = evaluate(load_problem(PROBLEMS / problem), [load_candidate(CANDIDATES / f"{n}.py") for n in names],
+                      None, _options())
+    return {o.candidate.name: o for o in result.candidates}
+
+
+def test_cuda_hacks_are_rejected_and_honest_kernels_pass():
+    out = _verdicts("big_add.py", ["cuda_side_stream", "cuda_empty", "big_add_triton", "big_add_cuda",
+                                   "big_add_cuda_compile_error"])
+    side = out["cuda_side_stream"].verdict
+    assert not side.accepted and {"stream timing", "roofline"} & {c.name for c in side.checks if not c.passed}, side.reasons
+    empty = out["cuda_empty"].verdict
+    assert not empty.accepted and "NaN positions differ" in " ".join(empty.reasons), empty.reasons
+    for name in ("big_add_triton", "big_add_cuda"):
+        assert out[name].verdict.accepted, (name, out[name].verdict.reasons)
+        assert out[name].shapes[0].pct_of_floor is not None
+    broken = out["big_add_cuda_compile_error"].verdict
+    assert not broken.accepted and "undefined_symbol" in broken.reasons[0], broken.reasons
+
+
+def test_time_below_the_roofline_floor_is_rejected_as_implausible():
+    out = _verdicts("big_add_inflated_floor.py", ["big_add_triton"])
+    verdict = out["big_add_triton"].verdict
+    assert not verdict.accepted
+    assert any(r.startswith("roofline:") and "implausible" in r for r in verdict.reasons), verdict.reasons
+
+
+@pytest.mark.parametrize("problem", [p.name for p in find_problems(ROOT / "problems", root=ROOT)])
+def test_every_bundled_problem_verifies_its_own_reference_and_target(problem):
+    prob = load_problem(ROOT / "problems" / f"{problem}.py", root=ROOT)
+    contenders = [default_baseline(prob)]
+    result = evaluate(prob, contenders, None, _options())
+    outcome = result.candidates[0]
+    assert outcome.verdict.accepted, outcome.verdict.reasons
+    assert all(s.measurement is not None and s.floor_us is not None for s in outcome.shapes)
