@@ -139,3 +139,74 @@ def bench(problem: str, candidates: tuple[str, ...], baseline: str | None, time_
         click.echo(json.dumps(bench_json(result, min_speedup), indent=2))
     else:
         click.echo(render_table(result))
+
+
+STRATEGY = click.option("--strategy", type=click.Choice(["search", "llm", "all"]), default="search",
+                        show_default=True, help="search needs no LLM; llm uses an OpenAI-compatible endpoint.")
+BUDGET = click.option("--budget-s", type=float, default=900.0, show_default=True,
+                      help="Wall-clock budget per problem.")
+
+
+def optimize_options(device: str, sandbox: str, strategy: str, model: str | None, backend: str,
+                     samples: int, budget_s: float, max_rounds: int, min_speedup: float,
+                     time_cap_s: float | None, max_tokens: int | None):
+    from bot.optimize import OptimizeOptions
+
+    return OptimizeOptions(strategy=strategy, model=model, backend=backend, samples=samples,
+                           budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
+                           max_total_tokens=max_tokens,
+                           evaluation=_options(resolve_device(device), sandbox, time_cap_s, min_speedup))
+
+
+def tuning_options(func):
+    """The options `bot optimize`, `bot dry-run` and `bot run` share."""
+    for option in reversed([
+        STRATEGY,
+        click.option("--model", help="LLM model name (llm/all strategies)."),
+        click.option("--backend", type=click.Choice(["triton", "cuda"]), default="triton",
+                     show_default=True, help="What the LLM writes."),
+        click.option("--samples", type=int, default=2, show_default=True, help="LLM samples per round."),
+        BUDGET,
+        click.option("--max-rounds", type=int, default=5, show_default=True),
+        click.option("--max-tokens", type=int, default=None, help="LLM token budget per problem."),
+        click.option("--min-speedup", type=float, default=1.05, show_default=True,
+                     help="Claim only when the 95% interval's lower bound clears this."),
+        click.option("--time-cap-s", type=float, default=None, help="Timing budget per shape."),
+        DEVICE, SANDBOX,
+    ]):
+        func = option(func)
+    return func
+
+
+@main.command()
+@click.argument("problems", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@tuning_options
+@JSON
+@click.option("--out", type=click.Path(file_okay=False), help="Write candidates, transcript, results.json.")
+def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backend: str, samples: int,
+             budget_s: float, max_rounds: int, max_tokens: int | None, min_speedup: float,
+             time_cap_s: float | None, device: str, sandbox: str, as_json: bool, out: str | None) -> None:
+    """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
+    from bot.optimize import optimize as run_optimize
+    from bot.outputs import render_optimize, write_optimize_outputs
+
+    loaded = [load_problem_cli(p) for p in problems]
+    options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
+                               max_rounds, min_speedup, time_cap_s, max_tokens)
+    results = []
+    for n, prob in enumerate(loaded, 1):
+        _progress(f"[{n}/{len(loaded)}] {prob.name}")
+        results.append(run_optimize(prob, default_baseline(prob), options, _progress))
+    if out:
+        write_optimize_outputs(Path(out), results, min_speedup)
+    if as_json:
+        payload = [r.to_json(min_speedup) for r in results]
+        click.echo(json.dumps(payload[0] if len(payload) == 1 else {"problems": payload}, indent=2))
+    else:
+        click.echo(render_optimize(results, min_speedup))
+
+
+def load_problem_cli(path: str) -> Problem:
+    from bot.problems import load_problem
+
+    return load_problem(path)

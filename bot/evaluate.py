@@ -4,6 +4,8 @@ each in its own sandboxed worker, the verdicts judged here in the parent."""
 from __future__ import annotations
 
 import contextlib
+import os
+from concurrent.futures import ThreadPoolExecutor
 import hashlib
 import random
 import secrets
@@ -33,6 +35,7 @@ class EvalOptions:
     timing: TimingOptions = field(default_factory=TimingOptions)
     min_speedup: float = 1.05
     trials_per_distribution: int = 1
+    parallel: int = max(1, (os.cpu_count() or 2) // 2)  # workers compiling/verifying at once
     threads: int | None = None
     gpu_index: int | None = None
     cache_root: Path = Path.home() / ".cache" / "kernel-bot"
@@ -137,7 +140,7 @@ class _Session:
               source_hash: str) -> WorkerClient:
         readable = (self.problem.path, self.problem.root) + ((module,) if module else ())
         worker = WorkerClient(self.sandbox, label, self.options.device,
-                              self.root / f"w-{len(self.workers)}-{label}"[:80],
+                              self.root / f"w-{label}"[:80],
                               self.options.cache_root / "compile" / source_hash, readable,
                               self.options.limits, self.options.gpu_index, self.options.threads)
         self.workers.append(worker)
@@ -183,13 +186,17 @@ def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: Cand
             raise _problem_failure(problem, exc) from None
         environment = _environment(reference.env)
         workers: dict[str, WorkerClient] = {}
-        for name, cand in zip(names, contenders):
-            progress(f"{problem.name}: loading {cand.name}")
+        progress(f"{problem.name}: starting {len(contenders)} worker(s)")
+
+        def start(name: str, cand: CandidateSource) -> None:
             try:
                 module = materialise(cand, session.root / "candidates")
                 workers[name] = session.start(name, module, cand.class_name, "native", cand.source_hash)
             except WorkerFailure as exc:
                 checks[name].append(failure_check(exc))
+        with ThreadPoolExecutor(max_workers=options.parallel) as pool:
+            list(pool.map(start, names, contenders))  # imports (and CUDA builds) overlap
+        workers = {n: workers[n] for n in names if n in workers}
         for shape in problem.shapes_for(options.device):
             _evaluate_shape(problem, shape, reference, workers, checks, per_shape, rng, options,
                             environment, baseline is not None, names, progress)
@@ -224,9 +231,9 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         except WorkerFailure as exc:
             checks[name].append(failure_check(exc))
     try:
-        info, trial_checks, stats = run_trials(problem, shape, reference, alive, rng,
-                                               options.trials_per_distribution,
-                                               limits.call_timeout_s, progress)
+        info, trial_checks, stats = run_trials(
+            problem, shape, reference, alive, rng, options.trials_per_distribution,
+            (limits.first_call_timeout_s, limits.call_timeout_s), options.parallel, progress)
     except WorkerFailure as exc:
         raise _problem_failure(problem, exc) from None
     for name, found in trial_checks.items():

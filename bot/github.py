@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import time
 from base64 import b64encode
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import requests
 from github import Auth, Github, GithubException, InputGitTreeElement, UnknownObjectException
@@ -18,7 +19,7 @@ from github.GitRef import GitRef
 from github.PullRequest import PullRequest
 from github.Repository import Repository
 
-from bot.domain import FileChange, PullRequestPlan, Trigger
+from bot.domain import CheckRunPlan, FileChange, PullRequestPlan, Trigger
 from bot.errors import BotError
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,8 @@ def trigger_from_event(event_name: str, payload: dict[str, Any], repo: str) -> T
         raise BotError(f"unsupported pull_request action {action!r}: expected one of "
                        f"{', '.join(PULL_REQUEST_ACTIONS)}")
     try:
-        pr, head, base = payload["pull_request"], payload["pull_request"]["head"], payload["pull_request"]["base"]
+        pr = payload["pull_request"]
+        head, base = pr["head"], pr["base"]
         # A deleted fork has `head.repo: null`. Its name is unknown, but it is certainly not
         # `repo`: a placeholder keeps `Trigger.fork` True, so nothing is ever pushed for it.
         head_repo = (head.get("repo") or {}).get("full_name") or f"{head['user']['login']}/(deleted fork)"
@@ -79,34 +81,36 @@ class GitHubClient:
                  sleep: Callable[[float], None] = time.sleep, base_delay_s: float = 2.0,
                  max_attempts: int = 5, per_page: int = 100,
                  seconds_between_requests: float | None = 0.25,
-                 seconds_between_writes: float | None = 1.0) -> None:
+                 seconds_between_writes: float | None = 1.0, sticky_author: str | None = None) -> None:
         if not token:
             raise BotError("no GitHub token: set GITHUB_TOKEN (or the action's `token` input)")
         if repo.count("/") != 1:
             raise BotError(f"repository must be 'owner/name', got {repo!r}")
         self.repo_name = repo
-        self._owner = repo.split("/")[0]
         self._sleep, self._base_delay_s, self._max_attempts = sleep, base_delay_s, max_attempts
+        self._sticky_author = sticky_author  # a login, for personal tokens (they post as users)
         # retry=None: PyGithub's own urllib3 retry waits with time.sleep (60 s on secondary
         # limits) and retries single requests; `_step` retries whole idempotent steps instead,
         # so a create that succeeded before a 502 is found again rather than duplicated.
         # The pauses between writes are GitHub's advice against secondary rate limits.
+        # lazy=True: objects fetched by URL (repo, pull, issue, ref) send no GET until a field
+        # is read, so publishing costs only the requests it needs.
         self._gh = Github(auth=Auth.Token(token), base_url=api_url.rstrip("/"), retry=None,
                           per_page=per_page, seconds_between_requests=seconds_between_requests,
-                          seconds_between_writes=seconds_between_writes)
-        self._repository: Repository | None = None
+                          seconds_between_writes=seconds_between_writes, lazy=True)
+        self._repo: Repository = self._gh.get_repo(repo)  # lazy: no request yet
 
     # -- reads -------------------------------------------------------------------------
 
     def pull_request_files(self, number: int) -> list[str]:
         """Paths a pull request changes (all pages; GitHub caps the list at 3000 files)."""
         return self._step(f"list the files of pull request #{number}",
-                          lambda: [f.filename for f in self._repo().get_pull(number).get_files()])
+                          lambda: [f.filename for f in self._repo.get_pull(number).get_files()])
 
     def open_bot_pull_requests(self, prefix: str = BOT_BRANCH_PREFIX) -> list[int]:
         """Numbers of open pull requests whose head branch is ours (`prefix...` in this repo)."""
         def step() -> list[int]:
-            return [p.number for p in self._repo().get_pulls(state="open")
+            return [p.number for p in self._repo.get_pulls(state="open")
                     if p.head.ref.startswith(prefix) and p.head.repo is not None
                     and p.head.repo.full_name == self.repo_name]
         return self._step("list open pull requests", step)
@@ -117,45 +121,43 @@ class GitHubClient:
         """Push `plan.files`, open or update the follow-up PR, the sticky comment, the check run."""
         if plan.repo != self.repo_name:
             raise BotError(f"plan is for {plan.repo}, but this client writes to {self.repo_name}")
-        pr: PullRequest | None = None
-        created = updated = False
-        skipped: str | None = None
-        if plan.fork:
-            skipped = "the pull request comes from a fork: the patch is posted as a comment"
-        elif not plan.files:
-            skipped = "no files to publish"
-        else:
-            for change in plan.files:
-                _check_path(change.path)
-            existing = self._step("list open pull requests", lambda: self._find_pr(plan.branch))
-            open_count = len(self.open_bot_pull_requests()) if existing is None else 0
-            if existing is None and open_count >= max_open:
-                # Checked before pushing, so a skipped plan leaves no orphan branch behind.
-                skipped = f"{open_count} open kernel-bot pull requests reach the cap of {max_open}"
-            else:
-                self._step("push commits", lambda: self._push(plan), permission="`contents: write`")
-                pr, created = self._step("create pull requests", lambda: self._upsert_pr(plan),
-                                         permission="`pull-requests: write`")
-                updated = not created
+        pr, created, skipped = self._publish_pull_request(plan, max_open)
         if skipped:
             log.info("no pull request for %s: %s", plan.branch, skipped)
-        comment_id = None
-        if plan.source_pr is not None and plan.comment_body:
-            comment_id = self._step(
-                "comment on pull requests",
-                lambda: self._upsert_comment(plan.source_pr, plan.comment_body or ""),
-                permission="`pull-requests: write` (or `issues: write`)")
-        check_run_id = None
-        if plan.check_run is not None:
-            check_run_id = self._step("create check runs", lambda: self._create_check_run(plan),
+        comment_id = check_run_id = None
+        source_pr, comment, check = plan.source_pr, plan.comment_body, plan.check_run
+        if source_pr is not None and comment:
+            comment_id = self._step("comment on pull requests",
+                                    lambda: self._upsert_comment(source_pr, comment),
+                                    permission="`pull-requests: write` (or `issues: write`)")
+        if check is not None:
+            check_run_id = self._step("create check runs", lambda: self._create_check_run(check),
                                       permission="`checks: write`")
         return PublishResult(pr_number=pr.number if pr else None, pr_url=pr.html_url if pr else None,
                              comment_id=comment_id, check_run_id=check_run_id, created=created,
-                             updated=updated, skipped_reason=skipped)
+                             updated=pr is not None and not created, skipped_reason=skipped)
+
+    def _publish_pull_request(self, plan: PullRequestPlan,
+                              max_open: int) -> tuple[PullRequest | None, bool, str | None]:
+        """(pull request, created?, reason when skipped)."""
+        if plan.fork:
+            return None, False, "the pull request comes from a fork: the patch is posted as a comment"
+        if not plan.files:
+            return None, False, "no files to publish"
+        for change in plan.files:
+            _check_path(change.path)
+        if self._step("list open pull requests", lambda: self._find_pr(plan.branch)) is None:
+            open_count = len(self.open_bot_pull_requests())
+            if open_count >= max_open:  # checked before pushing: a skipped plan leaves no branch
+                return None, False, f"{open_count} open kernel-bot pull requests reach the cap of {max_open}"
+        self._step("push commits", lambda: self._push(plan), permission="`contents: write`")
+        pr, created = self._step("create pull requests", lambda: self._upsert_pr(plan),
+                                 permission="`pull-requests: write`")
+        return pr, created, None
 
     def _push(self, plan: PullRequestPlan) -> str:
         """One commit with `plan.files` on top of `plan.base`, at `plan.branch` (Git Data API)."""
-        repo = self._repo()
+        repo = self._repo
         base_ref = self._ref_or_none(plan.base)
         if base_ref is None:
             raise BotError(f"base branch {plan.base!r} does not exist in {self.repo_name}")
@@ -186,23 +188,23 @@ class GitHubClient:
             return repo.create_git_blob(b64encode(change.content).decode("ascii"), "base64").sha
 
     def _ref_or_none(self, branch: str) -> GitRef | None:
-        ref = self._repo().get_git_ref(f"heads/{branch}")  # lazy: `.object` sends the GET
+        ref = self._repo.get_git_ref(f"heads/{branch}")  # lazy: `.object` sends the GET
         try:
-            ref.object  # noqa: B018 - completing it also sets the `/git/refs/` url edit() needs
+            ref.object  # noqa: B018 - completing also sets the `/git/refs/...` url edit() PATCHes
         except UnknownObjectException:
             return None
         return ref
 
     def _find_pr(self, branch: str) -> PullRequest | None:
-        pulls = self._repo().get_pulls(state="open", head=f"{self._owner}:{branch}")
+        pulls = self._repo.get_pulls(state="open", head=f"{self.repo_name.split('/')[0]}:{branch}")
         return next(iter(pulls), None)
 
     def _upsert_pr(self, plan: PullRequestPlan) -> tuple[PullRequest, bool]:
         pr = self._find_pr(plan.branch)
         if pr is None:
             try:
-                pr = self._repo().create_pull(base=plan.base, head=plan.branch, title=plan.title,
-                                              body=plan.body)
+                pr = self._repo.create_pull(base=plan.base, head=plan.branch, title=plan.title,
+                                            body=plan.body)
                 log.info("opened pull request #%d", pr.number)
                 return pr, True
             except GithubException as exc:  # an earlier attempt did succeed before a 5xx
@@ -217,32 +219,25 @@ class GitHubClient:
     def _upsert_comment(self, number: int, body: str) -> int:
         if STICKY_MARKER not in body:
             body = f"{STICKY_MARKER}\n{body}"
-        issue = self._repo().get_issue(number)  # lazy: no GET of the issue itself
-        ours = [c for c in issue.get_comments() if STICKY_MARKER in (c.body or "")]
-        # Anyone can paste the marker; prefer a comment written by a bot account.
-        ours.sort(key=lambda c: c.user is None or c.user.type != "Bot")
+        issue = self._repo.get_issue(number)  # lazy: no GET of the issue itself
+        # Anyone can paste the marker, so it counts only in comments by our account: any bot
+        # (GITHUB_TOKEN and App tokens post as bots) unless a login was given.
+        ours = [c for c in issue.get_comments() if STICKY_MARKER in (c.body or "") and c.user and (
+            c.user.login == self._sticky_author if self._sticky_author else c.user.type == "Bot")]
         if ours:
             if ours[0].body != body:
                 ours[0].edit(body)
             return ours[0].id
         return issue.create_comment(body).id
 
-    def _create_check_run(self, plan: PullRequestPlan) -> int:
-        check = plan.check_run
-        assert check is not None
+    def _create_check_run(self, check: CheckRunPlan) -> int:
         # Re-runs create a new run of the same name; GitHub shows the newest one per commit.
-        run = self._repo().create_check_run(
+        run = self._repo.create_check_run(
             name=check.name, head_sha=check.head_sha, status="completed", conclusion=check.conclusion,
             output={"title": check.title, "summary": check.summary[:_CHECK_SUMMARY_MAX_CHARS]})
         return run.id
 
     # -- plumbing ----------------------------------------------------------------------
-
-    def _repo(self) -> Repository:
-        if self._repository is None:
-            self._repository = self._step(f"read repository {self.repo_name}",
-                                          lambda: self._gh.get_repo(self.repo_name))
-        return self._repository
 
     def _step(self, what: str, fn: Callable[[], T], permission: str | None = None) -> T:
         """Run one idempotent step; retry it whole on 5xx and secondary rate limits."""

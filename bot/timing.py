@@ -3,6 +3,7 @@ for every call, adaptive repetition, and checks on calls made while timing."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -82,6 +83,21 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
                      progress: Callable[[str], None]) -> dict[str, TimingRecord]:
     """Time all contenders in one run; each round visits them in a fresh random order."""
     records = {name: TimingRecord() for name in contenders}
+    core = {max(os.sched_getaffinity(0))}
+    for worker in contenders.values():
+        worker.pin(core)
+    try:
+        return _time(problem, shape, reference, contenders, dtypes, rng, options, call_timeout_s,
+                     progress, records)
+    finally:
+        for worker in contenders.values():
+            worker.pin(None)
+
+
+def _time(problem: Problem, shape: Shape, reference: WorkerClient,
+          contenders: Mapping[str, WorkerClient], dtypes: list[str], rng: random.Random,
+          options: TimingOptions, call_timeout_s: float, progress: Callable[[str], None],
+          records: dict[str, TimingRecord]) -> dict[str, TimingRecord]:
     active = dict(contenders)
     for _ in range(options.warmup_batches):
         for name in rng.sample(list(active), len(active)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -55,31 +56,34 @@ def trial_plan(problem: Problem, rng: random.Random, per_distribution: int) -> l
 
 def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
                contenders: Mapping[str, WorkerClient], rng: random.Random, per_distribution: int,
-               timeout_s: float, progress: Callable[[str], None]
+               timeouts: tuple[float, float], parallel: int, progress: Callable[[str], None]
                ) -> tuple[ReferenceInfo, dict[str, list[CheckResult]], dict[str, TrialStats]]:
-    """Run every trial on every contender; a contender stops at its first failed check."""
+    """Run every trial on every contender; a contender stops at its first failed check.
+
+    References are computed first (one process); then contenders run their trials in
+    parallel, each in its own worker, so compilation (torch.compile, Triton, nvcc) at the
+    first call of many candidates overlaps. `timeouts` = (first call, later calls)."""
     info = ReferenceInfo()
-    checks: dict[str, list[CheckResult]] = {name: [] for name in contenders}
-    stats = {name: TrialStats() for name in contenders}
-    alive = dict(contenders)
     plan = trial_plan(problem, rng, per_distribution)
+    refs = []
     for n, (dist, seed) in enumerate(plan, 1):
-        progress(f"{problem.name} [{shape.name}] trial {n}/{len(plan)} ({dist}), "
-                 f"{len(alive)} contender(s)")
-        ref = reference.request({"op": "run", "seed": seed, "distribution": dist},
-                                timeout_s * 20, "problem")  # float64 runs are slower
-        info.meta, info.nbytes, info.flops = ref["meta"], ref["bytes"], ref["flops"]
-        info.inputs = ref["input_meta"]
-        dtypes = [m["dtype"] for m in ref["meta"]]
-        label = f"shape {shape.name}, {dist} inputs"
-        for name, worker in list(alive.items()):
+        progress(f"{problem.name} [{shape.name}] reference {n}/{len(plan)} ({dist})")
+        refs.append(reference.request({"op": "run", "seed": seed, "distribution": dist},
+                                      timeouts[1] * 20, "problem"))  # float64 runs are slower
+    info.meta, info.nbytes, info.flops = refs[0]["meta"], refs[0]["bytes"], refs[0]["flops"]
+    info.inputs = refs[0]["input_meta"]
+    dtypes = [m["dtype"] for m in info.meta]
+
+    def trials_of(name: str, worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
+        found: list[CheckResult] = []
+        stats = TrialStats()
+        for n, ((dist, seed), ref) in enumerate(zip(plan, refs)):
+            label = f"shape {shape.name}, {dist} inputs"
             try:
                 got = worker.request({"op": "run", "seed": seed, "distribution": dist},
-                                     timeout_s, "call")
+                                     timeouts[0] if n == 0 else timeouts[1], "call")
             except WorkerFailure as exc:
-                checks[name].append(failure_check(exc))
-                del alive[name]
-                continue
+                return found + [failure_check(exc)], stats
             results = [verify.check_output_meta(ref["meta"], got["meta"]),
                        verify.check_inputs_unchanged(ref["inputs_before"], got["inputs_before"],
                                                      got["inputs_after"], label),
@@ -89,10 +93,18 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
                     out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
                     result = verify.compare_values(expected, actual, dtypes[i], problem.tolerance,
                                                    out_label)
-                    stats[name].add(result.details)
+                    stats.add(result.details)
                     results.append(result)
-            checks[name].extend(results)
+            found.extend(results)
             if not all(r.passed for r in results):
-                del alive[name]
-    return info, checks, stats
+                break
+        return found, stats
 
+    progress(f"{problem.name} [{shape.name}] {len(plan)} trials on {len(contenders)} contender(s)")
+    checks: dict[str, list[CheckResult]] = {}
+    stats: dict[str, TrialStats] = {}
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        futures = {name: pool.submit(trials_of, name, w) for name, w in contenders.items()}
+        for name, future in futures.items():
+            checks[name], stats[name] = future.result()
+    return info, checks, stats

@@ -7,6 +7,7 @@ becomes a `WorkerFailure` with a reason a person can act on.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import select
 import shutil
@@ -36,6 +37,7 @@ class WorkerClient:
                  readable: tuple[Path, ...], limits: Limits, gpu_index: int | None = None,
                  threads: int | None = None):
         self.label = label
+        self.device = device
         self.limits = limits
         self.workdir = workdir
         launch = WorkerLaunch(workdir=workdir, cache_dir=cache_dir, readable=readable,
@@ -104,6 +106,19 @@ class WorkerClient:
         tail = self.running.log_tail()
         self.close()
         return WorkerFailure(phase, f"worker {reason} without a result", tail)
+
+    def pin(self, cpus: set[int] | None) -> None:
+        """Pin the worker's main thread (the one that launches kernels) to `cpus`; None frees it.
+
+        Launch-bound timings depend on the CPU core: every contender is timed from the same
+        core, so a difference between processes is not a difference between cores."""
+        pid = getattr(self.running, "pid", None)
+        if pid is None or self.device != "cuda":
+            return  # on CPU the kernel's own threads share the cores: pinning would starve them
+        try:
+            os.sched_setaffinity(pid, cpus if cpus is not None else os.sched_getaffinity(0))
+        except OSError:
+            pass
 
     def close(self) -> None:
         try:

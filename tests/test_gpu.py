@@ -34,8 +34,8 @@ def test_cuda_hacks_are_rejected_and_honest_kernels_pass():
                                    "big_add_cuda_compile_error"])
     side = out["cuda_side_stream"].verdict
     assert not side.accepted and {"stream timing", "roofline"} & {c.name for c in side.checks if not c.passed}, side.reasons
-    empty = out["cuda_empty"].verdict
-    assert not empty.accepted and "NaN positions differ" in " ".join(empty.reasons), empty.reasons
+    empty = out["cuda_empty"].verdict  # poisoned (NaN) or fresh memory: never the right values
+    assert not empty.accepted and any(r.startswith("values:") for r in empty.reasons), empty.reasons
     for name in ("big_add_triton", "big_add_cuda"):
         assert out[name].verdict.accepted, (name, out[name].verdict.reasons)
         assert out[name].shapes[0].pct_of_floor is not None

@@ -22,7 +22,8 @@ def _run(names, quick_options, **opts):
 
 def test_crash_hang_and_memory_are_rejected_and_the_bot_carries_on(quick_options):
     verdicts = _run(["crash_segfault", "hang_forever", "memory_hog", "honest"], quick_options,
-                    limits=Limits(memory_mb=2048, call_timeout_s=3, import_timeout_s=120))
+                    limits=Limits(memory_mb=2048, call_timeout_s=3, first_call_timeout_s=3,
+                                  import_timeout_s=120))
     assert "killed by signal 11" in verdicts["crash_segfault"].reasons[0]
     assert "timed out after 3 s" in verdicts["hang_forever"].reasons[0]
     memory = verdicts["memory_hog"].reasons[0].lower()

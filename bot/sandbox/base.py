@@ -35,6 +35,7 @@ class Limits:
     import_timeout_s: float = 600.0
     construct_timeout_s: float = 120.0
     call_timeout_s: float = 60.0
+    first_call_timeout_s: float = 900.0  # torch.compile / Triton autotuning happen at the first call
     pids: int = 512
     cpus: float | None = None
 
@@ -82,6 +83,7 @@ class RunningWorker(ABC):
 
     sock: socket.socket
     log_path: Path
+    pid: int | None = None  # the worker's main thread as the bot sees it (for CPU pinning)
 
     @abstractmethod
     def exit_code(self) -> int | None:

@@ -20,6 +20,7 @@ from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunc
 class ProcessWorker(RunningWorker):
     def __init__(self, proc: subprocess.Popen, sock: socket.socket, log_path: Path):
         self.proc = proc
+        self.pid = proc.pid
         self.sock = sock
         self.log_path = log_path
         self._killed = False

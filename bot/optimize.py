@@ -1,0 +1,215 @@
+"""The loop: propose -> verify -> measure -> feedback, under a budget; then select honestly."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from bot.domain import CandidateSource, Environment, Problem
+from bot.evaluate import ContenderOutcome, EvalOptions, Evaluation, evaluate
+from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
+from bot.propose.search import Base, Skipped, autotune_variants, bases_for, search_candidates
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class OptimizeOptions:
+    strategy: str = "search"  # "search" | "llm" | "all"
+    model: str | None = None
+    backend: str = "triton"  # "triton" | "cuda"
+    samples: int = 2
+    budget_s: float = 900.0  # wall clock per problem (NVIDIA's loop used about 15 minutes)
+    max_rounds: int = 5
+    max_total_tokens: int | None = None
+    min_speedup: float = 1.05
+    roofline_stop_pct: float = 90.0  # stop refining once the best reaches this % of the floor
+    evaluation: EvalOptions = field(default_factory=EvalOptions)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    round: int
+    outcome: ContenderOutcome
+
+    @property
+    def status(self) -> str:
+        return self.outcome.verdict.status
+
+    @property
+    def reason(self) -> str:
+        if not self.outcome.verdict.accepted:
+            return "; ".join(self.outcome.verdict.reasons)
+        ci = self.outcome.speedup_ci
+        if ci is None:
+            return "accepted (not timed against a baseline)"
+        return f"accepted: {self.outcome.speedup:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+    def to_json(self, min_speedup: float) -> dict[str, Any]:
+        return {"round": self.round, "status": self.status, "reason": self.reason,
+                "significant": self.outcome.significant(min_speedup), **self.outcome.to_json()}
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    problem: Problem
+    environment: Environment
+    baseline: ContenderOutcome | None
+    best: ContenderOutcome | None
+    attempts: tuple[Attempt, ...]
+    skipped: tuple[Skipped, ...]
+    stopped: str
+    wall_s: float
+    llm: dict[str, Any] = field(default_factory=dict)  # tokens, cost, transcript
+
+    def to_json(self, min_speedup: float) -> dict[str, Any]:
+        best = None
+        if self.best is not None:
+            best = {"name": self.best.candidate.name,
+                    "path": str(self.best.candidate.path) if self.best.candidate.path else None,
+                    "source": self.best.candidate.source, "speedup": self.best.speedup,
+                    "speedup_ci": list(self.best.speedup_ci or ()),
+                    "origin": self.best.candidate.origin.to_json(),
+                    "shapes": [s.to_json() for s in self.best.shapes]}
+        return {"problem": self.problem.name, "problem_path": str(self.problem.path),
+                "target": self.problem.target_relpath, "best": best,
+                "outcome": "improved" if best else "no significant improvement",
+                "min_speedup": min_speedup, "stopped": self.stopped, "wall_s": self.wall_s,
+                "baseline": self.baseline.to_json() if self.baseline else None,
+                "attempts": [a.to_json(min_speedup) for a in self.attempts],
+                "skipped": [{"transformation": s.transformation, "reason": s.reason}
+                            for s in self.skipped],
+                "environment": self.environment.to_json(),
+                "llm": {k: v for k, v in self.llm.items() if k != "transcript"}}
+
+
+def select_best(attempts: list[Attempt], min_speedup: float) -> ContenderOutcome | None:
+    """The fastest accepted candidate whose whole confidence interval clears `min_speedup`."""
+    winners = [a.outcome for a in attempts if a.outcome.significant(min_speedup)]
+    return max(winners, key=lambda o: (o.speedup_ci[0], o.speedup), default=None)
+
+
+def feedback_for(outcome: ContenderOutcome) -> Feedback:
+    """What the next prompt learns about a candidate: the verifier's evidence, or its timing."""
+    verdict = outcome.verdict
+    if verdict.accepted:
+        shape = outcome.shapes[0] if outcome.shapes else None
+        return Feedback(outcome.candidate, "accepted", "passed every check",
+                        speedup=outcome.speedup, median_us=outcome.median_us,
+                        baseline_us=(shape.measurement.median_us / shape.speedup.ratio
+                                     if shape and shape.speedup and shape.measurement else None),
+                        floor_us=shape.floor_us if shape else None)
+    failed = [c for c in verdict.checks if not c.passed]
+    first = failed[0]
+    log_tail = str(first.details.get("log_tail", ""))[-1500:]
+    if first.name == "import":
+        status = "syntax_error" if "SyntaxError" in first.evidence else "compile_error"
+    elif first.name in ("call", "construction", "start"):
+        status = "runtime_error"
+    else:
+        status = "rejected"
+    message = "\n".join(verdict.reasons) + (f"\n{log_tail}" if log_tail else "")
+    return Feedback(outcome.candidate, status, message)
+
+
+def _near_roofline(attempts: list[Attempt], pct: float) -> bool:
+    return any(a.outcome.verdict.accepted and a.outcome.shapes
+               and all((s.pct_of_floor or 0) >= pct for s in a.outcome.shapes) for a in attempts)
+
+
+def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptions,
+             progress: Progress = lambda _: None, proposer: Any = None,
+             hardware: Hardware = H200) -> OptimizeResult:
+    """Search (no LLM) and/or LLM rounds with feedback; every candidate verified and timed
+    against the same-run baseline; only a significant improvement is selected."""
+    started = time.monotonic()
+    deadline = started + options.budget_s
+    device = options.evaluation.device
+    attempts: list[Attempt] = []
+    skipped: list[Skipped] = []
+    evaluations: list[Evaluation] = []
+    stopped = "done"
+
+    def run(round_: int, cands: list[CandidateSource]) -> None:
+        remaining = deadline - time.monotonic()
+        ev_opts = options.evaluation
+        if remaining < ev_opts.timing.time_cap_s * 4:  # keep the timing inside the budget
+            ev_opts = replace(ev_opts, timing=replace(ev_opts.timing,
+                                                      time_cap_s=max(remaining / 4, 0.5)))
+        evaluation = evaluate(problem, cands, baseline, ev_opts, progress)
+        evaluations.append(evaluation)
+        attempts.extend(Attempt(round_, o) for o in evaluation.candidates)
+
+    if options.strategy in ("search", "all"):
+        cands, skipped = search_candidates(problem, bases_for(problem), device)
+        progress(f"{problem.name}: search round, {len(cands)} candidate(s), {len(skipped)} skipped")
+        run(0, cands)
+
+    llm_info: dict[str, Any] = {}
+    if options.strategy in ("llm", "all"):
+        stopped = _llm_rounds(problem, baseline, options, proposer, hardware, attempts, run,
+                              deadline, progress, llm_info)
+        best_llm = select_best([a for a in attempts if a.outcome.candidate.origin.strategy == "llm"],
+                               options.min_speedup)
+        if best_llm is not None and time.monotonic() < deadline:
+            variants = autotune_variants(Base("llm", best_llm.candidate.source, "ModelNew"),
+                                         round_=max(a.round for a in attempts) + 1, limit=12)
+            if variants:
+                progress(f"{problem.name}: autotuning the best LLM kernel ({len(variants)} variants)")
+                run(variants[0].origin.round or 0, variants)
+
+    if options.strategy == "search" and time.monotonic() > deadline:
+        stopped = "budget"
+    base = next((e.baseline for e in reversed(evaluations) if e.baseline), None)
+    env = evaluations[-1].environment if evaluations else Environment(device, "?", "?", None, None, None, "?")
+    return OptimizeResult(problem, env, base, select_best(attempts, options.min_speedup),
+                          tuple(attempts), tuple(skipped), stopped,
+                          time.monotonic() - started, llm_info)
+
+
+def _llm_rounds(problem: Problem, baseline: CandidateSource, options: OptimizeOptions, proposer: Any,
+                hardware: Hardware, attempts: list[Attempt], run: Callable[[int, list], None],
+                deadline: float, progress: Progress, info: dict[str, Any]) -> str:
+    if proposer is None:
+        from bot.propose.llm import LlmProposer
+
+        if not options.model:
+            from bot.errors import BotError
+
+            raise BotError("the llm strategy needs --model (and OPENAI_API_KEY / OPENAI_BASE_URL)")
+        proposer = LlmProposer(options.model, samples=options.samples,
+                               max_total_tokens=options.max_total_tokens)
+    history: list[Feedback] = [feedback_for(a.outcome) for a in attempts][-6:]
+    floor = next((s.floor_us for a in attempts for s in a.outcome.shapes if s.floor_us), None)
+    current = baseline.source
+    stopped = "max rounds"
+    for round_ in range(1, options.max_rounds + 1):
+        if time.monotonic() > deadline:
+            stopped = "budget"
+            break
+        if _near_roofline(attempts, options.roofline_stop_pct):
+            stopped = "near the roofline floor"
+            break
+        request = ProposalRequest(problem, current, hardware, floor, round_, options.samples,
+                                  tuple(history), options.backend)
+        progress(f"{problem.name}: LLM round {round_}")
+        try:
+            cands = proposer.propose(request)
+        except BudgetExhausted as exc:
+            stopped = f"token budget: {exc}"
+            break
+        history.extend(getattr(proposer, "last_failures", []))
+        if cands:
+            before = len(attempts)
+            run(round_, cands)
+            history.extend(feedback_for(a.outcome) for a in attempts[before:])
+            for a in attempts[before:]:
+                if a.outcome.verdict.accepted:
+                    floor = floor or next((s.floor_us for s in a.outcome.shapes if s.floor_us), None)
+    info.update({"tokens": getattr(proposer, "tokens_used", 0),
+                 "cost_usd": getattr(proposer, "cost_usd", 0.0),
+                 "transcript": [e.to_json() for e in getattr(proposer, "transcript", [])]})
+    return stopped
