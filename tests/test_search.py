@@ -1,0 +1,67 @@
+"""The search proposer: its catalogue, what it skips and why, and Triton autotuning."""
+
+from __future__ import annotations
+
+import ast
+
+from bot.evaluate import evaluate
+from bot.problems import load_problem
+from bot.propose.search import Base, autotune_variants, bases_for, search_candidates, tunable_constants
+from conftest import CANDIDATES, PROBLEMS, ROOT
+
+
+def _names(cands):
+    return {c.name for c in cands}
+
+
+def test_catalogue_on_gpu_covers_compile_modes_graphs_and_tuning():
+    problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
+    cands, skipped = search_candidates(problem, bases_for(problem), "cuda")
+    for mode in ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"):
+        assert f"compile-{mode}-reference" in _names(cands) and f"compile-{mode}-target" in _names(cands)
+    assert {"cuda-graph-reference", "cuda-graph-target"} <= _names(cands)
+    tuned = [c for c in cands if c.name.startswith("tune-")]
+    assert 5 <= len(tuned) <= 24 and all("BLOCK_SIZE" in c.origin.detail for c in tuned)
+    reasons = {s.transformation: s.reason for s in skipped}
+    assert "no float32 matrix products" in reasons["TF32 matmul"]
+    assert "no 2-D convolutions" in reasons["channels-last"]
+    for cand in cands:  # every candidate is a self-contained module defining ModelNew
+        tree = ast.parse(cand.source)
+        assert any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)
+        assert cand.origin.strategy == "search" and cand.origin.parent
+
+
+def test_on_cpu_gpu_only_transformations_are_skipped_with_reasons():
+    problem = load_problem(ROOT / "problems" / "swiglu.py", root=ROOT)
+    cands, skipped = search_candidates(problem, bases_for(problem), "cpu")
+    assert _names(cands) == {"compile-default-reference", "compile-max-autotune-no-cudagraphs-reference",
+                             "compile-default-target", "compile-max-autotune-no-cudagraphs-target"}
+    reasons = [s.reason for s in skipped]
+    assert "CUDA graphs need a GPU" in reasons and "TF32 exists only on GPUs" in reasons
+    assert any("no module-level BLOCK_" in r for r in reasons)
+
+
+def test_tf32_only_where_the_tolerance_allows(tmp_path):
+    src = (PROBLEMS / "scale_add.py").read_text().replace("x * self.w", "x @ torch.diag(self.w)")
+    strict = tmp_path / "mm.py"
+    strict.write_text(src)
+    loose = tmp_path / "mm_loose.py"
+    loose.write_text(src + "\nTOLERANCE = {'norm_rel': 1e-3, 'elem_rtol': 1e-2, 'elem_atol_rel': 1e-3}\n")
+    _, skipped = search_candidates(load_problem(strict, root=tmp_path), bases_for(load_problem(strict, root=tmp_path)), "cuda")
+    assert any("tighter than TF32" in s.reason for s in skipped)
+    cands, _ = search_candidates(load_problem(loose, root=tmp_path), bases_for(load_problem(loose, root=tmp_path)), "cuda")
+    assert "tf32" in _names(cands)
+
+
+def test_autotune_variants_change_only_the_constants_and_are_verified(quick_options):
+    source = (CANDIDATES / "big_add_triton.py").read_text()
+    assert tunable_constants(source) == {"BLOCK_SIZE": 1024, "NUM_WARPS": 4}
+    variants = autotune_variants(Base("target", source, "ModelNew"), limit=3)
+    assert len(variants) == 3
+    for v in variants:
+        consts = tunable_constants(v.source)
+        assert consts != {"BLOCK_SIZE": 1024, "NUM_WARPS": 4}
+        assert v.source.replace(f"BLOCK_SIZE = {consts['BLOCK_SIZE']}", "BLOCK_SIZE = 1024") \
+                       .replace(f"NUM_WARPS = {consts['NUM_WARPS']}", "NUM_WARPS = 4") == source
+    result = evaluate(load_problem(PROBLEMS / "big_add.py"), variants, None, quick_options())
+    assert all(o.verdict.accepted for o in result.candidates), [o.verdict.reasons for o in result.candidates]
