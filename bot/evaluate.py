@@ -18,6 +18,7 @@ from bot import bench, verify
 from bot.domain import (CandidateSource, CheckResult, Environment, Measurement, Problem, Shape,
                         Speedup, Verdict)
 from bot.errors import HarnessError, ProblemError
+from bot.gpulock import device_key, gpu_exclusive, gpu_shared
 from bot.roofline import floor_us, peaks_for
 from bot.sandbox import Limits, make_sandbox
 from bot.timing import TimingOptions, TimingRecord, time_interleaved
@@ -230,10 +231,12 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                 alive[name] = worker
         except WorkerFailure as exc:
             checks[name].append(failure_check(exc))
+    lock_key = device_key(options.device, options.gpu_index)
     try:
-        info, trial_checks, stats = run_trials(
-            problem, shape, reference, alive, rng, options.trials_per_distribution,
-            (limits.first_call_timeout_s, limits.call_timeout_s), options.parallel, progress)
+        with gpu_shared(lock_key):
+            info, trial_checks, stats = run_trials(
+                problem, shape, reference, alive, rng, options.trials_per_distribution,
+                (limits.first_call_timeout_s, limits.call_timeout_s), options.parallel, progress)
     except WorkerFailure as exc:
         raise _problem_failure(problem, exc) from None
     for name, found in trial_checks.items():
@@ -242,9 +245,10 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
     records: dict[str, TimingRecord] = {}
     if passed:
         try:
-            records = time_interleaved(problem, shape, reference, passed,
-                                       [m["dtype"] for m in info.meta], rng, options.timing,
-                                       limits.call_timeout_s, progress)
+            with gpu_exclusive(lock_key):  # one measurement at a time per device
+                records = time_interleaved(problem, shape, reference, passed,
+                                           [m["dtype"] for m in info.meta], rng, options.timing,
+                                           limits.call_timeout_s, progress)
         except WorkerFailure as exc:
             raise _problem_failure(problem, exc) from None
     floor = floor_us(info.nbytes, info.flops, peaks_for(environment.device_name)

@@ -1,0 +1,300 @@
+"""The one reader of configuration: config file, action inputs (environment), CLI overrides.
+
+Precedence, lowest first: defaults < config file < `KERNEL_BOT_*` action inputs (empty = unset)
+< CLI overrides (None = unset). The config file is `[tool.kernel-bot]` in `pyproject.toml`, or
+`kernel-bot.toml` with its kebab-case keys at the TOP LEVEL (the file name already says whose
+keys they are). Configuring both is an error, not a merge: a pull request could add the second
+file to shadow the first. The file may come from a pull request, so every value is checked and
+paths must stay inside the repository.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, Callable, Mapping, Sequence
+
+from bot.errors import BotError
+
+PYPROJECT = "pyproject.toml"
+KERNEL_BOT_TOML = "kernel-bot.toml"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable about a run; built only by `load_settings`."""
+
+    problems_dir: str = "problems"
+    label: str = "optimize-kernel"
+    strategy: str = "search"  # "search" | "llm" | "all"
+    budget_s: float = 900.0
+    max_rounds: int = 5
+    samples: int = 2
+    min_speedup: float = 1.05
+    model: str | None = None
+    backend: str = "triton"  # "triton" | "cuda"
+    sandbox: str = "process"  # "process" | "docker"
+    max_open_prs: int = 5
+    kernel_paths: tuple[str, ...] = ("kernels/**", "problems/**")  # what the bot may change
+    time_cap_s: float | None = None
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+
+
+class _Bad(ValueError):
+    """A value that does not fit; the caller adds where it came from."""
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _Bad("a non-empty string")
+    return value.strip()
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in options:
+            raise _Bad("one of " + ", ".join(repr(o) for o in options))
+        return value
+    return check
+
+
+def _number(minimum: float, inclusive: bool, what: str) -> Callable[[Any], float]:
+    def check(value: Any) -> float:
+        # bool is an int in Python; `budget-s = true` is a mistake, not 1 second.
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or value < minimum or (value == minimum and not inclusive):
+            raise _Bad(what)
+        return float(value)
+    return check
+
+
+def _integer(minimum: int, what: str) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise _Bad(what)
+        return value
+    return check
+
+
+def _relative_path(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or not is_repo_relative(value):
+        raise _Bad("a repository-relative path (not absolute, no '..')")
+    return value.strip()
+
+
+def _kernel_paths(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise _Bad("a list of repository-relative glob patterns")
+    for item in value:
+        if not isinstance(item, str) or not item.strip() or not is_repo_relative(item):
+            raise _Bad(f"repository-relative glob patterns (not absolute, no '..'); {item!r} is not")
+    return tuple(item.strip() for item in value)
+
+
+# Settings attribute -> check. The file key is the attribute in kebab-case.
+CHECKS: dict[str, Callable[[Any], Any]] = {
+    "problems_dir": _relative_path,
+    "label": _string,
+    "strategy": _choice("search", "llm", "all"),
+    "budget_s": _number(0, False, "a positive number of seconds"),
+    "max_rounds": _integer(1, "an integer >= 1"),
+    "samples": _integer(1, "an integer >= 1"),
+    "min_speedup": _number(1, True, "a number >= 1 (1.05 = 5% faster)"),
+    "model": _string,
+    "backend": _choice("triton", "cuda"),
+    "sandbox": _choice("process", "docker"),
+    "max_open_prs": _integer(0, "an integer >= 0"),
+    "kernel_paths": _kernel_paths,
+    "time_cap_s": _number(0, False, "a positive number of seconds"),
+    "device": _choice("auto", "cpu", "cuda"),
+}
+# The person at the command line may point anywhere; only the file (maybe from a PR) is fenced in.
+OVERRIDE_CHECKS = {**CHECKS, "problems_dir": _string}
+FILE_KEYS = {name.replace("_", "-"): name for name in CHECKS}
+
+# Action inputs as action.yml passes them through `env:`; the parser turns the string first.
+ENV_INPUTS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "KERNEL_BOT_LABEL": ("label", str),
+    "KERNEL_BOT_STRATEGY": ("strategy", str),
+    "KERNEL_BOT_BUDGET_S": ("budget_s", float),
+    "KERNEL_BOT_MODEL": ("model", str),
+    "KERNEL_BOT_MIN_SPEEDUP": ("min_speedup", float),
+    "KERNEL_BOT_SANDBOX": ("sandbox", str),
+}
+
+
+def is_repo_relative(path: str) -> bool:
+    """True for a path that cannot leave the repository: not absolute, no '..' component."""
+    if "\\" in path or PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute():
+        return False
+    return ".." not in PurePosixPath(path).parts
+
+
+def _unknown(keys: Sequence[str], known: Sequence[str]) -> str:
+    parts = []
+    for key in keys:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)  # also min_speedup -> min-speedup
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ", ".join(parts)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    import tomllib  # Python 3.11+; imported here so that nothing happens at import time
+
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BotError(f"{path}: cannot read ({exc.strerror})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BotError(f"{path}: not valid TOML: {exc}") from None
+
+
+def read_config_file(repo_root: Path) -> tuple[Path | None, str, dict[str, Any]]:
+    """(file, how its keys are named in messages, raw table) of the repo's bot config, if any."""
+    pyproject, own = repo_root / PYPROJECT, repo_root / KERNEL_BOT_TOML
+    table: dict[str, Any] | None = None
+    if pyproject.is_file():
+        tool = _read_toml(pyproject).get("tool", {})
+        table = tool.get("kernel-bot") if isinstance(tool, dict) else None
+        if table is not None and not isinstance(table, dict):
+            raise BotError(f"{pyproject}: [tool.kernel-bot] must be a table")
+    if own.is_file():
+        if table is not None:
+            raise BotError(f"kernel-bot is configured twice: {pyproject} ([tool.kernel-bot]) and "
+                           f"{own}; keep one")
+        data = _read_toml(own)
+        if isinstance(data.get("kernel-bot"), dict):
+            raise BotError(f"{own}: put the keys at the top level, not in a [kernel-bot] table")
+        return own, "", data
+    return (pyproject, "[tool.kernel-bot] ", table) if table is not None else (None, "", {})
+
+
+def _file_values(repo_root: Path) -> dict[str, Any]:
+    path, prefix, table = read_config_file(repo_root)
+    unknown = [k for k in table if k not in FILE_KEYS]
+    if unknown:
+        raise BotError(f"{path}: unknown {prefix}key(s) {_unknown(unknown, list(FILE_KEYS))}; "
+                       f"known: {', '.join(FILE_KEYS)}")
+    values = {}
+    for key, raw in table.items():
+        try:
+            values[FILE_KEYS[key]] = CHECKS[FILE_KEYS[key]](raw)
+        except _Bad as exc:
+            raise BotError(f"{path}: {prefix}{key}: expected {exc}, got {raw!r}") from None
+    return values
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    values = {}
+    for var, (name, parse) in ENV_INPUTS.items():
+        raw = environ.get(var, "").strip()
+        if not raw:  # an action input left empty arrives as "": it means "not given"
+            continue
+        try:
+            values[name] = CHECKS[name](parse(raw))
+        except (_Bad, ValueError) as exc:
+            expected = exc if isinstance(exc, _Bad) else "a number"
+            raise BotError(f"environment variable {var} (action input "
+                           f"{name.replace('_', '-')!r}): expected {expected}, got {raw!r}") from None
+    return values
+
+
+def _override_values(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = [k for k in overrides if k not in CHECKS]
+    if unknown:
+        raise BotError(f"unknown setting(s) {_unknown(unknown, list(CHECKS))}")
+    values = {}
+    for name, raw in overrides.items():
+        if raw is None:
+            continue
+        try:
+            values[name] = OVERRIDE_CHECKS[name](raw)
+        except _Bad as exc:
+            raise BotError(f"option --{name.replace('_', '-')}: expected {exc}, got {raw!r}") from None
+    return values
+
+
+def load_settings(repo_root: Path, environ: Mapping[str, str] | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Defaults < config file < KERNEL_BOT_* action inputs < CLI overrides, all validated."""
+    environ = os.environ if environ is None else environ
+    merged = {**_file_values(Path(repo_root)), **_env_values(environ),
+              **_override_values(overrides or {})}
+    return Settings(**merged)
+
+
+# --- paths the bot may change --------------------------------------------------------------
+
+def _match_parts(path: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
+    if not pattern:
+        return not path
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        # `**` spans whole segments: `a/**/b` matches `a/b` and `a/x/y/b`; a trailing one
+        # matches everything below the folder (but not the folder itself).
+        if not rest:
+            return bool(path)
+        return any(_match_parts(path[i:], rest) for i in range(len(path) + 1))
+    return bool(path) and fnmatch.fnmatchcase(path[0], head) and _match_parts(path[1:], rest)
+
+
+def path_matches(path: str, pattern: str) -> bool:
+    """fnmatch for repository paths, one segment at a time: `*` stays in a segment, `**` spans many."""
+    if not path.strip() or not is_repo_relative(path):
+        return False
+    return _match_parts(PurePosixPath(path).parts, PurePosixPath(pattern).parts)
+
+
+def path_allowed(path: str, settings: Settings) -> bool:
+    """May the bot write `path` (repository-relative)? Absolute paths and '..' never may."""
+    return any(path_matches(path, pattern) for pattern in settings.kernel_paths)
+
+
+# --- the GitHub Actions environment ----------------------------------------------------------
+
+# What `bot run` cannot work without; the rest only adds outputs or links.
+RUN_REQUIRED = ("GITHUB_EVENT_PATH", "GITHUB_EVENT_NAME", "GITHUB_REPOSITORY", "GITHUB_WORKSPACE")
+
+
+@dataclass(frozen=True)
+class GitHubEnv:
+    """The variables GitHub Actions sets for a job step (None = not set)."""
+
+    event_path: Path | None
+    event_name: str | None
+    repository: str | None  # "owner/name"
+    workspace: Path | None
+    api_url: str
+    step_summary: Path | None
+    output: Path | None
+    sha: str | None
+    run_id: str | None
+    token: str | None = field(default=None, repr=False)  # never printed, never logged
+
+
+def github_env(environ: Mapping[str, str] | None = None,
+               required: Sequence[str] = RUN_REQUIRED) -> GitHubEnv:
+    """Read the Actions variables; a missing `required` one is a BotError naming it."""
+    environ = os.environ if environ is None else environ
+    get: Callable[[str], str | None] = lambda var: environ.get(var, "").strip() or None
+    path: Callable[[str], Path | None] = lambda var: Path(get(var)) if get(var) else None
+    missing = [var for var in required if get(var) is None]
+    if missing:
+        raise BotError(f"{', '.join(missing)} not set: `bot run` runs inside GitHub Actions "
+                       "(use `bot dry-run` locally)")
+    repository = get("GITHUB_REPOSITORY")
+    if repository is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", repository):
+        raise BotError(f"GITHUB_REPOSITORY={repository!r}: expected 'owner/name'")
+    event_path = path("GITHUB_EVENT_PATH")
+    if event_path is not None and "GITHUB_EVENT_PATH" in required and not event_path.is_file():
+        raise BotError(f"GITHUB_EVENT_PATH={event_path}: no such file")
+    return GitHubEnv(event_path=event_path, event_name=get("GITHUB_EVENT_NAME"),
+                     repository=repository, workspace=path("GITHUB_WORKSPACE"),
+                     api_url=(get("GITHUB_API_URL") or "https://api.github.com").rstrip("/"),
+                     step_summary=path("GITHUB_STEP_SUMMARY"), output=path("GITHUB_OUTPUT"),
+                     sha=get("GITHUB_SHA"), run_id=get("GITHUB_RUN_ID"), token=get("GITHUB_TOKEN"))

@@ -1,0 +1,100 @@
+"""Exclusive GPU timing while everything else overlaps.
+
+Verification trials (which also compile lazily at the first call) hold the lock shared;
+timing holds it exclusively, so no other trial of this bot touches the GPU while a
+measurement runs. Writers are preferred: once a timing waits, new trials wait behind it.
+Within one process this is a readers-writer lock; across processes of the bot (e.g. two
+`bot optimize` runs on one runner) an fcntl lock file per GPU does the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Iterator
+
+
+class _RWLock:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._writers_waiting += 1
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._writers_waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+_LOCKS: dict[str, _RWLock] = {}
+_GUARD = threading.Lock()
+
+
+def _lock_for(key: str) -> _RWLock:
+    with _GUARD:
+        return _LOCKS.setdefault(key, _RWLock())
+
+
+def _lock_file(key: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"kernel-bot-{key}.lock"
+
+
+@contextlib.contextmanager
+def gpu_shared(key: str) -> Iterator[None]:
+    """Verification work on this GPU (may run alongside other verification)."""
+    with _lock_for(key).shared():
+        fd = os.open(_lock_file(key), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def gpu_exclusive(key: str) -> Iterator[None]:
+    """A measurement on this GPU: nothing else of ours runs on it meanwhile."""
+    with _lock_for(key).exclusive():
+        fd = os.open(_lock_file(key), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def device_key(device: str, gpu_index: int | None) -> str:
+    if device != "cuda":
+        return "cpu"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return f"gpu{gpu_index if gpu_index is not None else (visible.split(',')[0] or 0)}"
