@@ -201,7 +201,7 @@ def search_candidates(problem: Problem, bases: list[Base], device: str
         # Not a transformation: the eager reference timed in the same run, so the report
         # can show eager, the current implementation and the best candidate side by side.
         ref = next(b for b in bases if b.label == "reference")
-        cands.append(CandidateSource("eager-reference", ref.source, Origin("search", "eager reference"),
+        cands.append(CandidateSource("eager-reference", ref.source, Origin("search", "eager reference", parent=ref.parent_hash),
                                      class_name="Model"))
     for base in bases:
         tag = base.label
