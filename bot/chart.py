@@ -7,6 +7,7 @@ hundred pixels wide; the pure-Python loops draw one in well under a second.
 
 from __future__ import annotations
 
+import math
 import struct
 import zlib
 
@@ -25,44 +26,33 @@ ROW_H, BAR_H, PAD = 34, 18, 12
 PLOT_W = 420
 MAX_LABEL_CHARS = 28
 
-# 5x7 glyphs: seven rows of five bits (MSB = left column), as 14 hex digits.
+# 5x7 glyphs: each token is the character, then seven rows of five bits as 2-digit hex
+# (bit 4 = left column), after the classic HD44780 character ROM.
 _FONT_SPEC = """
-0:0E111315191 10E 1:040C0404040 40E 2:0E110102040 81F 3:1F020402011 10E 4:02060A121F0 202
-5:1F101E01011 10E 6:0608101E111 10E 7:1F010204080 808 8:0E11110E111 10E 9:0E11110F010 20C
-A:0E1111111F1 111 B:1E11111E111 11E C:0E111010101 10E D:1C121111111 21C E:1F10101E101 01F
-F:1F10101E101 010 G:0E111017111 10F H:1111111F111 111 I:0E040404040 40E J:07020202021 20C
-K:11121418141 211 L:10101010101 01F M:111B1515111 111 N:11111915131 111 O:0E111111111 10E
-P:1E11111E101 010 Q:0E111111151 20D R:1E11111E141 211 S:0F10100E010 11E T:1F040404040 404
-U:11111111111 10E V:11111111110 A04 W:11111115151 50A X:11110A040A1 111 Y:1111110A040 404
-Z:1F010204081 01F a:00000E010F1 10F b:10101619111 11E c:00000E10101 10E d:01010D13111 10F
-e:00000E111F1 00E f:0609081C080 808 g:000F11110F0 10E h:10101619111 111 i:04000C04040 40E
-j:02000602021 20C k:10101214181 412 l:0C040404040 40E m:00001A15151 111 n:00001619111 111
-o:00000E11111 10E p:00001E111E1 010 q:00000D130F0 101 r:00001619101 010 s:00000E100E0 11E
-t:08081C08080 906 u:00001111111 30D v:00001111110 A04 w:00001111151 50A x:0000110A040 A11
-y:000011110F0 10E z:00001F02040 81F .:00000000000 C0C -:000000001F0 000 _:00000000000 01F
-[:0E080808080 80E ]:0E020202020 20E %:18190204081 303 /:00010204081 000 ,:00000000000 C04
-(:02040808080 402 ):08040202020 408 +:0004041F040 400 =:00001F001F0 000 ?:0E110102040 004
+00E11131519110E 1040C040404040E 20E11010204081F 31F02040201110E 402060A121F0202 51F101E0101110E
+60608101E11110E 71F010204080808 80E11110E11110E 90E11110F01020C A0E1111111F1111 B1E11111E11111E
+C0E11101010110E D1C12111111121C E1F10101E10101F F1F10101E101010 G0E11101711110F H1111111F111111
+I0E04040404040E J0702020202120C K11121418141211 L1010101010101F M111B1515111111 N11111915131111
+O0E11111111110E P1E11111E101010 Q0E11111115120D R1E11111E141211 S0F10100E01011E T1F040404040404
+U1111111111110E V11111111110A04 W1111111515150A X11110A040A1111 Y1111110A040404 Z1F01020408101F
+a00000E010F110F b1010161911111E c00000E1010110E d01010D1311110F e00000E111F100E f0609081C080808
+g000F11110F010E h10101619111111 i04000C0404040E j0200060202120C k10101214181412 l0C04040404040E
+m00001A15151111 n00001619111111 o00000E1111110E p00001E111E1010 q00000D130F0101 r00001619101010
+s00000E100E011E t08081C08080906 u0000111111130D v00001111110A04 w0000111115150A x0000110A040A11
+y000011110F010E z00001F0204081F .00000000000C0C -000000001F0000 _0000000000001F [0E08080808080E
+]0E02020202020E :000C0C000C0C00 %18190204081303 /00010204081000 ,00000000000C04 (02040808080402
+)08040202020408 +0004041F040400 =00001F001F0000 ?0E110102040004 #0A0A1F0A1F0A0A
 """
-FONT: dict[str, tuple[int, ...]] = {}
-for _token in _FONT_SPEC.replace(" ", "").replace("\n", "").split(":")[1:]:
-    pass  # replaced below: the spec is parsed by `_parse_font`
 
 
 def _parse_font(spec: str) -> dict[str, tuple[int, ...]]:
-    font: dict[str, tuple[int, ...]] = {" ": (0,) * 7}
-    for line in spec.strip().splitlines():
-        for entry in line.split("  ") if "  " in line else [line]:
-            pass
-    compact = spec.replace(" ", "").replace("\n", "")
-    i = 0
-    while i < len(compact):
-        char, hexes = compact[i], compact[i + 2:i + 16]
-        font[char] = tuple(int(hexes[j:j + 2], 16) for j in range(0, 14, 2))
-        i += 16
+    font = {" ": (0,) * 7}
+    for token in spec.split():
+        font[token[0]] = tuple(int(token[i:i + 2], 16) for i in range(1, 15, 2))
     return font
 
 
-FONT = _parse_font(_FONT_SPEC)
+FONT: dict[str, tuple[int, ...]] = _parse_font(_FONT_SPEC)
 
 
 class _Canvas:
@@ -105,6 +95,10 @@ def _label(text: str) -> str:
     return text if len(text) <= MAX_LABEL_CHARS else text[:MAX_LABEL_CHARS - 2] + ".."
 
 
+def _ratio(value: float) -> str:
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"  # as bot.report_data.fmt_ratio
+
+
 def _ticks(top: float) -> list[float]:
     """About five round tick values from 0 to `top`."""
     step = next(s for s in (0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 25, 50, 100, 1e9) if top / s <= 6)
@@ -114,13 +108,15 @@ def _ticks(top: float) -> list[float]:
 def speedup_chart_png(rows: list[tuple[str, float, float, float]], title: str) -> bytes:
     """Horizontal bars of (label, speedup, ci_low, ci_high) with error bars and a 1.0x line."""
     label_w = max([len(_label(r[0])) for r in rows] + [8]) * GLYPH_W + PAD
-    value_w = 22 * GLYPH_W // 2  # room for "12.34x [11.9, 13.0]" at the bar's end
+    value_w = 22 * GLYPH_W  # room for "12.34x [11.90, 13.01]" right of the bar's end
     width = PAD + label_w + PLOT_W + value_w + PAD
     top_y = PAD + GLYPH_H + PAD
     height = top_y + max(len(rows), 1) * ROW_H + GLYPH_H + 2 * PAD
     canvas = _Canvas(width, height)
-    canvas.text(PAD, PAD, _label(title) if len(title) > 60 else title)
-    x_max = max([1.2] + [max(s, hi) * 1.05 for _, s, _, hi in rows if hi == hi and hi < 1e6])
+    fits = (width - 2 * PAD) // GLYPH_W
+    canvas.text(PAD, PAD, title if len(title) <= fits else title[:fits - 2] + "..")
+    rows = [(name, *(v if math.isfinite(v) else 0.0 for v in values)) for name, *values in rows]
+    x_max = max([1.2] + [min(max(s, hi), 1e6) * 1.05 for _, s, _, hi in rows])
     x0 = PAD + label_w
 
     def x_of(value: float) -> int:
@@ -142,8 +138,8 @@ def speedup_chart_png(rows: list[tuple[str, float, float, float]], title: str) -
         canvas.rect(lo_x, mid - 1, hi_x + 1, mid + 1, INK)  # whisker
         for cap in (lo_x, hi_x):
             canvas.rect(cap, bar_top + 3, cap + 2, bar_top + BAR_H - 3, INK)
-        canvas.text(max(x_of(speedup), hi_x) + PAD // 2, y + (ROW_H - GLYPH_H) // 2,
-                    f"{speedup:.2f}x" if speedup >= 0.1 else f"{speedup:.2g}x")
+        canvas.text(max(x_of(speedup), hi_x) + PAD, y + (ROW_H - GLYPH_H) // 2,
+                    f"{_ratio(speedup)}x [{_ratio(low)}, {_ratio(high)}]")
     canvas.rect(x_of(1.0), top_y - 4, x_of(1.0) + 2, plot_bottom + 4, PARITY)
     canvas.rect(x0, plot_bottom, x0 + PLOT_W + 1, plot_bottom + 1, INK)  # the x axis
     return canvas.png()

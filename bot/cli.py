@@ -149,12 +149,12 @@ BUDGET = click.option("--budget-s", type=float, default=900.0, show_default=True
 
 def optimize_options(device: str, sandbox: str, strategy: str, model: str | None, backend: str,
                      samples: int, budget_s: float, max_rounds: int, min_speedup: float,
-                     time_cap_s: float | None, max_tokens: int | None):
+                     time_cap_s: float | None, max_tokens: int | None, exclude: tuple[str, ...] = ()):
     from bot.optimize import OptimizeOptions
 
     return OptimizeOptions(strategy=strategy, model=model, backend=backend, samples=samples,
                            budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
-                           max_total_tokens=max_tokens,
+                           max_total_tokens=max_tokens, exclude=tuple(exclude),
                            evaluation=_options(resolve_device(device), sandbox, time_cap_s, min_speedup))
 
 
@@ -172,6 +172,8 @@ def tuning_options(func):
         click.option("--min-speedup", type=float, default=1.05, show_default=True,
                      help="Claim only when the 95% interval's lower bound clears this."),
         click.option("--time-cap-s", type=float, default=None, help="Timing budget per shape."),
+        click.option("--exclude", multiple=True, metavar="PATTERN",
+                     help="Leave out search candidates whose name matches (e.g. 'compile-max-autotune*')."),
         DEVICE, SANDBOX,
     ]):
         func = option(func)
@@ -187,15 +189,15 @@ def tuning_options(func):
               help="Problems optimised at once (compilation overlaps; timing stays exclusive).")
 def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backend: str, samples: int,
              budget_s: float, max_rounds: int, max_tokens: int | None, min_speedup: float,
-             time_cap_s: float | None, device: str, sandbox: str, as_json: bool, out: str | None,
-             jobs: int) -> None:
+             time_cap_s: float | None, exclude: tuple[str, ...], device: str, sandbox: str,
+             as_json: bool, out: str | None, jobs: int) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
     from bot.optimize import optimize as run_optimize
     from bot.outputs import render_optimize, write_optimize_outputs
 
     loaded = [load_problem_cli(p) for p in problems]
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
-                               max_rounds, min_speedup, time_cap_s, max_tokens)
+                               max_rounds, min_speedup, time_cap_s, max_tokens, exclude)
     done: dict[str, object] = {}
 
     def work(prob: Problem):

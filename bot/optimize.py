@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,7 @@ class OptimizeOptions:
     max_total_tokens: int | None = None
     min_speedup: float = 1.05
     roofline_stop_pct: float = 90.0  # stop refining once the best reaches this % of the floor
+    exclude: tuple[str, ...] = ()  # fnmatch patterns of search candidate names to leave out
     evaluation: EvalOptions = field(default_factory=EvalOptions)
 
 
@@ -145,6 +147,9 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
 
     if options.strategy in ("search", "all"):
         cands, skipped = search_candidates(problem, bases_for(problem), device)
+        left_out = [c for c in cands if any(fnmatch.fnmatch(c.name, p) for p in options.exclude)]
+        skipped = skipped + [Skipped(c.name, "excluded by --exclude") for c in left_out]
+        cands = [c for c in cands if c not in left_out]
         progress(f"{problem.name}: search round, {len(cands)} candidate(s), {len(skipped)} skipped")
         run(0, cands)
 
