@@ -121,6 +121,14 @@ class Harness:
             import triton  # noqa: F401  (its import-time threads, if any, are the harness's)
         except Exception:
             pass
+        try:
+            # torch.compile reports progress through tqdm, whose monitor thread would (rightly)
+            # fail the thread check; it only polices slow progress bars, so switch it off.
+            import tqdm
+
+            tqdm.tqdm.monitor_interval = 0
+        except Exception:
+            pass
         if self.device == "cuda":
             torch.cuda.init()
             b = torch.randn(512, 512, device="cuda")
