@@ -1,8 +1,8 @@
 """A speedup bar chart as PNG bytes, with no plotting library.
 
 The publishing stage must not need matplotlib (it installs only the bot), so the chart is drawn
-into an RGB buffer with a 5x7 bitmap font and encoded with zlib + struct. A chart is a few
-hundred pixels wide; the pure-Python loops draw one in well under a second.
+into an RGB buffer with a 5x7 bitmap font and encoded with zlib + struct. A chart is about
+1,000 x 40*rows pixels; the pure-Python loops draw one in tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _label(text: str) -> str:
 
 
 def _ratio(value: float) -> str:
-    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"  # as bot.report_data.fmt_ratio
+    return f"{value:.2f}" if value >= 0.1 else f"{value:#.2g}"  # as bot.report_data.fmt_ratio
 
 
 def _ticks(top: float) -> list[float]:
@@ -108,7 +108,7 @@ def _ticks(top: float) -> list[float]:
 def speedup_chart_png(rows: list[tuple[str, float, float, float]], title: str) -> bytes:
     """Horizontal bars of (label, speedup, ci_low, ci_high) with error bars and a 1.0x line."""
     label_w = max([len(_label(r[0])) for r in rows] + [8]) * GLYPH_W + PAD
-    value_w = 22 * GLYPH_W  # room for "12.34x [11.90, 13.01]" right of the bar's end
+    value_w = 26 * GLYPH_W  # room for "0.0040x [0.0034, 0.0055]" right of the bar's end
     width = PAD + label_w + PLOT_W + value_w + PAD
     top_y = PAD + GLYPH_H + PAD
     height = top_y + max(len(rows), 1) * ROW_H + GLYPH_H + 2 * PAD

@@ -122,10 +122,13 @@ def plan_pull_request(results: dict[str, Any], trigger: Trigger, repo_root: Path
         return None
     repo = trigger.repo or ""
     if is_pr:
-        branch, base, source_pr = f"kernel-bot/pr-{trigger.pr_number}", trigger.head_ref or "", trigger.pr_number
+        # The follow-up merges into the triggering PR's branch, so it lands together with that PR.
+        branch = f"kernel-bot/pr-{trigger.pr_number}"
+        base, source_pr = trigger.head_ref or "", trigger.pr_number
     else:
         # Nightly and manual runs target the default branch; the payload may omit its name.
-        branch = "kernel-bot/nightly" if trigger.kind in ("schedule", "workflow_dispatch") else "kernel-bot/local"
+        nightly = trigger.kind in ("schedule", "workflow_dispatch")
+        branch = "kernel-bot/nightly" if nightly else "kernel-bot/local"
         base, source_pr = trigger.default_branch or trigger.base_ref or "main", None
     changes, patches, notes = _changes(better, repo_root, allowed)
     chart_url = None
@@ -137,22 +140,24 @@ def plan_pull_request(results: dict[str, Any], trigger: Trigger, repo_root: Path
                          else CHART_PATH)
         else:
             notes.append(f"the speedup chart was not added: `{CHART_PATH}` is not an allowed path.")
-    if changes:
-        notes.insert(0, "Files: " + ", ".join(f"`{rd.cell(c.path)}`" for c in changes)
-                     + (" (the chart is binary and not part of the text patch)." if chart_url else "."))
+    listing = [("Files: " + ", ".join(f"`{rd.cell(c.path)}`" for c in changes)
+                + (" (the chart is binary and not part of the text patch)." if chart_url else "."))
+               ] if changes else []
     patch = "".join(patches)
-    body = render_pr_body(results, reproduce_command, chart_url, notes)
+    body = render_pr_body(results, reproduce_command, chart_url, listing + notes)
     comment = None
     if is_pr:
         pr_url = (f"https://github.com/{repo}/pulls?q={quote('is:pr head:' + branch)}"
                   if changes and repo and not trigger.fork else None)
-        comment = render_comment(results, patch if trigger.fork and patch else None, pr_url)
+        comment = render_comment(results, patch if trigger.fork and patch else None, pr_url, notes)
     sha = trigger.head_sha or trigger.base_sha
     check = None
     if sha:
-        title = (f"{len(better)} of {len(rd.problems(results))} operators improved, best "
-                 f"{rd.fmt_speedup(*rd.best_speedup(max(better, key=lambda p: p['best'].get('speedup') or 0.0)))}"
-                 if better else "no significant improvement")
+        title = "no significant improvement"
+        if better:
+            top = max(better, key=lambda p: p["best"].get("speedup") or 0.0)
+            title = (f"{len(better)} of {len(rd.problems(results))} operators improved, "
+                     f"best {rd.fmt_speedup(*rd.best_speedup(top))}")
         check = CheckRunPlan(CHECK_NAME, sha, "success" if better else "neutral", title,
                              render_step_summary(results))
     return PullRequestPlan(repo=repo, branch=branch, base=base, title=_title(better, results), body=body,

@@ -30,10 +30,10 @@ def fmt_us(value: float | None) -> str:
 
 
 def fmt_ratio(value: float | None) -> str:
-    """A speedup factor without its `x`: two decimals, three significant digits below 0.1."""
+    """A speedup factor without its `x`: two decimals, two significant digits below 0.1."""
     if value is None:
         return MISSING
-    return f"{value:.2f}" if abs(value) >= 0.1 else f"{value:.2g}"
+    return f"{value:.2f}" if abs(value) >= 0.1 else f"{value:#.2g}"  # 0.0040, not 0.004
 
 
 def fmt_speedup(value: float | None, ci: Iterable[float] | None = None) -> str:
@@ -106,7 +106,9 @@ def improved(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _ci(value: Any) -> tuple[float, float] | None:
-    return (float(value[0]), float(value[1])) if isinstance(value, (list, tuple)) and len(value) == 2 else None
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return float(value[0]), float(value[1])
+    return None
 
 
 def median_us(shape: dict[str, Any]) -> float | None:

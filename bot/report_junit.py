@@ -26,7 +26,10 @@ class _Suite(TestSuite):
 
     def build_xml_doc(self, encoding: str | None = None) -> ET.Element:
         element = super().build_xml_doc(encoding)
-        for case_element, props in zip(element.findall("testcase"), self.case_properties):
+        for case, case_element, props in zip(self.test_cases, element.findall("testcase"),
+                                             self.case_properties):
+            if case.elapsed_sec:  # junit_xml writes "%f": 1 us resolution, too coarse for kernels
+                case_element.set("time", f"{case.elapsed_sec:.9f}")
             if props:
                 holder = ET.Element("properties")
                 for key, value in props.items():
@@ -46,17 +49,19 @@ def _elapsed_s(contender: dict[str, Any]) -> float | None:
     return sum(medians) / 1e6 if medians else None
 
 
-def _case(problem: str, contender: dict[str, Any], name: str, min_speedup: float | None) -> tuple[TestCase, dict[str, str]]:
+def _case(problem: str, contender: dict[str, Any], name: str,
+          min_speedup: float | None) -> tuple[TestCase, dict[str, str]]:
     case = TestCase(name, classname=f"kernel-bot.{problem}", elapsed_sec=_elapsed_s(contender))
     ci = contender.get("speedup_ci") or None
     props = {"role": str(contender.get("role") or "candidate"),
              "status": str(contender.get("status") or rd.MISSING),
              "speedup": _num(contender.get("speedup")),
              "speedup_ci_low": _num(ci[0]) if ci else "", "speedup_ci_high": _num(ci[1]) if ci else "",
-             "speedup_text": rd.fmt_speedup(contender.get("speedup"), ci),
+             "speedup_text": rd.fmt_speedup(contender.get("speedup"), ci) if contender.get("speedup") else "",
              "median_us": _num(contender.get("median_us"))}
     if "significant" in contender:
         props["significant"] = str(bool(contender["significant"])).lower()
+    props = {k: v for k, v in props.items() if v}  # absent numbers are left out, not written as ""
     if not contender.get("accepted", True):
         reasons = rd.rejection_reasons(contender) or ["rejected (no reason recorded)"]
         check = reasons[0].split(":", 1)[0].strip()
@@ -64,14 +69,16 @@ def _case(problem: str, contender: dict[str, Any], name: str, min_speedup: float
                               failure_type=check)
     elif contender.get("speedup") is not None and min_speedup is not None:
         verdict = "significant" if contender.get("significant") else "not significant"
-        case.stdout = f"verified; {rd.fmt_speedup(contender.get('speedup'), ci)} ({verdict} at {min_speedup}x)"
+        speedup = rd.fmt_speedup(contender.get("speedup"), ci)
+        case.stdout = f"verified; {speedup} ({verdict} at {min_speedup}x)"
     return case, props
 
 
 def _suite(problem: dict[str, Any]) -> _Suite:
     name = str(problem.get("problem"))
     min_speedup = problem.get("min_speedup")
-    contenders = ([problem["baseline"]] if problem.get("baseline") else []) + list(problem.get("attempts") or ())
+    contenders = [problem["baseline"]] if problem.get("baseline") else []
+    contenders += list(problem.get("attempts") or ())
     seen: dict[str, int] = {}
     cases = []
     for contender in contenders:

@@ -42,7 +42,8 @@ def results_table(results: dict[str, Any]) -> str:
                          f"| {rd.fmt_us(r.baseline_us)} | {rd.fmt_us(r.candidate_us)} "
                          f"| {rd.fmt_speedup(r.speedup, r.ci)} | {rd.fmt_pct(r.pct_of_floor)} "
                          f"| {rd.fmt_err(r.max_abs_err)} | {rd.fmt_err(r.norm_rel_err)} |")
-    out = [_TABLE_HEAD, *lines] if lines else []
+    table = "\n".join([_TABLE_HEAD, *lines]) + "\n" if lines else ""  # a blank line ends the table
+    out = [table] if table else []
     for p in rd.improved(results):
         best = p["best"]
         where = f"replaces `{rd.cell(p['target'])}`" if p.get("target") else "added as a new module"
@@ -91,8 +92,8 @@ def verification(results: dict[str, Any]) -> str:
         "caches flushed and inputs rotated; speedup = baseline median / candidate median with a 95% "
         "bootstrap interval.",
         "- **Roofline**: a median below max(bytes / peak bandwidth, flops / peak rate) is rejected as "
-        "implausible" + ("." if has_floor else f"; no floor is known for {rd.cell(rd.device_label(results))}, "
-                         "hence n/a."),
+        "implausible" + ("." if has_floor else
+                         f"; no floor is known for {rd.cell(rd.device_label(results))}, hence n/a."),
         "",
         "| operator | candidates tried | rejected | top rejection reasons | skipped transformations |",
         "| --- | ---: | ---: | --- | ---: |",
@@ -115,11 +116,13 @@ def environment_table(results: dict[str, Any]) -> str:
             "| " + " | ".join(rd.cell(v, 300) for v in values) + " |")
 
 
-def footer(label: str = "optimize-kernel") -> str:
-    return ("---\n<sub>Opened by kernel-bot. Add the `" + label + "` label to a pull request to "
-            "optimise the operators it touches; push to that pull request to run again; close this "
-            "pull request to discard the result. Locally: `bot verify PROBLEM CANDIDATE`, "
-            "`bot bench PROBLEM CANDIDATE...`, `bot optimize PROBLEM --device cpu`.</sub>")
+def footer(where: str = "pull request", label: str = "optimize-kernel") -> str:
+    own = ("Opened by kernel-bot; close this pull request to discard the result." if where == "pull request"
+           else "Posted by kernel-bot; this comment is updated in place on every run.")
+    return (f"---\n<sub>{own} Add the `{label}` label to a pull request to optimise the operators "
+            "it touches; push to that pull request to run again. Locally: "
+            "`bot verify PROBLEM CANDIDATE`, `bot bench PROBLEM CANDIDATE...`, "
+            "`bot optimize PROBLEM --device cpu`.</sub>")
 
 
 def _cap(text: str, limit: int, tail: str, note: str) -> str:
@@ -134,8 +137,9 @@ def render_pr_body(results: dict[str, Any], reproduce_command: str, chart_path: 
                    notes: Sequence[str] = ()) -> str:
     """The follow-up pull request's description."""
     better = rd.improved(results)
-    names = ", ".join(rd.cell(p.get("problem")) for p in better) or "no operator"
-    parts = [f"## kernel-bot: verified faster kernels for {names}", summary_line(results)]
+    names = ", ".join(rd.cell(p.get("problem")) for p in better)
+    heading = f"verified faster kernels for {names}" if better else "no significant improvement"
+    parts = [f"## kernel-bot: {heading}", summary_line(results)]
     if chart_path:
         parts.append(f"![speedups]({chart_path})")
     parts += ["### Results", results_table(results)]
@@ -148,12 +152,15 @@ def render_pr_body(results: dict[str, Any], reproduce_command: str, chart_path: 
                 "_(truncated to fit GitHub's limit; the job summary has the full report)_")
 
 
-def render_comment(results: dict[str, Any], patch: str | None, pr_url: str | None) -> str:
+def render_comment(results: dict[str, Any], patch: str | None, pr_url: str | None,
+                   notes: Sequence[str] = ()) -> str:
     """The sticky comment on the triggering PR; for forks it carries the patch itself."""
     parts = [STICKY_MARKER, "### kernel-bot results", summary_line(results), results_table(results)]
+    if notes:
+        parts.append("\n".join(f"- {n}" for n in notes))
     if pr_url:
         parts.append(f"Follow-up pull request with the faster kernels: {pr_url}")
-    tail = "\n\n" + footer() + "\n"
+    tail = "\n\n" + footer("comment") + "\n"
     head = "\n\n".join(parts)
     if patch:
         intro = ("This pull request comes from a fork, so kernel-bot cannot push a branch. "
@@ -185,11 +192,19 @@ def attempts_table(problem: dict[str, Any]) -> str:
     lines = ["| round | candidate | origin | verdict | speedup [95% CI] | median µs | reason |",
              "| ---: | --- | --- | --- | ---: | ---: | --- |"]
     ranked = sorted(problem.get("attempts") or (), key=lambda a: -(a.get("speedup") or 0.0))
+    threshold = f"{rd.fmt_ratio(problem.get('min_speedup') or 1.0)}x"
     for a in ranked:
         origin = (a.get("origin") or {}).get("detail") or (a.get("origin") or {}).get("strategy")
+        if not a.get("accepted"):
+            reason = a.get("reason") or "; ".join(rd.rejection_reasons(a))
+        elif a.get("speedup_ci"):
+            reason = f"interval {'clears' if a.get('significant') else 'does not clear'} {threshold}"
+        else:
+            reason = "verified, not timed against the baseline"
         lines.append(f"| {a.get('round', rd.MISSING)} | {rd.cell(a.get('name'), 80)} | {rd.cell(origin, 80)} "
-                     f"| {rd.cell(a.get('status'))} | {rd.fmt_speedup(a.get('speedup'), a.get('speedup_ci'))} "
-                     f"| {rd.fmt_us(a.get('median_us'))} | {rd.cell(a.get('reason'), 300)} |")
+                     f"| {rd.cell(a.get('status'))} "
+                     f"| {rd.fmt_speedup(a.get('speedup'), a.get('speedup_ci'))} "
+                     f"| {rd.fmt_us(a.get('median_us'))} | {rd.cell(reason, 300)} |")
     for s in problem.get("skipped") or ():
         lines.append(f"| {rd.MISSING} | {rd.cell(s.get('transformation'), 80)} | {rd.MISSING} | skipped "
                      f"| {rd.MISSING} | {rd.MISSING} | {rd.cell(s.get('reason'), 300)} |")
@@ -204,9 +219,10 @@ def render_step_summary(results: dict[str, Any]) -> str:
     """The job summary: the PR table plus every attempt of every problem, under 1 MiB."""
     parts = ["## kernel-bot", summary_line(results), results_table(results)]
     for p in rd.problems(results):
-        base_us = rd.median_us(((p.get("baseline") or {}).get("shapes") or [{}])[0])
-        parts.append(f"### {rd.cell(p.get('problem'))}\nbaseline `{rd.cell((p.get('baseline') or {}).get('name'))}`"
-                     f" {rd.fmt_us(base_us)} µs; stopped: {rd.cell(p.get('stopped'))}; "
+        baseline = p.get("baseline") or {}
+        base_us = rd.median_us((baseline.get("shapes") or [{}])[0])
+        parts.append(f"### {rd.cell(p.get('problem'))}\nbaseline `{rd.cell(baseline.get('name'))}` "
+                     f"{rd.fmt_us(base_us)} µs; stopped: {rd.cell(p.get('stopped'))}; "
                      f"{_seconds(p.get('wall_s'))}\n\n{attempts_table(p)}")
     parts += ["### How it was verified", verification(results), "### Environment",
               environment_table(results)]

@@ -90,9 +90,8 @@ def _on_signal(signum, frame, previous) -> None:
     _cleanup()
     if callable(previous):
         previous(signum, frame)  # e.g. Python's default SIGINT handler: KeyboardInterrupt
-        return
-    signal.signal(signum, signal.SIG_DFL)  # then die of the signal, as without us
-    os.kill(os.getpid(), signum)
+    else:  # SIG_DFL: terminate, but through `finally` blocks and atexit, which remove the
+        raise SystemExit(128 + signum)  # containers started while this handler ran
 
 
 @functools.cache
