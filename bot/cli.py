@@ -231,3 +231,134 @@ def load_problem_cli(path: str) -> Problem:
     from bot.problems import load_problem
 
     return load_problem(path)
+
+
+def _explicit(ctx: click.Context, **values) -> dict:
+    """Options the user actually gave: they override the repository's configuration."""
+    from click.core import ParameterSource
+
+    return {k: v for k, v in values.items()
+            if ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)}
+
+
+def _job_options(settings, device: str | None = None, max_tokens: int | None = None,
+                 exclude: tuple[str, ...] = ()):
+    resolved = resolve_device(device or settings.device)
+    if resolved == "cpu" and not exclude:
+        # max-autotune compiles for minutes on a CPU and never wins there.
+        exclude = ("compile-max-autotune*",)
+    return optimize_options(resolved, settings.sandbox, settings.strategy, settings.model,
+                            settings.backend, settings.samples, settings.budget_s, settings.max_rounds,
+                            settings.min_speedup, settings.time_cap_s, max_tokens, exclude)
+
+
+@main.command("dry-run")
+@click.option("--repo", "repo_path", default=".", type=click.Path(file_okay=False, exists=True),
+              show_default=True, help="The repository to look at.")
+@click.option("--base", help="Base ref (default: the merge-base with the default branch).")
+@click.option("--head", default="HEAD", show_default=True, help="Head ref.")
+@click.option("--all", "all_problems", is_flag=True, help="Every problem, changed or not.")
+@tuning_options
+@click.option("--out", default="kernel-bot-out", show_default=True, type=click.Path(file_okay=False))
+@click.option("--jobs", type=int, default=1, show_default=True)
+@click.pass_context
+def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all_problems: bool,
+            strategy: str, model: str | None, backend: str, samples: int, budget_s: float,
+            max_rounds: int, max_tokens: int | None, min_speedup: float, time_cap_s: float | None,
+            exclude: tuple[str, ...], device: str, sandbox: str, out: str, jobs: int) -> None:
+    """The whole pipeline locally, then print the pull request it would open. No GitHub, no token.
+
+    On the default branch with nothing changed, it runs every problem (the embedded default)."""
+    from bot.changes import changed_files_git, default_base
+    from bot.config import load_settings
+    from bot.domain import Trigger
+    from bot.pipeline import Job, describe_plan, run_job, select_problems
+
+    repo = Path(repo_path).resolve()
+    overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
+                          budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
+                          time_cap_s=time_cap_s, device=device, sandbox=sandbox)
+    settings = load_settings(repo, overrides=overrides)
+    changed = None
+    if not all_problems:
+        base_ref = base or default_base(repo)
+        changed = changed_files_git(repo, base_ref, head)
+        if base is None and not changed:
+            click.echo("On the default branch with nothing changed: running every problem "
+                       "(the embedded default).", err=True)
+            changed = None
+    problems = select_problems(repo, settings, changed)
+    if not problems:
+        click.echo(f"Nothing relevant changed ({len(changed or [])} changed file(s) touch no problem, "
+                   "its TARGET or WATCH paths).")
+        return
+    click.echo(f"Optimising {len(problems)} problem(s): {', '.join(p.name for p in problems)}", err=True)
+    trigger = Trigger(kind="cli", base_ref=base, head_ref=head)
+    job = Job(repo, settings, trigger, _job_options(settings, max_tokens=max_tokens, exclude=exclude),
+              Path(out), jobs)
+    _, plan = run_job(job, problems, _progress)
+    click.echo(describe_plan(plan))
+    click.echo(f"\nWrote results.json, report.md, junit.xml, patch.diff and candidates to {out}/")
+
+
+@main.command()
+@click.option("--results", "results_dir", required=True, type=click.Path(file_okay=False),
+              help="Where to write the results directory.")
+@click.option("--shard", help="K/N: only the K-th of N shards of the problems (nightly matrix).")
+@tuning_options
+@click.option("--jobs", type=int, default=1, show_default=True)
+@click.pass_context
+def run(ctx: click.Context, results_dir: str, shard: str | None, strategy: str, model: str | None,
+        backend: str, samples: int, budget_s: float, max_rounds: int, max_tokens: int | None,
+        min_speedup: float, time_cap_s: float | None, exclude: tuple[str, ...], device: str,
+        sandbox: str, jobs: int) -> None:
+    """Stage 1 of the Action (GPU runner, read-only token): event -> results directory."""
+    from bot.actions import run_stage_one
+
+    overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
+                          budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
+                          time_cap_s=time_cap_s, device=device, sandbox=sandbox)
+    run_stage_one(Path(results_dir), overrides, shard, jobs, max_tokens, exclude, _progress, click.echo)
+
+
+@main.command()
+@click.option("--results", "results_dir", required=True, type=click.Path(file_okay=False, exists=True),
+              help="Stage 1's results directory (untrusted).")
+@click.option("--repo", "repo_path", default=None, type=click.Path(file_okay=False, exists=True),
+              help="Checkout of the default branch (default: $GITHUB_WORKSPACE or .).")
+def publish(results_dir: str, repo_path: str | None) -> None:
+    """Stage 2 of the Action (write token): open or update the follow-up PR, comment, check run."""
+    from bot.actions import publish_stage_two
+
+    publish_stage_two(Path(results_dir), Path(repo_path) if repo_path else None, click.echo)
+
+
+@main.command("plan")
+@click.option("--shards", type=int, required=True, help="How many runners share the sweep.")
+@click.option("--repo", "repo_path", default=".", type=click.Path(file_okay=False, exists=True))
+@JSON
+def plan_cmd(shards: int, repo_path: str, as_json: bool) -> None:
+    """Print a GitHub Actions matrix that splits every problem over SHARDS runners."""
+    from bot.config import load_settings
+    from bot.pipeline import select_problems
+    from bot.shards import matrix
+
+    repo = Path(repo_path).resolve()
+    problems = select_problems(repo, load_settings(repo), None)
+    result = matrix(problems, shards, repo)
+    if as_json:
+        click.echo(json.dumps(result, separators=(",", ":")))
+    else:
+        for entry in result["include"]:
+            click.echo(f"shard {entry['shard']} (cost {entry['cost']:g}): {' '.join(entry['problems'])}")
+
+
+@main.command()
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option("--repo", "repo_path", default=".", type=click.Path(file_okay=False, exists=True))
+def merge(dirs: tuple[str, ...], out: str, repo_path: str) -> None:
+    """Combine shard results directories into one results.json, report and PR plan."""
+    from bot.actions import merge_results
+
+    merge_results([Path(d) for d in dirs], Path(out), Path(repo_path).resolve(), click.echo)

@@ -111,6 +111,13 @@ class ModelNew(_KernelBotBase):
         return type(out)(o.clone() for o in out)
 '''
 
+EAGER_WRAPPER = '''
+
+# --- kernel-bot: {detail} ---------------------------------------------------------
+class ModelNew({base}):
+    pass
+'''
+
 TF32_WRAPPER = '''
 
 # --- kernel-bot: {detail} ---------------------------------------------------------
@@ -201,8 +208,8 @@ def search_candidates(problem: Problem, bases: list[Base], device: str
         # Not a transformation: the eager reference timed in the same run, so the report
         # can show eager, the current implementation and the best candidate side by side.
         ref = next(b for b in bases if b.label == "reference")
-        cands.append(CandidateSource("eager-reference", ref.source, Origin("search", "eager reference", parent=ref.parent_hash),
-                                     class_name="Model"))
+        cands.append(_candidate(ref, EAGER_WRAPPER, "the eager reference as the implementation",
+                                "eager-reference"))
     for base in bases:
         tag = base.label
         for mode in COMPILE_MODES:

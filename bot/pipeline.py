@@ -1,0 +1,104 @@
+"""The whole job between a trigger and a results directory: pick the affected problems,
+optimise each, write results.json, reports, chart and patch. Shared by `bot dry-run`
+(locally, no GitHub) and `bot run` (stage 1 of the Action)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from bot.changes import affected_problems
+from bot.chart import speedup_chart_png
+from bot.config import Settings, path_allowed
+from bot.domain import Problem, PullRequestPlan, Trigger
+from bot.optimize import OptimizeOptions, OptimizeResult, optimize
+from bot.outputs import RESULTS_SCHEMA_VERSION, write_optimize_outputs
+from bot.plan import plan_pull_request
+from bot.problems import find_problems
+from bot.report_data import chart_rows
+from bot.report_junit import render_junit
+from bot.report_md import render_step_summary
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Job:
+    repo_root: Path
+    settings: Settings
+    trigger: Trigger
+    options: OptimizeOptions
+    out: Path
+    jobs: int = 1
+
+
+def select_problems(repo_root: Path, settings: Settings, changed: list[str] | None) -> list[Problem]:
+    """All problems (nightly, or `changed` None), else those the changed paths touch."""
+    problems = find_problems(repo_root / settings.problems_dir, root=repo_root)
+    return problems if changed is None else affected_problems(problems, changed)
+
+
+def reproduce_command(problems: list[Problem], options: OptimizeOptions, repo_root: Path) -> str:
+    paths = " ".join(shlex.quote(str(p.path.relative_to(repo_root))) for p in problems)
+    return (f"bot optimize {paths} --strategy {options.strategy} --min-speedup {options.min_speedup}"
+            f" --device cuda")
+
+
+def results_payload(results: list[OptimizeResult], trigger: Trigger, min_speedup: float) -> dict[str, Any]:
+    """results.json, version 1: what stage 2 reads back as untrusted data."""
+    return {"schema_version": RESULTS_SCHEMA_VERSION, "kind": "kernel-bot-results",
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "trigger": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(trigger).items()},
+            "min_speedup": min_speedup,
+            "problems": [r.to_json(min_speedup) for r in results]}
+
+
+def write_reports(out: Path, payload: dict[str, Any], plan: PullRequestPlan | None,
+                  chart: bytes | None) -> None:
+    """report.md (the PR body, or the summary when there is no PR), junit.xml, chart, patch."""
+    (out / "results.json").write_text(json.dumps(payload, indent=1))
+    (out / "junit.xml").write_text(render_junit(payload))
+    (out / "summary.md").write_text(render_step_summary(payload))
+    (out / "report.md").write_text(plan.body if plan else render_step_summary(payload))
+    if chart:
+        (out / "chart.png").write_bytes(chart)
+    (out / "patch.diff").write_text(plan.patch if plan else "")
+
+
+def run_job(job: Job, problems: list[Problem], progress: Progress
+            ) -> tuple[dict[str, Any], PullRequestPlan | None]:
+    """Optimise every problem, then write the results directory; returns (results, plan)."""
+    from bot.cli import default_baseline, run_problems
+
+    job.out.mkdir(parents=True, exist_ok=True)
+    done: dict[str, OptimizeResult] = {}
+
+    def work(problem: Problem) -> OptimizeResult:
+        result = optimize(problem, default_baseline(problem), job.options, progress)
+        done[str(problem.path)] = result
+        # Written after every problem: a sweep that is cancelled keeps what it finished.
+        write_optimize_outputs(job.out, [done[str(p.path)] for p in problems if str(p.path) in done],
+                               job.options.min_speedup)
+        return result
+    results = run_problems(problems, work, job.jobs)
+    payload = results_payload(results, job.trigger, job.options.min_speedup)
+    rows = chart_rows(payload)
+    chart = speedup_chart_png(rows, "kernel-bot speedups (95% CI)") if rows else None
+    plan = plan_pull_request(payload, job.trigger, job.repo_root,
+                             lambda path: path_allowed(path, job.settings), chart,
+                             reproduce_command(problems, job.options, job.repo_root))
+    write_reports(job.out, payload, plan, chart)
+    return payload, plan
+
+
+def describe_plan(plan: PullRequestPlan | None) -> str:
+    """What a dry run shows: the pull request the bot would open."""
+    if plan is None:
+        return "No pull request: no candidate was significantly faster than the baseline."
+    files = "\n".join(f"  {c.path} ({len(c.content)} bytes)" for c in plan.files) or "  (none)"
+    return (f"Would open a pull request\n  repository: {plan.repo or '(local)'}\n  branch: {plan.branch}\n"
+            f"  base: {plan.base}\n  title: {plan.title}\nFiles:\n{files}\n\n{plan.body}")
