@@ -100,7 +100,7 @@ def verify(problem: str, candidate: str, device: str, sandbox: str, as_json: boo
     options = _options(resolve_device(device), sandbox)
     # A short timed phase: calls made while timing are checked too (caching, streams, floor).
     options = type(options)(**{**options.__dict__,
-                               "timing": TimingOptions(time_cap_s=1.0, min_samples=5)})
+                               "timing": TimingOptions(time_cap_s=0.3, min_samples=5)})
     result = evaluate(prob, [cand], None, options, _progress)
     outcome = result.candidates[0]
     if as_json:

@@ -181,13 +181,8 @@ def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: Cand
     per_shape: dict[str, list[ShapeOutcome]] = {n: [] for n in names}
     with _session(problem, options) as session:
         ref_hash = hashlib.sha256(problem.source.encode()).hexdigest()[:16]
-        try:
-            reference = session.start("reference", None, "Model", problem.reference_precision, ref_hash)
-        except WorkerFailure as exc:
-            raise _problem_failure(problem, exc) from None
-        environment = _environment(reference.env)
         workers: dict[str, WorkerClient] = {}
-        progress(f"{problem.name}: starting {len(contenders)} worker(s)")
+        progress(f"{problem.name}: starting {len(contenders) + 1} worker(s)")
 
         def start(name: str, cand: CandidateSource) -> None:
             try:
@@ -195,8 +190,16 @@ def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: Cand
                 workers[name] = session.start(name, module, cand.class_name, "native", cand.source_hash)
             except WorkerFailure as exc:
                 checks[name].append(failure_check(exc))
-        with ThreadPoolExecutor(max_workers=options.parallel) as pool:
-            list(pool.map(start, names, contenders))  # imports (and CUDA builds) overlap
+        # The reference and every contender start together: imports (and CUDA builds) overlap.
+        with ThreadPoolExecutor(max_workers=max(2, options.parallel)) as pool:
+            ref_future = pool.submit(session.start, "reference", None, "Model",
+                                     problem.reference_precision, ref_hash)
+            list(pool.map(start, names, contenders))
+            try:
+                reference = ref_future.result()
+            except WorkerFailure as exc:
+                raise _problem_failure(problem, exc) from None
+        environment = _environment(reference.env)
         workers = {n: workers[n] for n in names if n in workers}
         for shape in problem.shapes_for(options.device):
             _evaluate_shape(problem, shape, reference, workers, checks, per_shape, rng, options,

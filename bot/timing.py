@@ -3,7 +3,6 @@ for every call, adaptive repetition, and checks on calls made while timing."""
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -83,15 +82,14 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
                      progress: Callable[[str], None]) -> dict[str, TimingRecord]:
     """Time all contenders in one run; each round visits them in a fresh random order."""
     records = {name: TimingRecord() for name in contenders}
-    core = {max(os.sched_getaffinity(0))}
     for worker in contenders.values():
-        worker.pin(core)
+        worker.pin(True)
     try:
         return _time(problem, shape, reference, contenders, dtypes, rng, options, call_timeout_s,
                      progress, records)
     finally:
         for worker in contenders.values():
-            worker.pin(None)
+            worker.pin(False)
 
 
 def _time(problem: Problem, shape: Shape, reference: WorkerClient,

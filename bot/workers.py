@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bot.cores import timing_core, worker_cores
 from bot.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
 from bot.sandbox.base import Limits, RunningWorker, Sandbox, WorkerLaunch
 
@@ -107,16 +108,17 @@ class WorkerClient:
         self.close()
         return WorkerFailure(phase, f"worker {reason} without a result", tail)
 
-    def pin(self, cpus: set[int] | None) -> None:
-        """Pin the worker's main thread (the one that launches kernels) to `cpus`; None frees it.
+    def pin(self, timed: bool) -> None:
+        """Move the worker's launching thread onto the reserved timing core, or back off it.
 
-        Launch-bound timings depend on the CPU core: every contender is timed from the same
-        core, so a difference between processes is not a difference between cores."""
+        Every contender is timed from the same, otherwise idle core (`bot.cores`), so a
+        difference between processes is not a difference between cores or neighbours."""
         pid = getattr(self.running, "pid", None)
-        if pid is None or self.device != "cuda":
+        core = timing_core()
+        if pid is None or core is None or self.device != "cuda":
             return  # on CPU the kernel's own threads share the cores: pinning would starve them
         try:
-            os.sched_setaffinity(pid, cpus if cpus is not None else os.sched_getaffinity(0))
+            os.sched_setaffinity(pid, {core} if timed else worker_cores())
         except OSError:
             pass
 

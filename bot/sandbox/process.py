@@ -14,6 +14,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+from bot.cores import worker_cores
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, worker_env
 
 
@@ -78,6 +79,8 @@ def _limit_memory(memory_mb: int, device: str):
             cap = (memory_mb + 4096) << 20  # + room for the interpreter, torch and its threads
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if device == "cuda":
+            os.sched_setaffinity(0, worker_cores())  # keep off the reserved timing core
     return apply
 
 
