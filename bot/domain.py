@@ -13,6 +13,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
+def source_hash(text: str) -> str:
+    """Identity of a piece of source code (candidates, bases, caches)."""
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class Shape:
     """One input set of a problem: module globals to override before get_inputs()."""
@@ -72,9 +79,7 @@ class CandidateSource:
 
     @property
     def source_hash(self) -> str:
-        import hashlib
-
-        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+        return source_hash(self.source)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-import hashlib
 import random
 import secrets
 import tempfile
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from bot import bench, verify
-from bot.domain import (CandidateSource, CheckResult, Environment, Measurement, Problem, Shape,
+from bot.domain import (CandidateSource, source_hash, CheckResult, Environment, Measurement, Problem, Shape,
                         Speedup, Verdict)
 from bot.errors import HarnessError, ProblemError
 from bot.gpulock import device_key, gpu_exclusive, gpu_shared
@@ -180,7 +179,7 @@ def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: Cand
     checks: dict[str, list[CheckResult]] = {n: [] for n in names}
     per_shape: dict[str, list[ShapeOutcome]] = {n: [] for n in names}
     with _session(problem, options) as session:
-        ref_hash = hashlib.sha256(problem.source.encode()).hexdigest()[:16]
+        ref_hash = source_hash(problem.source)
         workers: dict[str, WorkerClient] = {}
         progress(f"{problem.name}: starting {len(contenders) + 1} worker(s)")
 

@@ -68,29 +68,29 @@ def _lock_file(key: str) -> Path:
 
 
 @contextlib.contextmanager
+def _file_lock(key: str, mode: int) -> Iterator[None]:
+    """The same lock across processes of the bot (shared or exclusive flock)."""
+    fd = os.open(_lock_file(key), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def gpu_shared(key: str) -> Iterator[None]:
     """Verification work on this GPU (may run alongside other verification)."""
-    with _lock_for(key).shared():
-        fd = os.open(_lock_file(key), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+    with _lock_for(key).shared(), _file_lock(key, fcntl.LOCK_SH):
+        yield
 
 
 @contextlib.contextmanager
 def gpu_exclusive(key: str) -> Iterator[None]:
     """A measurement on this GPU: nothing else of ours runs on it meanwhile."""
-    with _lock_for(key).exclusive():
-        fd = os.open(_lock_file(key), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+    with _lock_for(key).exclusive(), _file_lock(key, fcntl.LOCK_EX):
+        yield
 
 
 def device_key(device: str, gpu_index: int | None) -> str:

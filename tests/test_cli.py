@@ -69,4 +69,4 @@ def test_bench_human_table_with_progress():
     result = _invoke("bench", PROBLEM, str(CANDIDATES / "honest.py"), "--device", "cpu", "--time-cap-s", "0.5")
     assert result.exit_code == 0
     assert "contender" in result.stdout and "honest" in result.stdout and "95% CI" in result.stdout
-    assert "trial 1/4" in result.stderr
+    assert "reference 1/4" in result.stderr and "4 trials on 2 contender(s)" in result.stderr

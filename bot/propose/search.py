@@ -13,7 +13,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from bot.domain import CandidateSource, Origin, Problem
+from bot.domain import CandidateSource, Origin, Problem, source_hash
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 TF32_NORM_ERR = 3e-4  # measured normwise error of TF32 matmuls (field notes: ~3e-4)
@@ -47,9 +47,7 @@ class Base:
 
     @property
     def parent_hash(self) -> str:
-        import hashlib
-
-        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+        return source_hash(self.source)
 
 
 COMPILE_WRAPPER = '''
