@@ -17,6 +17,8 @@ DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), de
 SANDBOX = click.option("--sandbox", type=click.Choice(["process", "docker"]), default="process",
                        show_default=True, help="How untrusted candidates are isolated.")
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+GPUS = click.option("--gpus", default=None, help="GPU lanes: 'all' (default) or e.g. 0,1; timing is "
+                    "exclusive per GPU, problems are spread over them.")
 
 
 def resolve_device(device: str) -> str:
@@ -187,10 +189,11 @@ def tuning_options(func):
 @click.option("--out", type=click.Path(file_okay=False), help="Write candidates, transcript, results.json.")
 @click.option("--jobs", type=int, default=1, show_default=True,
               help="Problems optimised at once (compilation overlaps; timing stays exclusive).")
+@GPUS
 def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backend: str, samples: int,
              budget_s: float, max_rounds: int, max_tokens: int | None, min_speedup: float,
              time_cap_s: float | None, exclude: tuple[str, ...], device: str, sandbox: str,
-             as_json: bool, out: str | None, jobs: int) -> None:
+             as_json: bool, out: str | None, jobs: int, gpus: str | None) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
     from bot.optimize import optimize as run_optimize
     from bot.outputs import render_optimize, write_optimize_outputs
@@ -198,33 +201,27 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
     loaded = [load_problem_cli(p) for p in problems]
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
                                max_rounds, min_speedup, time_cap_s, max_tokens, exclude)
-    done: dict[str, object] = {}
+    from dataclasses import replace
 
-    def work(prob: Problem):
-        result = run_optimize(prob, default_baseline(prob), options, _progress)
+    from bot.lanes import Lanes, run_problems, visible_gpus
+
+    done: dict[str, object] = {}
+    lanes = Lanes(visible_gpus(gpus, options.evaluation.device))
+
+    def work(prob: Problem, gpu: int | None):
+        lane_options = replace(options, evaluation=replace(options.evaluation, gpu_index=gpu))
+        result = run_optimize(prob, default_baseline(prob), lane_options, _progress)
         done[str(prob.path)] = result
         if out:  # after every problem: a long sweep that is stopped loses nothing finished
             write_optimize_outputs(Path(out), [done[str(p.path)] for p in loaded if str(p.path) in done],
                                    min_speedup)
         return result
-    results = run_problems(loaded, work, jobs)
+    results = run_problems(loaded, work, max(jobs, len(lanes.devices)), lanes, _progress)
     if as_json:
         payload = [r.to_json(min_speedup) for r in results]
         click.echo(json.dumps(payload[0] if len(payload) == 1 else {"problems": payload}, indent=2))
     else:
         click.echo(render_optimize(results, min_speedup))
-
-
-def run_problems(problems: list[Problem], work, jobs: int) -> list:
-    """`work(problem)` for every problem, `jobs` at a time, results in input order."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def one(item):
-        n, prob = item
-        _progress(f"[{n}/{len(problems)}] {prob.name}")
-        return work(prob)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, enumerate(problems, 1)))
 
 
 def load_problem_cli(path: str) -> Problem:
@@ -261,11 +258,13 @@ def _job_options(settings, device: str | None = None, max_tokens: int | None = N
 @tuning_options
 @click.option("--out", default="kernel-bot-out", show_default=True, type=click.Path(file_okay=False))
 @click.option("--jobs", type=int, default=1, show_default=True)
+@GPUS
 @click.pass_context
 def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all_problems: bool,
             strategy: str, model: str | None, backend: str, samples: int, budget_s: float,
             max_rounds: int, max_tokens: int | None, min_speedup: float, time_cap_s: float | None,
-            exclude: tuple[str, ...], device: str, sandbox: str, out: str, jobs: int) -> None:
+            exclude: tuple[str, ...], device: str, sandbox: str, out: str, jobs: int,
+            gpus: str | None) -> None:
     """The whole pipeline locally, then print the pull request it would open. No GitHub, no token.
 
     On the default branch with nothing changed, it runs every problem (the embedded default)."""
@@ -295,7 +294,7 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     click.echo(f"Optimising {len(problems)} problem(s): {', '.join(p.name for p in problems)}", err=True)
     trigger = Trigger(kind="cli", base_ref=base, head_ref=head)
     job = Job(repo, settings, trigger, _job_options(settings, max_tokens=max_tokens, exclude=exclude),
-              Path(out), jobs)
+              Path(out), jobs, gpus)
     _, plan = run_job(job, problems, _progress)
     click.echo(describe_plan(plan))
     click.echo(f"\nWrote results.json, report.md, junit.xml, patch.diff and candidates to {out}/")
@@ -307,18 +306,20 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
 @click.option("--shard", help="K/N: only the K-th of N shards of the problems (nightly matrix).")
 @tuning_options
 @click.option("--jobs", type=int, default=1, show_default=True)
+@GPUS
 @click.pass_context
 def run(ctx: click.Context, results_dir: str, shard: str | None, strategy: str, model: str | None,
         backend: str, samples: int, budget_s: float, max_rounds: int, max_tokens: int | None,
         min_speedup: float, time_cap_s: float | None, exclude: tuple[str, ...], device: str,
-        sandbox: str, jobs: int) -> None:
+        sandbox: str, jobs: int, gpus: str | None) -> None:
     """Stage 1 of the Action (GPU runner, read-only token): event -> results directory."""
     from bot.actions import run_stage_one
 
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
                           budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
                           time_cap_s=time_cap_s, device=device, sandbox=sandbox)
-    run_stage_one(Path(results_dir), overrides, shard, jobs, max_tokens, exclude, _progress, click.echo)
+    run_stage_one(Path(results_dir), overrides, shard, jobs, max_tokens, exclude, _progress, click.echo,
+                  gpus=gpus)
 
 
 @main.command()

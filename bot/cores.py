@@ -1,24 +1,41 @@
-"""One CPU core reserved for launching timed GPU work.
+"""CPU cores reserved for launching timed GPU work, one per GPU lane.
 
 Launch-bound kernels are timed as much on the CPU that launches them as on the GPU. Workers
-start with every core but the reserved one, so compilations (of this problem or of others
+start with every core but the reserved ones, so compilations (of this problem or of others
 running beside it) never share a core with a measurement; during timing the measured worker's
-launching thread moves onto the reserved core, one contender at a time.
+launching thread moves onto its lane's reserved core, one contender at a time per lane.
 """
 
 from __future__ import annotations
 
 import os
 
+_lanes: list[int | None] = [None]
 
-def timing_core() -> int | None:
-    """The reserved core, or None on small machines (fewer than 4 cores: nothing to spare)."""
+
+def set_lanes(devices: list[int | None]) -> None:
+    """Called once the GPU lanes are known (bot.lanes); each lane gets its own core."""
+    global _lanes
+    _lanes = list(devices) or [None]
+
+
+def _reserved() -> list[int]:
     cores = sorted(os.sched_getaffinity(0))
-    return cores[-1] if len(cores) >= 4 else None
+    # Only where there is room: at least two cores left for everything else per reserved one.
+    if len(cores) < 3 * len(_lanes) + 1:
+        return []
+    return cores[-len(_lanes):]
+
+
+def timing_core(gpu_index: int | None = None) -> int | None:
+    """The reserved core of this GPU's lane, or None on small machines."""
+    reserved = _reserved()
+    if not reserved:
+        return None
+    lane = _lanes.index(gpu_index) if gpu_index in _lanes else 0
+    return reserved[lane % len(reserved)]
 
 
 def worker_cores() -> set[int]:
     """Every core a worker may use outside its timed calls."""
-    cores = set(os.sched_getaffinity(0))
-    reserved = timing_core()
-    return cores - {reserved} if reserved is not None else cores
+    return set(os.sched_getaffinity(0)) - set(_reserved())

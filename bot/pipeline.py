@@ -34,6 +34,7 @@ class Job:
     options: OptimizeOptions
     out: Path
     jobs: int = 1
+    gpus: str | None = None  # GPU lanes: "all" or "0,1" (see bot.lanes)
 
 
 def select_problems(repo_root: Path, settings: Settings, changed: list[str] | None) -> list[Problem]:
@@ -72,19 +73,24 @@ def write_reports(out: Path, payload: dict[str, Any], plan: PullRequestPlan | No
 def run_job(job: Job, problems: list[Problem], progress: Progress
             ) -> tuple[dict[str, Any], PullRequestPlan | None]:
     """Optimise every problem, then write the results directory; returns (results, plan)."""
-    from bot.cli import default_baseline, run_problems
+    from dataclasses import replace
+
+    from bot.cli import default_baseline
+    from bot.lanes import Lanes, run_problems, visible_gpus
 
     job.out.mkdir(parents=True, exist_ok=True)
     done: dict[str, OptimizeResult] = {}
+    lanes = Lanes(visible_gpus(job.gpus, job.options.evaluation.device))
 
-    def work(problem: Problem) -> OptimizeResult:
-        result = optimize(problem, default_baseline(problem), job.options, progress)
+    def work(problem: Problem, gpu: int | None) -> OptimizeResult:
+        options = replace(job.options, evaluation=replace(job.options.evaluation, gpu_index=gpu))
+        result = optimize(problem, default_baseline(problem), options, progress)
         done[str(problem.path)] = result
         # Written after every problem: a sweep that is cancelled keeps what it finished.
         write_optimize_outputs(job.out, [done[str(p.path)] for p in problems if str(p.path) in done],
                                job.options.min_speedup)
         return result
-    results = run_problems(problems, work, job.jobs)
+    results = run_problems(problems, work, max(job.jobs, len(lanes.devices)), lanes, progress)
     payload = results_payload(results, job.trigger, job.options.min_speedup)
     rows = chart_rows(payload)
     chart = speedup_chart_png(rows, "kernel-bot speedups (95% CI)") if rows else None

@@ -39,6 +39,7 @@ class WorkerClient:
                  threads: int | None = None):
         self.label = label
         self.device = device
+        self.gpu_index = gpu_index
         self.limits = limits
         self.workdir = workdir
         launch = WorkerLaunch(workdir=workdir, cache_dir=cache_dir, readable=readable,
@@ -114,7 +115,7 @@ class WorkerClient:
         Every contender is timed from the same, otherwise idle core (`bot.cores`), so a
         difference between processes is not a difference between cores or neighbours."""
         pid = getattr(self.running, "pid", None)
-        core = timing_core()
+        core = timing_core(self.gpu_index)
         if pid is None or core is None or self.device != "cuda":
             return  # on CPU the kernel's own threads share the cores: pinning would starve them
         try:

@@ -1,0 +1,72 @@
+"""GPU lanes: on a runner with N GPUs, N exclusive timing lanes fed from one work queue.
+
+Problems are taken from one queue by `jobs` threads; each problem runs on the lane (GPU) with
+the fewest problems at that moment. Compilation and verification of all running problems
+overlap on the CPUs; timing is exclusive per lane (`bot.gpulock` keys its lock by GPU), so two
+measurements never share a GPU, and a verdict does not depend on how many lanes there are.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence, TypeVar
+
+from bot.cores import set_lanes
+from bot.domain import Problem
+
+T = TypeVar("T")
+
+
+class Lanes:
+    def __init__(self, devices: Sequence[int | None]):
+        if not devices:
+            raise ValueError("at least one lane")
+        self.devices = list(devices)
+        set_lanes(self.devices)
+        self._active = [0] * len(self.devices)
+        self._lock = threading.Lock()
+        self.history: list[tuple[str, int | None]] = []  # (problem, device), in start order
+
+    def acquire(self, name: str) -> int:
+        with self._lock:
+            i = min(range(len(self.devices)), key=lambda k: (self._active[k], k))
+            self._active[i] += 1
+            self.history.append((name, self.devices[i]))
+            return i
+
+    def release(self, i: int) -> None:
+        with self._lock:
+            self._active[i] -= 1
+
+
+def visible_gpus(spec: str | None, device: str) -> list[int | None]:
+    """`--gpus`: 'all' (default on CUDA: every visible GPU), or a comma list of indices."""
+    if device != "cuda":
+        return [None]
+    if spec in (None, "", "all"):
+        import torch
+
+        return list(range(torch.cuda.device_count())) or [None]
+    try:
+        return [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        from bot.errors import BotError
+
+        raise BotError(f"--gpus {spec!r}: expected 'all' or a comma list like 0,1") from None
+
+
+def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | None], T], jobs: int,
+                 lanes: Lanes, progress: Callable[[str], None]) -> list[T]:
+    """`work(problem, gpu)` for every problem, `jobs` at a time; results in input order."""
+    def one(item: tuple[int, Problem]) -> T:
+        n, problem = item
+        lane = lanes.acquire(problem.name)
+        gpu = lanes.devices[lane]
+        progress(f"[{n}/{len(problems)}] {problem.name}" + (f" on GPU {gpu}" if gpu is not None else ""))
+        try:
+            return work(problem, gpu)
+        finally:
+            lanes.release(lane)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, enumerate(problems, 1)))
