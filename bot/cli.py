@@ -59,12 +59,13 @@ def _progress(message: str) -> None:
 
 
 def _options(device: str, sandbox: str, time_cap_s: float | None = None,
-             min_speedup: float = 1.05, measure_cap_s: float | None = None):
+             min_speedup: float = 1.05, use_cache: bool = False):
     from bot.evaluate import EvalOptions
     from bot.timing import TimingOptions
 
     timing = TimingOptions(time_cap_s=time_cap_s) if time_cap_s else TimingOptions()
-    return EvalOptions(device=device, sandbox=sandbox, timing=timing, min_speedup=min_speedup)
+    return EvalOptions(device=device, sandbox=sandbox, timing=timing, min_speedup=min_speedup,
+                       use_cache=use_cache)
 
 
 class BotGroup(click.Group):
@@ -151,13 +152,15 @@ BUDGET = click.option("--budget-s", type=float, default=900.0, show_default=True
 
 def optimize_options(device: str, sandbox: str, strategy: str, model: str | None, backend: str,
                      samples: int, budget_s: float, max_rounds: int, min_speedup: float,
-                     time_cap_s: float | None, max_tokens: int | None, exclude: tuple[str, ...] = ()):
+                     time_cap_s: float | None, max_tokens: int | None, exclude: tuple[str, ...] = (),
+                     use_cache: bool = True):
     from bot.optimize import OptimizeOptions
 
     return OptimizeOptions(strategy=strategy, model=model, backend=backend, samples=samples,
                            budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
                            max_total_tokens=max_tokens, exclude=tuple(exclude),
-                           evaluation=_options(resolve_device(device), sandbox, time_cap_s, min_speedup))
+                           evaluation=_options(resolve_device(device), sandbox, time_cap_s, min_speedup,
+                                               use_cache))
 
 
 def tuning_options(func):
@@ -190,17 +193,19 @@ def tuning_options(func):
 @click.option("--jobs", type=int, default=1, show_default=True,
               help="Problems optimised at once (compilation overlaps; timing stays exclusive).")
 @GPUS
+@click.option("--cache/--no-cache", default=True, show_default=True,
+              help="Reuse verdicts and timings of candidates judged before on this machine stack.")
 def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backend: str, samples: int,
              budget_s: float, max_rounds: int, max_tokens: int | None, min_speedup: float,
              time_cap_s: float | None, exclude: tuple[str, ...], device: str, sandbox: str,
-             as_json: bool, out: str | None, jobs: int, gpus: str | None) -> None:
+             as_json: bool, out: str | None, jobs: int, gpus: str | None, cache: bool) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
     from bot.optimize import optimize as run_optimize
     from bot.outputs import render_optimize, write_optimize_outputs
 
     loaded = [load_problem_cli(p) for p in problems]
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
-                               max_rounds, min_speedup, time_cap_s, max_tokens, exclude)
+                               max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache)
     from dataclasses import replace
 
     from bot.lanes import Lanes, run_problems, visible_gpus

@@ -39,6 +39,7 @@ class EvalOptions:
     threads: int | None = None
     gpu_index: int | None = None
     cache_root: Path = Path.home() / ".cache" / "kernel-bot"
+    use_cache: bool = False  # reuse verdicts and timings of candidates judged before (bot.cache)
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,30 @@ def _problem_failure(problem: Problem, exc: WorkerFailure) -> ProblemError:
 
 def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: CandidateSource | None,
              options: EvalOptions, progress: Progress = lambda _: None) -> Evaluation:
-    """Verify every candidate (and the baseline) on every shape; time the accepted ones."""
+    """Verify every candidate (and the baseline) on every shape; time the accepted ones.
+
+    With `options.use_cache`, candidates already judged against the same problem, baseline and
+    machine stack are taken from the cache (bot.cache) instead of being run again."""
+    if not options.use_cache:
+        return _evaluate_fresh(problem, candidates, baseline, options, progress)
+    from bot.cache import ResultCache, environment_key
+
+    cache = ResultCache(options.cache_root, environment_key(options.device, options.gpu_index),
+                        options.min_speedup)
+    cached = [cache.get(problem, baseline, c) for c in candidates]
+    fresh = [c for c, hit in zip(candidates, cached) if hit is None]
+    if len(fresh) < len(candidates):
+        progress(f"{problem.name}: {len(candidates) - len(fresh)} candidate(s) from the cache")
+    evaluation = _evaluate_fresh(problem, fresh, baseline, options, progress)
+    by_candidate = {id(o.candidate): o for o in evaluation.candidates}
+    for outcome in evaluation.candidates:
+        cache.put(problem, baseline, outcome)
+    merged = tuple(hit if hit is not None else by_candidate[id(c)] for c, hit in zip(candidates, cached))
+    return Evaluation(problem, evaluation.environment, evaluation.baseline, merged)
+
+
+def _evaluate_fresh(problem: Problem, candidates: list[CandidateSource], baseline: CandidateSource | None,
+                    options: EvalOptions, progress: Progress) -> Evaluation:
     rng = random.Random(secrets.randbits(64))  # the secret seed: from the OS, never fixed
     contenders = ([baseline] if baseline else []) + list(candidates)
     names = [f"c{i}" for i in range(len(contenders))]

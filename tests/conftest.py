@@ -41,7 +41,8 @@ def quick_options():
         limits = overrides.pop("limits", Limits(memory_mb=4096, import_timeout_s=120,
                                                 construct_timeout_s=60, call_timeout_s=20))
         timing = overrides.pop("timing", TimingOptions(time_cap_s=0.5, min_samples=5))
-        return EvalOptions(device="cpu", limits=limits, timing=timing,
-                           cache_root=Path(os.environ.get("KERNEL_BOT_TEST_CACHE", "/tmp/kernel-bot-test-cache")),
+        cache_root = overrides.pop("cache_root", Path(os.environ.get("KERNEL_BOT_TEST_CACHE",
+                                                                    "/tmp/kernel-bot-test-cache")))
+        return EvalOptions(device="cpu", limits=limits, timing=timing, cache_root=cache_root,
                            **overrides)
     return make

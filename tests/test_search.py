@@ -67,3 +67,26 @@ def test_autotune_variants_change_only_the_constants_and_are_verified(quick_opti
                        .replace(f"NUM_WARPS = {consts['NUM_WARPS']}", "NUM_WARPS = 4") == source
     result = evaluate(load_problem(PROBLEMS / "big_add.py"), variants, None, quick_options())
     assert all(o.verdict.accepted for o in result.candidates), [o.verdict.reasons for o in result.candidates]
+
+
+def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_options, tmp_path):
+    from bot.cli import load_candidate
+    from bot.domain import CandidateSource, Origin
+
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    honest = load_candidate(CANDIDATES / "honest.py")
+    cheat = load_candidate(CANDIDATES / "cheat_low_precision.py")
+    options = quick_options(use_cache=True, cache_root=tmp_path)
+    first = evaluate(problem, [honest, cheat], None, options)
+    assert len(list((tmp_path / "results" / "scale_add").glob("*.json"))) == 2
+    calls = []
+    second = evaluate(problem, [honest, cheat], None, options, progress=calls.append)
+    assert any("2 candidate(s) from the cache" in c for c in calls)
+    for a, b in zip(first.candidates, second.candidates):
+        assert a.verdict.status == b.verdict.status and a.verdict.reasons == b.verdict.reasons
+        assert [s.measurement.samples_us if s.measurement else None for s in a.shapes] == \
+               [s.measurement.samples_us if s.measurement else None for s in b.shapes]
+    changed = CandidateSource("honest2", honest.source + "\n# changed\n", Origin("file"))
+    calls.clear()
+    third = evaluate(problem, [changed], None, options, progress=calls.append)
+    assert not any("from the cache" in c for c in calls) and third.candidates[0].verdict.accepted
