@@ -63,7 +63,7 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
                   max_tokens: int | None, exclude: tuple[str, ...], progress: Callable[[str], None],
                   echo: Echo, environ: Mapping[str, str] | None = None,
                   gpus: str | None = None) -> dict[str, Any] | None:
-    from bot.cli import _job_options
+    from bot.options import job_options
     from bot.github import trigger_from_event
     from bot.pipeline import Job, run_job, select_problems
     from bot.shards import parse_shard, shard_problems
@@ -83,7 +83,7 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
         problems = shard_problems(problems, *parse_shard(shard))
     if not problems:
         echo("kernel-bot: no problem is affected by this change.")
-    job = Job(workspace, settings, trigger, _job_options(settings, max_tokens=max_tokens, exclude=exclude),
+    job = Job(workspace, settings, trigger, job_options(settings, max_tokens=max_tokens, exclude=exclude),
               results_dir, jobs, gpus)
     payload, plan = run_job(job, problems, progress)
     summary = (results_dir / "summary.md").read_text()

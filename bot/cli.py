@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 import sys
 from pathlib import Path
 
 import click
 
-from bot.domain import CandidateSource, Origin, Problem
+from bot.candidates import default_baseline, load_candidate  # noqa: F401 (re-exported)
+from bot.domain import Problem
 from bot.errors import BotError
+from bot.options import evaluation_options, job_options, optimize_options, resolve_device
 
 DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
                       show_default=True, help="Where candidates run.")
@@ -21,51 +24,8 @@ GPUS = click.option("--gpus", default=None, help="GPU lanes: 'all' (default) or 
                     "exclusive per GPU, problems are spread over them.")
 
 
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        if device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                raise BotError("--device cuda: no CUDA GPU is visible to torch")
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def load_candidate(path: str | Path) -> CandidateSource:
-    """A candidate file as given by the user (its code is never imported here)."""
-    file = Path(path).resolve()
-    try:
-        source = file.read_text()
-    except OSError as exc:
-        raise BotError(f"{path}: cannot read candidate ({exc.strerror})") from None
-    return CandidateSource(name=file.stem, source=source, origin=Origin("file", str(path)), path=file)
-
-
-def default_baseline(problem: Problem) -> CandidateSource:
-    """The TARGET implementation if the problem declares one, else the reference itself."""
-    if problem.target is not None:
-        base = load_candidate(problem.target)
-        return CandidateSource(name=f"target:{problem.target_relpath}", source=base.source,
-                               origin=Origin("target", problem.target_relpath or ""), path=base.path)
-    return CandidateSource(name="reference", source=problem.source, origin=Origin("reference"),
-                           path=problem.path, class_name="Model")
-
-
 def _progress(message: str) -> None:
     click.echo(f"... {message}", err=True)
-
-
-def _options(device: str, sandbox: str, time_cap_s: float | None = None,
-             min_speedup: float = 1.05, use_cache: bool = False):
-    from bot.evaluate import EvalOptions
-    from bot.timing import TimingOptions
-
-    timing = TimingOptions(time_cap_s=time_cap_s) if time_cap_s else TimingOptions()
-    return EvalOptions(device=device, sandbox=sandbox, timing=timing, min_speedup=min_speedup,
-                       use_cache=use_cache)
 
 
 class BotGroup(click.Group):
@@ -100,10 +60,9 @@ def verify(problem: str, candidate: str, device: str, sandbox: str, as_json: boo
 
     prob = load_problem(problem)
     cand = load_candidate(candidate)
-    options = _options(resolve_device(device), sandbox)
     # A short timed phase: calls made while timing are checked too (caching, streams, floor).
-    options = type(options)(**{**options.__dict__,
-                               "timing": TimingOptions(time_cap_s=0.3, min_samples=5)})
+    options = replace(evaluation_options(resolve_device(device), sandbox),
+                      timing=TimingOptions(time_cap_s=0.3, min_samples=5))
     result = evaluate(prob, [cand], None, options, _progress)
     outcome = result.candidates[0]
     if as_json:
@@ -136,7 +95,7 @@ def bench(problem: str, candidates: tuple[str, ...], baseline: str | None, time_
     prob = load_problem(problem)
     base = load_candidate(baseline) if baseline else default_baseline(prob)
     cands = [load_candidate(c) for c in candidates]
-    options = _options(resolve_device(device), sandbox, time_cap_s, min_speedup)
+    options = evaluation_options(resolve_device(device), sandbox, time_cap_s, min_speedup)
     result = evaluate(prob, cands, base, options, _progress)
     if as_json:
         click.echo(json.dumps(bench_json(result, min_speedup), indent=2))
@@ -148,19 +107,6 @@ STRATEGY = click.option("--strategy", type=click.Choice(["search", "llm", "all"]
                         show_default=True, help="search needs no LLM; llm uses an OpenAI-compatible endpoint.")
 BUDGET = click.option("--budget-s", type=float, default=900.0, show_default=True,
                       help="Wall-clock budget per problem.")
-
-
-def optimize_options(device: str, sandbox: str, strategy: str, model: str | None, backend: str,
-                     samples: int, budget_s: float, max_rounds: int, min_speedup: float,
-                     time_cap_s: float | None, max_tokens: int | None, exclude: tuple[str, ...] = (),
-                     use_cache: bool = True):
-    from bot.optimize import OptimizeOptions
-
-    return OptimizeOptions(strategy=strategy, model=model, backend=backend, samples=samples,
-                           budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
-                           max_total_tokens=max_tokens, exclude=tuple(exclude),
-                           evaluation=_options(resolve_device(device), sandbox, time_cap_s, min_speedup,
-                                               use_cache))
 
 
 def tuning_options(func):
@@ -243,17 +189,6 @@ def _explicit(ctx: click.Context, **values) -> dict:
             if ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)}
 
 
-def _job_options(settings, device: str | None = None, max_tokens: int | None = None,
-                 exclude: tuple[str, ...] = ()):
-    resolved = resolve_device(device or settings.device)
-    if resolved == "cpu" and not exclude:
-        # max-autotune compiles for minutes on a CPU and never wins there.
-        exclude = ("compile-max-autotune*",)
-    return optimize_options(resolved, settings.sandbox, settings.strategy, settings.model,
-                            settings.backend, settings.samples, settings.budget_s, settings.max_rounds,
-                            settings.min_speedup, settings.time_cap_s, max_tokens, exclude)
-
-
 @main.command("dry-run")
 @click.option("--repo", "repo_path", default=".", type=click.Path(file_okay=False, exists=True),
               show_default=True, help="The repository to look at.")
@@ -298,7 +233,7 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
         return
     click.echo(f"Optimising {len(problems)} problem(s): {', '.join(p.name for p in problems)}", err=True)
     trigger = Trigger(kind="cli", base_ref=base, head_ref=head)
-    job = Job(repo, settings, trigger, _job_options(settings, max_tokens=max_tokens, exclude=exclude),
+    job = Job(repo, settings, trigger, job_options(settings, max_tokens=max_tokens, exclude=exclude),
               Path(out), jobs, gpus)
     _, plan = run_job(job, problems, _progress)
     click.echo(describe_plan(plan))

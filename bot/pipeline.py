@@ -75,7 +75,7 @@ def run_job(job: Job, problems: list[Problem], progress: Progress
     """Optimise every problem, then write the results directory; returns (results, plan)."""
     from dataclasses import replace
 
-    from bot.cli import default_baseline
+    from bot.candidates import default_baseline
     from bot.lanes import Lanes, run_problems, visible_gpus
 
     job.out.mkdir(parents=True, exist_ok=True)

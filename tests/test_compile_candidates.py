@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.cli import load_candidate
+from bot.candidates import load_candidate
 from bot.evaluate import evaluate
 from bot.problems import load_problem
 from conftest import CANDIDATES, PROBLEMS, ROOT

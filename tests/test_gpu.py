@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import default_baseline, load_candidate
+from bot.candidates import default_baseline, load_candidate
 from bot.evaluate import EvalOptions, evaluate
 from bot.problems import find_problems, load_problem
 from bot.sandbox import Limits

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from bot import cores
-from bot.cli import default_baseline, load_candidate
+from bot.candidates import default_baseline, load_candidate
 from bot.evaluate import evaluate
 from bot.lanes import Lanes, run_problems
 from bot.problems import load_problem

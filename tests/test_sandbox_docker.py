@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import load_candidate
+from bot.candidates import load_candidate
 from bot.errors import BotError
 from bot.evaluate import EvalOptions, evaluate
 from bot.problems import load_problem

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from bot.cli import load_candidate
+from bot.candidates import load_candidate
 from bot.evaluate import evaluate
 from bot.problems import load_problem
 from bot.sandbox import Limits

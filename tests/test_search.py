@@ -70,7 +70,7 @@ def test_autotune_variants_change_only_the_constants_and_are_verified(quick_opti
 
 
 def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_options, tmp_path):
-    from bot.cli import load_candidate
+    from bot.candidates import load_candidate
     from bot.domain import CandidateSource, Origin
 
     problem = load_problem(PROBLEMS / "scale_add.py")
