@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 from bot import cores
 from bot.candidates import default_baseline, load_candidate

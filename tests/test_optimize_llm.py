@@ -8,9 +8,7 @@ import json
 import subprocess
 import sys
 
-import pytest
-
-from bot.cli import default_baseline
+from bot.candidates import default_baseline
 from bot.evaluate import EvalOptions
 from bot.optimize import OptimizeOptions, optimize
 from bot.problems import load_problem

@@ -396,7 +396,7 @@ def test_swiglu_torch_target_matches_model():
         assert out.dtype == native.dtype and out.shape == native.shape
         ref = upcast_model(model)(*upcast_inputs(inputs))
         assert_close(out, ref, tolerance(meta, out.dtype), f"swiglu target [{distribution}]")
-        assert_close(out, native, tolerance(meta, out.dtype), f"swiglu target vs native")
+        assert_close(out, native, tolerance(meta, out.dtype), "swiglu target vs native")
 
 
 _TRITON_SCRIPT = textwrap.dedent(
