@@ -64,7 +64,7 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
                   echo: Echo, environ: Mapping[str, str] | None = None,
                   gpus: str | None = None) -> dict[str, Any] | None:
     from bot.options import job_options
-    from bot.github import trigger_from_event
+    from bot.events import trigger_from_event
     from bot.pipeline import Job, run_job, select_problems
     from bot.shards import parse_shard, shard_problems
 

@@ -1,4 +1,4 @@
-"""The GitHub edge: webhook event -> `Trigger`, `PullRequestPlan` -> branch, PR, comment, check run.
+"""The GitHub edge: `PullRequestPlan` -> branch, PR, comment, check run (events: bot.events).
 
 The only module importing PyGithub. Every network step goes through `GitHubClient._step`,
 which retries transient failures and turns permission errors into one clear `BotError` line.
@@ -11,7 +11,7 @@ import time
 from base64 import b64encode
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import requests
 from github import Auth, Github, GithubException, InputGitTreeElement, UnknownObjectException
@@ -19,46 +19,17 @@ from github.GitRef import GitRef
 from github.PullRequest import PullRequest
 from github.Repository import Repository
 
-from bot.domain import CheckRunPlan, FileChange, PullRequestPlan, Trigger
+from bot.domain import CheckRunPlan, FileChange, PullRequestPlan
 from bot.errors import BotError
+from bot.events import PULL_REQUEST_ACTIONS, trigger_from_event  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STICKY_MARKER = "<!-- kernel-bot:sticky -->"
 BOT_BRANCH_PREFIX = "kernel-bot/"
-PULL_REQUEST_ACTIONS = ("labeled", "synchronize", "opened", "reopened")
 _TRANSIENT_STATUSES = frozenset({502, 503, 504})
 _CHECK_SUMMARY_MAX_CHARS = 65_535  # GitHub rejects longer check run summaries with 422
-
-
-def trigger_from_event(event_name: str, payload: dict[str, Any], repo: str) -> Trigger:
-    """Turn a GitHub Actions event (name + event.json payload) into a `Trigger`."""
-    default_branch = (payload.get("repository") or {}).get("default_branch")
-    if event_name in ("schedule", "workflow_dispatch"):
-        return Trigger(kind=event_name, repo=repo, default_branch=default_branch)
-    if event_name != "pull_request":
-        raise BotError(f"unsupported event {event_name!r}: kernel-bot runs on pull_request, "
-                       "schedule and workflow_dispatch")
-    action = payload.get("action")
-    if action not in PULL_REQUEST_ACTIONS:
-        raise BotError(f"unsupported pull_request action {action!r}: expected one of "
-                       f"{', '.join(PULL_REQUEST_ACTIONS)}")
-    try:
-        pr = payload["pull_request"]
-        head, base = pr["head"], pr["base"]
-        # A deleted fork has `head.repo: null`. Its name is unknown, but it is certainly not
-        # `repo`: a placeholder keeps `Trigger.fork` True, so nothing is ever pushed for it.
-        head_repo = (head.get("repo") or {}).get("full_name") or f"{head['user']['login']}/(deleted fork)"
-        return Trigger(
-            kind="pull_request", repo=repo, action=action, pr_number=int(pr["number"]),
-            base_ref=base["ref"], base_sha=base["sha"], head_ref=head["ref"], head_sha=head["sha"],
-            head_repo=head_repo,
-            label=(payload.get("label") or {}).get("name") if action == "labeled" else None,
-            labels=tuple(label["name"] for label in pr.get("labels") or ()),
-            default_branch=default_branch)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BotError(f"malformed pull_request payload: missing or bad field {exc}") from exc
 
 
 @dataclass(frozen=True)
