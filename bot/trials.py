@@ -27,8 +27,11 @@ class TrialStats:
     max_abs_err: float = 0.0
     norm_rel_err: float = 0.0
 
-    def add(self, details: Mapping[str, Any]) -> None:
-        self.max_abs_err = max(self.max_abs_err, float(details.get("max_abs_err", 0.0)))
+    def add(self, details: Mapping[str, Any], standard_inputs: bool) -> None:
+        # Absolute errors on the x100 'large' inputs are 100x larger by construction: the
+        # report's "max abs err" speaks of standard inputs; the normwise error of all of them.
+        if standard_inputs:
+            self.max_abs_err = max(self.max_abs_err, float(details.get("max_abs_err", 0.0)))
         self.norm_rel_err = max(self.norm_rel_err, float(details.get("norm_rel_err", 0.0)))
 
 
@@ -93,7 +96,7 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
                     out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
                     result = verify.compare_values(expected, actual, dtypes[i], problem.tolerance,
                                                    out_label)
-                    stats.add(result.details)
+                    stats.add(result.details, dist == "standard")
                     results.append(result)
             found.extend(results)
             if not all(r.passed for r in results):
