@@ -11,7 +11,6 @@ from pathlib import Path
 import click
 
 from bot.candidates import default_baseline, load_candidate  # noqa: F401 (re-exported)
-from bot.domain import Problem
 from bot.errors import BotError
 from bot.options import evaluation_options, job_options, optimize_options, resolve_device
 
@@ -146,39 +145,19 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
              time_cap_s: float | None, exclude: tuple[str, ...], device: str, sandbox: str,
              as_json: bool, out: str | None, jobs: int, gpus: str | None, cache: bool) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
-    from bot.optimize import optimize as run_optimize
-    from bot.outputs import render_optimize, write_optimize_outputs
+    from bot.outputs import render_optimize
+    from bot.pipeline import optimize_all
+    from bot.problems import load_problem
 
-    loaded = [load_problem_cli(p) for p in problems]
+    loaded = [load_problem(p) for p in problems]
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
                                max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache)
-    from dataclasses import replace
-
-    from bot.lanes import Lanes, run_problems, visible_gpus
-
-    done: dict[str, object] = {}
-    lanes = Lanes(visible_gpus(gpus, options.evaluation.device))
-
-    def work(prob: Problem, gpu: int | None):
-        lane_options = replace(options, evaluation=replace(options.evaluation, gpu_index=gpu))
-        result = run_optimize(prob, default_baseline(prob), lane_options, _progress)
-        done[str(prob.path)] = result
-        if out:  # after every problem: a long sweep that is stopped loses nothing finished
-            write_optimize_outputs(Path(out), [done[str(p.path)] for p in loaded if str(p.path) in done],
-                                   min_speedup)
-        return result
-    results = run_problems(loaded, work, max(jobs, len(lanes.devices)), lanes, _progress)
+    results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, _progress)
     if as_json:
         payload = [r.to_json(min_speedup) for r in results]
         click.echo(json.dumps(payload[0] if len(payload) == 1 else {"problems": payload}, indent=2))
     else:
         click.echo(render_optimize(results, min_speedup))
-
-
-def load_problem_cli(path: str) -> Problem:
-    from bot.problems import load_problem
-
-    return load_problem(path)
 
 
 def _explicit(ctx: click.Context, **values) -> dict:

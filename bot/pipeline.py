@@ -70,27 +70,34 @@ def write_reports(out: Path, payload: dict[str, Any], plan: PullRequestPlan | No
     (out / "patch.diff").write_text(plan.patch if plan else "")
 
 
-def run_job(job: Job, problems: list[Problem], progress: Progress
-            ) -> tuple[dict[str, Any], PullRequestPlan | None]:
-    """Optimise every problem, then write the results directory; returns (results, plan)."""
+def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | None, jobs: int,
+                 out: Path | None, progress: Progress) -> list[OptimizeResult]:
+    """Optimise every problem over the GPU lanes; with `out`, results are written after each
+    problem, so a sweep that is cancelled keeps what it finished."""
     from dataclasses import replace
 
     from bot.candidates import default_baseline
     from bot.lanes import Lanes, run_problems, visible_gpus
 
-    job.out.mkdir(parents=True, exist_ok=True)
     done: dict[str, OptimizeResult] = {}
-    lanes = Lanes(visible_gpus(job.gpus, job.options.evaluation.device))
+    lanes = Lanes(visible_gpus(gpus, options.evaluation.device))
 
     def work(problem: Problem, gpu: int | None) -> OptimizeResult:
-        options = replace(job.options, evaluation=replace(job.options.evaluation, gpu_index=gpu))
-        result = optimize(problem, default_baseline(problem), options, progress)
+        lane = replace(options, evaluation=replace(options.evaluation, gpu_index=gpu))
+        result = optimize(problem, default_baseline(problem), lane, progress)
         done[str(problem.path)] = result
-        # Written after every problem: a sweep that is cancelled keeps what it finished.
-        write_optimize_outputs(job.out, [done[str(p.path)] for p in problems if str(p.path) in done],
-                               job.options.min_speedup)
+        if out is not None:
+            write_optimize_outputs(out, [done[str(p.path)] for p in problems if str(p.path) in done],
+                                   options.min_speedup)
         return result
-    results = run_problems(problems, work, max(job.jobs, len(lanes.devices)), lanes, progress)
+    return run_problems(problems, work, max(jobs, len(lanes.devices)), lanes, progress)
+
+
+def run_job(job: Job, problems: list[Problem], progress: Progress
+            ) -> tuple[dict[str, Any], PullRequestPlan | None]:
+    """Optimise every problem, then write the results directory; returns (results, plan)."""
+    job.out.mkdir(parents=True, exist_ok=True)
+    results = optimize_all(problems, job.options, job.gpus, job.jobs, job.out, progress)
     payload = results_payload(results, job.trigger, job.options.min_speedup)
     rows = chart_rows(payload)
     chart = speedup_chart_png(rows, "kernel-bot speedups (95% CI)") if rows else None
