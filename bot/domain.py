@@ -121,10 +121,31 @@ class Measurement:
     """Raw timing samples of one contender on one shape; statistics are derived."""
 
     samples_us: tuple[float, ...]
+    # Lengths of the consecutive batches the samples were taken in (one visit of the
+    # interleaved protocol each). Calls within a batch share their moment (clocks, host
+    # state), so batches, not calls, are the independent units; () means every sample is
+    # its own batch.
+    batch_sizes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.batch_sizes and sum(self.batch_sizes) != len(self.samples_us):
+            raise ValueError(f"batch sizes {sum(self.batch_sizes)} != {len(self.samples_us)} samples")
 
     @property
     def n(self) -> int:
         return len(self.samples_us)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.batch_sizes or (1,) * len(self.samples_us)
+
+    @property
+    def batch_medians(self) -> tuple[float, ...]:
+        out, start = [], 0
+        for size in self.sizes:
+            out.append(statistics.median(self.samples_us[start:start + size]))
+            start += size
+        return tuple(out)
 
     @property
     def median_us(self) -> float:
@@ -142,18 +163,29 @@ class Measurement:
 
     @property
     def rel_se(self) -> float:
-        """Relative standard error of the median (normal approximation from the IQR)."""
+        """Relative standard error of the median: the larger of the estimate from the IQR
+        of all calls and the one from the spread between batches (calls within a batch are
+        correlated, so the first alone is too optimistic)."""
         if self.n < 2 or self.median_us <= 0:
             return math.inf
         sigma = self.iqr_us / 1.349
-        return 1.2533 * sigma / math.sqrt(self.n) / self.median_us
+        within = 1.2533 * sigma / math.sqrt(self.n) / self.median_us
+        if not self.batch_sizes:
+            return within
+        meds = self.batch_medians
+        if len(meds) < 2:
+            return math.inf
+        between = statistics.stdev(meds) / math.sqrt(len(meds)) / self.median_us
+        return max(within, between)
 
     def to_json(self, with_samples: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"median_us": self.median_us, "iqr_us": self.iqr_us,
                                "q1_us": self.quantile_us(0.25), "q3_us": self.quantile_us(0.75),
-                               "n": self.n, "rel_se": self.rel_se}
+                               "n": self.n, "rel_se": self.rel_se,
+                               "batches": len(self.sizes)}
         if with_samples:
             out["samples_us"] = list(self.samples_us)
+            out["batch_sizes"] = list(self.batch_sizes)
         return out
 
 

@@ -19,7 +19,10 @@ class TimingOptions:
     time_cap_s: float = 5.0  # per shape, all contenders together
     target_rel_se: float = 0.01  # stop once every median is known to 1%
     min_samples: int = 10
-    batch_target_us: float = 20_000.0  # calls per batch chosen to fill about this long
+    # Each contender's samples come from at least this many interleaved visits, so that no
+    # single moment (a clock change, a busy host) decides a median.
+    min_batches: int = 6
+    batch_target_us: float = 10_000.0  # calls per batch chosen to fill about this long
     max_batch: int = 50
     warmup_batches: int = 1
     checks_per_batch: int = 1  # timed calls re-checked against the reference, chosen afterwards
@@ -28,6 +31,7 @@ class TimingOptions:
 @dataclass
 class TimingRecord:
     samples_us: list[float] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)
     host_us: list[float] = field(default_factory=list)
     event_us: list[float] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
@@ -35,7 +39,9 @@ class TimingRecord:
     failed: bool = False
 
     def measurement(self) -> Measurement | None:
-        return Measurement(tuple(self.samples_us)) if self.samples_us else None
+        if not self.samples_us:
+            return None
+        return Measurement(tuple(self.samples_us), tuple(self.batch_sizes))
 
 
 def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, reference: WorkerClient,
@@ -69,6 +75,7 @@ def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, reference: 
         return
     if keep:
         record.samples_us.extend(samples)
+        record.batch_sizes.append(len(samples))
         record.host_us.extend(reply["host_us"])
         record.event_us.extend(reply["event_us"] or [])
     else:  # warm-up: also sizes the batches of the measured rounds
@@ -103,6 +110,9 @@ def _time(problem: Problem, shape: Shape, reference: WorkerClient,
                        call_timeout_s, options, keep=False)
     active = {n: w for n, w in active.items() if not records[n].failed}
     deadline = time.monotonic() + options.time_cap_s
+    # The cap gives way until every contender has two batches (an interval needs a spread),
+    # but not without end: very slow contenders stop at ten times the cap.
+    hard_deadline = time.monotonic() + 10 * options.time_cap_s
     rounds = 0
     while active:
         rounds += 1
@@ -111,8 +121,10 @@ def _time(problem: Problem, shape: Shape, reference: WorkerClient,
                        call_timeout_s, options, keep=True)
         active = {n: w for n, w in active.items() if not records[n].failed}
         done = all(bench.converged(records[n].measurement(), options.target_rel_se,
-                                   options.min_samples) for n in active)
-        if done or time.monotonic() > deadline:
+                                   options.min_samples, options.min_batches) for n in active)
+        now = time.monotonic()
+        if done or now > hard_deadline or (
+                now > deadline and all(len(records[n].batch_sizes) >= 2 for n in active)):
             break
         if rounds % 5 == 0:
             worst = max((records[n].measurement().rel_se for n in active), default=0.0)

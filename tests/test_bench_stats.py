@@ -50,3 +50,59 @@ def test_measurement_keeps_raw_samples_and_derives_statistics():
 def test_geomean():
     assert geomean([2.0, 8.0]) == pytest.approx(4.0)
     assert geomean([]) is None
+
+
+def _batched(median: float, batches: int, size: int, rng: random.Random,
+             between: float = 0.06, within: float = 0.002) -> Measurement:
+    """Timings whose batches each sit at their own level (a clock or host state that lasts
+    a batch), with little noise inside a batch: what a launch-bound GPU shape looks like."""
+    samples = []
+    for _ in range(batches):
+        level = median * (1 + rng.gauss(0, between))
+        samples.extend(level * (1 + rng.gauss(0, within)) for _ in range(size))
+    return Measurement(tuple(samples), (size,) * batches)
+
+
+def test_correlated_batches_make_no_false_claims_where_calls_alone_would():
+    rng = random.Random(4)
+    false_as_batches = false_as_calls = 0
+    for trial in range(20):
+        a, b = _batched(100.0, 3, 50, rng, 0.08), _batched(100.0, 3, 50, rng, 0.08)
+        if speedup(a, b, seed=trial).significance != "no significant difference":
+            false_as_batches += 1
+        # The same samples, treated as independent calls: the interval is far too narrow.
+        flat = speedup(Measurement(a.samples_us), Measurement(b.samples_us), seed=trial)
+        if flat.significance != "no significant difference":
+            false_as_calls += 1
+    assert false_as_batches <= 2
+    assert false_as_calls >= 6  # why batches matter: the per-call bootstrap is fooled
+
+
+def test_batched_speedup_still_detects_a_real_gain():
+    rng = random.Random(5)
+    result = speedup(_batched(150.0, 10, 30, rng, between=0.02), _batched(100.0, 10, 30, rng, between=0.02))
+    assert result.significance == "faster" and result.ci_low > 1.3
+
+
+def test_rel_se_counts_the_spread_between_batches():
+    rng = random.Random(6)
+    m = _batched(100.0, 8, 50, rng)
+    assert m.rel_se > 0.01  # 6 % between batches, 8 batches: the median is not known to 1 %
+    assert Measurement(m.samples_us).rel_se < 0.01  # the per-call estimate alone claims it is
+    assert not converged(m, 0.01, 10, min_batches=6)
+    steady = _batched(100.0, 8, 50, rng, between=0.001)
+    assert converged(steady, 0.01, 10, min_batches=6)
+    assert not converged(steady, 0.01, 10, min_batches=9)
+
+
+def test_batch_sizes_must_cover_the_samples():
+    with pytest.raises(ValueError):
+        Measurement((1.0, 2.0, 3.0), (2, 2))
+
+
+def test_a_single_call_on_either_side_claims_nothing():
+    assert speedup(Measurement((1000.0,)), Measurement((1.0, 1.1, 0.9))).significance == \
+        "no significant difference"
+    one_batch = Measurement((100.0, 101.0, 99.0, 100.5), (4,))  # falls back to the calls
+    result = speedup(one_batch, Measurement((50.0, 50.5, 49.5, 50.2), (4,)))
+    assert result.significance == "faster" and result.ci_low < result.ci_high

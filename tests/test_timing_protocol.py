@@ -1,0 +1,55 @@
+"""The interleaved timing protocol, with stand-in workers: how many batches, when it stops."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from bot.problems import load_problem
+from bot.timing import TimingOptions, time_interleaved
+from conftest import PROBLEMS
+
+
+class _Worker:
+    """Answers the protocol's requests; each call really takes `call_us` of wall time."""
+
+    def __init__(self, call_us: float):
+        self.call_us = call_us
+        self.batches: list[int] = []
+
+    def pin(self, timed: bool) -> None:
+        pass
+
+    def request(self, message, timeout_s, phase):
+        if message["op"] == "fingerprints":
+            return {"ok": True, "fingerprints": [[[1.0, 1.0, 0]] for _ in message["seeds"]]}
+        n = len(message["seeds"])
+        time.sleep(n * self.call_us / 1e6)
+        self.batches.append(n)
+        return {"ok": True, "host_us": [self.call_us] * n, "event_us": None,
+                "fingerprints": [[[1.0, 1.0, 0]] for _ in range(n)], "new_threads": []}
+
+
+def _time(contenders: dict[str, _Worker], options: TimingOptions):
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    return time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), contenders, ["float32"],
+                            random.Random(0), options, 10.0, lambda _: None)
+
+
+def test_noisy_contenders_get_at_least_min_batches_within_the_cap():
+    records = _time({"a": _Worker(200.0), "b": _Worker(200.0)},
+                    TimingOptions(time_cap_s=5.0, min_batches=6, batch_target_us=2_000))
+    for record in records.values():
+        m = record.measurement()
+        assert len(m.batch_sizes) >= 6 and sum(m.batch_sizes) == m.n
+
+
+def test_the_cap_waits_for_a_second_batch_of_a_slow_contender_but_not_forever():
+    slow = _Worker(60_000.0)  # 60 ms a call: one call per batch
+    records = _time({"fast": _Worker(100.0), "slow": slow},
+                    TimingOptions(time_cap_s=0.01, min_batches=6, batch_target_us=1_000))
+    assert len(records["slow"].batch_sizes) == 2  # the cap had passed after the first
+    started = time.monotonic()
+    records = _time({"slow": _Worker(60_000.0)}, TimingOptions(time_cap_s=0.01, min_batches=50,
+                                                                 target_rel_se=0.0))
+    assert time.monotonic() - started < 1.0  # ten times the cap, then it stops
