@@ -11,7 +11,8 @@ from typing import Any, Callable
 from bot.domain import CandidateSource, Environment, Problem
 from bot.evaluate import ContenderOutcome, EvalOptions, Evaluation, evaluate
 from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
-from bot.propose.search import Base, Skipped, autotune_variants, bases_for, search_candidates
+from bot.propose.search import (Base, Skipped, autotune_variants, bases_for, input_bytes, path_of,
+                                 plan_split, search_candidates, split_candidate)
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -94,6 +95,33 @@ def select_best(attempts: list[Attempt], min_speedup: float) -> ContenderOutcome
     return max(winners, key=lambda o: (o.speedup_ci[0], o.speedup), default=None)
 
 
+def split_candidates(problem: Problem, baseline: CandidateSource, searched: list[Attempt],
+                     evaluation: Evaluation) -> list[CandidateSource]:
+    """Where small (launch-bound) shapes and large ones were won by different paths of the
+    same base (e.g. CUDA graphs and torch.compile), one candidate that takes each path by
+    input size."""
+    base_shapes = evaluation.baseline.shapes if evaluation.baseline else ()
+    names = [s.shape for s in base_shapes]
+    sizes = [input_bytes(s.inputs) for s in base_shapes]
+    if len(names) < 2 or any(b is None for b in sizes):
+        return []
+    out = []
+    for base in bases_for(problem):
+        speedups: dict[str, list[float | None]] = {}
+        if base.source == baseline.source:
+            speedups["eager"] = [1.0] * len(names)  # the baseline itself
+        for attempt in searched:
+            path = path_of(attempt.outcome.candidate.name, base.label)
+            if path is None or not attempt.outcome.verdict.accepted:
+                continue
+            ratio = {s.shape: s.speedup.ratio if s.speedup else None for s in attempt.outcome.shapes}
+            speedups[path] = [ratio.get(n) for n in names]
+        split = plan_split(sizes, speedups)  # type: ignore[arg-type]
+        if split is not None:
+            out.append(split_candidate(base, split, round_=0))
+    return out
+
+
 def feedback_for(outcome: ContenderOutcome) -> Feedback:
     """What the next prompt learns about a candidate: the verifier's evidence, or its timing."""
     verdict = outcome.verdict
@@ -152,6 +180,11 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
         cands = [c for c in cands if c not in left_out]
         progress(f"{problem.name}: search round, {len(cands)} candidate(s), {len(skipped)} skipped")
         run(0, cands)
+        splits = [c for c in split_candidates(problem, baseline, attempts, evaluations[-1])
+                  if not any(fnmatch.fnmatch(c.name, p) for p in options.exclude)]
+        if splits and time.monotonic() < deadline:
+            progress(f"{problem.name}: {len(splits)} candidate(s) splitting shapes by input size")
+            run(0, splits)
 
     llm_info: dict[str, Any] = {}
     if options.strategy in ("llm", "all"):

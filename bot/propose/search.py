@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import math
 import re
 from dataclasses import dataclass
 
@@ -66,39 +67,35 @@ class ModelNew(_KernelBotBase):
         return self._kernel_bot_forward(*inputs)
 '''
 
-CUDA_GRAPH_WRAPPER = '''
+GRAPH_HELPER = '''
 
-# --- kernel-bot: {detail} ---------------------------------------------------------
-_KernelBotBase = {base}
-
-
-class ModelNew(_KernelBotBase):
+class _KernelBotGraphs:
     """Replays one captured CUDA graph per input signature: launch overhead is paid once.
     Inputs are copied into the graph's static buffers and outputs cloned out, so every
     call computes on its own inputs and returns tensors it owns."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._kernel_bot_graphs = {{}}
+    def __init__(self, forward):
+        self.forward = forward
+        self.graphs = {}
 
-    def _kernel_bot_capture(self, inputs):
+    def capture(self, inputs):
         static = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):  # warm-up outside the graph (allocator, lazy init)
-                super().forward(*static)
+                self.forward(*static)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = super().forward(*static)
+            out = self.forward(*static)
         return graph, static, out
 
-    def forward(self, *inputs):
+    def __call__(self, *inputs):
         key = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs)
-        entry = self._kernel_bot_graphs.get(key)
+        entry = self.graphs.get(key)
         if entry is None:
-            entry = self._kernel_bot_graphs[key] = self._kernel_bot_capture(inputs)
+            entry = self.graphs[key] = self.capture(inputs)
         graph, static, out = entry
         for buf, x in zip(static, inputs):
             if isinstance(x, torch.Tensor):
@@ -107,6 +104,45 @@ class ModelNew(_KernelBotBase):
         if isinstance(out, torch.Tensor):
             return out.clone()
         return type(out)(o.clone() for o in out)
+'''
+
+CUDA_GRAPH_WRAPPER = '''
+
+# --- kernel-bot: {detail} ---------------------------------------------------------
+_KernelBotBase = {base}
+{helper}
+
+class ModelNew(_KernelBotBase):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._kernel_bot_forward = _KernelBotGraphs(super().forward)
+
+    def forward(self, *inputs):
+        return self._kernel_bot_forward(*inputs)
+'''
+
+SPLIT_WRAPPER = '''
+
+# --- kernel-bot: {detail} ---------------------------------------------------------
+_KernelBotBase = {base}
+{helper}
+
+def _kernel_bot_input_bytes(inputs):
+    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+
+
+class ModelNew(_KernelBotBase):
+    """Small (launch-bound) inputs take one path and large ones another, split by input size."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._kernel_bot_small = {small}
+        self._kernel_bot_large = {large}
+
+    def forward(self, *inputs):
+        if _kernel_bot_input_bytes(inputs) <= {threshold}:
+            return self._kernel_bot_small(*inputs)
+        return self._kernel_bot_large(*inputs)
 '''
 
 EAGER_WRAPPER = '''
@@ -218,7 +254,7 @@ def search_candidates(problem: Problem, bases: list[Base], device: str
                                     f"compile-{mode}-{tag}", mode=None if mode == "default" else mode))
         if cuda:
             cands.append(_candidate(base, CUDA_GRAPH_WRAPPER, f"CUDA graph replay of {tag}",
-                                    f"cuda-graph-{tag}"))
+                                    f"cuda-graph-{tag}", helper=GRAPH_HELPER))
         else:
             skipped.append(Skipped(f"CUDA graph of {tag}", "CUDA graphs need a GPU"))
         cands.extend(autotune_variants(base))
@@ -251,3 +287,99 @@ def bases_for(problem: Problem) -> list[Base]:
     if problem.target is not None:
         bases.append(Base("target", problem.target.read_text(), "ModelNew"))
     return bases
+
+
+# --- split by input size: one path for launch-bound shapes, another for large ones ---------
+
+@dataclass(frozen=True)
+class Split:
+    """Inputs of at most `threshold` bytes take the `small` path, larger ones the `large` one."""
+
+    small: str  # a path: "eager", "cuda-graph" or "compile:<mode>"
+    large: str
+    threshold: int
+    gain: float  # expected geometric-mean speedup over the best single path
+
+
+def path_of(name: str, tag: str) -> str | None:
+    """The execution path of a search candidate built on base `tag`, if a split can reuse it."""
+    if name == f"cuda-graph-{tag}":
+        return "cuda-graph"
+    if name == f"eager-{tag}":
+        return "eager"
+    return next((f"compile:{m}" for m in COMPILE_MODES if name == f"compile-{m}-{tag}"), None)
+
+
+def input_bytes(description: str) -> int | None:
+    """Bytes of the tensors in a shape's input description, e.g. "bfloat16[8, 4096], int64[8]"."""
+    import torch
+
+    total = 0
+    for dtype, dims in re.findall(r"(\w+)\[([\d,\s]*)\]", description):
+        kind = getattr(torch, dtype, None)
+        if not isinstance(kind, torch.dtype):
+            return None
+        numel = 1
+        for d in filter(None, (x.strip() for x in dims.split(","))):
+            numel *= int(d)
+        total += numel * kind.itemsize
+    return total or None
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def plan_split(shape_bytes: list[int], speedups: dict[str, list[float | None]],
+               min_gain: float = 1.03) -> Split | None:
+    """The best two-path split of the shapes by input size, if it beats every single path by
+    `min_gain` in geometric mean over the shapes (the per-problem figure of merit)."""
+    n = len(shape_bytes)
+    paths = {p: [float(x) for x in v] for p, v in speedups.items()
+             if len(v) == n and all(x is not None and x > 0 for x in v)}
+    if n < 2 or len(paths) < 2:
+        return None
+    order = sorted(range(n), key=lambda i: shape_bytes[i])
+
+    def score(path: str, idx: list[int]) -> float:
+        return _geomean([paths[path][i] for i in idx])
+
+    single = max(score(p, order) for p in paths)
+    best: Split | None = None
+    for k in range(1, n):
+        small_idx, large_idx = order[:k], order[k:]
+        if shape_bytes[order[k - 1]] == shape_bytes[order[k]]:
+            continue  # no size threshold separates these shapes
+        small = max(paths, key=lambda p: score(p, small_idx))
+        large = max(paths, key=lambda p: score(p, large_idx))
+        if small == large:
+            continue
+        total = _geomean([paths[small][i] for i in small_idx] + [paths[large][i] for i in large_idx])
+        threshold = int(math.sqrt(shape_bytes[order[k - 1]] * shape_bytes[order[k]]))
+        if best is None or total / single > best.gain:
+            best = Split(small, large, threshold, total / single)
+    return best if best is not None and best.gain >= min_gain else None
+
+
+def _path_text(path: str) -> tuple[str, str]:
+    """(expression built in __init__, words for the report) of one path."""
+    if path == "eager":
+        return "super().forward", "eager"
+    if path == "cuda-graph":
+        return "_KernelBotGraphs(super().forward)", "CUDA graph replay"
+    mode = path.split(":", 1)[1]
+    return (f"torch.compile(super().forward, mode={None if mode == 'default' else mode!r})",
+            f"torch.compile(mode={mode!r})")
+
+
+def split_candidate(base: Base, split: Split, round_: int | None = None) -> CandidateSource:
+    small, small_words = _path_text(split.small)
+    large, large_words = _path_text(split.large)
+    detail = (f"{small_words} for inputs up to {split.threshold} bytes, {large_words} above, "
+              f"of {base.label}")
+    helper = GRAPH_HELPER if "cuda-graph" in (split.small, split.large) else ""
+    source = _ensure_torch_import(base.source) + SPLIT_WRAPPER.format(
+        base=base.class_name, detail=detail, helper=helper, small=small, large=large,
+        threshold=split.threshold)
+    return CandidateSource(name=f"split-{base.label}", source=source,
+                           origin=Origin("search", detail, round=round_, parent=base.parent_hash))
