@@ -1,23 +1,78 @@
 #!/usr/bin/env bash
-# One device call for the GPU evidence (docs/verifier.md, docs/benchmark.md, docs/results-h200.md):
-#   PYTHONPATH=. bash ci/evidence/h200_session.sh   (writes under $OUT)
-# The CUDA-hack tests run beside the search sweep: both take the exclusive timing lock,
-# so no two measurements share the GPU. A/A repeats run last, alone.
+# The whole GPU evidence plan (docs/verifier.md, docs/benchmark.md, docs/results-h200.md) as
+# one detached job on the H200. A device call returns after at most 10 minutes, so the plan
+# runs in its own session (setsid) and each call waits on it and packs what exists so far:
+#
+#   run(command="bash ci/evidence/h200_session.sh start 560", carry=[".whl"])
+#   run(command="bash ci/evidence/h200_session.sh wait 580")      (again until it says ALLDONE)
+#
+# .whl holds PyGithub, junit-xml and their missing needs (cp312 wheels) and git.deb (a
+# fallback for a machine without git); docs/results-h200.md has the download commands.
+# Stages, in order: A/A repeats (alone on the machine), the labeled-PR-to-follow-up-PR run,
+# candidate throughput on rmsnorm's Triton autotuning, then the search sweep over every
+# problem with the GPU tests beside it (both take the per-GPU timing lock, so no two
+# measurements share the GPU). The sweep gets what is left of BUDGET_S (from the start).
 set -u
-export PYTHONPATH=. PYTHONUNBUFFERED=1
-start=$(date +%s)
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm --format=csv > $OUT/gpu.txt
-(timeout 400 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider -k "hacks or roofline" \
-    > $OUT/gpu_tests.log 2>&1; echo "pytest rc=$?" >> $OUT/gpu_tests.log) &
-timeout 470 python3 -m bot optimize problems/*.py --strategy search --device cuda --jobs 5 \
-    --time-cap-s 2 --exclude 'compile-max-autotune*' --out /tmp/search > $OUT/search.txt 2> /tmp/search.err
-echo "search rc=$? after $(( $(date +%s) - start )) s" >> $OUT/search.txt
-cp /tmp/search/results.json $OUT/search_results.json 2>/dev/null
-grep -v -E "trial|reference [0-9]" /tmp/search.err | tail -300 > $OUT/search_progress.log
-wait
-left=$(( 585 - ($(date +%s) - start) ))
-if [ $left -gt 40 ]; then
-  timeout $left python3 ci/evidence/verifier_benchmark.py --out $OUT --aa-repeats 3 --cap-s 2 \
-      --problems rmsnorm,softmax,matmul_bias_gelu 2>&1 | grep -v '^\.\.\.' > $OUT/aa.log
-fi
-tail -5 $OUT/gpu_tests.log; tail -3 $OUT/search.txt; cat $OUT/aa.log 2>/dev/null
+EV=/tmp/ev
+DEVICE=${DEVICE:-cuda}
+BUDGET_S=${BUDGET_S:-1450}  # from the plan's start; the session's device time is 1800 s
+
+pack() {
+  tar czf "$OUT/ev.tgz" -C /tmp --exclude='ev/e2p/github' --exclude='ev/e2p/workspace' \
+      --exclude='ev/e2p/main' --exclude='*/candidates' --exclude='*/transcripts' ev 2>/dev/null
+  cat $EV/stages.log 2>/dev/null
+}
+
+case "${1:-}" in
+start)
+  mkdir -p $EV
+  date +%s > $EV/t0
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl > $EV/pip.log 2>&1 || echo "wheels did not install" >> $EV/pip.log
+  if ! command -v git > /dev/null; then mkdir -p /tmp/gitroot && dpkg -x .whl/git.deb /tmp/gitroot; fi
+  setsid nohup bash ci/evidence/h200_session.sh plan > $EV/plan.log 2>&1 < /dev/null &
+  sleep 2
+  exec bash ci/evidence/h200_session.sh wait "${2:-560}"
+  ;;
+plan)
+  export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+  if [ -x /tmp/gitroot/usr/bin/git ]; then
+    export PATH=/tmp/gitroot/usr/bin:$PATH GIT_EXEC_PATH=/tmp/gitroot/usr/lib/git-core
+  fi
+  t0=$(cat $EV/t0)
+  stage() {  # stage NAME TIMEOUT_S COMMAND...: run it, log its exit code and duration
+    local name=$1 limit=${SMOKE_LIMIT_S:-$2}; shift 2  # SMOKE_LIMIT_S: a quick check of this script on CPU
+    local t=$(date +%s)
+    echo "$(date -u +%T) $name: started (limit ${limit} s)" >> $EV/stages.log
+    timeout "$limit" "$@"
+    echo "$(date -u +%T) $name: rc=$? after $(( $(date +%s) - t )) s" >> $EV/stages.log
+  }
+  { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw \
+        --format=csv; nproc; git --version; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
+  } > $EV/machine.txt 2>&1
+  stage aa 420 python3 ci/evidence/verifier_benchmark.py --device $DEVICE --out $EV --aa-repeats 3 --cap-s 3 \
+      --problems rmsnorm,softmax,matmul_bias_gelu > $EV/aa.log 2>&1
+  PYTHONPATH=$PWD:/tmp/site stage event_to_pr 420 python3 ci/evidence/event_to_pr.py --device $DEVICE --out $EV/e2p \
+      > $EV/e2p.log 2>&1
+  stage throughput 240 python3 -m bot optimize problems/rmsnorm.py --strategy search --device $DEVICE \
+      --exclude 'compile-*' --time-cap-s 1 --no-cache --out $EV/tput > $EV/tput.txt 2> $EV/tput.err
+  left=$(( BUDGET_S - ($(date +%s) - t0) ))
+  [ "$left" -lt 120 ] && left=120
+  (stage gpu_tests $left python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider > $EV/gpu_tests.log 2>&1) &
+  stage sweep $left python3 -m bot optimize problems/*.py --strategy search --device $DEVICE --jobs 4 \
+      --time-cap-s 3 --no-cache --out $EV/search > $EV/search.txt 2> $EV/search.err
+  wait
+  nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv >> $EV/machine.txt 2>&1
+  echo "ALLDONE" >> $EV/stages.log
+  ;;
+wait)
+  end=$(( $(date +%s) + ${2:-580} ))
+  while [ "$(date +%s)" -lt "$end" ] && ! grep -q ALLDONE $EV/stages.log 2>/dev/null; do sleep 5; done
+  tail -n 4 $EV/aa.log $EV/e2p.log $EV/gpu_tests.log 2>/dev/null
+  grep -v -E "trial|reference [0-9]" $EV/search.err 2>/dev/null | tail -n 8
+  pack
+  ;;
+*)
+  echo "usage: $0 start [WAIT_S] | wait [WAIT_S]" >&2; exit 2
+  ;;
+esac

@@ -1,53 +1,108 @@
-"""results.json of `bot optimize --strategy search` -> the markdown table of docs/results-h200.md.
+"""results.json of `bot optimize --strategy search` -> the tables of docs/results-h200.md.
 
-    python3 ci/evidence/summarize_search.py RESULTS.json
+    python3 ci/evidence/summarize_search.py RESULTS.json [--wall-s SECONDS]
+
+Per problem: eager, torch.compile (default) alone, and the bot's pick (its `best`, or the
+current implementation when it found no significant improvement), each against eager and the
+pick against torch.compile default, with 95 % intervals bootstrapped from the raw samples in
+the file (per shape, then the geometric mean of the shapes' ratios and bounds), and the pick's
+% of the roofline floor per shape.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bot.bench import speedup
+from bot.domain import Measurement
 
 
-def _shape_medians(contender: dict) -> str:
-    return ", ".join(f"{s['shape']} {s['measurement']['median_us']:.1f}" for s in contender.get("shapes", [])
-                     if s.get("measurement"))
+def _measurements(contender: dict | None) -> dict[str, Measurement]:
+    out = {}
+    for s in (contender or {}).get("shapes", []):
+        m = s.get("measurement")
+        if m and m.get("samples_us"):
+            out[s["shape"]] = Measurement(tuple(m["samples_us"]), tuple(m.get("batch_sizes") or ()))
+    return out
 
 
-def main(path: str) -> None:
-    data = json.load(open(path))
-    problems = data["problems"]
-    print("| problem | baseline µs (per shape) | torch.compile default | best found | best µs | % of floor |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    significant, ratios, vs_compile, tried = 0, [], [], 0
-    for p in problems:
+def _geo(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def compare(base: dict | None, cand: dict | None) -> tuple[float, float, float] | None:
+    """Geometric mean over shapes of base/cand median ratios, with the mean of the bounds."""
+    b, c = _measurements(base), _measurements(cand)
+    shapes = [s for s in b if s in c]
+    if not shapes or len(shapes) != len(b):
+        return None
+    per = [speedup(b[s], c[s]) for s in shapes]
+    return _geo([p.ratio for p in per]), _geo([p.ci_low for p in per]), _geo([p.ci_high for p in per])
+
+
+def _fmt(r: tuple[float, float, float] | None) -> str:
+    return f"{r[0]:.2f}x [{r[1]:.2f}, {r[2]:.2f}]" if r else "-"
+
+
+def _us(contender: dict | None) -> str:
+    return ", ".join(f"{s}: {m.median_us:.1f}" for s, m in _measurements(contender).items()) or "-"
+
+
+def summarize(data: dict, wall_s: float | None) -> str:
+    lines = [("| problem | eager µs | torch.compile default vs eager | bot's pick | pick µs | "
+             "pick vs eager | pick vs compile default | pick % of floor |"),
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    vs_eager, vs_compile, candidates, accepted = [], [], 0, 0
+    for p in data["problems"]:
         attempts = {a["name"]: a for a in p["attempts"]}
-        tried += len(p["attempts"])
+        candidates += len(p["attempts"])
+        accepted += sum(a["status"] == "accepted" for a in p["attempts"])
+        eager = attempts.get("eager-reference") if p.get("target") else p["baseline"]
         comp = attempts.get("compile-default-reference")
-        comp_txt = (f"{comp['speedup']:.2f}x [{comp['speedup_ci'][0]:.2f}, {comp['speedup_ci'][1]:.2f}]"
-                    if comp and comp.get("speedup") else
-                    f"rejected: {comp['reasons'][0][:60]}" if comp else "-")
-        timed = [a for a in p["attempts"] if a.get("speedup_ci")]
-        best = max(timed, key=lambda a: a["speedup_ci"][0], default=None)
-        if best:
-            ratios.append(best["speedup"])
-            significant += best["speedup_ci"][0] >= 1.1
-            if comp and comp.get("speedup"):
-                vs_compile.append(best["speedup"] / comp["speedup"])
-        floors = [s.get("pct_of_floor") for s in (best or {}).get("shapes", [])]
-        print(f"| {p['problem']} | {_shape_medians(p['baseline'])} | {comp_txt} | "
-              f"{best['name'] + ' ' + format(best['speedup'], '.2f') + 'x [' + format(best['speedup_ci'][0], '.2f') + ', ' + format(best['speedup_ci'][1], '.2f') + ']' if best else '-'} | "
-              f"{_shape_medians(best) if best else '-'} | "
-              f"{', '.join(f'{f:.0f}%' for f in floors if f is not None) or '-'} |")
-    geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan")
-    print(f"\nproblems: {len(problems)}; significant >= 1.1x (CI lower bound): {significant} "
-          f"({significant / max(len(problems), 1):.0%}); geometric-mean speedup of the best: {geo:.2f}x; "
-          f"candidates tried: {tried}")
+        comp = comp if comp and comp["status"] == "accepted" else None
+        pick = attempts.get(p["best"]["name"]) if p.get("best") else p["baseline"]
+        pick_name = p["best"]["name"] if p.get("best") else "current implementation (no significant improvement)"
+        e, cc = compare(eager, pick), compare(comp, pick)
+        if e:
+            vs_eager.append(e)
+        if cc:
+            vs_compile.append(cc)
+        floors = [s.get("pct_of_floor") for s in pick.get("shapes", [])]
+        lines.append(f"| {p['problem']} | {_us(eager)} | {_fmt(compare(eager, comp)) if comp else 'rejected or absent'} | "
+                     f"{pick_name} | {_us(pick)} | {_fmt(e)} | {_fmt(cc)} | "
+                     f"{', '.join(f'{f:.0f}%' for f in floors if f is not None) or '-'} |")
+    n = len(data["problems"])
+    lines.append("")
+    sig_eager = sum(r[1] >= 1.1 for r in vs_eager)
+    lines.append(f"- problems: {n}; the pick is significantly >= 1.1x faster than eager (interval's lower "
+                 f"bound) on {sig_eager} ({sig_eager / max(n, 1):.0%}); geometric mean against eager "
+                 f"{_geo([r[0] for r in vs_eager]):.2f}x")
     if vs_compile:
-        g2 = math.exp(sum(map(math.log, vs_compile)) / len(vs_compile))
-        print(f"geometric mean against torch.compile default: {g2:.2f}x over {len(vs_compile)} problems")
+        sig_c = sum(r[1] >= 1.1 for r in vs_compile)
+        slower = sum(r[2] < 1.0 for r in vs_compile)
+        lines.append(f"- against torch.compile default ({len(vs_compile)} problems where it was accepted): "
+                     f">= 1.1x significantly on {sig_c} ({sig_c / len(vs_compile):.0%}); geometric mean "
+                     f"{_geo([r[0] for r in vs_compile]):.2f}x; significantly slower on {slower}")
+    lines.append(f"- candidates: {candidates} verified, {accepted} of them accepted and timed")
+    if wall_s:
+        lines.append(f"- sweep wall time {wall_s:.0f} s on one GPU: {candidates / (wall_s / 60):.1f} "
+                     f"candidates verified (and the accepted ones timed) per GPU-minute")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("results")
+    parser.add_argument("--wall-s", type=float)
+    args = parser.parse_args()
+    print(summarize(json.loads(Path(args.results).read_text()), args.wall_s))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()
