@@ -20,7 +20,6 @@ from bot.outputs import RESULTS_SCHEMA_VERSION, write_optimize_outputs
 from bot.plan import plan_pull_request
 from bot.problems import find_problems
 from bot.report_data import chart_rows
-from bot.report_junit import render_junit
 from bot.report_md import render_step_summary
 
 Progress = Callable[[str], None]
@@ -61,6 +60,10 @@ def results_payload(results: list[OptimizeResult], trigger: Trigger, min_speedup
 def write_reports(out: Path, payload: dict[str, Any], plan: PullRequestPlan | None,
                   chart: bytes | None) -> None:
     """report.md (the PR body, or the summary when there is no PR), junit.xml, chart, patch."""
+    # Imported here: `bot optimize` reaches this module on GPU machines that carry only
+    # torch, triton and numpy (the worker/verify/bench path), and junit-xml is for reports.
+    from bot.report_junit import render_junit
+
     (out / "results.json").write_text(json.dumps(payload, indent=1))
     (out / "junit.xml").write_text(render_junit(payload))
     (out / "summary.md").write_text(render_step_summary(payload))
