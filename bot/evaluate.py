@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import random
 import secrets
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -195,8 +195,40 @@ def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: Cand
     return Evaluation(problem, evaluation.environment, evaluation.baseline, merged)
 
 
+OUT_OF_MEMORY = ("OutOfMemoryError", "CUDA out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
+
+
+def ran_out_of_gpu_memory(outcome: ContenderOutcome) -> bool:
+    return not outcome.verdict.accepted and any(
+        marker in c.evidence for c in outcome.verdict.checks if not c.passed for marker in OUT_OF_MEMORY)
+
+
 def _evaluate_fresh(problem: Problem, candidates: list[CandidateSource], baseline: CandidateSource | None,
                     options: EvalOptions, progress: Progress) -> Evaluation:
+    """One evaluation; on a GPU, contenders that ran out of memory beside the others are
+    evaluated again, one worker at a time, before that counts against them (a candidate
+    that needs more than the GPU has fails again alone)."""
+    first = _evaluate_once(problem, candidates, baseline, options, progress)
+    if options.device != "cuda" or len(candidates) + (baseline is not None) < 2:
+        return first
+    short = [o for o in first.candidates if ran_out_of_gpu_memory(o)]
+    base_short = first.baseline is not None and ran_out_of_gpu_memory(first.baseline)
+    if not short and not base_short:
+        return first
+    progress(f"{problem.name}: {len(short) + base_short} contender(s) ran out of GPU memory beside "
+             "others; evaluating them again, one at a time")
+    alone = replace(options, parallel=1)
+    if base_short:  # no speedup of the first run has a baseline: all of it again
+        return _evaluate_once(problem, candidates, baseline, alone, progress)
+    again = _evaluate_once(problem, [o.candidate for o in short], baseline, alone, progress)
+    # The re-run's speedups are against its own timing of the baseline, as every speedup is.
+    redone = {id(o.candidate): o for o in again.candidates}
+    merged = tuple(redone.get(id(o.candidate), o) for o in first.candidates)
+    return Evaluation(problem, first.environment, first.baseline, merged)
+
+
+def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline: CandidateSource | None,
+                   options: EvalOptions, progress: Progress) -> Evaluation:
     rng = random.Random(secrets.randbits(64))  # the secret seed: from the OS, never fixed
     contenders = ([baseline] if baseline else []) + list(candidates)
     names = [f"c{i}" for i in range(len(contenders))]
@@ -267,6 +299,10 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         raise _problem_failure(problem, exc) from None
     for name, found in trial_checks.items():
         checks[name].extend(found)
+    if options.device == "cuda":
+        for worker in [reference, *alive.values()]:
+            with contextlib.suppress(WorkerFailure):
+                worker.request({"op": "release"}, limits.call_timeout_s, "call")
     passed = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
     records: dict[str, TimingRecord] = {}
     if passed:

@@ -321,6 +321,14 @@ class Harness:
             reply["outputs"] = values
         return reply
 
+    def op_release(self, msg: dict) -> dict:
+        """Give the allocator's cached GPU memory back while this worker waits: workers of
+        several candidates and problems share one GPU, and idle caches made them run out."""
+        if self.device == "cuda":
+            _cuda_sync()
+            torch.cuda.empty_cache()
+        return {"ok": True}
+
     def op_fingerprints(self, msg: dict) -> dict:
         """Reference fingerprints for a list of seeds (checks calls made while timing)."""
         prints = []
@@ -488,7 +496,8 @@ def main(argv: list[str] | None = None) -> None:
     channel.send({"ok": True, "env": harness.environment(),
                   "overhead_us": harness.timer_overhead_us()})
     ops = {"load": harness.op_load, "construct": harness.op_construct, "run": harness.op_run,
-           "time": harness.op_time, "fingerprints": harness.op_fingerprints}
+           "time": harness.op_time, "fingerprints": harness.op_fingerprints,
+           "release": harness.op_release}
     while True:
         try:
             msg = channel.recv()

@@ -1,0 +1,67 @@
+"""Contenders that ran out of GPU memory beside others get a second evaluation, alone."""
+
+from __future__ import annotations
+
+import pytest
+
+import bot.evaluate as ev
+from bot.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
+from bot.evaluate import ContenderOutcome, EvalOptions, Evaluation
+from bot.problems import load_problem
+from conftest import PROBLEMS
+
+OOM = CheckResult("call", False, "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB.")
+ENV = Environment("cuda", "H200", "2.11", None, None, None, "3.12")
+
+
+def _outcome(cand: CandidateSource, ok: bool, role: str = "candidate") -> ContenderOutcome:
+    return ContenderOutcome(cand, role, Verdict("accepted" if ok else "rejected",
+                                                () if ok else (OOM,)), ())
+
+
+@pytest.fixture
+def setup(monkeypatch):
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    base, a, b = (CandidateSource(n, f"# {n}", Origin("search")) for n in ("base", "a", "b"))
+    calls = []
+
+    def fake(problem_, cands, baseline, options, progress):
+        calls.append(([c.name for c in cands], options.parallel))
+        short = scripted.pop(0)
+        return Evaluation(problem_, ENV, _outcome(baseline, "base" not in short, "baseline"),
+                          tuple(_outcome(c, c.name not in short) for c in cands))
+
+    scripted: list[set[str]] = []
+    monkeypatch.setattr(ev, "_evaluate_once", fake)
+    return problem, base, a, b, calls, scripted
+
+
+def test_a_candidate_short_of_memory_beside_others_is_evaluated_again_alone(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [{"b"}, set()]
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", parallel=8))
+    assert calls == [(["a", "b"], 8), (["b"], 1)]
+    assert [o.verdict.accepted for o in result.candidates] == [True, True]
+
+
+def test_one_that_needs_more_than_the_gpu_fails_again_alone(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [{"b"}, {"b"}]
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda"))
+    assert [o.verdict.accepted for o in result.candidates] == [True, False]
+    assert "out of memory" in result.candidates[1].verdict.reasons[0]
+
+
+def test_a_baseline_short_of_memory_means_everything_again(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [{"base", "a"}, set()]
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", parallel=4))
+    assert calls == [(["a", "b"], 4), (["a", "b"], 1)]
+    assert result.baseline.verdict.accepted
+
+
+def test_no_second_evaluation_on_cpu(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [{"b"}]
+    ev.evaluate(problem, [a, b], base, EvalOptions(device="cpu"))
+    assert len(calls) == 1
