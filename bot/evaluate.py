@@ -310,7 +310,8 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
             with gpu_exclusive(lock_key):  # one measurement at a time per device
                 records = time_interleaved(problem, shape, reference, passed,
                                            [m["dtype"] for m in info.meta], rng, options.timing,
-                                           limits.call_timeout_s, progress)
+                                           limits.call_timeout_s, progress,
+                                           keep=frozenset(names[:1]) if has_baseline else frozenset())
         except WorkerFailure as exc:
             raise _problem_failure(problem, exc) from None
     floor = floor_us(info.nbytes, info.flops, peaks_for(environment.device_name)

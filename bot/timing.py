@@ -22,6 +22,9 @@ class TimingOptions:
     # Each contender's samples come from at least this many interleaved visits, so that no
     # single moment (a clock change, a busy host) decides a median.
     min_batches: int = 6
+    # Many contenders: after two screening rounds only the baseline and this many fastest
+    # go on, so the cap buys precise intervals where a choice is being made.
+    finalists: int = 4
     batch_target_us: float = 10_000.0  # calls per batch chosen to fill about this long
     max_batch: int = 50
     warmup_batches: int = 1
@@ -86,14 +89,16 @@ def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, reference: 
 def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
                      contenders: Mapping[str, WorkerClient], dtypes: list[str], rng: random.Random,
                      options: TimingOptions, call_timeout_s: float,
-                     progress: Callable[[str], None]) -> dict[str, TimingRecord]:
-    """Time all contenders in one run; each round visits them in a fresh random order."""
+                     progress: Callable[[str], None], keep: frozenset[str] = frozenset()
+                     ) -> dict[str, TimingRecord]:
+    """Time all contenders in one run; each round visits them in a fresh random order.
+    `keep` (the baseline) is never screened out."""
     records = {name: TimingRecord() for name in contenders}
     for worker in contenders.values():
         worker.pin(True)
     try:
         return _time(problem, shape, reference, contenders, dtypes, rng, options, call_timeout_s,
-                     progress, records)
+                     progress, records, keep)
     finally:
         for worker in contenders.values():
             worker.pin(False)
@@ -102,7 +107,7 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
 def _time(problem: Problem, shape: Shape, reference: WorkerClient,
           contenders: Mapping[str, WorkerClient], dtypes: list[str], rng: random.Random,
           options: TimingOptions, call_timeout_s: float, progress: Callable[[str], None],
-          records: dict[str, TimingRecord]) -> dict[str, TimingRecord]:
+          records: dict[str, TimingRecord], keep: frozenset[str]) -> dict[str, TimingRecord]:
     active = dict(contenders)
     for _ in range(options.warmup_batches):
         for name in rng.sample(list(active), len(active)):
@@ -120,6 +125,9 @@ def _time(problem: Problem, shape: Shape, reference: WorkerClient,
             _one_batch(problem, shape, active[name], reference, records[name], dtypes, rng,
                        call_timeout_s, options, keep=True)
         active = {n: w for n, w in active.items() if not records[n].failed}
+        if rounds == 2 and len(active) > options.finalists + len(keep & set(active)):
+            active = _finalists(active, records, keep, options.finalists)
+            progress(f"{problem.name} [{shape.name}] screened: {len(active)} contender(s) go on")
         done = all(bench.converged(records[n].measurement(), options.target_rel_se,
                                    options.min_samples, options.min_batches) for n in active)
         now = time.monotonic()
@@ -131,3 +139,16 @@ def _time(problem: Problem, shape: Shape, reference: WorkerClient,
             progress(f"{problem.name} [{shape.name}] timing round {rounds}: "
                      f"{len(active)} contender(s), worst relative error {worst:.1%}")
     return records
+
+
+def screened_out(medians: Mapping[str, float], keep: frozenset[str], finalists: int) -> set[str]:
+    """Contenders that stop after screening: all but `keep` and the `finalists` fastest."""
+    ranked = sorted((n for n in medians if n not in keep), key=lambda n: medians[n])
+    return set(ranked[finalists:])
+
+
+def _finalists(active: dict[str, WorkerClient], records: dict[str, TimingRecord],
+               keep: frozenset[str], finalists: int) -> dict[str, WorkerClient]:
+    medians = {n: records[n].measurement().median_us for n in active}
+    out = screened_out(medians, keep, finalists)
+    return {n: w for n, w in active.items() if n not in out}

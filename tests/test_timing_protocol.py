@@ -6,7 +6,7 @@ import random
 import time
 
 from bot.problems import load_problem
-from bot.timing import TimingOptions, time_interleaved
+from bot.timing import TimingOptions, screened_out, time_interleaved
 from conftest import PROBLEMS
 
 
@@ -30,10 +30,10 @@ class _Worker:
                 "fingerprints": [[[1.0, 1.0, 0]] for _ in range(n)], "new_threads": []}
 
 
-def _time(contenders: dict[str, _Worker], options: TimingOptions):
+def _time(contenders: dict[str, _Worker], options: TimingOptions, keep: frozenset[str] = frozenset()):
     problem = load_problem(PROBLEMS / "scale_add.py")
     return time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), contenders, ["float32"],
-                            random.Random(0), options, 10.0, lambda _: None)
+                            random.Random(0), options, 10.0, lambda _: None, keep=keep)
 
 
 def test_noisy_contenders_get_at_least_min_batches_within_the_cap():
@@ -53,3 +53,18 @@ def test_the_cap_waits_for_a_second_batch_of_a_slow_contender_but_not_forever():
     records = _time({"slow": _Worker(60_000.0)}, TimingOptions(time_cap_s=0.01, min_batches=50,
                                                                  target_rel_se=0.0))
     assert time.monotonic() - started < 1.0  # ten times the cap, then it stops
+
+
+def test_screening_keeps_the_baseline_and_the_fastest():
+    medians = {"base": 500.0, "a": 100.0, "b": 300.0, "c": 200.0, "d": 900.0}
+    assert screened_out(medians, frozenset({"base"}), 2) == {"b", "d"}
+    assert screened_out(medians, frozenset(), 10) == set()
+
+
+def test_many_contenders_are_screened_then_the_finalists_get_precise_medians():
+    workers = {"base": _Worker(400.0), **{f"c{i}": _Worker(100.0 + 100 * i) for i in range(8)}}
+    records = _time(workers, TimingOptions(time_cap_s=3.0, min_batches=6, finalists=2,
+                                           batch_target_us=2_000), keep=frozenset({"base"}))
+    batches = {n: len(r.batch_sizes) for n, r in records.items()}
+    assert batches["base"] >= 6 and batches["c0"] >= 6 and batches["c1"] >= 6
+    assert all(batches[f"c{i}"] == 2 for i in range(2, 8))  # screened out after two rounds
