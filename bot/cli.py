@@ -21,6 +21,9 @@ SANDBOX = click.option("--sandbox", type=click.Choice(["process", "docker"]), de
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 GPUS = click.option("--gpus", default=None, help="GPU lanes: 'all' (default) or e.g. 0,1; timing is "
                     "exclusive per GPU, problems are spread over them.")
+TIMING = click.option("--timing", type=click.Choice(["latency", "throughput"]), default="latency",
+                      show_default=True, help="GPU: synchronise before each timed call (latency) "
+                      "or time back-to-back calls (throughput).")
 
 
 def _progress(message: str) -> None:
@@ -81,11 +84,12 @@ def verify(problem: str, candidate: str, device: str, sandbox: str, as_json: boo
               help="Baseline module (ModelNew); default: the problem's TARGET, else its Model.")
 @click.option("--time-cap-s", type=float, default=None, help="Timing budget per shape.")
 @click.option("--min-speedup", type=float, default=1.05, show_default=True)
+@TIMING
 @DEVICE
 @SANDBOX
 @JSON
 def bench(problem: str, candidates: tuple[str, ...], baseline: str | None, time_cap_s: float | None,
-          min_speedup: float, device: str, sandbox: str, as_json: bool) -> None:
+          min_speedup: float, device: str, sandbox: str, as_json: bool, timing: str) -> None:
     """Verify, then time CANDIDATES against the baseline in one interleaved run."""
     from bot.evaluate import evaluate
     from bot.problems import load_problem
@@ -94,7 +98,8 @@ def bench(problem: str, candidates: tuple[str, ...], baseline: str | None, time_
     prob = load_problem(problem)
     base = load_candidate(baseline) if baseline else default_baseline(prob)
     cands = [load_candidate(c) for c in candidates]
-    options = evaluation_options(resolve_device(device), sandbox, time_cap_s, min_speedup)
+    options = evaluation_options(resolve_device(device), sandbox, time_cap_s, min_speedup,
+                                 timing_mode=timing)
     result = evaluate(prob, cands, base, options, _progress)
     if as_json:
         click.echo(json.dumps(bench_json(result, min_speedup), indent=2))
@@ -122,6 +127,7 @@ def tuning_options(func):
         click.option("--min-speedup", type=float, default=1.05, show_default=True,
                      help="Claim only when the 95% interval's lower bound clears this."),
         click.option("--time-cap-s", type=float, default=None, help="Timing budget per shape."),
+        TIMING,
         click.option("--exclude", multiple=True, metavar="PATTERN",
                      help="Leave out search candidates whose name matches (e.g. 'compile-max-autotune*')."),
         DEVICE, SANDBOX,
@@ -142,7 +148,7 @@ def tuning_options(func):
               help="Reuse verdicts and timings of candidates judged before on this machine stack.")
 def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backend: str, samples: int,
              budget_s: float, max_rounds: int, max_tokens: int | None, min_speedup: float,
-             time_cap_s: float | None, exclude: tuple[str, ...], device: str, sandbox: str,
+             time_cap_s: float | None, timing: str, exclude: tuple[str, ...], device: str, sandbox: str,
              as_json: bool, out: str | None, jobs: int, gpus: str | None, cache: bool) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
     from bot.outputs import render_optimize
@@ -151,7 +157,7 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
 
     loaded = [load_problem(p) for p in problems]
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
-                               max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache)
+                               max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache, timing)
     results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, _progress)
     if as_json:
         payload = [r.to_json(min_speedup) for r in results]
@@ -182,7 +188,7 @@ def _explicit(ctx: click.Context, **values) -> dict:
 def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all_problems: bool,
             strategy: str, model: str | None, backend: str, samples: int, budget_s: float,
             max_rounds: int, max_tokens: int | None, min_speedup: float, time_cap_s: float | None,
-            exclude: tuple[str, ...], device: str, sandbox: str, out: str, jobs: int,
+            timing: str, exclude: tuple[str, ...], device: str, sandbox: str, out: str, jobs: int,
             gpus: str | None) -> None:
     """The whole pipeline locally, then print the pull request it would open. No GitHub, no token.
 
@@ -195,7 +201,7 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     repo = Path(repo_path).resolve()
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
                           budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
-                          time_cap_s=time_cap_s, device=device, sandbox=sandbox)
+                          time_cap_s=time_cap_s, timing=timing, device=device, sandbox=sandbox)
     settings = load_settings(repo, overrides=overrides)
     changed = None
     if not all_problems:
@@ -229,14 +235,14 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
 @click.pass_context
 def run(ctx: click.Context, results_dir: str, shard: str | None, strategy: str, model: str | None,
         backend: str, samples: int, budget_s: float, max_rounds: int, max_tokens: int | None,
-        min_speedup: float, time_cap_s: float | None, exclude: tuple[str, ...], device: str,
-        sandbox: str, jobs: int, gpus: str | None) -> None:
+        min_speedup: float, time_cap_s: float | None, timing: str, exclude: tuple[str, ...],
+        device: str, sandbox: str, jobs: int, gpus: str | None) -> None:
     """Stage 1 of the Action (GPU runner, read-only token): event -> results directory."""
     from bot.actions import run_stage_one
 
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
                           budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
-                          time_cap_s=time_cap_s, device=device, sandbox=sandbox)
+                          time_cap_s=time_cap_s, timing=timing, device=device, sandbox=sandbox)
     run_stage_one(Path(results_dir), overrides, shard, jobs, max_tokens, exclude, _progress, click.echo,
                   gpus=gpus)
 

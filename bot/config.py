@@ -42,6 +42,7 @@ class Settings:
     max_open_prs: int = 5
     kernel_paths: tuple[str, ...] = ("kernels/**", "problems/**")  # what the bot may change
     time_cap_s: float | None = None
+    timing: str = "latency"  # "latency" | "throughput" (bot.timing.TimingOptions.mode)
     device: str = "auto"  # "auto" | "cpu" | "cuda"
 
 
@@ -111,6 +112,7 @@ CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_open_prs": _integer(0, "an integer >= 0"),
     "kernel_paths": _kernel_paths,
     "time_cap_s": _number(0, False, "a positive number of seconds"),
+    "timing": _choice("latency", "throughput"),
     "device": _choice("auto", "cpu", "cuda"),
 }
 # The person at the command line may point anywhere; only the file (maybe from a PR) is fenced in.

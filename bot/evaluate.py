@@ -181,8 +181,9 @@ def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: Cand
         return _evaluate_fresh(problem, candidates, baseline, options, progress)
     from bot.cache import ResultCache, environment_key
 
-    cache = ResultCache(options.cache_root, environment_key(options.device, options.gpu_index),
-                        options.min_speedup)
+    # The timing mode is part of what a cached time means (bot.timing.TimingOptions.mode).
+    cache = ResultCache(options.cache_root, environment_key(options.device, options.gpu_index)
+                        + f"|timing={options.timing.mode}", options.min_speedup)
     cached = [cache.get(problem, baseline, c) for c in candidates]
     fresh = [c for c, hit in zip(candidates, cached) if hit is None]
     if len(fresh) < len(candidates):

@@ -20,11 +20,11 @@ def resolve_device(device: str) -> str:
 
 
 def evaluation_options(device: str, sandbox: str, time_cap_s: float | None = None,
-                       min_speedup: float = 1.05, use_cache: bool = False):
+                       min_speedup: float = 1.05, use_cache: bool = False, timing_mode: str = "latency"):
     from bot.evaluate import EvalOptions
     from bot.timing import TimingOptions
 
-    timing = TimingOptions(time_cap_s=time_cap_s) if time_cap_s else TimingOptions()
+    timing = TimingOptions(mode=timing_mode, **({"time_cap_s": time_cap_s} if time_cap_s else {}))
     return EvalOptions(device=device, sandbox=sandbox, timing=timing, min_speedup=min_speedup,
                        use_cache=use_cache)
 
@@ -32,14 +32,14 @@ def evaluation_options(device: str, sandbox: str, time_cap_s: float | None = Non
 def optimize_options(device: str, sandbox: str, strategy: str, model: str | None, backend: str,
                      samples: int, budget_s: float, max_rounds: int, min_speedup: float,
                      time_cap_s: float | None, max_tokens: int | None, exclude: tuple[str, ...] = (),
-                     use_cache: bool = True):
+                     use_cache: bool = True, timing_mode: str = "latency"):
     from bot.optimize import OptimizeOptions
 
     return OptimizeOptions(strategy=strategy, model=model, backend=backend, samples=samples,
                            budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
                            max_total_tokens=max_tokens, exclude=tuple(exclude),
                            evaluation=evaluation_options(resolve_device(device), sandbox, time_cap_s, min_speedup,
-                                               use_cache))
+                                                         use_cache, timing_mode))
 
 
 def job_options(settings, device: str | None = None, max_tokens: int | None = None,
@@ -50,4 +50,5 @@ def job_options(settings, device: str | None = None, max_tokens: int | None = No
         exclude = ("compile-max-autotune*",)
     return optimize_options(resolved, settings.sandbox, settings.strategy, settings.model,
                             settings.backend, settings.samples, settings.budget_s, settings.max_rounds,
-                            settings.min_speedup, settings.time_cap_s, max_tokens, exclude)
+                            settings.min_speedup, settings.time_cap_s, max_tokens, exclude,
+                            timing_mode=settings.timing)

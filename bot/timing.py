@@ -25,6 +25,9 @@ class TimingOptions:
     # Many contenders: after two screening rounds only the baseline and this many fastest
     # go on, so the cap buys precise intervals where a choice is being made.
     finalists: int = 4
+    # CUDA only: "latency" synchronises before each call (host launch path + GPU work, back
+    # to back); "throughput" times back-to-back calls (bot/worker.py, op_time).
+    mode: str = "latency"
     batch_target_us: float = 10_000.0  # calls per batch chosen to fill about this long
     max_batch: int = 50
     warmup_batches: int = 1
@@ -35,6 +38,8 @@ class TimingOptions:
 class TimingRecord:
     samples_us: list[float] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
+    # Pairs for the stream check: device-synchronised host time and the event time on the
+    # current stream, per call ("latency") or per batch ("throughput").
     host_us: list[float] = field(default_factory=list)
     event_us: list[float] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
@@ -55,7 +60,8 @@ def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, reference: 
     started = time.perf_counter()
     try:
         reply = worker.request({"op": "time", "seeds": seeds, "distribution": "standard",
-                                "fp_seed": fp_seed}, call_timeout_s * len(seeds), "call")
+                                "fp_seed": fp_seed, "mode": options.mode},
+                               call_timeout_s * len(seeds), "call")
     except WorkerFailure as exc:
         record.checks.append(failure_check(exc))
         record.failed = True
@@ -80,7 +86,10 @@ def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, reference: 
         record.samples_us.extend(samples)
         record.batch_sizes.append(len(samples))
         record.host_us.extend(reply["host_us"])
-        record.event_us.extend(reply["event_us"] or [])
+        if "batch_span_us" in reply:  # back to back: one host/stream pair for the whole batch
+            record.event_us.append(reply["batch_span_us"])
+        else:
+            record.event_us.extend(reply["event_us"] or [])
     else:  # warm-up: also sizes the batches of the measured rounds
         per_call = max(sorted(samples)[len(samples) // 2], 1.0)
         record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch))

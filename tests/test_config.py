@@ -44,11 +44,18 @@ def test_pyproject_table_with_kebab_case_keys(tmp_path):
     pyproject(tmp_path, 'problems-dir = "ops/problems"\nlabel = "speed-me"\nstrategy = "all"\n'
                         'budget-s = 60\nmax-rounds = 2\nsamples = 4\nmin-speedup = 1.2\n'
                         'model = "gpt-x"\nbackend = "cuda"\nsandbox = "docker"\nmax-open-prs = 0\n'
-                        'kernel-paths = ["ops/kernels/**"]\ntime-cap-s = 2.5\ndevice = "cpu"\n')
+                        'kernel-paths = ["ops/kernels/**"]\ntime-cap-s = 2.5\ndevice = "cpu"\n'
+                        'timing = "throughput"\n')
     assert load_settings(tmp_path, {}) == Settings(
         problems_dir="ops/problems", label="speed-me", strategy="all", budget_s=60.0, max_rounds=2,
         samples=4, min_speedup=1.2, model="gpt-x", backend="cuda", sandbox="docker",
-        max_open_prs=0, kernel_paths=("ops/kernels/**",), time_cap_s=2.5, device="cpu")
+        max_open_prs=0, kernel_paths=("ops/kernels/**",), time_cap_s=2.5, device="cpu",
+        timing="throughput")
+
+
+def test_an_unknown_timing_mode_is_a_clear_error(tmp_path):
+    pyproject(tmp_path, 'timing = "fastest"\n')
+    assert "timing" in error(tmp_path) and "latency" in error(tmp_path)
 
 
 def test_budget_given_as_toml_integer_becomes_float(tmp_path):
@@ -87,7 +94,7 @@ def test_unknown_key_with_closest_suggestion(tmp_path):
     assert message.startswith(
         f"{pp}: unknown [tool.kernel-bot] key(s) 'min-speedp' (did you mean 'min-speedup'?), "
         "'max_open_prs' (did you mean 'max-open-prs'?), 'colour'; known: problems-dir, label, ")
-    assert message.endswith("time-cap-s, device")
+    assert message.endswith("time-cap-s, timing, device")
 
 
 def test_unknown_key_in_kernel_bot_toml(tmp_path):

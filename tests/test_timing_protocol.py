@@ -11,11 +11,13 @@ from conftest import PROBLEMS
 
 
 class _Worker:
-    """Answers the protocol's requests; each call really takes `call_us` of wall time."""
+    """Answers the protocol's requests; each call really takes `call_us` of wall time.
+    Like the real worker on CUDA, mode "throughput" answers with one host/stream pair per batch."""
 
     def __init__(self, call_us: float):
         self.call_us = call_us
         self.batches: list[int] = []
+        self.modes: set[str] = set()
 
     def pin(self, timed: bool) -> None:
         pass
@@ -26,8 +28,13 @@ class _Worker:
         n = len(message["seeds"])
         time.sleep(n * self.call_us / 1e6)
         self.batches.append(n)
-        return {"ok": True, "host_us": [self.call_us] * n, "event_us": None,
-                "fingerprints": [[[1.0, 1.0, 0]] for _ in range(n)], "new_threads": []}
+        self.modes.add(message["mode"])
+        prints = [[[1.0, 1.0, 0]] for _ in range(n)]
+        if message["mode"] == "throughput":
+            return {"ok": True, "host_us": [n * self.call_us + 5.0], "event_us": [self.call_us] * n,
+                    "batch_span_us": n * self.call_us, "fingerprints": prints, "new_threads": []}
+        return {"ok": True, "host_us": [self.call_us + 5.0] * n, "event_us": [self.call_us] * n,
+                "fingerprints": prints, "new_threads": []}
 
 
 def _time(contenders: dict[str, _Worker], options: TimingOptions, keep: frozenset[str] = frozenset()):
@@ -68,3 +75,14 @@ def test_many_contenders_are_screened_then_the_finalists_get_precise_medians():
     batches = {n: len(r.batch_sizes) for n, r in records.items()}
     assert batches["base"] >= 6 and batches["c0"] >= 6 and batches["c1"] >= 6
     assert all(batches[f"c{i}"] == 2 for i in range(2, 8))  # screened out after two rounds
+
+
+def test_the_mode_reaches_the_worker_and_stream_pairs_follow_it():
+    for mode in ("latency", "throughput"):
+        worker = _Worker(300.0)
+        record = _time({"a": worker}, TimingOptions(time_cap_s=0.2, min_batches=3, mode=mode,
+                                                    batch_target_us=1_500))["a"]
+        assert worker.modes == {mode}
+        pairs = len(record.batch_sizes) if mode == "throughput" else len(record.samples_us)
+        assert len(record.host_us) == len(record.event_us) == pairs
+        assert len(record.samples_us) == sum(record.batch_sizes)

@@ -38,11 +38,12 @@ problems-dir = "problems"
 kernel-paths = ["kernels/**"]
 time-cap-s = 2
 budget-s = 240
+timing = "{timing}"
 """
 
 
 def _tree() -> dict[str, bytes]:
-    files = {"pyproject.toml": CONFIG.encode()}
+    files = {"pyproject.toml": CONFIG.format(timing=os.environ.get("TIMING", "latency")).encode()}
     for folder in ("problems", "kernels"):
         for path in (ROOT / folder).rglob("*.py"):
             if "__pycache__" not in path.parts:
@@ -56,9 +57,9 @@ def _bot(args: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
     full = {"PATH": os.environ["PATH"], "HOME": str(cwd), "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **env}
     if "GIT_EXEC_PATH" in os.environ:  # a git unpacked beside the system's (h200_session.sh)
         full["GIT_EXEC_PATH"] = os.environ["GIT_EXEC_PATH"]
-    with log.open("w") as err:
+    with log.open("w") as err:  # what the bot prints and its progress, in one log
         proc = subprocess.run([sys.executable, "-m", "bot", *args], cwd=cwd, env=full,
-                              stdout=subprocess.PIPE, stderr=err, text=True, timeout=900, check=False)
+                              stdout=err, stderr=subprocess.STDOUT, text=True, timeout=900, check=False)
     if proc.returncode != 0:
         sys.exit(f"bot {args[0]} exited {proc.returncode}; see {log}")
 

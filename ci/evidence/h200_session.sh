@@ -15,6 +15,7 @@
 set -u
 EV=/tmp/ev
 DEVICE=${DEVICE:-cuda}
+export TIMING=${TIMING:-latency}  # latency | throughput (bot.timing.TimingOptions.mode)
 BUDGET_S=${BUDGET_S:-1450}  # from the plan's start; the session's device time is 1800 s
 
 pack() {
@@ -35,6 +36,7 @@ start)
   exec bash ci/evidence/h200_session.sh wait "${2:-560}"
   ;;
 plan)
+  # /tmp/site: the carried wheels; only the PR-flow stage needs them (the rest must run without).
   export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
   if [ -x /tmp/gitroot/usr/bin/git ]; then
     export PATH=/tmp/gitroot/usr/bin:$PATH GIT_EXEC_PATH=/tmp/gitroot/usr/lib/git-core
@@ -50,17 +52,17 @@ plan)
   { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw \
         --format=csv; nproc; git --version; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
   } > $EV/machine.txt 2>&1
-  stage aa 420 python3 ci/evidence/verifier_benchmark.py --device $DEVICE --out $EV --aa-repeats 3 --cap-s 3 \
+  stage aa 420 python3 ci/evidence/verifier_benchmark.py --device $DEVICE --out $EV --aa-repeats 3 --cap-s 3 --timing $TIMING \
       --problems rmsnorm,softmax,matmul_bias_gelu > $EV/aa.log 2>&1
   PYTHONPATH=$PWD:/tmp/site stage event_to_pr 420 python3 ci/evidence/event_to_pr.py --device $DEVICE --out $EV/e2p \
       > $EV/e2p.log 2>&1
   stage throughput 240 python3 -m bot optimize problems/rmsnorm.py --strategy search --device $DEVICE \
-      --exclude 'compile-*' --time-cap-s 1 --no-cache --out $EV/tput > $EV/tput.txt 2> $EV/tput.err
+      --exclude 'compile-*' --time-cap-s 1 --timing $TIMING --no-cache --out $EV/tput > $EV/tput.txt 2> $EV/tput.err
   left=$(( BUDGET_S - ($(date +%s) - t0) ))
   [ "$left" -lt 120 ] && left=120
   (stage gpu_tests $left python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider > $EV/gpu_tests.log 2>&1) &
   stage sweep $left python3 -m bot optimize problems/*.py --strategy search --device $DEVICE --jobs 4 \
-      --time-cap-s 3 --no-cache --out $EV/search > $EV/search.txt 2> $EV/search.err
+      --time-cap-s 3 --timing $TIMING --no-cache --out $EV/search > $EV/search.txt 2> $EV/search.err
   wait
   nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv >> $EV/machine.txt 2>&1
   echo "ALLDONE" >> $EV/stages.log

@@ -24,12 +24,12 @@ from bot.timing import TimingOptions
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def aa(problem_name: str, repeats: int, cap_s: float, device: str = "cuda") -> dict:
+def aa(problem_name: str, repeats: int, cap_s: float, device: str = "cuda", mode: str = "latency") -> dict:
     problem = load_problem(ROOT / "problems" / f"{problem_name}.py", root=ROOT)
     ref = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
     same = CandidateSource("reference-again", problem.source, Origin("reference"), problem.path, "Model")
     options = EvalOptions(device=device, limits=Limits(memory_mb=65536),
-                          timing=TimingOptions(time_cap_s=cap_s, min_samples=20))
+                          timing=TimingOptions(time_cap_s=cap_s, min_samples=20, mode=mode))
     runs = []
     for _ in range(repeats):
         result = evaluate(problem, [same], ref, options)
@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--aa-repeats", type=int, default=5)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--timing", default="latency", choices=["latency", "throughput"])
     parser.add_argument("--cap-s", type=float, default=2.0)
     parser.add_argument("--problems", default="rmsnorm,softmax,matmul_bias_gelu")
     args = parser.parse_args()
@@ -62,7 +63,7 @@ def main() -> None:
     results = []
     for name in args.problems.split(","):
         t0 = time.time()
-        r = aa(name, args.aa_repeats, args.cap_s, args.device)
+        r = aa(name, args.aa_repeats, args.cap_s, args.device, args.timing)
         r["wall_s"] = time.time() - t0
         results.append(r)
         for shape, spread in r["spread"].items():
@@ -71,7 +72,7 @@ def main() -> None:
             print(f"A/A {name:18s} {shape:12s} medians {min(meds):9.2f}..{max(meds):9.2f} us "
                   f"spread across runs {spread:6.2%}  largest |A/A ratio - 1| within a run "
                   f"{r['ratio_dev'][shape]:6.2%}  verdicts {sorted(sigs)}", flush=True)
-    (out / "aa.json").write_text(json.dumps(results, indent=1))
+        (out / f"aa-{args.timing}.json").write_text(json.dumps(results, indent=1))  # after each problem
 
 
 if __name__ == "__main__":
