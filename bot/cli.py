@@ -6,6 +6,7 @@ import json
 import logging
 from dataclasses import replace
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -26,8 +27,12 @@ TIMING = click.option("--timing", type=click.Choice(["latency", "throughput"]), 
                       "or time back-to-back calls (throughput).")
 
 
+_STARTED = time.monotonic()
+
+
 def _progress(message: str) -> None:
-    click.echo(f"... {message}", err=True)
+    # Seconds since the command started: where a long run spends its time, at a glance.
+    click.echo(f"... [{time.monotonic() - _STARTED:6.1f}s] {message}", err=True)
 
 
 class BotGroup(click.Group):
