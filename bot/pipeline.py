@@ -84,16 +84,20 @@ def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | 
 
     done: dict[str, OptimizeResult] = {}
     lanes = Lanes(visible_gpus(gpus, options.evaluation.device))
+    at_once = max(jobs, len(lanes.devices), 1)
+    # Problems optimised at once share the machine's cores (and a lane's GPU memory): each
+    # gets its share of the workers that verify in parallel, not all of them.
+    parallel = max(2, options.evaluation.parallel // at_once)
 
     def work(problem: Problem, gpu: int | None) -> OptimizeResult:
-        lane = replace(options, evaluation=replace(options.evaluation, gpu_index=gpu))
+        lane = replace(options, evaluation=replace(options.evaluation, gpu_index=gpu, parallel=parallel))
         result = optimize(problem, default_baseline(problem), lane, progress)
         done[str(problem.path)] = result
         if out is not None:
             write_optimize_outputs(out, [done[str(p.path)] for p in problems if str(p.path) in done],
                                    options.min_speedup)
         return result
-    return run_problems(problems, work, max(jobs, len(lanes.devices)), lanes, progress)
+    return run_problems(problems, work, at_once, lanes, progress)
 
 
 def run_job(job: Job, problems: list[Problem], progress: Progress

@@ -102,3 +102,20 @@ def test_merge_combines_shards(tmp_path):
     result = CliRunner().invoke(main, ["merge", str(tmp_path / "s1"), str(tmp_path / "s1"),
                                        "--out", str(tmp_path / "m2"), "--repo", str(ROOT)])
     assert result.exit_code == 2 and "more than one shard" in result.stderr
+
+
+def test_problems_optimised_at_once_share_the_verification_workers(monkeypatch):
+    import bot.pipeline as pipeline
+    from bot.evaluate import EvalOptions
+    from bot.optimize import OptimizeOptions
+
+    seen = []
+    monkeypatch.setattr(pipeline, "optimize",
+                        lambda problem, baseline, options, progress: seen.append(options.evaluation.parallel))
+    problems = find_problems(ROOT / "problems", root=ROOT)[:4]
+    options = OptimizeOptions(evaluation=EvalOptions(device="cpu", parallel=8))
+    pipeline.optimize_all(problems, options, None, 4, None, lambda _: None)
+    assert seen == [2, 2, 2, 2]
+    seen.clear()
+    pipeline.optimize_all(problems[:1], options, None, 1, None, lambda _: None)
+    assert seen == [8]
