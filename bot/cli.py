@@ -147,7 +147,7 @@ def tuning_options(func):
 @JSON
 @click.option("--out", type=click.Path(file_okay=False), help="Write candidates, transcript, results.json.")
 @click.option("--jobs", type=int, default=1, show_default=True,
-              help="Problems optimised at once (compilation overlaps; timing stays exclusive).")
+              help="Problems optimised at once (compilation overlaps, each gets its share of the verification workers; timing stays exclusive).")
 @GPUS
 @click.option("--cache/--no-cache", default=True, show_default=True,
               help="Reuse verdicts and timings of candidates judged before on this machine stack.")
