@@ -36,6 +36,9 @@ class EvalOptions:
     min_speedup: float = 1.05
     trials_per_distribution: int = 1
     parallel: int = max(1, (os.cpu_count() or 2) // 2)  # workers compiling/verifying at once
+    # Threads per worker for torch's CPU kernels; None: one on CPU (workers take turns there,
+    # and a tiny kernel split over threads is timed by its slowest, descheduled one: A/A runs
+    # of gelu on 2 vCPUs moved 100x between workers with 2), torch's default on a GPU.
     threads: int | None = None
     gpu_index: int | None = None
     cache_root: Path = Path.home() / ".cache" / "kernel-bot"
@@ -137,13 +140,19 @@ class _Session:
         self.sandbox = make_sandbox(options.sandbox)
         self.workers: list[WorkerClient] = []
 
+    @property
+    def worker_threads(self) -> int | None:
+        if self.options.threads is not None:
+            return self.options.threads
+        return 1 if self.options.device == "cpu" else None
+
     def start(self, label: str, module: Path | None, class_name: str, precision: str,
               source_hash: str) -> WorkerClient:
         readable = (self.problem.path, self.problem.root) + ((module,) if module else ())
         worker = WorkerClient(self.sandbox, label, self.options.device,
                               self.root / f"w-{label}"[:80],
                               self.options.cache_root / "compile" / source_hash, readable,
-                              self.options.limits, self.options.gpu_index, self.options.threads)
+                              self.options.limits, self.options.gpu_index, self.worker_threads)
         self.workers.append(worker)
         worker.request({"op": "load", "problem": str(self.problem.path),
                         "module": str(module) if module else None, "class_name": class_name,
