@@ -44,11 +44,12 @@ class ChannelTampered(ChannelError):
     pass
 
 
-def _flatten(obj: Any, blobs: list[bytes], metas: list[dict]) -> Any:
+def _flatten(obj: Any, blobs: list[memoryview], metas: list[dict]) -> Any:
     if isinstance(obj, torch.Tensor):
         t = obj.detach().reshape(-1).contiguous().cpu()
         metas.append({"dtype": str(t.dtype).removeprefix("torch."), "shape": list(obj.shape)})
-        blobs.append(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        # A view of the tensor's own memory: frames are written from it without a copy.
+        blobs.append(memoryview(t.view(torch.uint8).numpy()) if t.numel() else memoryview(b""))
         return {"__tensor__": len(metas) - 1}
     if isinstance(obj, dict):
         return {str(k): _flatten(v, blobs, metas) for k, v in obj.items()}
@@ -57,14 +58,19 @@ def _flatten(obj: Any, blobs: list[bytes], metas: list[dict]) -> Any:
     return obj
 
 
-def encode(message: dict[str, Any]) -> bytes:
-    """Serialise a message (JSON-able values and tensors) into a payload."""
-    blobs: list[bytes] = []
+def _encode_parts(message: dict[str, Any]) -> list[memoryview | bytes]:
+    """The payload as parts: the length-prefixed JSON header, then each tensor's bytes."""
+    blobs: list[memoryview] = []
     metas: list[dict] = []
     body = _flatten(message, blobs, metas)
     header = json.dumps({"body": body, "tensors": metas,
-                         "sizes": [len(b) for b in blobs]}, allow_nan=True).encode()
-    return struct.pack("!I", len(header)) + header + b"".join(blobs)
+                         "sizes": [b.nbytes for b in blobs]}, allow_nan=True).encode()
+    return [struct.pack("!I", len(header)) + header, *blobs]
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """Serialise a message (JSON-able values and tensors) into a payload."""
+    return b"".join(_encode_parts(message))
 
 
 def _unflatten(obj: Any, tensors: list[torch.Tensor]) -> Any:
@@ -77,22 +83,25 @@ def _unflatten(obj: Any, tensors: list[torch.Tensor]) -> Any:
     return obj
 
 
-def decode(payload: bytes) -> dict[str, Any]:
-    """Parse a payload; raises ChannelTampered on anything malformed."""
+def decode(payload: bytes | bytearray) -> dict[str, Any]:
+    """Parse a payload; raises ChannelTampered on anything malformed. Tensors share the
+    memory of a bytearray payload (no copy); a bytes payload is copied once, to be writable."""
     try:
+        if not isinstance(payload, bytearray):
+            payload = bytearray(payload)
         (hlen,) = struct.unpack_from("!I", payload, 0)
-        header = json.loads(payload[4:4 + hlen])
+        header = json.loads(bytes(payload[4:4 + hlen]))
         offset = 4 + hlen
         tensors = []
         for meta, size in zip(header["tensors"], header["sizes"], strict=True):
             dtype = _DTYPES[meta["dtype"]]
             shape = [int(s) for s in meta["shape"]]
-            raw = bytearray(payload[offset:offset + size])
-            offset += size
-            if len(raw) != size:
+            size = int(size)
+            if size < 0 or offset + size > len(payload):
                 raise ValueError("truncated tensor")
-            flat = (torch.frombuffer(raw, dtype=torch.uint8).view(dtype) if size
-                    else torch.empty(0, dtype=dtype))
+            flat = (torch.frombuffer(payload, dtype=torch.uint8, count=size, offset=offset).view(dtype)
+                    if size else torch.empty(0, dtype=dtype))
+            offset += size
             tensors.append(flat.reshape(shape))
         if offset != len(payload):
             raise ValueError("trailing bytes")
@@ -114,19 +123,24 @@ class Channel:
         self.key = key
 
     def send(self, message: dict[str, Any]) -> None:
-        payload = encode(message)
-        digest = hmac.new(self.key or b"", payload, hashlib.sha256).digest()
-        self.sock.sendall(_HEADER.pack(len(payload), digest) + payload)
+        parts = _encode_parts(message)
+        mac = hmac.new(self.key or b"", digestmod=hashlib.sha256)
+        for part in parts:
+            mac.update(part)
+        self.sock.sendall(_HEADER.pack(sum(len(memoryview(p)) for p in parts), mac.digest()))
+        for part in parts:
+            self.sock.sendall(part)
 
-    def _read_exact(self, n: int) -> bytes:
-        chunks = []
-        while n:
-            chunk = self.sock.recv(min(n, 1 << 22))
-            if not chunk:
+    def _read_exact(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            count = self.sock.recv_into(view[got:], min(n - got, 1 << 22))
+            if not count:
                 raise ChannelClosed("channel closed")
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+            got += count
+        return buf
 
     def recv(self) -> dict[str, Any]:
         """Block until one frame arrives (use socket timeouts or select to bound it)."""
