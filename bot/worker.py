@@ -377,9 +377,8 @@ class Harness:
                         result = self.model(*inputs)
                         host.append((_perf_ns() - t0) / 1e3)
                 outputs = _as_outputs(result)
-                if any(type(o) is not _Tensor for o in outputs):
-                    return {"ok": False, "phase": "call",
-                            "error": f"output type {[type(o).__name__ for o in outputs]}"}
+                if (wrong := _not_tensors(outputs)) is not None:
+                    return wrong
                 prints.append(self._fingerprints(outputs, int(msg["fp_seed"])))
                 del result, outputs, inputs
         except BaseException as exc:
@@ -405,9 +404,8 @@ class Harness:
                     result = self.model(*inputs)
                     _ev_record(e1)
                 outputs = _as_outputs(result)
-                if any(type(o) is not _Tensor for o in outputs):
-                    return {"ok": False, "phase": "call",
-                            "error": f"output type {[type(o).__name__ for o in outputs]}"}
+                if (wrong := _not_tensors(outputs)) is not None:
+                    return wrong
                 print_tensors.append(self._fingerprint_tensors(outputs, int(msg["fp_seed"])))
                 event_pairs.append((e0, e1))
                 del result, outputs, inputs
@@ -491,6 +489,13 @@ def _poison_free_cuda_memory() -> None:
         held.append(t)
     _cuda_sync()
     del held
+
+
+def _not_tensors(outputs: list[Any]) -> dict | None:
+    """The failure reply for a timed call whose outputs are not exactly torch.Tensor."""
+    if all(type(o) is _Tensor for o in outputs):
+        return None
+    return {"ok": False, "phase": "call", "error": f"output type {[type(o).__name__ for o in outputs]}"}
 
 
 def _failure(phase: str, exc: BaseException) -> dict:

@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from bot.bench import geomean
 from bot.domain import CandidateSource, Origin, Problem, source_hash
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
@@ -326,10 +327,6 @@ def input_bytes(description: str) -> int | None:
     return total or None
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def plan_split(shape_bytes: list[int], speedups: dict[str, list[float | None]],
                min_gain: float = 1.03) -> Split | None:
     """The best two-path split of the shapes by input size, if it beats every single path by
@@ -342,7 +339,7 @@ def plan_split(shape_bytes: list[int], speedups: dict[str, list[float | None]],
     order = sorted(range(n), key=lambda i: shape_bytes[i])
 
     def score(path: str, idx: list[int]) -> float:
-        return _geomean([paths[path][i] for i in idx])
+        return geomean([paths[path][i] for i in idx])
 
     single = max(score(p, order) for p in paths)
     best: Split | None = None
@@ -354,7 +351,7 @@ def plan_split(shape_bytes: list[int], speedups: dict[str, list[float | None]],
         large = max(paths, key=lambda p: score(p, large_idx))
         if small == large:
             continue
-        total = _geomean([paths[small][i] for i in small_idx] + [paths[large][i] for i in large_idx])
+        total = geomean([paths[small][i] for i in small_idx] + [paths[large][i] for i in large_idx])
         threshold = int(math.sqrt(shape_bytes[order[k - 1]] * shape_bytes[order[k]]))
         if best is None or total / single > best.gain:
             best = Split(small, large, threshold, total / single)

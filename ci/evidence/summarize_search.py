@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bot.bench import speedup
+from bot.bench import geomean, speedup
 from bot.domain import Measurement
 
 
@@ -32,10 +31,6 @@ def _measurements(contender: dict | None) -> dict[str, Measurement]:
     return out
 
 
-def _geo(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def compare(base: dict | None, cand: dict | None) -> tuple[float, float, float] | None:
     """Geometric mean over shapes of base/cand median ratios, with the mean of the bounds."""
     b, c = _measurements(base), _measurements(cand)
@@ -43,7 +38,7 @@ def compare(base: dict | None, cand: dict | None) -> tuple[float, float, float] 
     if not shapes or len(shapes) != len(b):
         return None
     per = [speedup(b[s], c[s]) for s in shapes]
-    return _geo([p.ratio for p in per]), _geo([p.ci_low for p in per]), _geo([p.ci_high for p in per])
+    return geomean([p.ratio for p in per]), geomean([p.ci_low for p in per]), geomean([p.ci_high for p in per])
 
 
 def _fmt(r: tuple[float, float, float] | None) -> str:
@@ -82,13 +77,13 @@ def summarize(data: dict, wall_s: float | None) -> str:
     sig_eager = sum(r[1] >= 1.1 for r in vs_eager)
     lines.append(f"- problems: {n}; the pick is significantly >= 1.1x faster than eager (interval's lower "
                  f"bound) on {sig_eager} ({sig_eager / max(n, 1):.0%}); geometric mean against eager "
-                 f"{_geo([r[0] for r in vs_eager]):.2f}x")
+                 f"{geomean([r[0] for r in vs_eager]):.2f}x")
     if vs_compile:
         sig_c = sum(r[1] >= 1.1 for r in vs_compile)
         slower = sum(r[2] < 1.0 for r in vs_compile)
         lines.append(f"- against torch.compile default ({len(vs_compile)} problems where it was accepted): "
                      f">= 1.1x significantly on {sig_c} ({sig_c / len(vs_compile):.0%}); geometric mean "
-                     f"{_geo([r[0] for r in vs_compile]):.2f}x; significantly slower on {slower}")
+                     f"{geomean([r[0] for r in vs_compile]):.2f}x; significantly slower on {slower}")
     lines.append(f"- candidates: {candidates} verified, {accepted} of them accepted and timed")
     if wall_s:
         lines.append(f"- sweep wall time {wall_s:.0f} s on one GPU: {candidates / (wall_s / 60):.1f} "
