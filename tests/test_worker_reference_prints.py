@@ -1,0 +1,28 @@
+"""The reference worker's fingerprints for timed calls: outputs only. Hashing the inputs (for
+the unchanged-inputs check of full trials) goes through host memory, and on the H200 it cost
+seconds per timed batch for large inputs."""
+
+from __future__ import annotations
+
+import bot.worker as worker
+from conftest import PROBLEMS
+
+
+def _reference(monkeypatch, hashed: list[int]):
+    real = worker._hash_tensor
+    monkeypatch.setattr(worker, "_hash_tensor", lambda t: hashed.append(t.numel()) or real(t))
+    h = worker.Harness(None, "cpu", 1)
+    assert h.op_load({"problem": str(PROBLEMS / "scale_add.py"), "module": None, "precision": "float64"})["ok"]
+    assert h.op_construct({"overrides": {}, "seed": 3})["ok"]
+    return h
+
+
+def test_fingerprints_of_timed_calls_do_not_hash_the_inputs(monkeypatch):
+    hashed: list[int] = []
+    h = _reference(monkeypatch, hashed)
+    reply = h.op_fingerprints({"seeds": [5, 6], "distribution": "standard", "fp_seed": 9})
+    assert reply["ok"] and len(reply["fingerprints"]) == 2
+    assert hashed == []
+    # A full trial still records the inputs, so a candidate that changes them is caught.
+    full = h.op_run({"seed": 5, "distribution": "standard"})
+    assert full["ok"] and hashed and len(full["inputs_before"]) == len(hashed)
