@@ -137,6 +137,10 @@ def _time(problem: Problem, shape: Shape, reference: WorkerClient,
         if rounds == 2 and len(active) > options.finalists + len(keep & set(active)):
             active = _finalists(active, records, keep, options.finalists)
             progress(f"{problem.name} [{shape.name}] screened: {len(active)} contender(s) go on")
+            # The cap is the finalists' own: screening many contenders can take longer than
+            # the cap, and then the choice would rest on two batches each.
+            deadline = time.monotonic() + options.time_cap_s
+            hard_deadline = time.monotonic() + 10 * options.time_cap_s
         done = all(bench.converged(records[n].measurement(), options.target_rel_se,
                                    options.min_samples, options.min_batches) for n in active)
         now = time.monotonic()

@@ -77,6 +77,17 @@ def test_many_contenders_are_screened_then_the_finalists_get_precise_medians():
     assert all(batches[f"c{i}"] == 2 for i in range(2, 8))  # screened out after two rounds
 
 
+def test_finalists_get_their_own_cap_when_screening_took_longer_than_it():
+    # 20 ms a call, one call a batch: two screening rounds of 9 contenders take 0.36 s, past
+    # the 0.3 s cap; the baseline and the two finalists must still reach min_batches.
+    workers = {"base": _Worker(20_000.0), **{f"c{i}": _Worker(20_000.0 + 1_000 * i) for i in range(8)}}
+    records = _time(workers, TimingOptions(time_cap_s=0.3, min_batches=6, min_samples=1, finalists=2,
+                                           batch_target_us=1_000), keep=frozenset({"base"}))
+    batches = {n: len(r.batch_sizes) for n, r in records.items()}
+    assert sorted(n for n, b in batches.items() if b >= 6) == ["base", "c0", "c1"], batches
+    assert all(batches[f"c{i}"] == 2 for i in range(2, 8)), batches
+
+
 def test_the_mode_reaches_the_worker_and_stream_pairs_follow_it():
     for mode in ("latency", "throughput"):
         worker = _Worker(300.0)
