@@ -63,16 +63,33 @@ def _lock_for(key: str) -> _RWLock:
         return _LOCKS.setdefault(key, _RWLock())
 
 
-def _lock_file(key: str) -> Path:
-    return Path(tempfile.gettempdir()) / f"kernel-bot-{key}.lock"
+def _lock_file(key: str, part: str = "") -> Path:
+    return Path(tempfile.gettempdir()) / f"kernel-bot-{key}{part}.lock"
+
+
+@contextlib.contextmanager
+def _flock(path: Path, mode: int) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 @contextlib.contextmanager
 def _file_lock(key: str, mode: int) -> Iterator[None]:
-    """The same lock across processes of the bot (shared or exclusive flock)."""
-    fd = os.open(_lock_file(key), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
+    """The same lock across processes of the bot, writers preferred there too.
+
+    flock alone grants a shared lock while an exclusive one waits, so processes whose
+    verification overlaps (a test run beside a sweep did this on the H200) could hold a
+    timing off for minutes. A writer first takes the intent file and keeps it until it holds
+    the lock; readers pass through the intent file, so none starts while a writer waits."""
+    with _flock(_lock_file(key, ".intent"), mode):
+        fd = os.open(_lock_file(key), os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, mode)
+    try:
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
