@@ -94,9 +94,16 @@ class ContenderOutcome:
     def median_us(self) -> float | None:
         return self.shapes[0].measurement.median_us if self.shapes and self.shapes[0].measurement else None
 
+    def slower_shapes(self) -> list[str]:
+        """Shapes on which this contender is significantly slower than the baseline."""
+        return [s.shape for s in self.shapes if s.speedup is not None and s.speedup.ci_high < 1.0]
+
     def significant(self, min_speedup: float) -> bool:
+        """Its interval (over shapes) clears `min_speedup`, and no shape got slower: a gain on
+        decode does not pay for a loss on prefill (one path per size is a split candidate)."""
         ci = self.speedup_ci
-        return self.verdict.accepted and ci is not None and ci[0] >= min_speedup
+        return (self.verdict.accepted and ci is not None and ci[0] >= min_speedup
+                and not self.slower_shapes())
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.candidate.name,
@@ -104,7 +111,8 @@ class ContenderOutcome:
                 "source_hash": self.candidate.source_hash, "role": self.role,
                 "origin": self.candidate.origin.to_json(), **self.verdict.to_json(),
                 "speedup": self.speedup, "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
-                "median_us": self.median_us, "shapes": [s.to_json() for s in self.shapes]}
+                "median_us": self.median_us, "slower_shapes": self.slower_shapes(),
+                "shapes": [s.to_json() for s in self.shapes]}
 
 
 @dataclass(frozen=True)
@@ -314,6 +322,7 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
             with contextlib.suppress(WorkerFailure):
                 worker.request({"op": "release"}, limits.call_timeout_s, "call")
     passed = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
+    progress(f"{problem.name} [{shape.name}] verified: {len(passed)} of {len(workers)} contender(s) pass")
     records: dict[str, TimingRecord] = {}
     if passed:
         try:
@@ -324,6 +333,8 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                                            keep=frozenset(names[:1]) if has_baseline else frozenset())
         except WorkerFailure as exc:
             raise _problem_failure(problem, exc) from None
+        progress(f"{problem.name} [{shape.name}] timed: "
+                 f"{sum(len(r.batch_sizes) for r in records.values())} batches")
     floor = floor_us(info.nbytes, info.flops, peaks_for(environment.device_name)
                      if environment.device == "cuda" else None)
     for name, rec in records.items():

@@ -49,7 +49,9 @@ class Attempt:
         ci = self.outcome.speedup_ci
         if ci is None:
             return "accepted (not timed against a baseline)"
-        return f"accepted: {self.outcome.speedup:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]"
+        slower = self.outcome.slower_shapes()
+        return (f"accepted: {self.outcome.speedup:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]"
+                + (f"; significantly slower on {', '.join(slower)}" if slower else ""))
 
     def to_json(self, min_speedup: float) -> dict[str, Any]:
         return {"round": self.round, "status": self.status, "reason": self.reason,

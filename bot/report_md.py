@@ -197,6 +197,8 @@ def attempts_table(problem: dict[str, Any]) -> str:
         origin = (a.get("origin") or {}).get("detail") or (a.get("origin") or {}).get("strategy")
         if not a.get("accepted"):
             reason = a.get("reason") or "; ".join(rd.rejection_reasons(a))
+        elif a.get("slower_shapes"):
+            reason = "significantly slower on " + ", ".join(rd.cell(s, 40) for s in a["slower_shapes"])
         elif a.get("speedup_ci"):
             reason = f"interval {'clears' if a.get('significant') else 'does not clear'} {threshold}"
         else:

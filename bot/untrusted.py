@@ -76,6 +76,10 @@ def _contender(c: Any, where: str, with_source: bool) -> None:
     _shapes(c.get("shapes", []), f"{where}.shapes")
     for i, r in enumerate(c.get("reasons") or ()):
         _text(r, f"{where}.reasons[{i}]")
+    slower = c.get("slower_shapes", [])
+    _need(isinstance(slower, list) and len(slower) <= 64, f"{where}.slower_shapes", "expected a list of shape names")
+    for i, name in enumerate(slower):
+        _text(name, f"{where}.slower_shapes[{i}]", 300)
 
 
 def _problem(p: Any, where: str, allowed: Callable[[str], bool]) -> None:

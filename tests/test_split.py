@@ -95,3 +95,22 @@ def test_split_candidate_is_accepted_by_the_verifier(tmp_path):
                       EvalOptions(device="cpu", timing=TimingOptions(time_cap_s=0.3)))
     assert result.candidates[0].verdict.accepted, result.candidates[0].verdict.reasons
     assert len(result.candidates[0].shapes) == 2
+
+
+def test_a_gain_on_one_shape_does_not_pay_for_a_loss_on_another():
+    # What the H200 PR-flow run picked: 4.1x on decode, 0.92x on both prefill shapes. The
+    # geometric mean clears 1.05x, yet a PR that slows prefill down is no improvement.
+    from bot.optimize import select_best
+
+    mixed = _outcome("tune-a", [4.1, 0.92])
+    steady = _outcome("tune-b", [1.3, 1.1])
+    assert mixed.speedup_ci[0] > 1.05 and mixed.slower_shapes() == ["prefill"]
+    assert not mixed.significant(1.05) and steady.significant(1.05) and steady.slower_shapes() == []
+    assert select_best([Attempt(0, mixed), Attempt(0, steady)], 1.05) is steady
+    assert select_best([Attempt(0, mixed)], 1.05) is None
+    assert "significantly slower on prefill" in Attempt(0, mixed).reason
+    assert Attempt(0, mixed).to_json(1.05)["slower_shapes"] == ["prefill"]
+    from bot.report_md import attempts_table
+
+    table = attempts_table({"min_speedup": 1.05, "attempts": [Attempt(0, mixed).to_json(1.05)]})
+    assert "significantly slower on prefill" in table and "interval clears" not in table
