@@ -107,7 +107,7 @@ def publish_stage_two(results_dir: Path, repo_root: Path | None, echo: Echo,
     results = load_results(results_dir, allowed)
     trigger = trusted_trigger(env.event_name, _read_event(env) if env.event_path else None,
                               env.repository or "", results.get("trigger") or {})
-    plan = publish_plan(results, trigger, root, allowed, settings.problems_dir)
+    plan = publish_plan(results, trigger, root, allowed, settings.problems_dir, settings.chart_path)
     if plan is None:
         echo("kernel-bot: nothing to publish (no significant improvement, no pull request to comment on).")
         return
@@ -147,7 +147,7 @@ def merge_results(dirs: list[Path], out: Path, repo_root: Path, echo: Echo) -> d
     trigger = Trigger(**{**Trigger(kind="schedule").__dict__, **{
         k: v for k, v in (merged.get("trigger") or {}).items() if k in Trigger.__dataclass_fields__}})
     trigger = Trigger(**{**trigger.__dict__, "labels": tuple(trigger.labels or ())})
-    plan = publish_plan(merged, trigger, repo_root, allowed, settings.problems_dir)
+    plan = publish_plan(merged, trigger, repo_root, allowed, settings.problems_dir, settings.chart_path)
     write_reports(out, merged, plan, None)
     echo(f"merged {len(parts)} shard(s), {len(problems)} problem(s) into {out}")
     return merged

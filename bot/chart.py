@@ -11,6 +11,8 @@ import math
 import struct
 import zlib
 
+from bot.report_data import chart_rows
+
 Color = tuple[int, int, int]
 BACKGROUND: Color = (255, 255, 255)
 INK: Color = (33, 37, 41)
@@ -143,3 +145,9 @@ def speedup_chart_png(rows: list[tuple[str, float, float, float]], title: str) -
     canvas.rect(x_of(1.0), top_y - 4, x_of(1.0) + 2, plot_bottom + 4, PARITY)
     canvas.rect(x0, plot_bottom, x0 + PLOT_W + 1, plot_bottom + 1, INK)  # the x axis
     return canvas.png()
+
+
+def results_chart(results: dict) -> bytes | None:
+    """The chart of a results payload's improved operators, or None when none was timed."""
+    rows = chart_rows(results)
+    return speedup_chart_png(rows, "kernel-bot speedups (95% CI)") if rows else None

@@ -41,6 +41,9 @@ class Settings:
     sandbox: str = "process"  # "process" | "docker"
     max_open_prs: int = 5
     kernel_paths: tuple[str, ...] = ("kernels/**", "problems/**")  # what the bot may change
+    # Where the follow-up branch gets the speedup chart ("" for none). The publishing stage
+    # draws it from the validated numbers itself, so it is no file of the untrusted results.
+    chart_path: str = "docs/kernel-bot/speedups.png"
     time_cap_s: float | None = None
     timing: str = "latency"  # "latency" | "throughput" (bot.timing.TimingOptions.mode)
     device: str = "auto"  # "auto" | "cpu" | "cuda"
@@ -88,6 +91,15 @@ def _relative_path(value: Any) -> str:
     return value.strip()
 
 
+def _chart_path(value: Any) -> str:
+    if value == "":
+        return ""
+    path = _relative_path(value)
+    if not path.endswith(".png"):
+        raise _Bad("a repository-relative path ending in .png, or \"\" for no chart")
+    return path
+
+
 def _kernel_paths(value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         raise _Bad("a list of repository-relative glob patterns")
@@ -111,6 +123,7 @@ CHECKS: dict[str, Callable[[Any], Any]] = {
     "sandbox": _choice("process", "docker"),
     "max_open_prs": _integer(0, "an integer >= 0"),
     "kernel_paths": _kernel_paths,
+    "chart_path": _chart_path,
     "time_cap_s": _number(0, False, "a positive number of seconds"),
     "timing": _choice("latency", "throughput"),
     "device": _choice("auto", "cpu", "cuda"),

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bot.changes import affected_problems
-from bot.chart import speedup_chart_png
+from bot.chart import results_chart
 from bot.config import Settings, path_allowed
 from bot.domain import Problem, PullRequestPlan, Trigger
 from bot.optimize import OptimizeOptions, OptimizeResult, optimize
 from bot.outputs import RESULTS_SCHEMA_VERSION, write_optimize_outputs
 from bot.plan import plan_pull_request
 from bot.problems import find_problems
-from bot.report_data import chart_rows
 from bot.report_md import render_step_summary
 
 Progress = Callable[[str], None]
@@ -106,11 +105,10 @@ def run_job(job: Job, problems: list[Problem], progress: Progress
     job.out.mkdir(parents=True, exist_ok=True)
     results = optimize_all(problems, job.options, job.gpus, job.jobs, job.out, progress)
     payload = results_payload(results, job.trigger, job.options.min_speedup)
-    rows = chart_rows(payload)
-    chart = speedup_chart_png(rows, "kernel-bot speedups (95% CI)") if rows else None
+    chart = results_chart(payload)
     plan = plan_pull_request(payload, job.trigger, job.repo_root,
                              lambda path: path_allowed(path, job.settings), chart,
-                             reproduce_command(problems, job.options, job.repo_root))
+                             reproduce_command(problems, job.options, job.repo_root), job.settings.chart_path)
     write_reports(job.out, payload, plan, chart)
     return payload, plan
 

@@ -113,7 +113,7 @@ def _changes(better: list[dict[str, Any]], repo_root: Path,
 
 def plan_pull_request(results: dict[str, Any], trigger: Trigger, repo_root: Path,
                       allowed: Callable[[str], bool], chart_png: bytes | None,
-                      reproduce_command: str) -> PullRequestPlan | None:
+                      reproduce_command: str, chart_path: str = CHART_PATH) -> PullRequestPlan | None:
     """The follow-up PR (and sticky comment, check run) for `results`; None when there is
     nothing to publish: no improvement and no pull request to comment on."""
     better = rd.improved(results)
@@ -130,16 +130,14 @@ def plan_pull_request(results: dict[str, Any], trigger: Trigger, repo_root: Path
         nightly = trigger.kind in ("schedule", "workflow_dispatch")
         branch = "kernel-bot/nightly" if nightly else "kernel-bot/local"
         base, source_pr = trigger.default_branch or trigger.base_ref or "main", None
-    changes, patches, notes = _changes(better, repo_root, allowed)
+    # No candidate may land on the chart's path: that file is the chart's alone.
+    changes, patches, notes = _changes(better, repo_root, lambda path: allowed(path) and path != chart_path)
     chart_url = None
     # A fork's patch travels in a comment: a PNG cannot ride in it and no branch would host it.
-    if chart_png and changes and not trigger.fork:
-        if allowed(CHART_PATH):
-            changes.append(FileChange(CHART_PATH, chart_png))
-            chart_url = (f"https://github.com/{repo}/raw/{quote(branch)}/{CHART_PATH}" if repo
-                         else CHART_PATH)
-        else:
-            notes.append(f"the speedup chart was not added: `{CHART_PATH}` is not an allowed path.")
+    if chart_png and changes and not trigger.fork and chart_path:
+        changes.append(FileChange(chart_path, chart_png))
+        chart_url = (f"https://github.com/{repo}/raw/{quote(branch)}/{chart_path}" if repo
+                     else chart_path)
     listing = [("Files: " + ", ".join(f"`{rd.cell(c.path)}`" for c in changes)
                 + (" (the chart is binary and not part of the text patch)." if chart_url else "."))
                ] if changes else []

@@ -11,11 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from bot.chart import speedup_chart_png
+from bot.chart import results_chart
 from bot.domain import PullRequestPlan, Trigger
 from bot.errors import BotError
-from bot.plan import plan_pull_request
-from bot.report_data import chart_rows
+from bot.plan import CHART_PATH, plan_pull_request
 
 
 def _from_results(claimed: dict[str, Any]) -> Trigger:
@@ -59,14 +58,16 @@ def trusted_trigger(event_name: str | None, payload: dict[str, Any] | None, repo
 
 
 def publish_plan(results: dict[str, Any], trigger: Trigger, repo_root: Path,
-                 allowed: Callable[[str], bool], problems_dir: str = "problems") -> PullRequestPlan | None:
-    """The plan from validated results; every file it writes is checked against `allowed` again."""
-    rows = chart_rows(results)
-    chart = speedup_chart_png(rows, "kernel-bot speedups (95% CI)") if rows else None
+                 allowed: Callable[[str], bool], problems_dir: str = "problems",
+                 chart_path: str = CHART_PATH) -> PullRequestPlan | None:
+    """The plan from validated results; every file it writes, but the chart drawn here, is
+    checked against `allowed` again."""
+    chart = results_chart(results)
     paths = " ".join(f"{problems_dir}/{p['problem']}.py" for p in results.get("problems", []))
     plan = plan_pull_request(results, trigger, repo_root, allowed, chart,
-                             f"bot optimize {paths} --min-speedup {results.get('min_speedup', 1.05)} --device cuda")
+                             f"bot optimize {paths} --min-speedup {results.get('min_speedup', 1.05)} --device cuda",
+                             chart_path)
     for change in plan.files if plan else ():
-        if not allowed(change.path):
+        if not (chart_path and change.path == chart_path and change.content == chart) and not allowed(change.path):
             raise BotError(f"refusing to write {change.path}: outside the configured kernel paths")
     return plan

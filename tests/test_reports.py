@@ -267,6 +267,21 @@ def test_pr_plan_replaces_target_adds_new_module_and_chart(mixed, repo):
         assert (repo / path).read_bytes() == files[path]
 
 
+def test_chart_path_is_configurable_never_a_candidates_and_can_be_off(mixed, repo):
+    # Kernel paths that leave docs/ out do not keep the chart off the branch (it is drawn by
+    # the publishing stage, not taken from the results); a chosen path moves it there.
+    kernels_only = lambda path: path.startswith("kernels/")  # noqa: E731
+    plan = plan_pull_request(mixed, PR, repo, kernels_only, b"\x89PNG fake", REPRO, "perf/chart.png")
+    assert {f.path: f.content for f in plan.files}["perf/chart.png"] == b"\x89PNG fake"
+    assert CHART_PATH not in {f.path for f in plan.files} and "/perf/chart.png)" in plan.body
+    plan = plan_pull_request(mixed, PR, repo, kernels_only, b"\x89PNG fake", REPRO, "")
+    assert not any(f.path.endswith(".png") for f in plan.files) and "![speedups]" not in plan.body
+    # A candidate whose TARGET is the chart's path never writes it.
+    plan = plan_pull_request(mixed, PR, repo, ALLOWED, b"\x89PNG fake", REPRO, "kernels/swiglu_torch.py")
+    assert {f.path: f.content for f in plan.files}["kernels/swiglu_torch.py"] == b"\x89PNG fake"
+    assert "swiglu_torch" not in plan.patch
+
+
 def test_patch_handles_files_without_a_final_newline(tmp_path):
     from bot.plan import unified_patch
 
