@@ -24,7 +24,8 @@ GPUS = click.option("--gpus", default=None, help="GPU lanes: 'all' (default) or 
                     "exclusive per GPU, problems are spread over them.")
 TIMING = click.option("--timing", type=click.Choice(["latency", "throughput"]), default="latency",
                       show_default=True, help="GPU: synchronise before each timed call (latency) "
-                      "or time back-to-back calls (throughput).")
+                      "or time back-to-back calls (throughput: experimental, unreliable on launch-bound shapes; "
+                      "docs/benchmark.md).")
 
 
 _STARTED = time.monotonic()

@@ -37,7 +37,7 @@ version = "0.0.1"
 problems-dir = "problems"
 kernel-paths = ["kernels/**"]
 time-cap-s = 2
-budget-s = 240
+budget-s = 180
 timing = "{timing}"
 """
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +24,11 @@ from bot.sandbox import Limits
 from bot.timing import TimingOptions
 
 ROOT = Path(__file__).resolve().parents[2]
+STARTED = time.monotonic()
+
+
+def progress(message: str) -> None:  # where the time goes, on stderr
+    print(f"... [{time.monotonic() - STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 def aa(problem_name: str, repeats: int, copies: int, cap_s: float, device: str, modes: list[str]) -> dict:
@@ -37,7 +43,8 @@ def aa(problem_name: str, repeats: int, copies: int, cap_s: float, device: str, 
         for mode in modes:
             options = EvalOptions(device=device, limits=Limits(memory_mb=65536),
                                   timing=TimingOptions(time_cap_s=cap_s, min_samples=20, mode=mode))
-            result = evaluate(problem, same, ref, options)
+            progress(f"{problem_name}: A/A run {repeat + 1}, {mode}")
+            result = evaluate(problem, same, ref, options, progress)
             for i, base in enumerate(result.baseline.shapes):
                 cands = [c.shapes[i] for c in result.candidates]
                 runs.append({"mode": mode, "repeat": repeat, "shape": base.shape,
