@@ -22,6 +22,8 @@ SANDBOX = click.option("--sandbox", type=click.Choice(["process", "docker"]), de
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 GPUS = click.option("--gpus", default=None, help="GPU lanes: 'all' (default) or e.g. 0,1; timing is "
                     "exclusive per GPU, problems are spread over them.")
+SHAPES = click.option("--shapes", default=None, metavar="NAME[,NAME]",
+                      help="Only these of each problem's shapes (e.g. decode).")
 TIMING = click.option("--timing", type=click.Choice(["latency", "throughput"]), default="latency",
                       show_default=True, help="GPU: synchronise before each timed call (latency) "
                       "or time back-to-back calls (throughput: experimental, unreliable on launch-bound shapes; "
@@ -91,21 +93,23 @@ def verify(problem: str, candidate: str, device: str, sandbox: str, as_json: boo
 @click.option("--time-cap-s", type=float, default=None, help="Timing budget per shape.")
 @click.option("--min-speedup", type=float, default=1.05, show_default=True)
 @TIMING
+@SHAPES
 @DEVICE
 @SANDBOX
 @JSON
 def bench(problem: str, candidates: tuple[str, ...], baseline: str | None, time_cap_s: float | None,
-          min_speedup: float, device: str, sandbox: str, as_json: bool, timing: str) -> None:
+          min_speedup: float, device: str, sandbox: str, as_json: bool, timing: str,
+          shapes: str | None) -> None:
     """Verify, then time CANDIDATES against the baseline in one interleaved run."""
     from bot.evaluate import evaluate
-    from bot.problems import load_problem
+    from bot.problems import load_problem, only_shapes
     from bot.report import bench_json, render_table
 
-    prob = load_problem(problem)
+    dev = resolve_device(device)
+    prob = only_shapes(load_problem(problem), _names(shapes), dev)
     base = load_candidate(baseline) if baseline else default_baseline(prob)
     cands = [load_candidate(c) for c in candidates]
-    options = evaluation_options(resolve_device(device), sandbox, time_cap_s, min_speedup,
-                                 timing_mode=timing)
+    options = evaluation_options(dev, sandbox, time_cap_s, min_speedup, timing_mode=timing)
     result = evaluate(prob, cands, base, options, _progress)
     if as_json:
         click.echo(json.dumps(bench_json(result, min_speedup), indent=2))
@@ -152,24 +156,30 @@ def tuning_options(func):
 @GPUS
 @click.option("--cache/--no-cache", default=True, show_default=True,
               help="Reuse verdicts and timings of candidates judged before on this machine stack.")
+@SHAPES
 def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backend: str, samples: int,
              budget_s: float, max_rounds: int, max_tokens: int | None, min_speedup: float,
              time_cap_s: float | None, timing: str, exclude: tuple[str, ...], device: str, sandbox: str,
-             as_json: bool, out: str | None, jobs: int, gpus: str | None, cache: bool) -> None:
+             as_json: bool, out: str | None, jobs: int, gpus: str | None, cache: bool,
+             shapes: str | None) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
     from bot.outputs import render_optimize
     from bot.pipeline import optimize_all
-    from bot.problems import load_problem
+    from bot.problems import load_problem, only_shapes
 
-    loaded = [load_problem(p) for p in problems]
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
                                max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache, timing)
+    loaded = [only_shapes(load_problem(p), _names(shapes), options.evaluation.device) for p in problems]
     results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, _progress)
     if as_json:
         payload = [r.to_json(min_speedup) for r in results]
         click.echo(json.dumps(payload[0] if len(payload) == 1 else {"problems": payload}, indent=2))
     else:
         click.echo(render_optimize(results, min_speedup))
+
+
+def _names(listed: str | None) -> tuple[str, ...]:
+    return tuple(n.strip() for n in listed.split(",") if n.strip()) if listed else ()
 
 
 def _explicit(ctx: click.Context, **values) -> dict:

@@ -9,6 +9,7 @@ as `ProblemError` too.
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -121,3 +122,16 @@ def find_problems(directory: str | Path, root: Path | None = None) -> list[Probl
     if not folder.is_dir():
         raise ProblemError(f"{folder}: no such problems directory")
     return [load_problem(p, root) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+
+
+def only_shapes(problem: Problem, names: tuple[str, ...], device: str) -> Problem:
+    """The problem restricted to the named shapes of `device` (e.g. only the launch-bound
+    `decode` shapes); a problem with none of them is an error that lists the ones it has."""
+    if not names:
+        return problem
+    have = problem.shapes_for(device)
+    kept = tuple(s for s in have if s.name in names)
+    if not kept:
+        raise ProblemError(f"{problem.path}: no shape named {', '.join(names)} on {device} "
+                           f"(it has: {', '.join(s.name for s in have)})")
+    return replace(problem, **{"cpu_shapes" if device == "cpu" else "gpu_shapes": kept})

@@ -73,3 +73,14 @@ def test_bench_human_table_with_progress():
     elapsed = [float(line.split("[")[1].split("s]")[0]) for line in result.stderr.splitlines()
                if line.startswith("... [")]
     assert len(elapsed) >= 3 and elapsed == sorted(elapsed)  # seconds since the start, in order
+
+
+def test_shapes_picks_some_of_a_problems_shapes_and_names_the_ones_it_has():
+    result = _invoke("bench", PROBLEM, str(CANDIDATES / "honest.py"), "--device", "cpu", "--time-cap-s", "0.3",
+                     "--shapes", "wide", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [s["shape"] for s in data["candidates"][0]["shapes"]] == ["wide"]
+    result = _invoke("optimize", PROBLEM, "--device", "cpu", "--shapes", "decode")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines()[-1].endswith("no shape named decode on cpu (it has: main, wide)")

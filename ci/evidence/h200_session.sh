@@ -9,7 +9,7 @@
 # .whl holds PyGithub, junit-xml and their missing needs (cp312 wheels) and git.deb (a
 # fallback for a machine without git); docs/results-h200.md has the download commands.
 # Stages, in order: A/A repeats (alone on the machine), the labeled-PR-to-follow-up-PR run,
-# candidate throughput on rmsnorm's Triton autotuning, then the search sweep over every
+# candidates per GPU-minute on rmsnorm's decode shape, then the search sweep over every
 # problem with the GPU tests beside it (both take the per-GPU timing lock, so no two
 # measurements share the GPU). The sweep gets what is left of BUDGET_S (from the start).
 set -u
@@ -66,8 +66,9 @@ plan)
         --out $EV/e2p > $EV/e2p.log 2>&1
   fi
   if want throughput; then
-    stage throughput 150 python3 -m bot optimize problems/rmsnorm.py --strategy search --device $DEVICE \
-        --exclude 'compile-*' --time-cap-s 1 --timing $TIMING --no-cache --out $EV/tput > $EV/tput.txt 2> $EV/tput.err
+    # Candidates per GPU-minute on a small problem: rmsnorm's launch-bound decode shape, every candidate.
+    stage throughput 150 python3 -m bot optimize problems/rmsnorm.py --shapes decode --strategy search \
+        --device $DEVICE --time-cap-s 1 --timing $TIMING --no-cache --out $EV/tput > $EV/tput.txt 2> $EV/tput.err
   fi
   left=$(( BUDGET_S - ($(date +%s) - t0) ))
   [ "$left" -lt 120 ] && left=120
