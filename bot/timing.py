@@ -67,7 +67,8 @@ def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, reference: 
         record.failed = True
         return
     wall_us = (time.perf_counter() - started) * 1e6
-    samples = reply["event_us"] if reply["event_us"] is not None else reply["host_us"]
+    samples = reply.get("samples_us") or (reply["event_us"] if reply["event_us"] is not None
+                                          else reply["host_us"])
     results = [verify.check_wall_clock(sum(samples), wall_us),
                verify.check_threads(reply["new_threads"], "timed calls")]
     picked = rng.sample(range(len(seeds)), min(options.checks_per_batch, len(seeds)))

@@ -392,7 +392,7 @@ class Harness:
     def _time_back_to_back(self, msg: dict) -> dict:
         """Mode "throughput" (see op_time). The stream check moves to the whole batch: the
         device-synchronised wall time of the batch against its event span on this stream."""
-        event_pairs, print_tensors = [], []
+        event_pairs, print_tensors, enqueue_us = [], [], []
         try:
             begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
             _cuda_sync()
@@ -403,9 +403,11 @@ class Harness:
                 with torch.no_grad():
                     self.flush_buf.zero_()
                     e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
+                    h0 = _perf_ns()
                     _ev_record(e0)
                     result = self.model(*inputs)
                     _ev_record(e1)
+                    enqueue_us.append((_perf_ns() - h0) / 1e3)
                 outputs = _as_outputs(result)
                 if (wrong := _not_tensors(outputs)) is not None:
                     return wrong
@@ -420,8 +422,12 @@ class Harness:
             prints = [[t.tolist() for t in call] for call in print_tensors]
         except BaseException as exc:
             return _failure("call", exc)
-        return {"ok": True, "host_us": [batch_host], "event_us": event, "batch_span_us": batch_span,
-                "fingerprints": prints, "new_threads": self._new_threads()}
+        # A call costs at least the host's time to issue it: where the GPU was still busy with
+        # earlier work when the call began, its event span shows only its GPU time and would
+        # hide a slow launch path (on the H200 that made one kernel's launch-bound time move 2x).
+        samples = [max(e, h) for e, h in zip(event, enqueue_us)]
+        return {"ok": True, "host_us": [batch_host], "event_us": event, "samples_us": samples,
+                "batch_span_us": batch_span, "fingerprints": prints, "new_threads": self._new_threads()}
 
     # --- helpers ----------------------------------------------------------------------
     def _fingerprints(self, outputs: list[torch.Tensor], fp_seed: int) -> list[list[float]]:

@@ -45,3 +45,19 @@ def test_back_to_back_rejects_a_non_tensor_output(monkeypatch):
     h.model = lambda *inputs: [inputs[0].sum().item()]
     reply = h._time_back_to_back({"seeds": [1], "distribution": "standard", "fp_seed": 5})
     assert not reply["ok"] and reply["phase"] == "call" and "output type" in reply["error"]
+
+
+def test_a_call_counts_at_least_the_hosts_time_to_issue_it(monkeypatch):
+    # Stand-in events that see 1 µs of GPU time (the GPU was busy with earlier work when the
+    # call began), and a call whose launch path takes 3 ms on the host.
+    h = _harness(monkeypatch)
+    monkeypatch.setattr(worker, "_ev_elapsed", lambda a, b: 1e-3)
+    model = h.model
+
+    def slow_launch(*inputs):
+        time.sleep(0.003)
+        return model(*inputs)
+    h.model = slow_launch
+    reply = h._time_back_to_back({"seeds": [1, 2, 3], "distribution": "standard", "fp_seed": 5})
+    assert reply["ok"] and reply["event_us"] == [1.0] * 3
+    assert all(3000.0 <= s < 3000.0 + 50_000 for s in reply["samples_us"]), reply["samples_us"]
