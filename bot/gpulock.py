@@ -86,14 +86,10 @@ def _file_lock(key: str, mode: int) -> Iterator[None]:
     verification overlaps (a test run beside a sweep did this on the H200) could hold a
     timing off for minutes. A writer first takes the intent file and keeps it until it holds
     the lock; readers pass through the intent file, so none starts while a writer waits."""
-    with _flock(_lock_file(key, ".intent"), mode):
-        fd = os.open(_lock_file(key), os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, mode)
-    try:
+    with contextlib.ExitStack() as held:
+        with _flock(_lock_file(key, ".intent"), mode):
+            held.enter_context(_flock(_lock_file(key), mode))
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 @contextlib.contextmanager

@@ -68,6 +68,7 @@ def publish_plan(results: dict[str, Any], trigger: Trigger, repo_root: Path,
                              f"bot optimize {paths} --min-speedup {results.get('min_speedup', 1.05)} --device cuda",
                              chart_path)
     for change in plan.files if plan else ():
-        if not (chart_path and change.path == chart_path and change.content == chart) and not allowed(change.path):
+        drawn_here = bool(chart_path) and change.path == chart_path and change.content == chart
+        if not drawn_here and not allowed(change.path):
             raise BotError(f"refusing to write {change.path}: outside the configured kernel paths")
     return plan

@@ -124,10 +124,7 @@ def _time(problem: Problem, shape: Shape, reference: WorkerClient,
             _one_batch(problem, shape, active[name], reference, records[name], dtypes, rng,
                        call_timeout_s, options, keep=False)
     active = {n: w for n, w in active.items() if not records[n].failed}
-    deadline = time.monotonic() + options.time_cap_s
-    # The cap gives way until every contender has two batches (an interval needs a spread),
-    # but not without end: very slow contenders stop at ten times the cap.
-    hard_deadline = time.monotonic() + 10 * options.time_cap_s
+    deadline, hard_deadline = _deadlines(options.time_cap_s)
     rounds = 0
     while active:
         rounds += 1
@@ -140,8 +137,7 @@ def _time(problem: Problem, shape: Shape, reference: WorkerClient,
             progress(f"{problem.name} [{shape.name}] screened: {len(active)} contender(s) go on")
             # The cap is the finalists' own: screening many contenders can take longer than
             # the cap, and then the choice would rest on two batches each.
-            deadline = time.monotonic() + options.time_cap_s
-            hard_deadline = time.monotonic() + 10 * options.time_cap_s
+            deadline, hard_deadline = _deadlines(options.time_cap_s)
         done = all(bench.converged(records[n].measurement(), options.target_rel_se,
                                    options.min_samples, options.min_batches) for n in active)
         now = time.monotonic()
@@ -153,6 +149,13 @@ def _time(problem: Problem, shape: Shape, reference: WorkerClient,
             progress(f"{problem.name} [{shape.name}] timing round {rounds}: "
                      f"{len(active)} contender(s), worst relative error {worst:.1%}")
     return records
+
+
+def _deadlines(cap_s: float) -> tuple[float, float]:
+    """The cap from now, and where it stops giving way: it waits until every contender has two
+    batches (an interval needs a spread), but very slow contenders stop at ten times the cap."""
+    now = time.monotonic()
+    return now + cap_s, now + 10 * cap_s
 
 
 def screened_out(medians: Mapping[str, float], keep: frozenset[str], finalists: int) -> set[str]:
