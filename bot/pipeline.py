@@ -43,8 +43,9 @@ def select_problems(repo_root: Path, settings: Settings, changed: list[str] | No
 
 def reproduce_command(problems: list[Problem], options: OptimizeOptions, repo_root: Path) -> str:
     paths = " ".join(shlex.quote(str(p.path.relative_to(repo_root))) for p in problems)
+    # The device the numbers came from: a CPU dry run's table is reproduced on a CPU.
     return (f"bot optimize {paths} --strategy {options.strategy} --min-speedup {options.min_speedup}"
-            f" --device cuda")
+            f" --device {options.evaluation.device}")
 
 
 def results_payload(results: list[OptimizeResult], trigger: Trigger, min_speedup: float) -> dict[str, Any]:

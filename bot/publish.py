@@ -63,10 +63,13 @@ def publish_plan(results: dict[str, Any], trigger: Trigger, repo_root: Path,
     """The plan from validated results; every file it writes, but the chart drawn here, is
     checked against `allowed` again."""
     chart = results_chart(results)
-    paths = " ".join(f"{problems_dir}/{p['problem']}.py" for p in results.get("problems", []))
+    problems = results.get("problems", [])
+    paths = " ".join(f"{problems_dir}/{p['problem']}.py" for p in problems)
+    # Untrusted text: only the two known device names reach the command.
+    on_cpu = bool(problems) and all((p.get("environment") or {}).get("device") == "cpu" for p in problems)
     plan = plan_pull_request(results, trigger, repo_root, allowed, chart,
-                             f"bot optimize {paths} --min-speedup {results.get('min_speedup', 1.05)} --device cuda",
-                             chart_path)
+                             f"bot optimize {paths} --min-speedup {results.get('min_speedup', 1.05)} "
+                             f"--device {'cpu' if on_cpu else 'cuda'}", chart_path)
     for change in plan.files if plan else ():
         drawn_here = bool(chart_path) and change.path == chart_path and change.content == chart
         if not drawn_here and not allowed(change.path):

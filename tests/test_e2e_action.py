@@ -125,6 +125,7 @@ def test_labeled_pr_to_follow_up_pr_and_rerun_updates(double, tmp_path):
     assert follow.base_ref == "feature/row-scale"  # merges into the triggering PR's branch
     assert _git_show(double, f"kernel-bot/pr-{pr.number}:kernels/row_scale.py") == best["source"]
     assert "x [" in follow.body and "<!-- kernel-bot:report -->" in follow.body
+    assert "--device cuda" not in follow.body  # stage 1 measured on a CPU: its command says so
     # The chart lands with the default kernel paths too: the publishing stage drew it itself.
     chart = subprocess.run(["git", f"--git-dir={double.git.path}", "show",
                             f"kernel-bot/pr-{pr.number}:docs/kernel-bot/speedups.png"],

@@ -84,6 +84,8 @@ def test_dry_run_optimises_the_changed_operator_and_prints_the_pr(tmp_path):
     assert "kernels/row_scale.py" in result.stdout and "x [" in result.stdout
     assert {"results.json", "report.md", "junit.xml", "patch.diff"} <= {p.name for p in out.iterdir()}
     assert "+++ b/kernels/row_scale.py" in (out / "patch.diff").read_text()
+    # The body's reproduce command names the device the numbers came from.
+    assert "--device cuda" not in (out / "report.md").read_text()
 
 
 def test_merge_combines_shards(tmp_path):
