@@ -11,3 +11,8 @@ class ProblemError(BotError):
 
 class HarnessError(BotError):
     """The harness itself failed (not the candidate): e.g. the reference worker died."""
+
+
+class GpuOutOfMemory(HarnessError):
+    """The reference worker ran out of GPU memory: the machine was full (other problems'
+    workers), not the problem's fault; a sweep runs that problem again, alone."""

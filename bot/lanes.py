@@ -14,6 +14,7 @@ from typing import Callable, Sequence, TypeVar
 
 from bot.cores import set_lanes
 from bot.domain import Problem
+from bot.errors import BotError, GpuOutOfMemory
 
 T = TypeVar("T")
 
@@ -51,14 +52,16 @@ def visible_gpus(spec: str | None, device: str) -> list[int | None]:
     try:
         return [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:
-        from bot.errors import BotError
-
         raise BotError(f"--gpus {spec!r}: expected 'all' or a comma list like 0,1") from None
 
 
 def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | None], T], jobs: int,
                  lanes: Lanes, progress: Callable[[str], None]) -> list[T]:
-    """`work(problem, gpu)` for every problem, `jobs` at a time; results in input order."""
+    """`work(problem, gpu)` for every problem, `jobs` at a time; results in input order.
+
+    One problem's failure never costs the others theirs (a sweep writes each result as it
+    comes): a problem that ran out of GPU memory beside the others is run again after them,
+    alone; any other error is raised once every problem has had its turn."""
     def one(item: tuple[int, Problem]) -> T:
         n, problem = item
         lane = lanes.acquire(problem.name)
@@ -68,5 +71,23 @@ def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | Non
             return work(problem, gpu)
         finally:
             lanes.release(lane)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, enumerate(problems, 1)))
+
+    def each(items: list[tuple[int, Problem]], at_once: int) -> dict[int, T | BaseException]:
+        with ThreadPoolExecutor(max_workers=max(1, at_once)) as pool:
+            futures = {n: pool.submit(one, (n, p)) for n, p in items}
+            return {n: f.exception() or f.result() for n, f in futures.items()}
+
+    outcome = each(list(enumerate(problems, 1)), jobs)
+    short = [(n, problems[n - 1]) for n, r in outcome.items() if isinstance(r, GpuOutOfMemory)]
+    if short and jobs > 1:
+        progress(f"{len(short)} problem(s) ran out of GPU memory beside others: "
+                 "running them again, one at a time")
+        outcome.update(each(short, 1))
+    failed = [r for r in outcome.values() if isinstance(r, BaseException)]
+    if any(not isinstance(r, BotError) for r in failed):
+        raise next(r for r in failed if not isinstance(r, BotError))  # a bug: its own traceback
+    if len(failed) == 1:
+        raise failed[0]
+    if failed:
+        raise BotError(f"{len(failed)} of {len(problems)} problems failed: " + "; ".join(map(str, failed)))
+    return [outcome[n] for n in range(1, len(problems) + 1)]  # type: ignore[misc]

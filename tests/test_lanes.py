@@ -5,11 +5,15 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from bot import cores
 from bot.candidates import default_baseline, load_candidate
-from bot.evaluate import evaluate
+from bot.errors import BotError, GpuOutOfMemory, ProblemError
+from bot.evaluate import _problem_failure, evaluate
 from bot.lanes import Lanes, run_problems
 from bot.problems import load_problem
+from bot.workers import WorkerFailure
 from conftest import CANDIDATES, PROBLEMS
 
 
@@ -68,3 +72,64 @@ def test_verdicts_do_not_depend_on_the_number_of_lanes(quick_options):
     assert verdicts[0] == verdicts[1]
     assert verdicts[0][0] == {"honest": "accepted", "cheat_low_precision": "rejected",
                               "cheat_stale_after_warmup": "rejected"}
+
+
+def test_a_problem_out_of_gpu_memory_beside_others_runs_again_alone_after_them():
+    # The H200 sweep lost its last problems this way: swiglu's reference worker ran out of
+    # memory beside 56 other workers and the whole `bot optimize` stopped with exit code 2.
+    calls: list[tuple[str, int]] = []  # (problem, problems running at that moment)
+    running = [0]
+    guard = threading.Lock()
+
+    def work(problem, gpu):
+        with guard:
+            running[0] += 1
+            calls.append((problem.name, running[0]))
+        try:
+            time.sleep(0.05)
+            if problem.name == "p1" and sum(name == "p1" for name, _ in calls) == 1:
+                raise GpuOutOfMemory(f"{problem.name}: reference worker ran out of GPU memory")
+            return problem.name
+        finally:
+            with guard:
+                running[0] -= 1
+
+    seen: list[str] = []
+    results = run_problems(_problems(4), work, jobs=4, lanes=Lanes([0]), progress=seen.append)
+    assert results == ["p0", "p1", "p2", "p3"]
+    assert [name for name, _ in calls].count("p1") == 2
+    assert calls[-1] == ("p1", 1)  # the second time last, and alone
+    assert any("ran out of GPU memory beside others" in line for line in seen)
+
+
+def test_one_problems_error_does_not_stop_the_others_and_is_raised_after_them():
+    finished: list[str] = []
+
+    def work(problem, gpu):
+        if problem.name in ("p0", "p2"):
+            raise ProblemError(f"{problem.name}: get_inputs() must return a list")
+        time.sleep(0.02)
+        finished.append(problem.name)
+        return problem.name
+
+    with pytest.raises(BotError) as raised:
+        run_problems(_problems(4), work, jobs=2, lanes=Lanes([None]), progress=lambda _: None)
+    assert sorted(finished) == ["p1", "p3"]
+    assert "2 of 4 problems failed" in str(raised.value)
+    assert "p0: get_inputs()" in str(raised.value) and "p2: get_inputs()" in str(raised.value)
+
+    def bug(problem, gpu):
+        if problem.name == "p1":
+            raise KeyError("a bug, not an input error")
+        return problem.name
+
+    with pytest.raises(KeyError):  # a bug keeps its own type and traceback
+        run_problems(_problems(3), bug, jobs=2, lanes=Lanes([None]), progress=lambda _: None)
+
+
+def test_a_reference_out_of_gpu_memory_is_not_called_a_broken_problem():
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    oom = _problem_failure(problem, WorkerFailure("problem", "OutOfMemoryError: CUDA out of memory. Tried"))
+    assert isinstance(oom, GpuOutOfMemory) and "ran out of GPU memory" in str(oom)
+    broken = _problem_failure(problem, WorkerFailure("problem", "TypeError: get_inputs() returned a dict"))
+    assert isinstance(broken, ProblemError) and not isinstance(broken, GpuOutOfMemory)

@@ -38,9 +38,15 @@ def test_no_split_when_one_path_wins_everywhere_or_sizes_cannot_separate():
     assert plan_split([100, 1000], {"a": [2.0, None], "b": [1.0, 2.0]}) is None  # a was not timed
 
 
-def _outcome(name: str, ratios: list[float], accepted: bool = True) -> ContenderOutcome:
-    shapes = tuple(ShapeOutcome(shape, inputs, "bfloat16", None,
-                                Speedup(r, r * 0.98, r * 1.02, 0.95, "faster"), None, None, None)
+def _speedup(r: float, spread: float = 0.02, min_speedup: float = 1.05) -> Speedup:
+    low, high = r * (1 - spread), r * (1 + spread)
+    verdict = ("faster" if low >= min_speedup else "slower" if high <= 1 / min_speedup
+               else "no significant difference")
+    return Speedup(r, low, high, 0.95, verdict)
+
+
+def _outcome(name: str, ratios: list[float], accepted: bool = True, spread: float = 0.02) -> ContenderOutcome:
+    shapes = tuple(ShapeOutcome(shape, inputs, "bfloat16", None, _speedup(r, spread), None, None, None)
                    for (shape, inputs), r in zip([("decode", DECODE), ("prefill", PREFILL)], ratios))
     return ContenderOutcome(CandidateSource(name, "", Origin("search")), "candidate",
                             Verdict("accepted" if accepted else "rejected", ()), shapes)
@@ -114,3 +120,16 @@ def test_a_gain_on_one_shape_does_not_pay_for_a_loss_on_another():
 
     table = attempts_table({"min_speedup": 1.05, "attempts": [Attempt(0, mixed).to_json(1.05)]})
     assert "significantly slower on prefill" in table and "interval clears" not in table
+
+
+def test_a_loss_is_refused_only_when_as_clear_as_a_gain_must_be():
+    # cross_entropy on the H200: the split took torch.compile on prefill (4.7x) and eager on
+    # decode, where its wrapper cost 0.93x [0.92, 0.96]: inside the 1/1.05 a slowdown needs.
+    from bot.optimize import select_best
+
+    split = _outcome("split-reference", [0.94, 4.7], spread=0.015)
+    assert split.shapes[0].speedup.ci_high > 1 / 1.05 and split.shapes[0].speedup.ci_high < 1
+    assert split.slower_shapes() == [] and split.significant(1.05)
+    assert select_best([Attempt(0, split)], 1.05) is split
+    clear_loss = _outcome("tune-c", [0.90, 4.7], spread=0.015)
+    assert clear_loss.slower_shapes() == ["decode"] and not clear_loss.significant(1.05)

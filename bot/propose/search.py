@@ -129,7 +129,7 @@ _KernelBotBase = {base}
 {helper}
 
 def _kernel_bot_input_bytes(inputs):
-    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    return sum(x.nbytes for x in inputs if isinstance(x, torch.Tensor))  # one call per tensor
 
 
 class ModelNew(_KernelBotBase):
