@@ -1,17 +1,20 @@
 """results.json of `bot optimize --strategy search` -> the tables of docs/results-h200.md.
 
-    python3 ci/evidence/summarize_search.py RESULTS.json [--wall-s SECONDS]
+    python3 ci/evidence/summarize_search.py RESULTS.json[.gz] [--wall-s SECONDS] [--reselect]
 
 Per problem: eager, torch.compile (default) alone, and the bot's pick (its `best`, or the
 current implementation when it found no significant improvement), each against eager and the
 pick against torch.compile default, with 95 % intervals bootstrapped from the raw samples in
 the file (per shape, then the geometric mean of the shapes' ratios and bounds), and the pick's
-% of the roofline floor per shape.
+% of the roofline floor per shape. `--reselect` picks again from the same measurements with
+the selection rule of this checkout (bot.optimize.select_best: the interval clears min_speedup
+and no shape is a significant slowdown), for files written under an older rule.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -49,13 +52,25 @@ def _us(contender: dict | None) -> str:
     return ", ".join(f"{s}: {m.median_us:.1f}" for s, m in _measurements(contender).items()) or "-"
 
 
-def summarize(data: dict, wall_s: float | None) -> str:
+def reselect(problem: dict) -> dict | None:
+    """The attempt `select_best` would pick now, from the stored per-shape verdicts."""
+    winners = [a for a in problem["attempts"]
+               if a["status"] == "accepted" and a.get("speedup_ci")
+               and a["speedup_ci"][0] >= problem["min_speedup"]
+               and not any(s.get("significance") == "slower" for s in a.get("shapes", []))]
+    best = max(winners, key=lambda a: (a["speedup_ci"][0], a["speedup"]), default=None)
+    return {"name": best["name"]} if best else None
+
+
+def summarize(data: dict, wall_s: float | None, again: bool = False) -> str:
     lines = [("| problem | eager µs | torch.compile default vs eager | bot's pick | pick µs | "
              "pick vs eager | pick vs compile default | pick % of floor |"),
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     vs_eager, vs_compile, candidates, accepted = [], [], 0, 0
     for p in data["problems"]:
         attempts = {a["name"]: a for a in p["attempts"]}
+        if again:
+            p = {**p, "best": reselect(p)}
         candidates += len(p["attempts"])
         accepted += sum(a["status"] == "accepted" for a in p["attempts"])
         eager = attempts.get("eager-reference") if p.get("target") else p["baseline"]
@@ -95,8 +110,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("results")
     parser.add_argument("--wall-s", type=float)
+    parser.add_argument("--reselect", action="store_true", help="pick again with this checkout's rule")
     args = parser.parse_args()
-    print(summarize(json.loads(Path(args.results).read_text()), args.wall_s))
+    path = Path(args.results)  # raw samples make a sweep's file large: docs/evidence keeps it gzipped
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    print(summarize(json.loads(text), args.wall_s, args.reselect))
 
 
 if __name__ == "__main__":
