@@ -164,18 +164,20 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
              shapes: str | None) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
     from bot.outputs import render_optimize
-    from bot.pipeline import optimize_all
+    from bot.pipeline import failure_line, optimize_all
     from bot.problems import load_problem, only_shapes
 
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
                                max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache, timing)
     loaded = [only_shapes(load_problem(p), _names(shapes), options.evaluation.device) for p in problems]
     results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, _progress)
+    payload = [r.to_json(min_speedup) for r in results]
     if as_json:
-        payload = [r.to_json(min_speedup) for r in results]
         click.echo(json.dumps(payload[0] if len(payload) == 1 else {"problems": payload}, indent=2))
     else:
         click.echo(render_optimize(results, min_speedup))
+    if (failed := failure_line(payload)) is not None:
+        raise BotError(failed)
 
 
 def _names(listed: str | None) -> tuple[str, ...]:
@@ -212,7 +214,7 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     from bot.changes import changed_files_git, default_base
     from bot.config import load_settings
     from bot.domain import Trigger
-    from bot.pipeline import Job, describe_plan, run_job, select_problems
+    from bot.pipeline import Job, describe_plan, failure_line, run_job, select_problems
 
     repo = Path(repo_path).resolve()
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
@@ -236,9 +238,11 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     trigger = Trigger(kind="cli", base_ref=base, head_ref=head)
     job = Job(repo, settings, trigger, job_options(settings, max_tokens=max_tokens, exclude=exclude),
               Path(out), jobs, gpus)
-    _, plan = run_job(job, problems, _progress)
+    payload, plan = run_job(job, problems, _progress)
     click.echo(describe_plan(plan))
     click.echo(f"\nWrote results.json, report.md, junit.xml, patch.diff and candidates to {out}/")
+    if (failed := failure_line(payload["problems"])) is not None:
+        raise BotError(failed)
 
 
 @main.command()

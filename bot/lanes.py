@@ -56,12 +56,14 @@ def visible_gpus(spec: str | None, device: str) -> list[int | None]:
 
 
 def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | None], T], jobs: int,
-                 lanes: Lanes, progress: Callable[[str], None]) -> list[T]:
+                 lanes: Lanes, progress: Callable[[str], None],
+                 on_error: Callable[[Problem, BotError], T] | None = None) -> list[T]:
     """`work(problem, gpu)` for every problem, `jobs` at a time; results in input order.
 
-    One problem's failure never costs the others theirs (a sweep writes each result as it
-    comes): a problem that ran out of GPU memory beside the others is run again after them,
-    alone; any other error is raised once every problem has had its turn."""
+    One problem's failure never costs the others theirs: a problem that ran out of GPU memory
+    beside the others is run again after them, alone; any other input error becomes that
+    problem's result through `on_error`, or, without it, is raised once every problem has
+    had its turn. A bug (not a BotError) is raised as itself."""
     def one(item: tuple[int, Problem]) -> T:
         n, problem = item
         lane = lanes.acquire(problem.name)
@@ -86,6 +88,9 @@ def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | Non
     failed = [r for r in outcome.values() if isinstance(r, BaseException)]
     if any(not isinstance(r, BotError) for r in failed):
         raise next(r for r in failed if not isinstance(r, BotError))  # a bug: its own traceback
+    if on_error is not None:
+        return [on_error(problems[n - 1], r) if isinstance(r, BotError) else r  # type: ignore[misc]
+                for n, r in sorted(outcome.items())]
     if len(failed) == 1:
         raise failed[0]
     if failed:

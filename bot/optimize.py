@@ -69,6 +69,7 @@ class OptimizeResult:
     stopped: str
     wall_s: float
     llm: dict[str, Any] = field(default_factory=dict)  # tokens, cost, transcript
+    error: str | None = None  # the problem could not be evaluated (one clear line)
 
     def to_json(self, min_speedup: float) -> dict[str, Any]:
         best = None
@@ -81,14 +82,24 @@ class OptimizeResult:
                     "shapes": [s.to_json() for s in self.best.shapes]}
         return {"problem": self.problem.name, "problem_path": str(self.problem.path),
                 "target": self.problem.target_relpath, "best": best,
-                "outcome": "improved" if best else "no significant improvement",
+                "outcome": "failed" if self.error else "improved" if best else "no significant improvement",
+                **({"error": self.error} if self.error else {}),
                 "min_speedup": min_speedup, "stopped": self.stopped, "wall_s": self.wall_s,
                 "baseline": self.baseline.to_json() if self.baseline else None,
                 "attempts": [a.to_json(min_speedup) for a in self.attempts],
                 "skipped": [{"transformation": s.transformation, "reason": s.reason}
                             for s in self.skipped],
-                "environment": self.environment.to_json(),
+                # A failed problem measured nothing: no environment for the reports to show.
+                "environment": {} if self.error else self.environment.to_json(),
                 "llm": {k: v for k, v in self.llm.items() if k != "transcript"}}
+
+
+def failed_result(problem: Problem, error: str, device: str, wall_s: float = 0.0) -> OptimizeResult:
+    """A problem that could not be evaluated, as a result: the sweep goes on and reports it."""
+    import platform
+
+    nowhere = Environment(device, "", "", None, None, None, platform.python_version())
+    return OptimizeResult(problem, nowhere, None, None, (), (), "failed", wall_s, error=error)
 
 
 def select_best(attempts: list[Attempt], min_speedup: float) -> ContenderOutcome | None:

@@ -34,6 +34,9 @@ def render_optimize(results: Sequence[OptimizeResult], min_speedup: float) -> st
     """One block per problem: every attempt with its verdict, then the honest outcome."""
     lines = []
     for r in results:
+        if r.error:
+            lines.append(f"== {r.problem.name}: FAILED: {r.error}")
+            continue
         lines.append(f"== {r.problem.name} on {r.environment.device_name} ({r.wall_s:.0f} s, stopped: {r.stopped})")
         for a in sorted(r.attempts, key=lambda a: -(a.outcome.speedup or 0)):
             lines.append(f"  r{a.round} {a.outcome.candidate.name:48s} {a.status:8s} {a.reason[:140]}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shlex
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -15,7 +16,8 @@ from bot.changes import affected_problems
 from bot.chart import results_chart
 from bot.config import Settings, path_allowed
 from bot.domain import Problem, PullRequestPlan, Trigger
-from bot.optimize import OptimizeOptions, OptimizeResult, optimize
+from bot.errors import BotError
+from bot.optimize import OptimizeOptions, OptimizeResult, failed_result, optimize
 from bot.outputs import RESULTS_SCHEMA_VERSION, write_optimize_outputs
 from bot.plan import plan_pull_request
 from bot.problems import find_problems
@@ -57,6 +59,16 @@ def results_payload(results: list[OptimizeResult], trigger: Trigger, min_speedup
             "problems": [r.to_json(min_speedup) for r in results]}
 
 
+def failure_line(problems: list[dict[str, Any]]) -> str | None:
+    """One line naming the problems that could not be evaluated, or None: what the commands
+    exit 2 with, after they have written and printed everything else."""
+    failed = [p for p in problems if p.get("outcome") == "failed"]
+    if not failed:
+        return None
+    return (f"{len(failed)} of {len(problems)} problem(s) failed (the others' results are complete): "
+            + "; ".join(str(p.get("error")) for p in failed))
+
+
 def write_reports(out: Path, payload: dict[str, Any], plan: PullRequestPlan | None,
                   chart: bytes | None) -> None:
     """report.md (the PR body, or the summary when there is no PR), junit.xml, chart, patch."""
@@ -76,7 +88,8 @@ def write_reports(out: Path, payload: dict[str, Any], plan: PullRequestPlan | No
 def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | None, jobs: int,
                  out: Path | None, progress: Progress) -> list[OptimizeResult]:
     """Optimise every problem over the GPU lanes; with `out`, results are written after each
-    problem, so a sweep that is cancelled keeps what it finished."""
+    problem, so a sweep that is cancelled keeps what it finished. A problem that cannot be
+    evaluated is a result with its error (callers exit 2 after writing everything)."""
     from dataclasses import replace
 
     from bot.candidates import default_baseline
@@ -89,15 +102,24 @@ def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | 
     # gets its share of the workers that verify in parallel, not all of them.
     parallel = max(2, options.evaluation.parallel // at_once)
 
+    writing = threading.Lock()  # problems finish on several threads; one results.json
+
+    def keep(problem: Problem, result: OptimizeResult) -> OptimizeResult:
+        with writing:
+            done[str(problem.path)] = result
+            if out is not None:
+                write_optimize_outputs(out, [done[str(p.path)] for p in problems if str(p.path) in done],
+                                       options.min_speedup)
+        return result
+
     def work(problem: Problem, gpu: int | None) -> OptimizeResult:
         lane = replace(options, evaluation=replace(options.evaluation, gpu_index=gpu, parallel=parallel))
-        result = optimize(problem, default_baseline(problem), lane, progress)
-        done[str(problem.path)] = result
-        if out is not None:
-            write_optimize_outputs(out, [done[str(p.path)] for p in problems if str(p.path) in done],
-                                   options.min_speedup)
-        return result
-    return run_problems(problems, work, at_once, lanes, progress)
+        return keep(problem, optimize(problem, default_baseline(problem), lane, progress))
+
+    def failed(problem: Problem, error: BotError) -> OptimizeResult:
+        progress(f"{problem.name}: failed: {error}")
+        return keep(problem, failed_result(problem, str(error), options.evaluation.device))
+    return run_problems(problems, work, at_once, lanes, progress, on_error=failed)
 
 
 def run_job(job: Job, problems: list[Problem], progress: Progress

@@ -108,6 +108,9 @@ def _problem(p: Any, where: str, allowed: Callable[[str], bool]) -> None:
         _contender(a, f"{where}.attempts[{i}]", with_source=False)
     env = p.get("environment", {})
     _need(isinstance(env, dict), f"{where}.environment", "expected an object")
+    for key in ("outcome", "error"):  # shown in the comment and the check run
+        if p.get(key) is not None:
+            _text(p[key], f"{where}.{key}", MAX_TEXT)
 
 
 def validate_results(data: Any, allowed: Callable[[str], bool]) -> dict[str, Any]:

@@ -84,3 +84,25 @@ def test_shapes_picks_some_of_a_problems_shapes_and_names_the_ones_it_has():
     result = _invoke("optimize", PROBLEM, "--device", "cpu", "--shapes", "decode")
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines()[-1].endswith("no shape named decode on cpu (it has: main, wide)")
+
+
+def test_a_problem_that_fails_is_reported_and_the_others_results_are_kept(tmp_path):
+    # A nightly over every operator must not lose twelve results to one broken problem.
+    bad = tmp_path / "bad_runtime.py"
+    bad.write_text((PROBLEMS / "scale_add.py").read_text() + "\n\ndef get_inputs():\n    return 3\n")
+    out = tmp_path / "out"
+    result = _invoke("optimize", PROBLEM, str(bad), "--device", "cpu", "--exclude", "*", "--jobs", "2",
+                     "--json", "--out", str(out))
+    assert result.exit_code == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: 1 of 2 problem(s) failed") and "get_inputs() returned int" in last
+    printed = {p["problem"]: p for p in json.loads(result.stdout)["problems"]}
+    written = {p["problem"]: p for p in json.loads((out / "results.json").read_text())["problems"]}
+    for problems in (printed, written):
+        assert problems["scale_add"]["outcome"] == "no significant improvement"
+        assert problems["scale_add"]["baseline"]["shapes"]  # measured in full
+        assert problems["bad_runtime"]["outcome"] == "failed"
+        assert "get_inputs() returned int" in problems["bad_runtime"]["error"]
+    human = _invoke("optimize", PROBLEM, str(bad), "--device", "cpu", "--exclude", "*")
+    assert human.exit_code == 2 and "== bad_runtime: FAILED:" in human.stdout
+    assert "== scale_add on " in human.stdout

@@ -36,6 +36,8 @@ def test_valid_results_pass():
     (lambda r: r["problems"][0]["best"].update(speedup="fast"), "finite number"),
     (lambda r: r["problems"][0]["best"].update(speedup_ci=[float("nan"), 2]), "finite number"),
     (lambda r: r.update(problems="all"), "expected a list"),
+    (lambda r: r["problems"][0].update(outcome="failed", error={"html": "<b>"}), "error"),
+    (lambda r: r["problems"][0].update(outcome="failed", error="x" * 30_000), "error"),
 ])
 def test_forged_or_malformed_results_are_refused(mutate, message):
     data = _results()

@@ -339,3 +339,20 @@ def test_report_modules_do_not_import_matplotlib_or_pygithub():
     code = ("import sys; import bot.report_md, bot.report_junit, bot.chart, bot.plan; "
             "bad = {'matplotlib', 'github', 'torch'} & set(sys.modules); assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_a_problem_that_could_not_be_evaluated_is_an_error_in_every_report(real, mixed):
+    broken = {"problem": "swiglu_broken", "problem_path": "problems/swiglu_broken.py", "target": None,
+              "best": None, "outcome": "failed", "error": "problems/swiglu_broken.py: get_inputs() returned int",
+              "min_speedup": 1.05, "stopped": "failed", "wall_s": 0.0, "baseline": None, "attempts": [],
+              "skipped": [], "environment": {}, "llm": {}}
+    results = {**mixed, "problems": [*mixed["problems"], broken]}
+    summary = render_step_summary(results)
+    assert "2 of 4 operators improved" in summary and "1 could not be evaluated" in summary
+    assert "- **swiglu_broken**: failed: problems/swiglu_broken.py: get_inputs() returned int" in summary
+    assert "### swiglu_broken" not in summary  # nothing was measured: no attempts section
+    assert "H200" in summary  # the environment still comes from a problem that measured something
+    suite = ET.fromstring(render_junit(results)).findall("testsuite")[-1]
+    error = suite.find("testcase[@name='evaluation']/error")
+    assert suite.get("name") == "swiglu_broken" and "get_inputs() returned int" in error.get("message")
+    assert suite.get("errors") == "1"

@@ -121,3 +121,22 @@ def test_problems_optimised_at_once_share_the_verification_workers(monkeypatch):
     seen.clear()
     pipeline.optimize_all(problems[:1], options, None, 1, None, lambda _: None)
     assert seen == [8]
+
+
+def test_dry_run_writes_every_report_before_exiting_2_for_a_problem_that_failed(tmp_path):
+    repo, git = _repo(tmp_path)
+    problems_dir = next(p.parent for p in repo.rglob("*.py") if p.parent.name == "problems")
+    good = next(problems_dir.glob("*.py"))
+    (problems_dir / "broken_inputs.py").write_text(good.read_text().replace('TARGET = "kernels/row_scale.py"', "")
+                                                   + "\n\ndef get_inputs():\n    return 3\n")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "add", "-A")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "a broken problem")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["dry-run", "--repo", str(repo), "--all", "--device", "cpu", "--out",
+                                       str(out), "--exclude", "*", "--time-cap-s", "0.3"])
+    assert result.exit_code == 2, result.output
+    assert "1 of 2 problem(s) failed" in result.stderr and "get_inputs() returned int" in result.stderr
+    assert {"results.json", "report.md", "junit.xml", "summary.md"} <= {p.name for p in out.iterdir()}
+    outcomes = {p["problem"]: p["outcome"] for p in json.loads((out / "results.json").read_text())["problems"]}
+    assert outcomes == {good.stem: "no significant improvement", "broken_inputs": "failed"}
+    assert "- **broken_inputs**: failed:" in (out / "summary.md").read_text()
