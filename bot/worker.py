@@ -134,7 +134,6 @@ class Harness:
             b = torch.randn(512, 512, device="cuda")
             (b @ b).sum().item()
             (b.to(torch.bfloat16) @ b.to(torch.bfloat16)).float().sum().item()
-            self.flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
             _cuda_sync()
 
     def environment(self) -> dict[str, Any]:
@@ -326,7 +325,10 @@ class Harness:
 
     def op_release(self, msg: dict) -> dict:
         """Give the allocator's cached GPU memory back while this worker waits: workers of
-        several candidates and problems share one GPU, and idle caches made them run out."""
+        several candidates and problems share one GPU, and idle caches made them run out.
+        The fingerprint vectors go too (float64, the outputs' size: 512 MB each for an
+        8192x8192 output, up to four kept); they are drawn again from their seed on demand."""
+        self.weights.clear()
         if self.device == "cuda":
             _cuda_sync()
             torch.cuda.empty_cache()
@@ -356,6 +358,13 @@ class Harness:
         them (inputs, L2 flush and fingerprints are enqueued on the stream): host work
         overlaps the GPU's, as in a pipelined loop, and counts only where it is the slower.
         """
+        if self.device == "cuda" and self.flush_buf is None:
+            # Here, not at start-up: a worker that is never timed (rejected in verification)
+            # does not hold 256 MB of the GPU that other workers need.
+            try:
+                self.flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+            except BaseException as exc:  # out of memory: reported, and retried alone
+                return _failure("call", exc)
         if self.device == "cuda" and msg.get("mode") == "throughput":
             return self._time_back_to_back(msg)
         cuda = self.device == "cuda"
