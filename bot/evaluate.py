@@ -163,7 +163,8 @@ class _Session:
         worker = WorkerClient(self.sandbox, label, self.options.device,
                               self.root / f"w-{label}"[:80],
                               self.options.cache_root / "compile" / source_hash, readable,
-                              self.options.limits, self.options.gpu_index, self.worker_threads)
+                              self.options.limits, self.options.gpu_index, self.worker_threads,
+                              describe=label == "reference")
         self.workers.append(worker)
         worker.request({"op": "load", "problem": str(self.problem.path),
                         "module": str(module) if module else None, "class_name": class_name,

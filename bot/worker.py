@@ -136,7 +136,7 @@ class Harness:
             (b.to(torch.bfloat16) @ b.to(torch.bfloat16)).float().sum().item()
             _cuda_sync()
 
-    def environment(self) -> dict[str, Any]:
+    def environment(self, describe: bool = True) -> dict[str, Any]:
         env: dict[str, Any] = {"device": self.device, "torch": torch.__version__,
                                "python": platform.python_version(), "host": platform.node(),
                                "cuda": torch.version.cuda, "driver": None, "clocks": {}}
@@ -148,7 +148,8 @@ class Harness:
             env["triton"] = None
         if self.device == "cuda":
             env["device_name"] = torch.cuda.get_device_name()
-            env.update(_nvidia_smi())
+            if describe:  # driver and clocks: only the worker whose environment is reported
+                env.update(_nvidia_smi())
         else:
             env["device_name"] = _cpu_name()
         return env
@@ -564,7 +565,7 @@ def main(argv: list[str] | None = None) -> None:
     hello = channel.recv()  # the only unsigned frame: it carries the run key
     channel.key = bytes.fromhex(hello["key"])
     harness = Harness(channel, hello["device"], hello.get("threads"))
-    channel.send({"ok": True, "env": harness.environment(),
+    channel.send({"ok": True, "env": harness.environment(bool(hello.get("describe", True))),
                   "overhead_us": harness.timer_overhead_us()})
     ops = {"load": harness.op_load, "construct": harness.op_construct, "run": harness.op_run,
            "time": harness.op_time, "fingerprints": harness.op_fingerprints,

@@ -36,7 +36,7 @@ class WorkerFailure(Exception):
 class WorkerClient:
     def __init__(self, sandbox: Sandbox, label: str, device: str, workdir: Path, cache_dir: Path,
                  readable: tuple[Path, ...], limits: Limits, gpu_index: int | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, describe: bool = True):
         self.label = label
         self.device = device
         self.gpu_index = gpu_index
@@ -48,8 +48,10 @@ class WorkerClient:
         self.channel = Channel(self.running.sock)
         key = secrets.token_bytes(32)
         try:
+            # Only one worker per run needs to describe the machine (the reference's is the
+            # one reported); the others skip nvidia-smi, a subprocess each at start-up.
             self.channel.send({"op": "hello", "key": key.hex(), "device": device,
-                               "threads": threads})
+                               "threads": threads, "describe": describe})
         except OSError as exc:
             self.close()
             raise WorkerFailure("start", f"could not reach the worker: {exc}") from None

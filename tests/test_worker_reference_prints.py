@@ -36,3 +36,24 @@ def test_release_drops_the_fingerprint_vectors_and_they_come_back_the_same(monke
     assert h.op_release({})["ok"] and not h.weights
     after = h.op_fingerprints({"seeds": [5], "distribution": "standard", "fp_seed": 9})["fingerprints"]
     assert after == before
+
+
+def test_only_the_reference_worker_describes_the_machine(monkeypatch, quick_options):
+    # nvidia-smi is a subprocess per worker; 29 workers started it at once on the H200.
+    import bot.workers as workers
+    from bot.candidates import load_candidate
+    from bot.evaluate import evaluate
+    from bot.problems import load_problem
+    from conftest import CANDIDATES
+
+    hellos: list[tuple[str, bool]] = []
+    real_init = workers.WorkerClient.__init__
+
+    def spy(self, sandbox, label, *args, **kwargs):
+        hellos.append((label, kwargs.get("describe", True)))
+        real_init(self, sandbox, label, *args, **kwargs)
+    monkeypatch.setattr(workers.WorkerClient, "__init__", spy)
+    result = evaluate(load_problem(PROBLEMS / "scale_add.py"), [load_candidate(CANDIDATES / "honest.py")],
+                      None, quick_options())
+    assert result.environment.device_name  # still described, by the reference
+    assert sorted(hellos) == sorted([("reference", True), ("c0", False)])
