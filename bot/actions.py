@@ -65,7 +65,7 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
                   gpus: str | None = None) -> dict[str, Any] | None:
     from bot.options import job_options
     from bot.events import trigger_from_event
-    from bot.pipeline import Job, failure_line, run_job, select_problems
+    from bot.pipeline import Job, raise_if_any_failed, run_job, select_problems
     from bot.shards import parse_shard, shard_problems
 
     env = github_env(environ)
@@ -92,8 +92,7 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
     _append(env.output, f"results-dir={results_dir}\nbest-speedup={'' if best is None else f'{best:.3f}'}\n")
     echo(f"kernel-bot: {sum(1 for p in payload['problems'] if p.get('best'))} of "
          f"{len(payload['problems'])} problem(s) improved; results in {results_dir}")
-    if (failed := failure_line(payload["problems"])) is not None:
-        raise BotError(failed)  # after the results directory, summary and outputs are written
+    raise_if_any_failed(payload["problems"])  # after the results directory, summary and outputs
     return payload
 
 

@@ -164,7 +164,7 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
              shapes: str | None) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
     from bot.outputs import render_optimize
-    from bot.pipeline import failure_line, optimize_all
+    from bot.pipeline import optimize_all, raise_if_any_failed
     from bot.problems import load_problem, only_shapes
 
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
@@ -176,8 +176,7 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
         click.echo(json.dumps(payload[0] if len(payload) == 1 else {"problems": payload}, indent=2))
     else:
         click.echo(render_optimize(results, min_speedup))
-    if (failed := failure_line(payload)) is not None:
-        raise BotError(failed)
+    raise_if_any_failed(payload)
 
 
 def _names(listed: str | None) -> tuple[str, ...]:
@@ -214,7 +213,7 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     from bot.changes import changed_files_git, default_base
     from bot.config import load_settings
     from bot.domain import Trigger
-    from bot.pipeline import Job, describe_plan, failure_line, run_job, select_problems
+    from bot.pipeline import Job, describe_plan, raise_if_any_failed, run_job, select_problems
 
     repo = Path(repo_path).resolve()
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
@@ -241,8 +240,7 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     payload, plan = run_job(job, problems, _progress)
     click.echo(describe_plan(plan))
     click.echo(f"\nWrote results.json, report.md, junit.xml, patch.diff and candidates to {out}/")
-    if (failed := failure_line(payload["problems"])) is not None:
-        raise BotError(failed)
+    raise_if_any_failed(payload["problems"])
 
 
 @main.command()

@@ -189,8 +189,12 @@ def _session(problem: Problem, options: EvalOptions) -> Iterator[_Session]:
 OUT_OF_MEMORY = ("OutOfMemoryError", "CUDA out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 
 
+def _says_out_of_memory(text: str) -> bool:
+    return any(marker in text for marker in OUT_OF_MEMORY)
+
+
 def _problem_failure(problem: Problem, exc: WorkerFailure) -> BotError:
-    if any(marker in exc.reason for marker in OUT_OF_MEMORY):
+    if _says_out_of_memory(exc.reason):
         # Before the phase: on the H200 a reference ran out of memory while building its
         # inputs beside 56 other workers, and was reported as a broken problem file.
         return GpuOutOfMemory(f"{problem.path}: reference worker ran out of GPU memory: {exc.reason}")
@@ -226,7 +230,7 @@ def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: Cand
 
 def ran_out_of_gpu_memory(outcome: ContenderOutcome) -> bool:
     return not outcome.verdict.accepted and any(
-        marker in c.evidence for c in outcome.verdict.checks if not c.passed for marker in OUT_OF_MEMORY)
+        _says_out_of_memory(c.evidence) for c in outcome.verdict.checks if not c.passed)
 
 
 def _evaluate_fresh(problem: Problem, candidates: list[CandidateSource], baseline: CandidateSource | None,

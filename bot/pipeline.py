@@ -21,6 +21,7 @@ from bot.optimize import OptimizeOptions, OptimizeResult, failed_result, optimiz
 from bot.outputs import RESULTS_SCHEMA_VERSION, write_optimize_outputs
 from bot.plan import plan_pull_request
 from bot.problems import find_problems
+from bot.report_data import failed_problem
 from bot.report_md import render_step_summary
 
 Progress = Callable[[str], None]
@@ -59,14 +60,13 @@ def results_payload(results: list[OptimizeResult], trigger: Trigger, min_speedup
             "problems": [r.to_json(min_speedup) for r in results]}
 
 
-def failure_line(problems: list[dict[str, Any]]) -> str | None:
-    """One line naming the problems that could not be evaluated, or None: what the commands
-    exit 2 with, after they have written and printed everything else."""
-    failed = [p for p in problems if p.get("outcome") == "failed"]
-    if not failed:
-        return None
-    return (f"{len(failed)} of {len(problems)} problem(s) failed (the others' results are complete): "
-            + "; ".join(str(p.get("error")) for p in failed))
+def raise_if_any_failed(problems: list[dict[str, Any]]) -> None:
+    """One BotError (exit 2) naming the problems that could not be evaluated; the commands
+    call it after they have written and printed everything else."""
+    failed = [p for p in problems if failed_problem(p)]
+    if failed:
+        raise BotError(f"{len(failed)} of {len(problems)} problem(s) failed (the others' results are "
+                       "complete): " + "; ".join(str(p.get("error")) for p in failed))
 
 
 def write_reports(out: Path, payload: dict[str, Any], plan: PullRequestPlan | None,

@@ -100,6 +100,11 @@ def problems(results: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in results.get("problems") or () if isinstance(p, dict)]
 
 
+def failed_problem(problem: dict[str, Any]) -> bool:
+    """A problem that could not be evaluated: outcome "failed", its error in `error`."""
+    return problem.get("outcome") == "failed"
+
+
 def improved(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Problems whose best candidate's whole interval cleared the threshold."""
     return [p for p in problems(results) if p.get("best")]

@@ -88,7 +88,7 @@ def _suite(problem: dict[str, Any]) -> _Suite:
         # candidate under the same name) gets a suffix instead of vanishing.
         cases.append(_case(name, contender, label if seen[label] == 1 else f"{label} #{seen[label]}",
                            min_speedup))
-    if problem.get("outcome") == "failed":  # could not be evaluated at all: an error, not a skip
+    if rd.failed_problem(problem):  # could not be evaluated at all: an error, not a skip
         case = TestCase("evaluation", classname=f"kernel-bot.{name}")
         case.add_error_info(message=str(problem.get("error") or "failed")[:1000])
         cases.append((case, {"role": "problem"}))

@@ -28,7 +28,7 @@ def _threshold(results: dict[str, Any]) -> float:
 
 def summary_line(results: dict[str, Any]) -> str:
     total, better = len(rd.problems(results)), len(rd.improved(results))
-    failed = sum(p.get("outcome") == "failed" for p in rd.problems(results))
+    failed = sum(map(rd.failed_problem, rd.problems(results)))
     return (f"**{better} of {total} operator{'s' if total != 1 else ''} improved** on "
             f"{rd.cell(rd.device_label(results))} (claimed only when the 95% confidence "
             f"interval's lower bound clears {rd.fmt_ratio(_threshold(results))}x)."
@@ -53,7 +53,7 @@ def results_table(results: dict[str, Any]) -> str:
         out.append(f"- **{rd.cell(p.get('problem'))}**: `{rd.cell(best.get('name'))}` "
                    f"({rd.cell(origin)}), {where}.")
     for p in rd.problems(results):
-        if p.get("outcome") == "failed":
+        if rd.failed_problem(p):
             out.append(f"- **{rd.cell(p.get('problem'))}**: failed: {rd.cell(p.get('error'), 500)}")
         elif not p.get("best"):
             out.append(f"- **{rd.cell(p.get('problem'))}**: {no_improvement(p)}")
@@ -225,7 +225,7 @@ def render_step_summary(results: dict[str, Any]) -> str:
     """The job summary: the PR table plus every attempt of every problem, under 1 MiB."""
     parts = ["## kernel-bot", summary_line(results), results_table(results)]
     for p in rd.problems(results):
-        if p.get("outcome") == "failed":  # listed with its error above; nothing was measured
+        if rd.failed_problem(p):  # listed with its error above; nothing was measured
             continue
         baseline = p.get("baseline") or {}
         base_us = rd.median_us((baseline.get("shapes") or [{}])[0])

@@ -359,16 +359,16 @@ class Harness:
         them (inputs, L2 flush and fingerprints are enqueued on the stream): host work
         overlaps the GPU's, as in a pipelined loop, and counts only where it is the slower.
         """
-        if self.device == "cuda" and self.flush_buf is None:
+        cuda = self.device == "cuda"
+        if cuda and self.flush_buf is None:
             # Here, not at start-up: a worker that is never timed (rejected in verification)
             # does not hold 256 MB of the GPU that other workers need.
             try:
                 self.flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
             except BaseException as exc:  # out of memory: reported, and retried alone
                 return _failure("call", exc)
-        if self.device == "cuda" and msg.get("mode") == "throughput":
+        if cuda and msg.get("mode") == "throughput":
             return self._time_back_to_back(msg)
-        cuda = self.device == "cuda"
         host, event, prints = [], [], []
         try:
             for seed in msg["seeds"]:
