@@ -16,6 +16,7 @@ set -u
 EV=/tmp/ev
 DEVICE=${DEVICE:-cuda}
 export TIMING=${TIMING:-latency}  # latency | throughput (bot.timing.TimingOptions.mode)
+# TPUT_TIMING: the candidates-per-GPU-minute stage's own mode (default: TIMING).
 # Which stages, in this order (a session's 30 minutes do not hold them all at once).
 STAGES=${STAGES:-aa event_to_pr gpu_tests throughput sweep}
 BUDGET_S=${BUDGET_S:-1420}  # from the plan's start; the session's device time is 1800 s
@@ -72,7 +73,7 @@ plan)
   if want throughput; then
     # Candidates per GPU-minute on a small problem: rmsnorm's launch-bound decode shape, every candidate.
     stage throughput 150 python3 -m bot optimize problems/rmsnorm.py --shapes decode --strategy search \
-        --device $DEVICE --time-cap-s 1 --timing $TIMING --no-cache --out $EV/tput > $EV/tput.txt 2> $EV/tput.err
+        --device $DEVICE --time-cap-s 1 --timing ${TPUT_TIMING:-$TIMING} --no-cache --out $EV/tput > $EV/tput.txt 2> $EV/tput.err
   fi
   left=$(( BUDGET_S - ($(date +%s) - t0) ))
   [ "$left" -lt 120 ] && left=120
