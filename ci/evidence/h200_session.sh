@@ -18,7 +18,7 @@ DEVICE=${DEVICE:-cuda}
 export TIMING=${TIMING:-latency}  # latency | throughput (bot.timing.TimingOptions.mode)
 # TPUT_TIMING: the candidates-per-GPU-minute stage's own mode (default: TIMING).
 # Which stages, in this order (a session's 30 minutes do not hold them all at once).
-STAGES=${STAGES:-aa event_to_pr gpu_tests throughput sweep}
+STAGES=${STAGES:-aa event_to_pr gpu_tests profile throughput sweep}
 BUDGET_S=${BUDGET_S:-1420}  # from the plan's start; the session's device time is 1800 s
 
 pack() {
@@ -69,6 +69,10 @@ plan)
   if want gpu_tests; then  # alone on the GPU: beside the sweep a test once failed for want of memory
     stage gpu_tests ${GPU_TESTS_LIMIT_S:-240} python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider \
         -k "${GPU_TESTS_K:-not every_bundled_problem}" > $EV/gpu_tests.log 2>&1
+  fi
+  if want profile; then  # where a worker's start-up goes (docs/benchmark.md)
+    stage profile 150 python3 ci/evidence/worker_start_profile.py --counts ${PROFILE_COUNTS:-1,8,29} \
+        --device $DEVICE > $EV/profile.txt 2>&1
   fi
   if want throughput; then
     # Candidates per GPU-minute on a small problem: rmsnorm's launch-bound decode shape, every candidate.
