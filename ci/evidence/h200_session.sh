@@ -10,8 +10,9 @@
 # fallback for a machine without git); docs/results-h200.md has the download commands.
 # Stages, in order, each alone on the GPU: A/A repeats, the labeled-PR-to-follow-up-PR run,
 # the GPU tests (each bundled problem's own check is left to the sweep, which verifies them
-# all), candidates per GPU-minute on rmsnorm's decode shape, then the search sweep over every
-# problem, which gets what is left of BUDGET_S (counted from the plan's start).
+# all), a worker start-up profile, candidates per GPU-minute on rmsnorm's decode shape, then
+# the search sweep over every problem, which gets what is left of BUDGET_S (counted from the
+# plan's start).
 set -u
 EV=/tmp/ev
 DEVICE=${DEVICE:-cuda}
