@@ -41,6 +41,10 @@ class EvalOptions:
     # of gelu on 2 vCPUs moved 100x between workers with 2), torch's default on a GPU.
     threads: int | None = None
     gpu_index: int | None = None
+    # Other problems may be evaluated on this GPU at the same time (`bot optimize --jobs N`).
+    # A contender still short of memory when re-run alone is then not proven too big: the
+    # problem is raised as GpuOutOfMemory, for bot.lanes to run it again after the others.
+    beside_others: bool = False
     cache_root: Path = Path.home() / ".cache" / "kernel-bot"
     use_cache: bool = False  # reuse verdicts and timings of candidates judged before (bot.cache)
 
@@ -249,12 +253,24 @@ def _evaluate_fresh(problem: Problem, candidates: list[CandidateSource], baselin
              "others; evaluating them again, one at a time")
     alone = replace(options, parallel=1)
     if base_short:  # no speedup of the first run has a baseline: all of it again
-        return _evaluate_once(problem, candidates, baseline, alone, progress)
+        return _unless_still_short(_evaluate_once(problem, candidates, baseline, alone, progress), options)
     again = _evaluate_once(problem, [o.candidate for o in short], baseline, alone, progress)
     # The re-run's speedups are against its own timing of the baseline, as every speedup is.
     redone = {id(o.candidate): o for o in again.candidates}
     merged = tuple(redone.get(id(o.candidate), o) for o in first.candidates)
-    return Evaluation(problem, first.environment, first.baseline, merged)
+    return _unless_still_short(Evaluation(problem, first.environment, first.baseline, merged), options)
+
+
+def _unless_still_short(evaluation: Evaluation, options: EvalOptions) -> Evaluation:
+    """The evaluation, or GpuOutOfMemory where contenders re-run one at a time still ran out
+    of memory while other problems shared the GPU: on the H200, swiglu's contenders did so
+    beside three other problems, and would have been rejected for the others' memory."""
+    outcomes = ([evaluation.baseline] if evaluation.baseline else []) + list(evaluation.candidates)
+    still = [o.candidate.name for o in outcomes if ran_out_of_gpu_memory(o)]
+    if still and options.beside_others:
+        raise GpuOutOfMemory(f"{evaluation.problem.path}: {len(still)} contender(s) ran out of GPU "
+                             f"memory even one at a time, beside other problems ({', '.join(still)})")
+    return evaluation
 
 
 def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline: CandidateSource | None,

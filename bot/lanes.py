@@ -55,26 +55,29 @@ def visible_gpus(spec: str | None, device: str) -> list[int | None]:
         raise BotError(f"--gpus {spec!r}: expected 'all' or a comma list like 0,1") from None
 
 
-def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | None], T], jobs: int,
+def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | None, bool], T], jobs: int,
                  lanes: Lanes, progress: Callable[[str], None],
                  on_error: Callable[[Problem, BotError], T] | None = None) -> list[T]:
-    """`work(problem, gpu)` for every problem, `jobs` at a time; results in input order.
+    """`work(problem, gpu, beside_others)` for every problem, `jobs` at a time; results in
+    input order. `beside_others`: other problems may run at the same time.
 
     One problem's failure never costs the others theirs: a problem that ran out of GPU memory
     beside the others is run again after them, alone; any other input error becomes that
     problem's result through `on_error`, or, without it, is raised once every problem has
     had its turn. A bug (not a BotError) is raised as itself."""
-    def one(item: tuple[int, Problem]) -> T:
-        n, problem = item
-        lane = lanes.acquire(problem.name)
-        gpu = lanes.devices[lane]
-        progress(f"[{n}/{len(problems)}] {problem.name}" + (f" on GPU {gpu}" if gpu is not None else ""))
-        try:
-            return work(problem, gpu)
-        finally:
-            lanes.release(lane)
-
     def each(items: list[tuple[int, Problem]], at_once: int) -> dict[int, T | BaseException]:
+        beside_others = at_once > 1 and len(items) > 1
+
+        def one(item: tuple[int, Problem]) -> T:
+            n, problem = item
+            lane = lanes.acquire(problem.name)
+            gpu = lanes.devices[lane]
+            progress(f"[{n}/{len(problems)}] {problem.name}" + (f" on GPU {gpu}" if gpu is not None else ""))
+            try:
+                return work(problem, gpu, beside_others)
+            finally:
+                lanes.release(lane)
+
         with ThreadPoolExecutor(max_workers=max(1, at_once)) as pool:
             futures = {n: pool.submit(one, (n, p)) for n, p in items}
             return {n: f.exception() or f.result() for n, f in futures.items()}

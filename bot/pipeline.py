@@ -112,8 +112,9 @@ def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | 
                                        options.min_speedup)
         return result
 
-    def work(problem: Problem, gpu: int | None) -> OptimizeResult:
-        lane = replace(options, evaluation=replace(options.evaluation, gpu_index=gpu, parallel=parallel))
+    def work(problem: Problem, gpu: int | None, beside_others: bool) -> OptimizeResult:
+        lane = replace(options, evaluation=replace(options.evaluation, gpu_index=gpu, parallel=parallel,
+                                                   beside_others=beside_others))
         return keep(problem, optimize(problem, default_baseline(problem), lane, progress))
 
     def failed(problem: Problem, error: BotError) -> OptimizeResult:

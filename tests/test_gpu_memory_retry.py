@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import bot.evaluate as ev
+from bot.errors import GpuOutOfMemory
 from bot.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
 from bot.evaluate import ContenderOutcome, EvalOptions, Evaluation
 from bot.problems import load_problem
@@ -65,3 +66,28 @@ def test_no_second_evaluation_on_cpu(setup):
     scripted += [{"b"}]
     ev.evaluate(problem, [a, b], base, EvalOptions(device="cpu"))
     assert len(calls) == 1
+
+
+def test_still_short_beside_other_problems_hands_the_problem_back_to_run_alone(setup):
+    # On the H200 swiglu's contenders ran out of memory beside three other problems; re-run
+    # one at a time they were still beside them, and a rejection there would blame them for
+    # the others' memory. bot.lanes runs a GpuOutOfMemory problem again after the rest, alone.
+    problem, base, a, b, calls, scripted = setup
+    scripted += [{"b"}, {"b"}]
+    with pytest.raises(GpuOutOfMemory, match=r"1 contender\(s\) ran out of GPU memory even one at a time.*\(b\)"):
+        ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", beside_others=True))
+    assert calls[-1] == (["b"], 1)
+
+
+def test_a_baseline_still_short_beside_other_problems_hands_it_back_too(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [{"base"}, {"base"}]
+    with pytest.raises(GpuOutOfMemory, match=r"\(base\)"):
+        ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", beside_others=True))
+
+
+def test_beside_other_problems_a_rerun_that_fits_is_kept(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [{"a", "b"}, set()]
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", beside_others=True))
+    assert [o.verdict.accepted for o in result.candidates] == [True, True]

@@ -28,7 +28,7 @@ def test_work_queue_spreads_problems_over_lanes_and_keeps_order():
     peak: dict[int, int] = {0: 0, 1: 0}
     guard = threading.Lock()
 
-    def work(problem, gpu):
+    def work(problem, gpu, beside_others):
         with guard:
             running[gpu] += 1
             peak[gpu] = max(peak[gpu], running[gpu])
@@ -63,7 +63,7 @@ def test_verdicts_do_not_depend_on_the_number_of_lanes(quick_options):
     for devices in ([None], [None, None]):
         lanes = Lanes(devices)
 
-        def work(prob, gpu):
+        def work(prob, gpu, beside_others):
             result = evaluate(prob, [load_candidate(CANDIDATES / f"{n}.py") for n in names],
                               default_baseline(prob), quick_options(gpu_index=gpu))
             return {o.candidate.name: o.verdict.status for o in result.candidates}
@@ -78,13 +78,15 @@ def test_a_problem_out_of_gpu_memory_beside_others_runs_again_alone_after_them()
     # The H200 sweep lost its last problems this way: swiglu's reference worker ran out of
     # memory beside 56 other workers and the whole `bot optimize` stopped with exit code 2.
     calls: list[tuple[str, int]] = []  # (problem, problems running at that moment)
+    told: list[tuple[str, bool]] = []  # (problem, beside_others as work was told)
     running = [0]
     guard = threading.Lock()
 
-    def work(problem, gpu):
+    def work(problem, gpu, beside_others):
         with guard:
             running[0] += 1
             calls.append((problem.name, running[0]))
+            told.append((problem.name, beside_others))
         try:
             time.sleep(0.05)
             if problem.name == "p1" and sum(name == "p1" for name, _ in calls) == 1:
@@ -99,13 +101,15 @@ def test_a_problem_out_of_gpu_memory_beside_others_runs_again_alone_after_them()
     assert results == ["p0", "p1", "p2", "p3"]
     assert [name for name, _ in calls].count("p1") == 2
     assert calls[-1] == ("p1", 1)  # the second time last, and alone
+    # ... and told so: there a contender short of memory is short of memory by itself.
+    assert told[-1] == ("p1", False) and all(beside for _, beside in told[:-1])
     assert any("ran out of GPU memory beside others" in line for line in seen)
 
 
 def test_one_problems_error_does_not_stop_the_others_and_is_raised_after_them():
     finished: list[str] = []
 
-    def work(problem, gpu):
+    def work(problem, gpu, beside_others):
         if problem.name in ("p0", "p2"):
             raise ProblemError(f"{problem.name}: get_inputs() must return a list")
         time.sleep(0.02)
@@ -118,7 +122,7 @@ def test_one_problems_error_does_not_stop_the_others_and_is_raised_after_them():
     assert "2 of 4 problems failed" in str(raised.value)
     assert "p0: get_inputs()" in str(raised.value) and "p2: get_inputs()" in str(raised.value)
 
-    def bug(problem, gpu):
+    def bug(problem, gpu, beside_others):
         if problem.name == "p1":
             raise KeyError("a bug, not an input error")
         return problem.name

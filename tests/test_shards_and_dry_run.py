@@ -112,15 +112,15 @@ def test_problems_optimised_at_once_share_the_verification_workers(monkeypatch):
     from bot.optimize import OptimizeOptions
 
     seen = []
-    monkeypatch.setattr(pipeline, "optimize",
-                        lambda problem, baseline, options, progress: seen.append(options.evaluation.parallel))
+    monkeypatch.setattr(pipeline, "optimize", lambda problem, baseline, options, progress: seen.append(
+        (options.evaluation.parallel, options.evaluation.beside_others)))
     problems = find_problems(ROOT / "problems", root=ROOT)[:4]
     options = OptimizeOptions(evaluation=EvalOptions(device="cpu", parallel=8))
     pipeline.optimize_all(problems, options, None, 4, None, lambda _: None)
-    assert seen == [2, 2, 2, 2]
+    assert seen == [(2, True)] * 4  # and each is told that others share the machine
     seen.clear()
     pipeline.optimize_all(problems[:1], options, None, 1, None, lambda _: None)
-    assert seen == [8]
+    assert seen == [(8, False)]
 
 
 def test_dry_run_writes_every_report_before_exiting_2_for_a_problem_that_failed(tmp_path):
