@@ -237,6 +237,12 @@ def ran_out_of_gpu_memory(outcome: ContenderOutcome) -> bool:
         _says_out_of_memory(c.evidence) for c in outcome.verdict.checks if not c.passed)
 
 
+def _short_of_memory(evaluation: Evaluation) -> list[ContenderOutcome]:
+    """The contenders, baseline first where it is one, that ran out of GPU memory."""
+    outcomes = ([evaluation.baseline] if evaluation.baseline else []) + list(evaluation.candidates)
+    return [o for o in outcomes if ran_out_of_gpu_memory(o)]
+
+
 def _evaluate_fresh(problem: Problem, candidates: list[CandidateSource], baseline: CandidateSource | None,
                     options: EvalOptions, progress: Progress) -> Evaluation:
     """One evaluation; on a GPU, contenders that ran out of memory beside the others are
@@ -245,14 +251,13 @@ def _evaluate_fresh(problem: Problem, candidates: list[CandidateSource], baselin
     first = _evaluate_once(problem, candidates, baseline, options, progress)
     if options.device != "cuda" or len(candidates) + (baseline is not None) < 2:
         return first
-    short = [o for o in first.candidates if ran_out_of_gpu_memory(o)]
-    base_short = first.baseline is not None and ran_out_of_gpu_memory(first.baseline)
-    if not short and not base_short:
+    short = _short_of_memory(first)
+    if not short:
         return first
-    progress(f"{problem.name}: {len(short) + base_short} contender(s) ran out of GPU memory beside "
+    progress(f"{problem.name}: {len(short)} contender(s) ran out of GPU memory beside "
              "others; evaluating them again, one at a time")
     alone = replace(options, parallel=1)
-    if base_short:  # no speedup of the first run has a baseline: all of it again
+    if any(o is first.baseline for o in short):  # no speedup of the first run has a baseline: all of it again
         return _unless_still_short(_evaluate_once(problem, candidates, baseline, alone, progress), options)
     again = _evaluate_once(problem, [o.candidate for o in short], baseline, alone, progress)
     # The re-run's speedups are against its own timing of the baseline, as every speedup is.
@@ -265,8 +270,7 @@ def _unless_still_short(evaluation: Evaluation, options: EvalOptions) -> Evaluat
     """The evaluation, or GpuOutOfMemory where contenders re-run one at a time still ran out
     of memory while other problems shared the GPU: on the H200, swiglu's contenders did so
     beside three other problems, and would have been rejected for the others' memory."""
-    outcomes = ([evaluation.baseline] if evaluation.baseline else []) + list(evaluation.candidates)
-    still = [o.candidate.name for o in outcomes if ran_out_of_gpu_memory(o)]
+    still = [o.candidate.name for o in _short_of_memory(evaluation)]
     if still and options.beside_others:
         raise GpuOutOfMemory(f"{evaluation.problem.path}: {len(still)} contender(s) ran out of GPU "
                              f"memory even one at a time, beside other problems ({', '.join(still)})")

@@ -65,21 +65,20 @@ def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | Non
     beside the others is run again after them, alone; any other input error becomes that
     problem's result through `on_error`, or, without it, is raised once every problem has
     had its turn. A bug (not a BotError) is raised as itself."""
+    def one(item: tuple[int, Problem], beside_others: bool) -> T:
+        n, problem = item
+        lane = lanes.acquire(problem.name)
+        gpu = lanes.devices[lane]
+        progress(f"[{n}/{len(problems)}] {problem.name}" + (f" on GPU {gpu}" if gpu is not None else ""))
+        try:
+            return work(problem, gpu, beside_others)
+        finally:
+            lanes.release(lane)
+
     def each(items: list[tuple[int, Problem]], at_once: int) -> dict[int, T | BaseException]:
         beside_others = at_once > 1 and len(items) > 1
-
-        def one(item: tuple[int, Problem]) -> T:
-            n, problem = item
-            lane = lanes.acquire(problem.name)
-            gpu = lanes.devices[lane]
-            progress(f"[{n}/{len(problems)}] {problem.name}" + (f" on GPU {gpu}" if gpu is not None else ""))
-            try:
-                return work(problem, gpu, beside_others)
-            finally:
-                lanes.release(lane)
-
         with ThreadPoolExecutor(max_workers=max(1, at_once)) as pool:
-            futures = {n: pool.submit(one, (n, p)) for n, p in items}
+            futures = {n: pool.submit(one, (n, p), beside_others) for n, p in items}
             return {n: f.exception() or f.result() for n, f in futures.items()}
 
     outcome = each(list(enumerate(problems, 1)), jobs)
