@@ -58,3 +58,18 @@ def test_every_bundled_problem_verifies_its_own_reference_and_target(problem):
     outcome = result.candidates[0]
     assert outcome.verdict.accepted, outcome.verdict.reasons
     assert all(s.measurement is not None and s.floor_us is not None for s in outcome.shapes)
+
+
+def test_each_sdpa_backend_and_per_shape_compile_of_attention_is_judged_on_its_own():
+    # On the GPU every SDPA backend has a kernel for bf16 causal attention with head dim 128:
+    # each held-backend candidate must pass the verifier, as must the per-shape compiles.
+    from bot.propose.search import PATHS, bases_for, path_candidate
+
+    prob = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
+    base = bases_for(prob)[0]
+    keys = ("sdpa:flash_attention", "sdpa:efficient_attention", "sdpa:cudnn_attention",
+            "compile:default:static", "compile:default:dynamic")
+    result = evaluate(prob, [path_candidate(base, PATHS[k]) for k in keys], default_baseline(prob), _options())
+    for outcome in result.candidates:
+        assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
+        assert len(outcome.shapes) == 2 and outcome.speedup is not None

@@ -6,7 +6,8 @@ import ast
 
 from bot.evaluate import evaluate
 from bot.problems import load_problem
-from bot.propose.search import Base, autotune_variants, bases_for, search_candidates, tunable_constants
+from bot.propose.search import (PATHS, Base, Split, autotune_variants, bases_for, path_candidate, path_of,
+                                search_candidates, split_candidate, tunable_constants)
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 
@@ -20,11 +21,17 @@ def test_catalogue_on_gpu_covers_compile_modes_graphs_and_tuning():
     for mode in ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"):
         assert f"compile-{mode}-reference" in _names(cands) and f"compile-{mode}-target" in _names(cands)
     assert {"cuda-graph-reference", "cuda-graph-target"} <= _names(cands)
+    # One compile per shape, and shape-generic kernels for all: the order of calls no longer decides.
+    static = next(c for c in cands if c.name == "compile-default-static-reference")
+    assert "dynamic=False)" in static.source and "dynamic=False" in static.origin.detail
+    assert "dynamic=True)" in next(c for c in cands if c.name == "compile-default-dynamic-target").source
+    assert not any(c.name.startswith("sdpa-") for c in cands)  # rmsnorm has no attention
     tuned = [c for c in cands if c.name.startswith("tune-")]
     assert 5 <= len(tuned) <= 16 and all("BLOCK_SIZE" in c.origin.detail for c in tuned)
     reasons = {s.transformation: s.reason for s in skipped}
     assert "no float32 matrix products" in reasons["TF32 matmul"]
     assert "no 2-D convolutions" in reasons["channels-last"]
+    assert "no scaled_dot_product_attention" in reasons["SDPA backend choice of reference"]
     assert "class ModelNew(Model)" in next(c for c in cands if c.name == "eager-reference").source
     for cand in cands:  # every candidate is a self-contained module defining its class
         tree = ast.parse(cand.source)
@@ -40,7 +47,39 @@ def test_on_cpu_gpu_only_transformations_are_skipped_with_reasons():
                              "eager-reference"}
     reasons = [s.reason for s in skipped]
     assert "CUDA graphs need a GPU" in reasons and "TF32 exists only on GPUs" in reasons
+    assert any("compile per shape" in r for r in reasons)
     assert any("no module-level BLOCK_" in r for r in reasons)
+
+
+def test_attention_gets_one_candidate_per_sdpa_backend_on_gpu_only():
+    problem = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
+    cands, _ = search_candidates(problem, bases_for(problem), "cuda")
+    held = {c.name: c for c in cands if c.name.startswith("sdpa-")}
+    assert set(held) == {"sdpa-flash-reference", "sdpa-efficient-reference", "sdpa-cudnn-reference"}
+    assert "SDPBackend.CUDNN_ATTENTION)" in held["sdpa-cudnn-reference"].source
+    assert {path_of(name, "reference") for name in held} == {
+        "sdpa:flash_attention", "sdpa:efficient_attention", "sdpa:cudnn_attention"}
+    cands, skipped = search_candidates(problem, bases_for(problem), "cpu")
+    assert not any(c.name.startswith("sdpa-") for c in cands)
+    assert sum("need a GPU" in s.reason and "scaled_dot_product" in s.transformation for s in skipped) == 3
+
+
+def test_held_backend_and_per_shape_compiles_run_through_the_verifier(quick_options):
+    # The GPU-only paths' wrappers, run on CPU where their kernels exist: SDPA's flash kernel
+    # has a CPU version, the cuDNN one does not, and must be rejected with the error, not crash.
+    problem = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
+    base = bases_for(problem)[0]
+    names = ("sdpa:flash_attention", "sdpa:cudnn_attention", "compile:default:static",
+             "compile:default:dynamic")
+    cands = [path_candidate(base, PATHS[key]) for key in names]
+    cands.append(split_candidate(base, Split("eager", "sdpa:flash_attention", 1000, 1.1)))
+    result = evaluate(problem, cands, None, quick_options())
+    verdicts = {o.candidate.name: o.verdict for o in result.candidates}
+    for name in ("sdpa-flash-reference", "compile-default-static-reference",
+                 "compile-default-dynamic-reference", "split-reference"):
+        assert verdicts[name].accepted, (name, verdicts[name].reasons)
+    cudnn = verdicts["sdpa-cudnn-reference"]
+    assert not cudnn.accepted and "kernel" in " ".join(cudnn.reasons).lower(), cudnn.reasons
 
 
 def test_tf32_only_where_the_tolerance_allows(tmp_path):

@@ -52,17 +52,16 @@ class Base:
         return source_hash(self.source)
 
 
-COMPILE_WRAPPER = '''
+PATH_WRAPPER = '''
 
 # --- kernel-bot: {detail} ---------------------------------------------------------
 _KernelBotBase = {base}
-
+{helper}
 
 class ModelNew(_KernelBotBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # Compiled lazily at the first call, for the shapes of that call.
-        self._kernel_bot_forward = torch.compile(super().forward, mode={mode!r}, fullgraph=False)
+        self._kernel_bot_forward = {expression}
 
     def forward(self, *inputs):
         return self._kernel_bot_forward(*inputs)
@@ -107,19 +106,22 @@ class _KernelBotGraphs:
         return type(out)(o.clone() for o in out)
 '''
 
-CUDA_GRAPH_WRAPPER = '''
+SDPA_HELPER = '''
 
-# --- kernel-bot: {detail} ---------------------------------------------------------
-_KernelBotBase = {base}
-{helper}
+from torch.nn.attention import SDPBackend as _KernelBotSDPBackend
+from torch.nn.attention import sdpa_kernel as _kernel_bot_sdpa_kernel
 
-class ModelNew(_KernelBotBase):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._kernel_bot_forward = _KernelBotGraphs(super().forward)
 
-    def forward(self, *inputs):
-        return self._kernel_bot_forward(*inputs)
+class _KernelBotSdpa:
+    """The forward with scaled_dot_product_attention held to one backend."""
+
+    def __init__(self, forward, backend):
+        self.forward = forward
+        self.backend = backend
+
+    def __call__(self, *inputs):
+        with _kernel_bot_sdpa_kernel(self.backend):
+            return self.forward(*inputs)
 '''
 
 SPLIT_WRAPPER = '''
@@ -181,6 +183,57 @@ class ModelNew(_KernelBotBase):
                   if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in inputs]
         return super().forward(*inputs)
 '''
+
+
+@dataclass(frozen=True)
+class Path:
+    """One way to run a base's forward: a candidate of its own, and one side of a split."""
+
+    key: str  # "eager", "cuda-graph", "compile:<mode>[:static|:dynamic]" or "sdpa:<backend>"
+    name: str  # the candidate's name, before "-<base label>"
+    expression: str  # built in ModelNew.__init__ around super().forward
+    words: str  # for the report
+    helper: str = ""  # module-level code the expression needs
+    needs_gpu: str = ""  # why it cannot run on a CPU, if it cannot
+
+
+def _compile_path(mode: str, dynamic: bool | None = None) -> Path:
+    # dynamic=None is torch.compile's own rule: specialise to the first shapes, and compile
+    # shape-generic kernels when other shapes arrive. Where a problem has prefill and decode
+    # shapes, the order of calls then decides which kernels run. The static and dynamic
+    # variants take that choice out of the order: on the H200, softmax's prefill took 312 us
+    # specialised and 421 us generic, layernorm's 113 us and 99 us (docs/results-h200.md).
+    suffix = {None: "", False: "static", True: "dynamic"}[dynamic]
+    arg = "" if dynamic is None else f", dynamic={dynamic}"
+    needs_gpu = "uses CUDA graphs: needs a GPU" if mode in ("reduce-overhead", "max-autotune") else ""
+    if suffix and not needs_gpu:
+        needs_gpu = "a compile per shape policy: tried on GPUs only, so a CPU run stays short"
+    return Path(":".join(filter(None, ("compile", mode, suffix))),
+                "-".join(filter(None, ("compile", mode, suffix))),
+                f"torch.compile(super().forward, mode={None if mode == 'default' else mode!r}{arg})",
+                f"torch.compile(mode={mode!r}{arg})", needs_gpu=needs_gpu)
+
+
+def _sdpa_path(backend: str) -> Path:
+    return Path(f"sdpa:{backend.lower()}", f"sdpa-{backend.split('_')[0].lower()}",
+                f"_KernelBotSdpa(super().forward, _KernelBotSDPBackend.{backend})",
+                f"scaled_dot_product_attention held to {backend}", helper=SDPA_HELPER,
+                needs_gpu="SDPA's flash, memory-efficient and cuDNN kernels need a GPU")
+
+
+EAGER = Path("eager", "eager", "super().forward", "eager")
+CUDA_GRAPH = Path("cuda-graph", "cuda-graph", "_KernelBotGraphs(super().forward)", "CUDA graph replay",
+                  helper=GRAPH_HELPER, needs_gpu="CUDA graphs need a GPU")
+COMPILE_PATHS = tuple(_compile_path(m) for m in COMPILE_MODES) + (
+    _compile_path("default", dynamic=False), _compile_path("default", dynamic=True))
+SDPA_PATHS = tuple(_sdpa_path(b) for b in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"))
+PATHS = {p.key: p for p in (EAGER, CUDA_GRAPH, *COMPILE_PATHS, *SDPA_PATHS)}
+
+
+def paths_for(base: Base) -> list[Path]:
+    """The paths the catalogue tries on a base (eager is the base itself)."""
+    sdpa = list(SDPA_PATHS) if _uses(base.source, "scaled_dot_product_attention") else []
+    return [*COMPILE_PATHS, CUDA_GRAPH, *sdpa]
 
 
 def _ensure_torch_import(source: str) -> str:
@@ -247,17 +300,13 @@ def search_candidates(problem: Problem, bases: list[Base], device: str
                                 "eager-reference"))
     for base in bases:
         tag = base.label
-        for mode in COMPILE_MODES:
-            if mode in ("reduce-overhead", "max-autotune") and not cuda:
-                skipped.append(Skipped(f"torch.compile({mode}) of {tag}", "uses CUDA graphs: needs a GPU"))
+        for path in paths_for(base):
+            if path.needs_gpu and not cuda:
+                skipped.append(Skipped(f"{path.words} of {tag}", path.needs_gpu))
                 continue
-            cands.append(_candidate(base, COMPILE_WRAPPER, f"torch.compile(mode={mode!r}) of {tag}",
-                                    f"compile-{mode}-{tag}", mode=None if mode == "default" else mode))
-        if cuda:
-            cands.append(_candidate(base, CUDA_GRAPH_WRAPPER, f"CUDA graph replay of {tag}",
-                                    f"cuda-graph-{tag}", helper=GRAPH_HELPER))
-        else:
-            skipped.append(Skipped(f"CUDA graph of {tag}", "CUDA graphs need a GPU"))
+            cands.append(path_candidate(base, path))
+        if not _uses(base.source, "scaled_dot_product_attention"):
+            skipped.append(Skipped(f"SDPA backend choice of {tag}", "no scaled_dot_product_attention here"))
         cands.extend(autotune_variants(base))
         if not tunable_constants(base.source):
             skipped.append(Skipped(f"Triton autotuning of {tag}",
@@ -296,19 +345,21 @@ def bases_for(problem: Problem) -> list[Base]:
 class Split:
     """Inputs of at most `threshold` bytes take the `small` path, larger ones the `large` one."""
 
-    small: str  # a path: "eager", "cuda-graph" or "compile:<mode>"
+    small: str  # a key of PATHS: "eager", "cuda-graph", "compile:<mode>", ...
     large: str
     threshold: int
     gain: float  # expected geometric-mean speedup over the best single path
 
 
+def path_candidate(base: Base, path: Path, round_: int | None = None) -> CandidateSource:
+    """The base run through one path, as a candidate of its own."""
+    return _candidate(base, PATH_WRAPPER, f"{path.words} of {base.label}", f"{path.name}-{base.label}",
+                      helper=path.helper, expression=path.expression)
+
+
 def path_of(name: str, tag: str) -> str | None:
     """The execution path of a search candidate built on base `tag`, if a split can reuse it."""
-    if name == f"cuda-graph-{tag}":
-        return "cuda-graph"
-    if name == f"eager-{tag}":
-        return "eager"
-    return next((f"compile:{m}" for m in COMPILE_MODES if name == f"compile-{m}-{tag}"), None)
+    return next((p.key for p in PATHS.values() if name == f"{p.name}-{tag}"), None)
 
 
 def input_bytes(description: str) -> int | None:
@@ -358,25 +409,13 @@ def plan_split(shape_bytes: list[int], speedups: dict[str, list[float | None]],
     return best if best is not None and best.gain >= min_gain else None
 
 
-def _path_text(path: str) -> tuple[str, str]:
-    """(expression built in __init__, words for the report) of one path."""
-    if path == "eager":
-        return "super().forward", "eager"
-    if path == "cuda-graph":
-        return "_KernelBotGraphs(super().forward)", "CUDA graph replay"
-    mode = path.split(":", 1)[1]
-    return (f"torch.compile(super().forward, mode={None if mode == 'default' else mode!r})",
-            f"torch.compile(mode={mode!r})")
-
-
 def split_candidate(base: Base, split: Split, round_: int | None = None) -> CandidateSource:
-    small, small_words = _path_text(split.small)
-    large, large_words = _path_text(split.large)
-    detail = (f"{small_words} for inputs up to {split.threshold} bytes, {large_words} above, "
+    small, large = PATHS[split.small], PATHS[split.large]
+    detail = (f"{small.words} for inputs up to {split.threshold} bytes, {large.words} above, "
               f"of {base.label}")
-    helper = GRAPH_HELPER if "cuda-graph" in (split.small, split.large) else ""
+    helper = "".join(dict.fromkeys(p.helper for p in (small, large)))  # each once, in order
     source = _ensure_torch_import(base.source) + SPLIT_WRAPPER.format(
-        base=base.class_name, detail=detail, helper=helper, small=small, large=large,
-        threshold=split.threshold)
+        base=base.class_name, detail=detail, helper=helper, small=small.expression,
+        large=large.expression, threshold=split.threshold)
     return CandidateSource(name=f"split-{base.label}", source=source,
                            origin=Origin("search", detail, round=round_, parent=base.parent_hash))
