@@ -10,16 +10,16 @@
 # fallback for a machine without git); docs/results-h200.md has the download commands.
 # Stages, in order, each alone on the GPU: A/A repeats, the labeled-PR-to-follow-up-PR run,
 # the GPU tests (each bundled problem's own check is left to the sweep, which verifies them
-# all), a worker start-up profile, candidates per GPU-minute on rmsnorm's decode shape, then
-# the search sweep over every problem, which gets what is left of BUDGET_S (counted from the
-# plan's start).
+# all), a worker start-up profile, candidates per GPU-minute on rmsnorm's decode shape, the
+# catalogue's newer paths on the problems they may win (STAGES=paths), then the search sweep
+# over every problem, which gets what is left of BUDGET_S (counted from the plan's start).
 set -u
 EV=/tmp/ev
 DEVICE=${DEVICE:-cuda}
 export TIMING=${TIMING:-latency}  # latency | throughput (bot.timing.TimingOptions.mode)
 # TPUT_TIMING: the candidates-per-GPU-minute stage's own mode (default: TIMING).
 # Which stages, in this order (a session's 30 minutes do not hold them all at once).
-STAGES=${STAGES:-aa event_to_pr gpu_tests profile throughput sweep}
+STAGES=${STAGES:-aa event_to_pr gpu_tests profile throughput paths sweep}
 BUDGET_S=${BUDGET_S:-1420}  # from the plan's start; the session's device time is 1800 s
 
 pack() {
@@ -80,6 +80,12 @@ plan)
     stage throughput 150 python3 -m bot optimize problems/rmsnorm.py --shapes decode --strategy search \
         --device $DEVICE --time-cap-s 1 --timing ${TPUT_TIMING:-$TIMING} --no-cache --out $EV/tput > $EV/tput.txt 2> $EV/tput.err
   fi
+  if want paths; then  # the catalogue's per-shape compiles and SDPA backends, where they may win
+    stage path_probe 90 python3 ci/evidence/path_probe.py > $EV/path_probe.txt 2>&1
+    stage paths ${PATHS_LIMIT_S:-420} python3 -m bot optimize problems/causal_attention.py problems/transpose.py \
+        problems/layernorm.py --strategy search --device $DEVICE --jobs 3 --time-cap-s 2 --timing $TIMING \
+        --no-cache --out $EV/paths > $EV/paths.txt 2> $EV/paths.err
+  fi
   left=$(( BUDGET_S - ($(date +%s) - t0) ))
   [ "$left" -lt 120 ] && left=120
   if want sweep; then
@@ -94,7 +100,8 @@ wait)
   end=$(( $(date +%s) + ${2:-580} ))
   while [ "$(date +%s)" -lt "$end" ] && ! grep -q ALLDONE $EV/stages.log 2>/dev/null; do sleep 5; done
   tail -n 4 $EV/aa.log $EV/e2p.log $EV/gpu_tests.log 2>/dev/null
-  grep -v -E "trial|reference [0-9]" $EV/search.err 2>/dev/null | tail -n 8
+  cat $EV/path_probe.txt 2>/dev/null
+  grep -v -E "trial|reference [0-9]" $EV/paths.err $EV/search.err 2>/dev/null | tail -n 8
   pack
   ;;
 *)
