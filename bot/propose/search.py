@@ -300,12 +300,13 @@ def search_candidates(problem: Problem, bases: list[Base], device: str
                                 "eager-reference"))
     for base in bases:
         tag = base.label
-        for path in paths_for(base):
+        paths = paths_for(base)
+        for path in paths:
             if path.needs_gpu and not cuda:
                 skipped.append(Skipped(f"{path.words} of {tag}", path.needs_gpu))
                 continue
             cands.append(path_candidate(base, path))
-        if not _uses(base.source, "scaled_dot_product_attention"):
+        if SDPA_PATHS[0] not in paths:
             skipped.append(Skipped(f"SDPA backend choice of {tag}", "no scaled_dot_product_attention here"))
         cands.extend(autotune_variants(base))
         if not tunable_constants(base.source):
@@ -351,7 +352,7 @@ class Split:
     gain: float  # expected geometric-mean speedup over the best single path
 
 
-def path_candidate(base: Base, path: Path, round_: int | None = None) -> CandidateSource:
+def path_candidate(base: Base, path: Path) -> CandidateSource:
     """The base run through one path, as a candidate of its own."""
     return _candidate(base, PATH_WRAPPER, f"{path.words} of {base.label}", f"{path.name}-{base.label}",
                       helper=path.helper, expression=path.expression)

@@ -14,7 +14,6 @@ from triton.testing import do_bench
 
 def us(fn) -> str:
     try:
-        fn()
         return f"{do_bench(fn, warmup=25, rep=200) * 1e3:8.1f}"
     except Exception as exc:  # a backend that does not apply says why, in one word
         return f"{type(exc).__name__:>8}"
