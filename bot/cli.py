@@ -24,10 +24,11 @@ GPUS = click.option("--gpus", default=None, help="GPU lanes: 'all' (default) or 
                     "exclusive per GPU, problems are spread over them.")
 SHAPES = click.option("--shapes", default=None, metavar="NAME[,NAME]",
                       help="Only these of each problem's shapes (e.g. decode).")
-TIMING = click.option("--timing", type=click.Choice(["latency", "throughput"]), default="latency",
-                      show_default=True, help="GPU: synchronise before each timed call (latency) "
-                      "or time back-to-back calls (throughput: experimental, unreliable on launch-bound shapes; "
-                      "docs/benchmark.md).")
+TIMING = click.option("--timing", type=click.Choice(["latency", "throughput", "graph"]), default="latency",
+                      show_default=True, help="GPU: synchronise before each timed call (latency), "
+                      "time back-to-back calls (throughput: experimental, unreliable on launch-bound shapes), "
+                      "or time replays of each call captured as a CUDA graph (graph: the GPU's time alone, "
+                      "as a serving engine's graph-captured decode step pays it). docs/benchmark.md.")
 
 
 _STARTED = time.monotonic()

@@ -45,7 +45,7 @@ class Settings:
     # draws it from the validated numbers itself, so it is no file of the untrusted results.
     chart_path: str = "docs/kernel-bot/speedups.png"
     time_cap_s: float | None = None
-    timing: str = "latency"  # "latency" | "throughput" (bot.timing.TimingOptions.mode)
+    timing: str = "latency"  # "latency" | "throughput" | "graph" (bot.timing.TimingOptions.mode)
     device: str = "auto"  # "auto" | "cpu" | "cuda"
 
 
@@ -125,7 +125,7 @@ CHECKS: dict[str, Callable[[Any], Any]] = {
     "kernel_paths": _kernel_paths,
     "chart_path": _chart_path,
     "time_cap_s": _number(0, False, "a positive number of seconds"),
-    "timing": _choice("latency", "throughput"),
+    "timing": _choice("latency", "throughput", "graph"),
     "device": _choice("auto", "cpu", "cuda"),
 }
 # The person at the command line may point anywhere; only the file (maybe from a PR) is fenced in.

@@ -187,7 +187,8 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
         attempts.extend(Attempt(round_, o) for o in evaluation.candidates)
 
     if options.strategy in ("search", "all"):
-        cands, skipped = search_candidates(problem, bases_for(problem), device)
+        cands, skipped = search_candidates(problem, bases_for(problem), device,
+                                           options.evaluation.timing.mode)
         left_out = [c for c in cands if any(fnmatch.fnmatch(c.name, p) for p in options.exclude)]
         skipped = skipped + [Skipped(c.name, "excluded by --exclude") for c in left_out]
         cands = [c for c in cands if c not in left_out]

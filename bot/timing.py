@@ -26,7 +26,8 @@ class TimingOptions:
     # go on, so the cap buys precise intervals where a choice is being made.
     finalists: int = 4
     # CUDA only: "latency" synchronises before each call (host launch path + GPU work, back
-    # to back); "throughput" times back-to-back calls (bot/worker.py, op_time).
+    # to back); "throughput" times back-to-back calls; "graph" times CUDA-graph replays of
+    # each call, the GPU's time alone (bot/worker.py, op_time).
     mode: str = "latency"
     batch_target_us: float = 10_000.0  # calls per batch chosen to fill about this long
     max_batch: int = 50
@@ -39,7 +40,7 @@ class TimingRecord:
     samples_us: list[float] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     # Pairs for the stream check: device-synchronised host time and the event time on the
-    # current stream, per call ("latency") or per batch ("throughput").
+    # current stream, per call ("latency") or per batch ("throughput", "graph").
     host_us: list[float] = field(default_factory=list)
     event_us: list[float] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -48,6 +49,14 @@ _cuda_sync = torch.cuda.synchronize
 _Event = torch.cuda.Event
 _ev_record = torch.cuda.Event.record
 _ev_elapsed = torch.cuda.Event.elapsed_time
+_copy_ = torch.Tensor.copy_
+_CUDAGraph = torch.cuda.CUDAGraph
+_graph_capture = torch.cuda.graph
+_graph_replay = torch.cuda.CUDAGraph.replay
+_Stream = torch.cuda.Stream
+_stream_ctx = torch.cuda.stream
+_current_stream = torch.cuda.current_stream
+_gpu_sleep = torch.cuda._sleep  # spins one GPU thread for a number of clock cycles
 
 FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBench
 
@@ -106,6 +115,8 @@ class Harness:
         self.get_init_inputs = None
         self.roofline_flops = None
         self.flush_buf = None
+        self.captured: _Captured | None = None  # mode "graph": this shape's captured call
+        self.cycles_per_us: float | None = None
         self.weights: dict[tuple, torch.Tensor] = {}
         if threads:
             torch.set_num_threads(threads)
@@ -330,6 +341,7 @@ class Harness:
         The fingerprint vectors go too (float64, the outputs' size: 512 MB each for an
         8192x8192 output, up to four kept); they are drawn again from their seed on demand."""
         self.weights.clear()
+        self.captured = None  # a CUDA graph's private memory pool goes with it
         if self.device == "cuda":
             _cuda_sync()
             torch.cuda.empty_cache()
@@ -358,6 +370,8 @@ class Harness:
         idle GPU. Mode "throughput" times back-to-back calls with no synchronisation between
         them (inputs, L2 flush and fingerprints are enqueued on the stream): host work
         overlaps the GPU's, as in a pipelined loop, and counts only where it is the slower.
+        Mode "graph" captures one call in a CUDA graph and times its replays: the GPU's time
+        alone, as a serving engine that replays its decode step as a graph pays it.
         """
         cuda = self.device == "cuda"
         if cuda and self.flush_buf is None:
@@ -369,6 +383,8 @@ class Harness:
                 return _failure("call", exc)
         if cuda and msg.get("mode") == "throughput":
             return self._time_back_to_back(msg)
+        if cuda and msg.get("mode") == "graph":
+            return self._time_graph_replays(msg)
         host, event, prints = [], [], []
         try:
             for seed in msg["seeds"]:
@@ -439,6 +455,92 @@ class Harness:
         return {"ok": True, "host_us": [batch_host], "event_us": event, "samples_us": samples,
                 "batch_span_us": batch_span, "fingerprints": prints, "new_threads": self._new_threads()}
 
+    def _time_graph_replays(self, msg: dict) -> dict:
+        """Mode "graph" (see op_time). Each call's fresh inputs are copied into the captured
+        call's input tensors, the L2 flushed, and the replay timed by events. A spin kernel
+        queued before each replay keeps the GPU busy while the host records and launches, so
+        the host's launch path never lands between the events. Only GPU work captured in the
+        graph is replayed: a candidate that computed on the host or on a stream outside the
+        capture returns stale outputs on fresh inputs, which the fingerprints expose."""
+        try:
+            captured = self._capture(self._inputs(int(msg["seeds"][0]), msg["distribution"]))
+        except BaseException as exc:
+            failure = _failure("call", exc)
+            failure["error"] = "CUDA graph capture for --timing graph failed: " + failure["error"]
+            return failure
+        event_pairs, print_tensors = [], []
+        try:
+            cycles_per_us = self._gpu_cycles_per_us()
+            cover_us = 50.0  # the host's time to record and launch, measured below, doubled
+            begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _cuda_sync()
+            t0 = _perf_ns()
+            _ev_record(begin)
+            for seed in msg["seeds"]:
+                inputs = self._inputs(int(seed), msg["distribution"])
+                for static, fresh in zip(captured.inputs, inputs):
+                    if _is_tensor(static):
+                        _copy_(static, fresh)
+                self.flush_buf.zero_()
+                _gpu_sleep(int(cover_us * cycles_per_us))
+                e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
+                h0 = _perf_ns()
+                _ev_record(e0)
+                _graph_replay(captured.graph)
+                _ev_record(e1)
+                cover_us = min(max(cover_us, 2 * (_perf_ns() - h0) / 1e3), 5000.0)
+                print_tensors.append(self._fingerprint_tensors(captured.outputs, int(msg["fp_seed"])))
+                event_pairs.append((e0, e1))
+                del inputs
+            _ev_record(end)
+            _cuda_sync()  # device-wide: waits for work on every stream
+            batch_host = (_perf_ns() - t0) / 1e3
+            event = [_ev_elapsed(e0, e1) * 1e3 for e0, e1 in event_pairs]
+            batch_span = _ev_elapsed(begin, end) * 1e3
+            prints = [[t.tolist() for t in call] for call in print_tensors]
+        except BaseException as exc:
+            return _failure("call", exc)
+        return {"ok": True, "host_us": [batch_host], "event_us": event, "samples_us": event,
+                "batch_span_us": batch_span, "fingerprints": prints, "new_threads": self._new_threads()}
+
+    def _capture(self, inputs: list[Any]) -> "_Captured":
+        """This input signature's call, captured once (warm-up calls on a side stream first,
+        as CUDA graph capture requires); another signature replaces it, so one graph's
+        memory is held at a time."""
+        signature = tuple((tuple(x.shape), x.dtype) if _is_tensor(x) else repr(x) for x in inputs)
+        if self.captured is not None and self.captured.signature == signature:
+            return self.captured
+        self.captured = None
+        _cuda_sync()
+        torch.cuda.empty_cache()
+        static = [_clone(x) if _is_tensor(x) else x for x in inputs]
+        side = _Stream()
+        side.wait_stream(_current_stream())
+        with torch.no_grad(), _stream_ctx(side):
+            for _ in range(3):
+                self.model(*static)
+        _current_stream().wait_stream(side)
+        _cuda_sync()
+        graph = _CUDAGraph()
+        with torch.no_grad(), _graph_capture(graph):
+            result = self.model(*static)
+        outputs = _as_outputs(result)
+        if (wrong := _not_tensors(outputs)) is not None:
+            raise TypeError(wrong["error"])
+        self.captured = _Captured(signature, graph, static, outputs)
+        return self.captured
+
+    def _gpu_cycles_per_us(self) -> float:
+        """The spin kernel counts clock cycles; how many make a microsecond, measured once."""
+        if self.cycles_per_us is None:
+            e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
+            _ev_record(e0)
+            _gpu_sleep(2_000_000)
+            _ev_record(e1)
+            _cuda_sync()
+            self.cycles_per_us = 2_000_000 / max(_ev_elapsed(e0, e1) * 1e3, 1.0)
+        return self.cycles_per_us
+
     # --- helpers ----------------------------------------------------------------------
     def _fingerprints(self, outputs: list[torch.Tensor], fp_seed: int) -> list[list[float]]:
         """Per output: (projection on a secret random vector, 2-norm, non-finite count)."""
@@ -473,6 +575,14 @@ class Harness:
 
 class ProblemShapeError(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class _Captured:
+    signature: tuple
+    graph: Any  # torch.cuda.CUDAGraph
+    inputs: list[Any]  # the tensors the graph reads: each call's inputs are copied in
+    outputs: list[torch.Tensor]  # the tensors the graph writes
 
 
 def _module_tensors(model: Any) -> list[torch.Tensor]:

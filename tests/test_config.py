@@ -53,6 +53,11 @@ def test_pyproject_table_with_kebab_case_keys(tmp_path):
         timing="throughput")
 
 
+def test_graph_timing_is_a_mode_the_file_may_choose(tmp_path):
+    pyproject(tmp_path, 'timing = "graph"\n')
+    assert load_settings(tmp_path, {}).timing == "graph"
+
+
 def test_an_unknown_timing_mode_is_a_clear_error(tmp_path):
     pyproject(tmp_path, 'timing = "fastest"\n')
     assert "timing" in error(tmp_path) and "latency" in error(tmp_path)

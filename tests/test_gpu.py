@@ -17,15 +17,15 @@ from conftest import CANDIDATES, PROBLEMS, ROOT
 pytestmark = pytest.mark.gpu
 
 
-def _options(**kw):
+def _options(mode="latency", **kw):
     return EvalOptions(device="cuda", limits=Limits(memory_mb=32768, call_timeout_s=60),
-                       timing=TimingOptions(time_cap_s=1.0, min_samples=10),
+                       timing=TimingOptions(time_cap_s=1.0, min_samples=10, mode=mode),
                        cache_root=Path("/tmp/kernel-bot-gpu-cache"), **kw)
 
 
-def _verdicts(problem, names):
+def _verdicts(problem, names, mode="latency"):
     result = evaluate(load_problem(PROBLEMS / problem), [load_candidate(CANDIDATES / f"{n}.py") for n in names],
-                      None, _options())
+                      None, _options(mode))
     return {o.candidate.name: o for o in result.candidates}
 
 
@@ -41,6 +41,18 @@ def test_cuda_hacks_are_rejected_and_honest_kernels_pass():
         assert out[name].shapes[0].pct_of_floor is not None
     broken = out["big_add_cuda_compile_error"].verdict
     assert not broken.accepted and "undefined_symbol" in broken.reasons[0], broken.reasons
+
+
+def test_graph_timing_replays_honest_kernels_and_rejects_what_capture_hides():
+    out = _verdicts("big_add.py", ["big_add_triton", "cuda_side_stream", "cheat_graph_stale"], mode="graph")
+    honest = out["big_add_triton"]
+    assert honest.verdict.accepted, honest.verdict.reasons
+    assert honest.shapes[0].measurement is not None and honest.shapes[0].pct_of_floor is not None
+    side = out["cuda_side_stream"].verdict  # its stream forks from the capture and never joins it
+    assert not side.accepted and any("CUDA graph capture for --timing graph failed" in r
+                                     for r in side.reasons), side.reasons
+    stale = out["cheat_graph_stale"].verdict  # replays write nothing: stale on fresh inputs
+    assert not stale.accepted and any("timed call" in r for r in stale.reasons), stale.reasons
 
 
 def test_time_below_the_roofline_floor_is_rejected_as_implausible():

@@ -39,6 +39,19 @@ def test_catalogue_on_gpu_covers_compile_modes_graphs_and_tuning():
         assert cand.origin.strategy == "search" and cand.origin.parent
 
 
+def test_under_graph_timing_the_paths_that_only_add_graph_replay_are_skipped():
+    problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
+    graph_replaying = {"cuda-graph", "compile-reduce-overhead", "compile-max-autotune"}
+    latency, _ = search_candidates(problem, bases_for(problem), "cuda", "latency")
+    graph, skipped = search_candidates(problem, bases_for(problem), "cuda", "graph")
+    dropped = _names(latency) - _names(graph)
+    assert dropped == {f"{p}-{b}" for p in graph_replaying for b in ("reference", "target")}
+    assert "compile-max-autotune-no-cudagraphs-target" in _names(graph)
+    reasons = {s.transformation: s.reason for s in skipped}
+    assert reasons["CUDA graph replay of target"] == "--timing graph replays every contender as a CUDA graph already"
+    assert "replays every contender" in reasons["torch.compile(mode='max-autotune') of reference"]
+
+
 def test_on_cpu_gpu_only_transformations_are_skipped_with_reasons():
     problem = load_problem(ROOT / "problems" / "swiglu.py", root=ROOT)
     cands, skipped = search_candidates(problem, bases_for(problem), "cpu")

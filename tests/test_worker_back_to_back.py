@@ -1,8 +1,10 @@
-"""The worker's back-to-back ("throughput") timing path, run on CPU with stand-in CUDA events:
-the GPU is needed for the times, not for the bookkeeping, which this checks."""
+"""The worker's back-to-back ("throughput") and graph-replay ("graph") timing paths, run on CPU
+with stand-in CUDA events and graphs: the GPU is needed for the times, not for the
+bookkeeping, which this checks."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -61,3 +63,62 @@ def test_a_call_counts_at_least_the_hosts_time_to_issue_it(monkeypatch):
     reply = h._time_back_to_back({"seeds": [1, 2, 3], "distribution": "standard", "fp_seed": 5})
     assert reply["ok"] and reply["event_us"] == [1.0] * 3
     assert all(3000.0 <= s < 3000.0 + 50_000 for s in reply["samples_us"]), reply["samples_us"]
+
+
+class _Graph:
+    pass
+
+
+class _Stream:
+    def wait_stream(self, other):
+        pass
+
+
+def _graph_harness(monkeypatch):
+    """Stand-in graphs: a replay runs the captured call again on the captured input tensors
+    and writes the captured output tensors, as a real replay of GPU-only work does."""
+    h = _harness(monkeypatch)
+    captures = []
+    monkeypatch.setattr(worker, "_CUDAGraph", _Graph)
+    monkeypatch.setattr(worker, "_graph_capture", lambda g: captures.append(g) or contextlib.nullcontext())
+    monkeypatch.setattr(worker, "_Stream", _Stream)
+    monkeypatch.setattr(worker, "_stream_ctx", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(worker, "_current_stream", _Stream)
+    monkeypatch.setattr(worker, "_gpu_sleep", lambda cycles: None)
+
+    def replay(graph):
+        assert graph is h.captured.graph
+        for static, fresh in zip(h.captured.outputs, worker._as_outputs(h.model(*h.captured.inputs))):
+            static.copy_(fresh)
+    monkeypatch.setattr(worker, "_graph_replay", replay)
+    return h, captures
+
+
+def test_graph_replays_see_each_calls_fresh_inputs_and_capture_once_per_shape(monkeypatch):
+    h, captures = _graph_harness(monkeypatch)
+    msg = {"seeds": [21, 22, 23], "distribution": "standard", "fp_seed": 7}
+    reply = h._time_graph_replays(msg)
+    assert reply["ok"], reply
+    assert len(reply["event_us"]) == 3 and reply["samples_us"] == reply["event_us"]
+    assert len(reply["host_us"]) == 1 and sum(reply["event_us"]) <= reply["batch_span_us"]
+    latency = h.op_time({**msg, "mode": "latency"})
+    assert reply["fingerprints"] == latency["fingerprints"]  # not the captured call's outputs
+    assert h._time_graph_replays({**msg, "seeds": [24]})["ok"] and len(captures) == 1
+    h.get_inputs = lambda: [torch.randn(4, 128)]  # another shape: captured anew, the old one let go
+    assert h._time_graph_replays({**msg, "seeds": [25]})["ok"] and len(captures) == 2
+    assert h.captured.inputs[0].shape == (4, 128)
+
+
+def test_graph_capture_failure_is_a_call_failure_naming_the_mode(monkeypatch):
+    h, _ = _graph_harness(monkeypatch)
+
+    def refuses(*inputs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+    h.model = refuses
+    reply = h._time_graph_replays({"seeds": [1], "distribution": "standard", "fp_seed": 5})
+    assert not reply["ok"] and reply["phase"] == "call"
+    assert reply["error"].startswith("CUDA graph capture for --timing graph failed: ")
+    assert "not permitted" in reply["error"]
+    h.model = lambda *inputs: [inputs[0].sum().item()]
+    reply = h._time_graph_replays({"seeds": [1], "distribution": "standard", "fp_seed": 5})
+    assert not reply["ok"] and "output type" in reply["error"]

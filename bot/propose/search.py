@@ -195,6 +195,7 @@ class Path:
     words: str  # for the report
     helper: str = ""  # module-level code the expression needs
     needs_gpu: str = ""  # why it cannot run on a CPU, if it cannot
+    replays_graphs: bool = False  # captures and replays CUDA graphs of its own
 
 
 def _compile_path(mode: str, dynamic: bool | None = None) -> Path:
@@ -205,13 +206,14 @@ def _compile_path(mode: str, dynamic: bool | None = None) -> Path:
     # specialised and 421 us generic, layernorm's 113 us and 99 us (docs/results-h200.md).
     suffix = {None: "", False: "static", True: "dynamic"}[dynamic]
     arg = "" if dynamic is None else f", dynamic={dynamic}"
-    needs_gpu = "uses CUDA graphs: needs a GPU" if mode in ("reduce-overhead", "max-autotune") else ""
+    graphs = mode in ("reduce-overhead", "max-autotune")
+    needs_gpu = "uses CUDA graphs: needs a GPU" if graphs else ""
     if suffix and not needs_gpu:
         needs_gpu = "a compile per shape policy: tried on GPUs only, so a CPU run stays short"
     return Path(":".join(filter(None, ("compile", mode, suffix))),
                 "-".join(filter(None, ("compile", mode, suffix))),
                 f"torch.compile(super().forward, mode={None if mode == 'default' else mode!r}{arg})",
-                f"torch.compile(mode={mode!r}{arg})", needs_gpu=needs_gpu)
+                f"torch.compile(mode={mode!r}{arg})", needs_gpu=needs_gpu, replays_graphs=graphs)
 
 
 def _sdpa_path(backend: str) -> Path:
@@ -223,7 +225,7 @@ def _sdpa_path(backend: str) -> Path:
 
 EAGER = Path("eager", "eager", "super().forward", "eager")
 CUDA_GRAPH = Path("cuda-graph", "cuda-graph", "_KernelBotGraphs(super().forward)", "CUDA graph replay",
-                  helper=GRAPH_HELPER, needs_gpu="CUDA graphs need a GPU")
+                  helper=GRAPH_HELPER, needs_gpu="CUDA graphs need a GPU", replays_graphs=True)
 COMPILE_PATHS = tuple(_compile_path(m) for m in COMPILE_MODES) + (
     _compile_path("default", dynamic=False), _compile_path("default", dynamic=True))
 SDPA_PATHS = tuple(_sdpa_path(b) for b in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"))
@@ -286,9 +288,12 @@ def autotune_variants(base: Base, round_: int | None = None, limit: int = MAX_TU
     return variants[::step][:limit]
 
 
-def search_candidates(problem: Problem, bases: list[Base], device: str
+def search_candidates(problem: Problem, bases: list[Base], device: str, timing: str = "latency"
                       ) -> tuple[list[CandidateSource], list[Skipped]]:
-    """The whole catalogue for one problem; inapplicable transformations are skipped with a reason."""
+    """The whole catalogue for one problem; inapplicable transformations are skipped with a reason.
+    Under `timing` "graph" every contender is replayed as a CUDA graph already, so the paths
+    that only add graph replay to a sibling (CUDA graph, the compile modes with cudagraphs)
+    would time the same kernels again."""
     cands: list[CandidateSource] = []
     skipped: list[Skipped] = []
     cuda = device == "cuda"
@@ -304,6 +309,10 @@ def search_candidates(problem: Problem, bases: list[Base], device: str
         for path in paths:
             if path.needs_gpu and not cuda:
                 skipped.append(Skipped(f"{path.words} of {tag}", path.needs_gpu))
+                continue
+            if path.replays_graphs and timing == "graph":
+                skipped.append(Skipped(f"{path.words} of {tag}",
+                                       "--timing graph replays every contender as a CUDA graph already"))
                 continue
             cands.append(path_candidate(base, path))
         if SDPA_PATHS[0] not in paths:

@@ -21,7 +21,8 @@ def us(fn) -> str:
 
 def compiled(fn, dynamic, *shapes_inputs):
     torch._dynamo.reset()
-    c = torch.compile(fn, dynamic=dynamic)
+    # None is torch.compile's own default policy (static first, generic after a second shape)
+    c = torch.compile(fn, dynamic=None if dynamic == "default" else dynamic)
     for inputs in shapes_inputs:  # decode first, as the verifier's trials may
         c(*inputs)
     return c
