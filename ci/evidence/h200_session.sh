@@ -16,7 +16,8 @@
 set -u
 EV=/tmp/ev
 DEVICE=${DEVICE:-cuda}
-export TIMING=${TIMING:-latency}  # latency | throughput (bot.timing.TimingOptions.mode)
+export TIMING=${TIMING:-latency}  # latency | throughput | graph (bot.timing.TimingOptions.mode)
+# AA_TIMING: the A/A stage's modes, a comma list (default latency,throughput).
 # TPUT_TIMING: the candidates-per-GPU-minute stage's own mode (default: TIMING).
 # Which stages, in this order (a session's 30 minutes do not hold them all at once).
 STAGES=${STAGES:-aa event_to_pr gpu_tests profile throughput paths sweep}
@@ -58,9 +59,9 @@ plan)
         --format=csv; nproc; git --version; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
   } > $EV/machine.txt 2>&1
   want() { [[ " $STAGES " == *" $1 "* ]]; }
-  if want aa; then  # both timing modes (docs/benchmark.md: why the later stages keep "latency")
+  if want aa; then  # several timing modes (docs/benchmark.md: what each holds)
     stage aa ${AA_LIMIT_S:-330} python3 ci/evidence/verifier_benchmark.py --device $DEVICE --out $EV \
-        --aa-repeats 2 --copies 2 --cap-s 3 --timing latency,throughput --problems ${AA_PROBLEMS:-rmsnorm,softmax} \
+        --aa-repeats 2 --copies 2 --cap-s 3 --timing ${AA_TIMING:-latency,throughput} --problems ${AA_PROBLEMS:-rmsnorm,softmax} \
         > $EV/aa.log 2>&1
   fi
   if want event_to_pr; then

@@ -1,7 +1,7 @@
 """GPU evidence for docs/verifier.md and docs/benchmark.md (run on the H200).
 
     PYTHONPATH=. python3 ci/evidence/verifier_benchmark.py --out $OUT [--aa-repeats 2] [--copies 3] \
-        [--timing latency,throughput]
+        [--timing latency,throughput,graph]
 
 A/A: the reference as the baseline and identical copies of it as candidates, interleaved in
 one run, repeated; per timing mode and shape, the spread of the baseline's medians across runs
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--aa-repeats", type=int, default=2)
     parser.add_argument("--copies", type=int, default=3, help="identical candidates per run")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--timing", default="latency", help="comma list of modes: latency,throughput")
+    parser.add_argument("--timing", default="latency", help="comma list of modes: latency,throughput,graph")
     parser.add_argument("--cap-s", type=float, default=2.0)
     parser.add_argument("--problems", default="rmsnorm,softmax,matmul_bias_gelu")
     args = parser.parse_args()
