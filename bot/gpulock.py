@@ -3,12 +3,15 @@
 Verification trials (which also compile lazily at the first call) hold the lock shared;
 timing holds it exclusively, so no other trial of this bot touches the GPU while a
 measurement runs. Writers are preferred: once a timing waits, new trials wait behind it.
+Timings go in the order they asked: on the H200 a problem whose verification finished
+first waited while three later ones timed, and the sweep's time limit came first.
 Within one process this is a readers-writer lock; across processes of the bot (e.g. two
 `bot optimize` runs on one runner) an fcntl lock file per GPU does the same.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import os
@@ -23,7 +26,7 @@ class _RWLock:
         self._cond = threading.Condition()
         self._readers = 0
         self._writer = False
-        self._writers_waiting = 0
+        self._writers_waiting: collections.deque[object] = collections.deque()  # first come, first served
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
@@ -40,11 +43,15 @@ class _RWLock:
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
+        me = object()
         with self._cond:
-            self._writers_waiting += 1
-            while self._writer or self._readers:
-                self._cond.wait()
-            self._writers_waiting -= 1
+            self._writers_waiting.append(me)
+            try:
+                while self._writer or self._readers or self._writers_waiting[0] is not me:
+                    self._cond.wait()
+            finally:  # served, or interrupted while waiting: either way no longer in the queue
+                self._writers_waiting.remove(me)
+                self._cond.notify_all()
             self._writer = True
         try:
             yield

@@ -104,6 +104,10 @@ def test_a_problem_out_of_gpu_memory_beside_others_runs_again_alone_after_them()
     # ... and told so: there a contender short of memory is short of memory by itself.
     assert told[-1] == ("p1", False) and all(beside for _, beside in told[:-1])
     assert any("ran out of GPU memory beside others" in line for line in seen)
+    # Said when it happens, before the others finish (a sweep cut off at its time limit has it).
+    failed = next(i for i, line in enumerate(seen) if line.startswith("[2/4] failed: p1: "))
+    assert "runs again alone" in seen[failed]
+    assert failed < next(i for i, line in enumerate(seen) if "running them again" in line)
 
 
 def test_one_problems_error_does_not_stop_the_others_and_is_raised_after_them():
@@ -116,9 +120,13 @@ def test_one_problems_error_does_not_stop_the_others_and_is_raised_after_them():
         finished.append(problem.name)
         return problem.name
 
+    seen: list[str] = []
     with pytest.raises(BotError) as raised:
-        run_problems(_problems(4), work, jobs=2, lanes=Lanes([None]), progress=lambda _: None)
+        run_problems(_problems(4), work, jobs=2, lanes=Lanes([None]), progress=seen.append)
     assert sorted(finished) == ["p1", "p3"]
+    assert {line for line in seen if "failed" in line} == {
+        "[1/4] failed: p0: get_inputs() must return a list",
+        "[3/4] failed: p2: get_inputs() must return a list"}
     assert "2 of 4 problems failed" in str(raised.value)
     assert "p0: get_inputs()" in str(raised.value) and "p2: get_inputs()" in str(raised.value)
 
