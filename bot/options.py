@@ -24,7 +24,10 @@ def evaluation_options(device: str, sandbox: str, time_cap_s: float | None = Non
     from bot.evaluate import EvalOptions
     from bot.timing import TimingOptions
 
-    timing = TimingOptions(mode=timing_mode, **({"time_cap_s": time_cap_s} if time_cap_s else {}))
+    # The modes differ only in how GPU work is timed; a CPU is timed by its host clock in every
+    # mode, so the options (and the cache key made from them) say so.
+    mode = timing_mode if device == "cuda" else "latency"
+    timing = TimingOptions(mode=mode, **({"time_cap_s": time_cap_s} if time_cap_s else {}))
     return EvalOptions(device=device, sandbox=sandbox, timing=timing, min_speedup=min_speedup,
                        use_cache=use_cache)
 

@@ -338,3 +338,11 @@ def test_repository_must_be_owner_slash_name(tmp_path):
     with pytest.raises(BotError) as exc:
         github_env({**actions_env(tmp_path), "GITHUB_REPOSITORY": "octo/kernels/../x y"})
     assert str(exc.value) == "GITHUB_REPOSITORY='octo/kernels/../x y': expected 'owner/name'"
+
+
+def test_a_gpu_timing_mode_on_a_cpu_is_timed_and_cached_as_latency():
+    from bot.options import evaluation_options
+
+    assert evaluation_options("cuda", "process", timing_mode="graph").timing.mode == "graph"
+    assert evaluation_options("cpu", "process", timing_mode="graph").timing.mode == "latency"
+    assert evaluation_options("cpu", "process", timing_mode="throughput").timing.mode == "latency"
