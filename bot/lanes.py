@@ -73,7 +73,7 @@ def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | Non
         try:
             return work(problem, gpu, beside_others)
         except BotError as exc:  # said now, not only at the end: a long sweep may be cut off first
-            again = isinstance(exc, GpuOutOfMemory) and beside_others and jobs > 1
+            again = isinstance(exc, GpuOutOfMemory) and beside_others
             said = str(exc) if str(exc).startswith(problem.name) else f"{problem.name}: {exc}"
             progress(f"[{n}/{len(problems)}] failed: {said}"
                      + (" (it runs again alone after the others)" if again else ""))

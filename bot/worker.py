@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -418,42 +418,27 @@ class Harness:
     def _time_back_to_back(self, msg: dict) -> dict:
         """Mode "throughput" (see op_time). The stream check moves to the whole batch: the
         device-synchronised wall time of the batch against its event span on this stream."""
-        event_pairs, print_tensors, enqueue_us = [], [], []
-        try:
-            begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
-            _cuda_sync()
-            t0 = _perf_ns()
-            _ev_record(begin)
-            for seed in msg["seeds"]:
-                inputs = self._inputs(int(seed), msg["distribution"])
-                with torch.no_grad():
-                    self.flush_buf.zero_()
-                    e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
-                    h0 = _perf_ns()
-                    _ev_record(e0)
-                    result = self.model(*inputs)
-                    _ev_record(e1)
-                    enqueue_us.append((_perf_ns() - h0) / 1e3)
-                outputs = _as_outputs(result)
-                if (wrong := _not_tensors(outputs)) is not None:
-                    return wrong
-                print_tensors.append(self._fingerprint_tensors(outputs, int(msg["fp_seed"])))
-                event_pairs.append((e0, e1))
-                del result, outputs, inputs
-            _ev_record(end)
-            _cuda_sync()  # device-wide: waits for work on every stream
-            batch_host = (_perf_ns() - t0) / 1e3
-            event = [_ev_elapsed(e0, e1) * 1e3 for e0, e1 in event_pairs]
-            batch_span = _ev_elapsed(begin, end) * 1e3
-            prints = [[t.tolist() for t in call] for call in print_tensors]
-        except BaseException as exc:
-            return _failure("call", exc)
-        # A call costs at least the host's time to issue it: where the GPU was still busy with
-        # earlier work when the call began, its event span shows only its GPU time and would
-        # hide a slow launch path (on the H200 that made one kernel's launch-bound time move 2x).
-        samples = [max(e, h) for e, h in zip(event, enqueue_us)]
-        return {"ok": True, "host_us": [batch_host], "event_us": event, "samples_us": samples,
-                "batch_span_us": batch_span, "fingerprints": prints, "new_threads": self._new_threads()}
+        def call(inputs: list[Any]) -> tuple | dict:
+            with torch.no_grad():
+                self.flush_buf.zero_()
+                e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
+                h0 = _perf_ns()
+                _ev_record(e0)
+                result = self.model(*inputs)
+                _ev_record(e1)
+                enqueue_us = (_perf_ns() - h0) / 1e3
+            outputs = _as_outputs(result)
+            if (wrong := _not_tensors(outputs)) is not None:
+                return wrong
+            return (e0, e1), outputs, enqueue_us
+
+        reply = self._enqueued_batch(msg, call)
+        if reply["ok"]:
+            # A call costs at least the host's time to issue it: where the GPU was still busy with
+            # earlier work when the call began, its event span shows only its GPU time and would
+            # hide a slow launch path (on the H200 that made one kernel's launch-bound time move 2x).
+            reply["samples_us"] = [max(e, h) for e, h in zip(reply["event_us"], reply.pop("enqueue_us"))]
+        return reply
 
     def _time_graph_replays(self, msg: dict) -> dict:
         """Mode "graph" (see op_time). Each call's fresh inputs are copied into the captured
@@ -468,30 +453,55 @@ class Harness:
             failure = _failure("call", exc)
             failure["error"] = "CUDA graph capture for --timing graph failed: " + failure["error"]
             return failure
-        event_pairs, print_tensors = [], []
         try:
             cycles_per_us = self._gpu_cycles_per_us()
-            cover_us = 50.0  # the host's time to record and launch, measured below, doubled
+        except BaseException as exc:
+            return _failure("call", exc)
+        cover_us = 50.0  # the host's time to record and launch, measured below, doubled
+
+        def replay(inputs: list[Any]) -> tuple:
+            nonlocal cover_us
+            for static, fresh in zip(captured.inputs, inputs):
+                if _is_tensor(static):
+                    _copy_(static, fresh)
+            self.flush_buf.zero_()
+            _gpu_sleep(int(cover_us * cycles_per_us))
+            e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
+            h0 = _perf_ns()
+            _ev_record(e0)
+            _graph_replay(captured.graph)
+            _ev_record(e1)
+            enqueue_us = (_perf_ns() - h0) / 1e3
+            cover_us = min(max(cover_us, 2 * enqueue_us), 5000.0)
+            return (e0, e1), captured.outputs, enqueue_us
+
+        reply = self._enqueued_batch(msg, replay)
+        if reply["ok"]:
+            del reply["enqueue_us"]
+            reply["samples_us"] = reply["event_us"]
+        return reply
+
+    def _enqueued_batch(self, msg: dict, enqueue: Callable[[list[Any]], tuple | dict]) -> dict:
+        """What both unsynchronised modes share: per seed, `enqueue(inputs)` puts one call on
+        the stream between its own events and returns (events, outputs, host µs to enqueue),
+        or a failure reply; fingerprints stay on the device; one device-wide synchronise ends
+        the batch, whose host time and event span make the stream check's one pair."""
+        event_pairs, print_tensors, enqueue_us = [], [], []
+        try:
             begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
             _cuda_sync()
             t0 = _perf_ns()
             _ev_record(begin)
             for seed in msg["seeds"]:
                 inputs = self._inputs(int(seed), msg["distribution"])
-                for static, fresh in zip(captured.inputs, inputs):
-                    if _is_tensor(static):
-                        _copy_(static, fresh)
-                self.flush_buf.zero_()
-                _gpu_sleep(int(cover_us * cycles_per_us))
-                e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
-                h0 = _perf_ns()
-                _ev_record(e0)
-                _graph_replay(captured.graph)
-                _ev_record(e1)
-                cover_us = min(max(cover_us, 2 * (_perf_ns() - h0) / 1e3), 5000.0)
-                print_tensors.append(self._fingerprint_tensors(captured.outputs, int(msg["fp_seed"])))
-                event_pairs.append((e0, e1))
-                del inputs
+                called = enqueue(inputs)
+                if isinstance(called, dict):
+                    return called
+                pair, outputs, host_us = called
+                print_tensors.append(self._fingerprint_tensors(outputs, int(msg["fp_seed"])))
+                event_pairs.append(pair)
+                enqueue_us.append(host_us)
+                del inputs, outputs, called
             _ev_record(end)
             _cuda_sync()  # device-wide: waits for work on every stream
             batch_host = (_perf_ns() - t0) / 1e3
@@ -500,7 +510,7 @@ class Harness:
             prints = [[t.tolist() for t in call] for call in print_tensors]
         except BaseException as exc:
             return _failure("call", exc)
-        return {"ok": True, "host_us": [batch_host], "event_us": event, "samples_us": event,
+        return {"ok": True, "host_us": [batch_host], "event_us": event, "enqueue_us": enqueue_us,
                 "batch_span_us": batch_span, "fingerprints": prints, "new_threads": self._new_threads()}
 
     def _capture(self, inputs: list[Any]) -> "_Captured":
