@@ -86,11 +86,15 @@ def _graph_harness(monkeypatch):
     monkeypatch.setattr(worker, "_current_stream", _Stream)
     monkeypatch.setattr(worker, "_gpu_sleep", lambda cycles: None)
 
+    replayed = []
+
     def replay(graph):
-        assert graph is h.captured.graph
-        for static, fresh in zip(h.captured.outputs, worker._as_outputs(h.model(*h.captured.inputs))):
+        copy = next(c for c in h.captured.sets if c.graph is graph)
+        replayed.append(graph)
+        for static, fresh in zip(copy.outputs, worker._as_outputs(h.model(*copy.inputs))):
             static.copy_(fresh)
     monkeypatch.setattr(worker, "_graph_replay", replay)
+    h.replayed = replayed
     return h, captures
 
 
@@ -103,10 +107,34 @@ def test_graph_replays_see_each_calls_fresh_inputs_and_capture_once_per_shape(mo
     assert len(reply["host_us"]) == 1 and sum(reply["event_us"]) <= reply["batch_span_us"]
     latency = h.op_time({**msg, "mode": "latency"})
     assert reply["fingerprints"] == latency["fingerprints"]  # not the captured call's outputs
-    assert h._time_graph_replays({**msg, "seeds": [24]})["ok"] and len(captures) == 1
-    h.get_inputs = lambda: [torch.randn(4, 128)]  # another shape: captured anew, the old one let go
-    assert h._time_graph_replays({**msg, "seeds": [25]})["ok"] and len(captures) == 2
-    assert h.captured.inputs[0].shape == (4, 128)
+    copies = reply["graph_copies"]
+    assert copies == worker.GRAPH_SETS_MAX == len(captures)  # a small shape: the most copies
+    assert h._time_graph_replays({**msg, "seeds": [24]})["ok"] and len(captures) == copies
+    h.get_inputs = lambda: [torch.randn(4, 128)]  # another shape: captured anew, the old ones let go
+    assert h._time_graph_replays({**msg, "seeds": [25]})["ok"] and len(captures) == 2 * copies
+    assert all(c.inputs[0].shape == (4, 128) for c in h.captured.sets)
+
+
+def test_graph_replays_rotate_over_copies_with_tensors_of_their_own(monkeypatch):
+    h, captures = _graph_harness(monkeypatch)
+    n = 40
+    reply = h._time_graph_replays({"seeds": list(range(100, 100 + n)), "distribution": "standard", "fp_seed": 7})
+    assert reply["ok"], reply
+    copies = h.captured.sets
+    # Each copy replays in turn, so a run's times cover every copy's placement.
+    assert h.replayed == [copies[i % len(copies)].graph for i in range(n)]
+    pointers = {t.data_ptr() for c in copies for t in (*c.inputs, *c.outputs)}
+    assert len(pointers) == 2 * len(copies)  # no copy shares an input or output tensor
+
+
+def test_graph_copies_are_as_many_as_fit_in_their_memory_allowance(monkeypatch):
+    h, _ = _graph_harness(monkeypatch)
+    big = [torch.randn(256, 128)]  # 128 KiB in, 128 KiB out per copy
+    monkeypatch.setattr(worker, "GRAPH_SETS_BYTES", 1 << 20)
+    assert len(h._capture(big).sets) == 4
+    h.captured = None
+    monkeypatch.setattr(worker, "GRAPH_SETS_BYTES", 100_000)  # not even one: one copy all the same
+    assert len(h._capture(big).sets) == 1
 
 
 def test_graph_capture_failure_is_a_call_failure_naming_the_mode(monkeypatch):
