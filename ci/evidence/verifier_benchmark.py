@@ -79,6 +79,7 @@ def main() -> None:
     parser.add_argument("--problems", default="rmsnorm,softmax,matmul_bias_gelu")
     args = parser.parse_args()
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)  # a fresh --out (on the H200 a missing one lost a run's JSON)
     results = []
     for name in args.problems.split(","):
         t0 = time.time()
