@@ -1,26 +1,16 @@
 """Session 10 probe: which graph-replay set-up makes a tiny kernel's median repeat across
 workers? Each trial stands for one worker: fresh allocations at shifted addresses, K captured
 input/output sets replayed in rotation, an L2 flush by writing (zero_) or by reading (sum)."""
-import os, statistics, sys
+import statistics
 import torch, torch.nn.functional as F
 
-dev = "cuda"
-flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
-sink = torch.empty((), dtype=torch.float32, device=dev)
-e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-e0.record(); torch.cuda._sleep(2_000_000); e1.record(); torch.cuda.synchronize()
-cyc = 2_000_000 / (e0.elapsed_time(e1) * 1e3)
+from graph_probe import DEV as dev, capture, elapsed_us, enqueue_replay, flush_buffer, spin_cycles_per_us
 
-def capture(fn, x):
-    static = x.clone()
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3): fn(static)
-    torch.cuda.current_stream().wait_stream(s); torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn(static)
-    return g, static, out
+flush = flush_buffer()
+sink = torch.empty((), dtype=torch.float32, device=dev)
+cyc = spin_cycles_per_us()
+FLUSHES = {"zero": flush.zero_,
+           "read": lambda: sink.copy_(flush.view(torch.int32).sum())}  # reads 256 MB; leaves L2 clean
 
 def trial(fn, shape, k, flush_kind, n=256, seed=0):
     pad = torch.empty(int(torch.randint(1, 1 << 22, (1,), generator=torch.Generator().manual_seed(seed))),
@@ -29,18 +19,11 @@ def trial(fn, shape, k, flush_kind, n=256, seed=0):
     samples, pend = [], []
     for i in range(n):
         g, static, out = sets[i % k]
-        static.copy_(torch.randn(shape, dtype=torch.bfloat16, device=dev))
-        if flush_kind == "zero":
-            flush.zero_()
-        else:
-            sink.copy_(flush.view(torch.int32).sum())  # reads 256 MB; leaves L2 clean
-        torch.cuda._sleep(int(60 * cyc))
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); g.replay(); b.record()
-        pend.append((a, b))
+        pend.append(enqueue_replay(g, static, torch.randn(shape, dtype=torch.bfloat16, device=dev),
+                                   FLUSHES[flush_kind], cyc))
         if len(pend) == 32:
-            torch.cuda.synchronize(); samples += [x.elapsed_time(y) * 1e3 for x, y in pend]; pend = []
-    torch.cuda.synchronize(); samples += [x.elapsed_time(y) * 1e3 for x, y in pend]
+            samples += elapsed_us(pend); pend = []
+    samples += elapsed_us(pend)
     del sets, pad
     torch.cuda.empty_cache()
     return samples[4:]

@@ -1,41 +1,21 @@
 """Session 10 probe: (1) does gelu decode's graph-replay time depend on the buffers' addresses?
 (2) can inductor's coordinate-descent tuning or other paths beat eager GELU / linear+GELU?"""
-import json, os, statistics, sys, time
+import json, os, statistics
 import torch, torch.nn.functional as F
 
-OUT = os.environ.get("OUT", "/tmp")
-dev = "cuda"
-flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
-# cycles per us
-e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-e0.record(); torch.cuda._sleep(2_000_000); e1.record(); torch.cuda.synchronize()
-cpu_us = 2_000_000 / (e0.elapsed_time(e1) * 1e3)
+from graph_probe import DEV as dev, capture, elapsed_us, enqueue_replay, flush_buffer, spin_cycles_per_us
 
-def capture(fn, x):
-    static = x.clone()
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3): fn(static)
-    torch.cuda.current_stream().wait_stream(s); torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn(static)
-    return g, static, out
+OUT = os.environ.get("OUT", "/tmp")
+flush = flush_buffer()
+cpu_us = spin_cycles_per_us()
 
 def time_sets(sets, shape, dtype, rounds, do_flush=True):
     samples = [[] for _ in sets]
     for r in range(rounds):
-        pend = []
-        for i, (g, static, out) in enumerate(sets):
-            static.copy_(torch.randn(shape, dtype=dtype, device=dev))
-            if do_flush: flush.zero_()
-            torch.cuda._sleep(int(60 * cpu_us))
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record(); g.replay(); b.record()
-            pend.append((i, a, b))
-        torch.cuda.synchronize()
-        for i, a, b in pend:
-            samples[i].append(a.elapsed_time(b) * 1e3)
+        pend = [enqueue_replay(g, static, torch.randn(shape, dtype=dtype, device=dev),
+                               flush.zero_ if do_flush else None, cpu_us) for g, static, out in sets]
+        for i, t in enumerate(elapsed_us(pend)):
+            samples[i].append(t)
     return samples
 
 report = {}
@@ -68,7 +48,6 @@ def bench(fn, x, n=100):
     s = time_sets([(g, static, out)], tuple(x.shape), x.dtype, n)[0]
     return statistics.median(s)
 res = {}
-import torch._inductor.config as icfg
 for name, shp in (("prefill", (8192, 14336)), ("decode", (32, 14336))):
     x = torch.randn(shp, dtype=torch.bfloat16, device=dev)
     res[f"gelu {name} eager"] = bench(fn, x)
