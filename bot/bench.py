@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -33,18 +34,52 @@ def _bootstrap_medians(m: Measurement, rng: np.random.Generator, resamples: int)
     return samples[order][first_half]
 
 
+@dataclass(frozen=True)
+class WorkerSpread:
+    """How far worker processes running the same code disagree: the standard deviation of the
+    log of each worker's median around its contender's mean, pooled over contenders, and its
+    degrees of freedom (0: no contender had two workers, so nothing is known)."""
+
+    log_sd: float = 0.0
+    df: int = 0
+
+
+def worker_spread(measurements: Iterable[Measurement]) -> WorkerSpread:
+    squares, df = 0.0, 0
+    for m in measurements:
+        logs = [math.log(v) for v in m.worker_medians if v > 0]
+        if len(logs) < 2:
+            continue
+        mean = sum(logs) / len(logs)
+        squares += sum((x - mean) ** 2 for x in logs)
+        df += len(logs) - 1
+    return WorkerSpread(math.sqrt(squares / df) if df else 0.0, df)
+
+
 def speedup(baseline: Measurement, candidate: Measurement, min_speedup: float = 1.05,
-            level: float = 0.95, resamples: int = 2000, seed: int = 0) -> Speedup:
+            level: float = 0.95, resamples: int = 2000, seed: int = 0,
+            spread: WorkerSpread = WorkerSpread()) -> Speedup:
     """Ratio of medians with a percentile (block-)bootstrap confidence interval.
 
     A speedup is claimed only when the whole interval clears `min_speedup`; a slowdown only
     when it lies below 1/min_speedup; anything else is 'no significant difference' (an A/A
     run of a kernel against itself lands there).
+
+    Batches of one worker process share that process's offset, which no resampling of them
+    can see: on the H200, fresh processes timing one 5 us kernel had medians 5 % apart, and a
+    copy of a kernel was once called 1.10x faster than itself (docs/benchmark.md). So each
+    resample is also moved by a draw of the offset between the two sides' workers, from the
+    `spread` measured between workers of the same code, with Student's t for its few
+    degrees of freedom.
     """
     rng = np.random.default_rng(seed)
     ratio = baseline.median_us / candidate.median_us
-    boots = np.sort(_bootstrap_medians(baseline, rng, resamples)
-                    / _bootstrap_medians(candidate, rng, resamples))
+    boots = (_bootstrap_medians(baseline, rng, resamples)
+             / _bootstrap_medians(candidate, rng, resamples))
+    if spread.df > 0 and spread.log_sd > 0:
+        scale = spread.log_sd * math.sqrt(1 / baseline.workers + 1 / candidate.workers)
+        boots = boots * np.exp(scale * rng.standard_t(spread.df, resamples))
+    boots = np.sort(boots)
     tail = (1 - level) / 2
     low = float(boots[int(math.floor(tail * (resamples - 1)))])
     high = float(boots[int(math.ceil((1 - tail) * (resamples - 1)))])

@@ -55,7 +55,8 @@ def _outcome_from_json(data: dict[str, Any], candidate: CandidateSource):
         sp = (Speedup(s["speedup"], s["speedup_ci"][0], s["speedup_ci"][1], s.get("level", 0.95),
                       s.get("significance", "")) if s.get("speedup") is not None else None)
         shapes.append(ShapeOutcome(s["shape"], s.get("inputs", ""), s.get("output_dtype"),
-                                   Measurement(tuple(m["samples_us"]), tuple(m.get("batch_sizes", ())))
+                                   Measurement(tuple(m["samples_us"]), tuple(m.get("batch_sizes", ())),
+                                               tuple(m.get("batch_workers", ())))
                                    if m else None, sp,
                                    s.get("floor_us"), s.get("max_abs_err"), s.get("norm_rel_err")))
     return ContenderOutcome(candidate, data.get("role", "candidate"), Verdict(data["status"], checks),

@@ -126,10 +126,31 @@ class Measurement:
     # state), so batches, not calls, are the independent units; () means every sample is
     # its own batch.
     batch_sizes: tuple[int, ...] = ()
+    # Which of the contender's worker processes took each batch (bot.timing, replicas); ()
+    # means one worker took them all.
+    batch_workers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.batch_sizes and sum(self.batch_sizes) != len(self.samples_us):
             raise ValueError(f"batch sizes {sum(self.batch_sizes)} != {len(self.samples_us)} samples")
+        if self.batch_workers and len(self.batch_workers) != len(self.batch_sizes):
+            raise ValueError(f"{len(self.batch_workers)} batch workers for {len(self.batch_sizes)} batches")
+
+    @property
+    def workers(self) -> int:
+        return len(set(self.batch_workers)) or 1
+
+    @property
+    def worker_medians(self) -> tuple[float, ...]:
+        """The median of each worker's own samples, in worker order."""
+        if not self.batch_workers:
+            return (self.median_us,)
+        taken: dict[int, list[float]] = {}
+        start = 0
+        for worker, size in zip(self.batch_workers, self.batch_sizes):
+            taken.setdefault(worker, []).extend(self.samples_us[start:start + size])
+            start += size
+        return tuple(statistics.median(taken[w]) for w in sorted(taken))
 
     @property
     def n(self) -> int:
@@ -182,10 +203,12 @@ class Measurement:
         out: dict[str, Any] = {"median_us": self.median_us, "iqr_us": self.iqr_us,
                                "q1_us": self.quantile_us(0.25), "q3_us": self.quantile_us(0.75),
                                "n": self.n, "rel_se": self.rel_se,
-                               "batches": len(self.sizes)}
+                               "batches": len(self.sizes), "workers": self.workers,
+                               "worker_medians_us": list(self.worker_medians)}
         if with_samples:
             out["samples_us"] = list(self.samples_us)
             out["batch_sizes"] = list(self.batch_sizes)
+            out["batch_workers"] = list(self.batch_workers)
         return out
 
 

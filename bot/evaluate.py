@@ -219,7 +219,8 @@ def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: Cand
 
     # The timing mode is part of what a cached time means (bot.timing.TimingOptions.mode).
     cache = ResultCache(options.cache_root, environment_key(options.device, options.gpu_index)
-                        + f"|timing={options.timing.mode}", options.min_speedup)
+                        + f"|timing={options.timing.mode}|replicas={options.timing.replicas}",
+                        options.min_speedup)
     cached = [cache.get(problem, baseline, c) for c in candidates]
     fresh = [c for c, hit in zip(candidates, cached) if hit is None]
     if len(fresh) < len(candidates):
@@ -287,11 +288,15 @@ def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline
     with _session(problem, options) as session:
         ref_hash = source_hash(problem.source)
         workers: dict[str, WorkerClient] = {}
+        # Speedups compare timings from different processes: each contender gets replicas.
+        replicas = _Replicas(session, options.timing.replicas if baseline is not None else 1,
+                             options.parallel)
         progress(f"{problem.name}: starting {len(contenders) + 1} worker(s)")
 
         def start(name: str, cand: CandidateSource) -> None:
             try:
                 module = materialise(cand, session.root / "candidates")
+                replicas.modules[name] = (module, cand)
                 workers[name] = session.start(name, module, cand.class_name, "native", cand.source_hash)
             except WorkerFailure as exc:
                 checks[name].append(failure_check(exc))
@@ -307,8 +312,8 @@ def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline
         environment = _environment(reference.env)
         workers = {n: workers[n] for n in names if n in workers}
         for shape in problem.shapes_for(options.device):
-            _evaluate_shape(problem, shape, reference, workers, checks, per_shape, rng, options,
-                            environment, baseline is not None, names, progress)
+            _evaluate_shape(problem, shape, reference, workers, replicas, checks, per_shape, rng,
+                            options, environment, baseline is not None, names, progress)
     outcomes = [ContenderOutcome(c, "baseline" if baseline is not None and i == 0 else "candidate",
                                  verify.judge(checks[n]), tuple(per_shape[n]))
                 for i, (n, c) in enumerate(zip(names, contenders))]
@@ -317,7 +322,8 @@ def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline
 
 
 def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
-                    workers: dict[str, WorkerClient], checks: dict[str, list[CheckResult]],
+                    workers: dict[str, WorkerClient], replicas: "_Replicas",
+                    checks: dict[str, list[CheckResult]],
                     per_shape: dict[str, list[ShapeOutcome]], rng: random.Random,
                     options: EvalOptions, environment: Environment, has_baseline: bool,
                     names: list[str], progress: Progress) -> None:
@@ -355,11 +361,12 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                 worker.request({"op": "release"}, limits.call_timeout_s, "call")
     passed = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
     progress(f"{problem.name} [{shape.name}] verified: {len(passed)} of {len(workers)} contender(s) pass")
+    timed = replicas.ready(passed, construct, checks, limits.construct_timeout_s, progress)
     records: dict[str, TimingRecord] = {}
-    if passed:
+    if timed:
         try:
             with gpu_exclusive(lock_key):  # one measurement at a time per device
-                records = time_interleaved(problem, shape, reference, passed,
+                records = time_interleaved(problem, shape, reference, timed,
                                            [m["dtype"] for m in info.meta], rng, options.timing,
                                            limits.call_timeout_s, progress,
                                            keep=frozenset(names[:1]) if has_baseline else frozenset())
@@ -379,16 +386,59 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
             checks[name].append(verify.check_roofline(m.median_us, floor))
     base_rec = records.get(names[0]) if has_baseline else None
     base_m = base_rec.measurement() if base_rec and all(c.passed for c in checks[names[0]]) else None
+    # Every timed contender's workers say how far processes of one code disagree, the
+    # rejected ones too: their calls were checked and their times are as real.
+    spread = bench.worker_spread(m for r in records.values() if (m := r.measurement()) is not None)
     for name in names:
         rec = records.get(name)
         m = rec.measurement() if rec and all(c.passed for c in checks[name]) else None
         sp = None
         if base_m is not None and m is not None and name != names[0]:
-            sp = bench.speedup(base_m, m, options.min_speedup, seed=rng.getrandbits(32))
+            sp = bench.speedup(base_m, m, options.min_speedup, seed=rng.getrandbits(32), spread=spread)
         st = stats.get(name, TrialStats())
         per_shape[name].append(ShapeOutcome(
             shape.name, _describe(info), info.meta[0]["dtype"] if info.meta else None, m, sp, floor,
             st.max_abs_err if name in stats else None, st.norm_rel_err if name in stats else None))
+
+
+class _Replicas:
+    """More worker processes for contenders that are timed against each other
+    (TimingOptions.replicas): started at the first shape that times them, built again for
+    each shape, closed with the session."""
+
+    def __init__(self, session: _Session, count: int, parallel: int):
+        self.session, self.count, self.parallel = session, max(1, count), parallel
+        self.modules: dict[str, tuple[Path, CandidateSource]] = {}
+        self.extra: dict[str, list[WorkerClient]] = {}
+
+    def ready(self, passed: dict[str, WorkerClient], construct: dict[str, Any],
+              checks: dict[str, list[CheckResult]], timeout_s: float,
+              progress: Progress) -> dict[str, tuple[WorkerClient, ...]]:
+        """Each passed contender's workers for this shape, its first one first. A replica that
+        fails to start or build fails its contender: it is the same code, so the contender
+        itself is what does not work reliably."""
+        if self.count == 1 or len(passed) < 2:
+            return {n: (w,) for n, w in passed.items()}
+        progress(f"building {self.count - 1} more worker(s) for each of {len(passed)} contender(s)")
+
+        def build(name: str) -> None:
+            module, cand = self.modules[name]
+            extra = self.extra.setdefault(name, [])
+            try:
+                while len(extra) < self.count - 1:
+                    extra.append(self.session.start(f"{name}-r{len(extra) + 2}", module,
+                                                    cand.class_name, "native", cand.source_hash))
+                for worker in extra:
+                    reply = worker.request(construct, timeout_s, "construct")
+                    checks[name].append(verify.check_threads(reply["new_threads"],
+                                                             "import and construction (replica)"))
+            except WorkerFailure as exc:
+                failed = failure_check(exc)
+                checks[name].append(replace(failed, evidence=f"a second worker of the same code: {failed.evidence}"))
+
+        with ThreadPoolExecutor(max_workers=max(1, self.parallel)) as pool:
+            list(pool.map(build, passed))
+        return {n: (w, *self.extra[n]) for n, w in passed.items() if all(c.passed for c in checks[n])}
 
 
 def _describe(info: ReferenceInfo) -> str:

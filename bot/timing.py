@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from bot import bench, verify
 from bot.domain import CheckResult, Measurement, Problem, Shape
@@ -29,6 +29,10 @@ class TimingOptions:
     # to back); "throughput" times back-to-back calls; "graph" times CUDA-graph replays of
     # each call, the GPU's time alone (bot/worker.py, op_time).
     mode: str = "latency"
+    # Worker processes per contender when contenders are compared, visited in turn: each
+    # process carries an offset of its own (on the H200, 5 % between fresh processes on a
+    # 5 us kernel), which only a second process of the same code can reveal (bench.speedup).
+    replicas: int = 2
     batch_target_us: float = 10_000.0  # calls per batch chosen to fill about this long
     max_batch: int = 50
     warmup_batches: int = 1
@@ -39,6 +43,7 @@ class TimingOptions:
 class TimingRecord:
     samples_us: list[float] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
+    batch_workers: list[int] = field(default_factory=list)  # which replica took each batch
     # Pairs for the stream check: device-synchronised host time and the event time on the
     # current stream, per call ("latency") or per batch ("throughput", "graph").
     host_us: list[float] = field(default_factory=list)
@@ -50,12 +55,13 @@ class TimingRecord:
     def measurement(self) -> Measurement | None:
         if not self.samples_us:
             return None
-        return Measurement(tuple(self.samples_us), tuple(self.batch_sizes))
+        workers = tuple(self.batch_workers) if len(set(self.batch_workers)) > 1 else ()
+        return Measurement(tuple(self.samples_us), tuple(self.batch_sizes), workers)
 
 
-def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, reference: WorkerClient,
-               record: TimingRecord, dtypes: list[str], rng: random.Random, call_timeout_s: float,
-               options: TimingOptions, keep: bool) -> None:
+def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, replica: int,
+               reference: WorkerClient, record: TimingRecord, dtypes: list[str], rng: random.Random,
+               call_timeout_s: float, options: TimingOptions, keep: bool) -> None:
     seeds = [rng.getrandbits(62) for _ in range(record.batch)]
     fp_seed = rng.getrandbits(40)
     started = time.perf_counter()
@@ -87,6 +93,7 @@ def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, reference: 
     if keep:
         record.samples_us.extend(samples)
         record.batch_sizes.append(len(samples))
+        record.batch_workers.append(replica)
         record.host_us.extend(reply["host_us"])
         if "batch_span_us" in reply:  # back to back: one host/stream pair for the whole batch
             record.event_us.append(reply["batch_span_us"])
@@ -97,42 +104,55 @@ def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, reference: 
         record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch))
 
 
+Workers = Mapping[str, Sequence[WorkerClient]]  # each contender's worker processes (replicas)
+
+
 def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
-                     contenders: Mapping[str, WorkerClient], dtypes: list[str], rng: random.Random,
+                     contenders: Workers, dtypes: list[str], rng: random.Random,
                      options: TimingOptions, call_timeout_s: float,
                      progress: Callable[[str], None], keep: frozenset[str] = frozenset()
                      ) -> dict[str, TimingRecord]:
-    """Time all contenders in one run; each round visits them in a fresh random order.
-    `keep` (the baseline) is never screened out."""
+    """Time all contenders in one run; each round visits every worker of every contender
+    once, in a fresh random order. `keep` (the baseline) is never screened out."""
     records = {name: TimingRecord() for name in contenders}
-    for worker in contenders.values():
+    everyone = [w for replicas in contenders.values() for w in replicas]
+    for worker in everyone:
         worker.pin(True)
     try:
         return _time(problem, shape, reference, contenders, dtypes, rng, options, call_timeout_s,
                      progress, records, keep)
     finally:
-        for worker in contenders.values():
+        for worker in everyone:
             worker.pin(False)
 
 
+def _visit_all(problem: Problem, shape: Shape, reference: WorkerClient, active: Workers,
+               records: dict[str, TimingRecord], dtypes: list[str], rng: random.Random,
+               options: TimingOptions, call_timeout_s: float, keep: bool) -> dict[str, Sequence[WorkerClient]]:
+    """One round: a batch from each worker of each contender, in random order; the contenders
+    still standing (one failed batch, on any of its workers, ends a contender)."""
+    visits = [(name, i) for name, replicas in active.items() for i in range(len(replicas))]
+    for name, i in rng.sample(visits, len(visits)):
+        if not records[name].failed:
+            _one_batch(problem, shape, active[name][i], i, reference, records[name], dtypes, rng,
+                       call_timeout_s, options, keep)
+    return {n: w for n, w in active.items() if not records[n].failed}
+
+
 def _time(problem: Problem, shape: Shape, reference: WorkerClient,
-          contenders: Mapping[str, WorkerClient], dtypes: list[str], rng: random.Random,
+          contenders: Workers, dtypes: list[str], rng: random.Random,
           options: TimingOptions, call_timeout_s: float, progress: Callable[[str], None],
           records: dict[str, TimingRecord], keep: frozenset[str]) -> dict[str, TimingRecord]:
     active = dict(contenders)
     for _ in range(options.warmup_batches):
-        for name in rng.sample(list(active), len(active)):
-            _one_batch(problem, shape, active[name], reference, records[name], dtypes, rng,
-                       call_timeout_s, options, keep=False)
-    active = {n: w for n, w in active.items() if not records[n].failed}
+        active = _visit_all(problem, shape, reference, active, records, dtypes, rng, options,
+                            call_timeout_s, keep=False)
     deadline, hard_deadline = _deadlines(options.time_cap_s)
     rounds = 0
     while active:
         rounds += 1
-        for name in rng.sample(list(active), len(active)):
-            _one_batch(problem, shape, active[name], reference, records[name], dtypes, rng,
-                       call_timeout_s, options, keep=True)
-        active = {n: w for n, w in active.items() if not records[n].failed}
+        active = _visit_all(problem, shape, reference, active, records, dtypes, rng, options,
+                            call_timeout_s, keep=True)
         if rounds == 2 and len(active) > options.finalists + len(keep & set(active)):
             active = _finalists(active, records, keep, options.finalists)
             progress(f"{problem.name} [{shape.name}] screened: {len(active)} contender(s) go on")
@@ -143,7 +163,7 @@ def _time(problem: Problem, shape: Shape, reference: WorkerClient,
                                    options.min_samples, options.min_batches) for n in active)
         now = time.monotonic()
         if done or now > hard_deadline or (
-                now > deadline and all(len(records[n].batch_sizes) >= 2 for n in active)):
+                now > deadline and all(len(records[n].batch_sizes) >= 2 * len(active[n]) for n in active)):
             break
         if rounds % 5 == 0:
             worst = max((records[n].measurement().rel_se for n in active), default=0.0)
@@ -153,7 +173,7 @@ def _time(problem: Problem, shape: Shape, reference: WorkerClient,
 
 
 def _deadlines(cap_s: float) -> tuple[float, float]:
-    """The cap from now, and where it stops giving way: it waits until every contender has two
+    """The cap from now, and where it stops giving way: it waits until every worker has two
     batches (an interval needs a spread), but very slow contenders stop at ten times the cap."""
     now = time.monotonic()
     return now + cap_s, now + 10 * cap_s
@@ -165,8 +185,8 @@ def screened_out(medians: Mapping[str, float], keep: frozenset[str], finalists: 
     return set(ranked[finalists:])
 
 
-def _finalists(active: dict[str, WorkerClient], records: dict[str, TimingRecord],
-               keep: frozenset[str], finalists: int) -> dict[str, WorkerClient]:
+def _finalists(active: Workers, records: dict[str, TimingRecord],
+               keep: frozenset[str], finalists: int) -> dict[str, Sequence[WorkerClient]]:
     medians = {n: records[n].measurement().median_us for n in active}
     out = screened_out(medians, keep, finalists)
     return {n: w for n, w in active.items() if n not in out}

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
-from bot.bench import converged, geomean, speedup
+from bot.bench import WorkerSpread, converged, geomean, speedup, worker_spread
 from bot.domain import Measurement
 
 
@@ -106,3 +107,60 @@ def test_a_single_call_on_either_side_claims_nothing():
     one_batch = Measurement((100.0, 101.0, 99.0, 100.5), (4,))  # falls back to the calls
     result = speedup(one_batch, Measurement((50.0, 50.5, 49.5, 50.2), (4,)))
     assert result.significance == "faster" and result.ci_low < result.ci_high
+
+
+def _in_workers(median: float, offsets: list[float], rng: random.Random, batches: int = 6,
+                size: int = 30, within: float = 0.003) -> Measurement:
+    """Batches from one worker process per offset, visited in turn: each process runs the
+    kernel at its own level (what fresh processes did on the H200's 5 us gelu decode)."""
+    samples, sizes, workers = [], [], []
+    for _ in range(batches):
+        for w, offset in enumerate(offsets):
+            samples.extend(median * offset * (1 + rng.gauss(0, within)) for _ in range(size))
+            sizes.append(size)
+            workers.append(w)
+    return Measurement(tuple(samples), tuple(sizes), tuple(workers) if len(offsets) > 1 else ())
+
+
+def test_worker_spread_pools_the_log_spread_of_each_contenders_workers():
+    rng = random.Random(8)
+    pair = _in_workers(100.0, [1.0, 1.1], rng, within=0.0)
+    same = _in_workers(50.0, [1.0, 1.0], rng, within=0.0)
+    alone = _in_workers(70.0, [1.3], rng, within=0.0)  # one worker: says nothing about workers
+    assert pair.worker_medians == pytest.approx((100.0, 110.0)) and alone.workers == 1
+    spread = worker_spread([pair, same, alone])
+    assert spread.df == 2
+    assert spread.log_sd == pytest.approx(math.log(1.1) / 2)
+    assert worker_spread([alone]) == WorkerSpread(0.0, 0)
+
+
+def test_per_worker_offsets_fool_one_worker_each_but_not_replicas_with_their_spread():
+    rng = random.Random(7)
+    offset = lambda: math.exp(rng.gauss(0, 0.04))  # 4 % between processes of the same code
+    fooled_alone = fooled_with_replicas = 0
+    for trial in range(20):
+        a, b = _in_workers(5.0, [offset()], rng), _in_workers(5.0, [offset()], rng)
+        if speedup(a, b, seed=trial).significance != "no significant difference":
+            fooled_alone += 1
+        a, b = (_in_workers(5.0, [offset(), offset()], rng) for _ in range(2))
+        if speedup(a, b, seed=trial, spread=worker_spread([a, b])).significance != "no significant difference":
+            fooled_with_replicas += 1
+    assert fooled_alone >= 4  # why replicas matter: tight batches, wrong answer
+    assert fooled_with_replicas == 0
+
+
+def test_replicas_with_their_spread_still_detect_a_real_gain():
+    rng = random.Random(9)
+    offset = lambda: math.exp(rng.gauss(0, 0.04))
+    found = 0
+    for trial in range(20):
+        # As in a run: the spread is pooled over every contender timed (here four, df 4).
+        base, fast, *others = (_in_workers(m, [offset(), offset()], rng) for m in (7.5, 5.0, 6.0, 8.0))
+        spread = worker_spread([base, fast, *others])
+        found += speedup(base, fast, seed=trial, spread=spread).significance == "faster"
+    assert found >= 18
+
+
+def test_batch_workers_must_match_the_batches():
+    with pytest.raises(ValueError):
+        Measurement((1.0, 2.0, 3.0), (2, 1), (0,))

@@ -58,11 +58,52 @@ def test_bench_json_has_candidates_with_speedup_and_interval():
         assert c["accepted"] and c["median_us"] > 0 and c["path"].endswith(f"{name}.py")
         low, high = c["speedup_ci"]
         assert low <= c["speedup"] <= high
-        assert len(c["shapes"][0]["measurement"]["samples_us"]) >= 5
+        measurement = c["shapes"][0]["measurement"]
+        assert len(measurement["samples_us"]) >= 5
+        # Timed in two worker processes each, batches marked by process (bot.timing, replicas).
+        assert measurement["workers"] == 2 and len(measurement["worker_medians_us"]) == 2
+        assert sorted(set(measurement["batch_workers"])) == [0, 1]
     assert by_name["slow2x"]["speedup"] < 0.8 and by_name["slow2x"]["shapes"][0]["significance"] == "slower"
     rejected = by_name["cheat_empty"]
     assert not rejected["accepted"] and rejected["speedup"] is None and rejected["median_us"] is None
     assert data["environment"]["device"] == "cpu" and data["environment"]["torch"]
+
+
+SECOND_PROCESS_FAILS = """
+import os
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+MARK = Path(__file__).with_suffix(".pid")
+
+
+class ModelNew(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        if MARK.exists() and MARK.read_text() != str(os.getpid()):
+            raise RuntimeError("not in this process")
+        MARK.write_text(str(os.getpid()))
+        self.w = nn.Parameter(torch.randn(d))
+        self.b = nn.Parameter(torch.randn(d))
+
+    def forward(self, x):
+        return torch.clamp_min(torch.addcmul(self.b, x, self.w), 0) + x.sum(-1, keepdim=True) / x.shape[-1]
+"""
+
+
+def test_a_candidate_whose_second_worker_fails_is_rejected_and_says_so(tmp_path):
+    candidate = tmp_path / "first_process_only.py"
+    candidate.write_text(SECOND_PROCESS_FAILS)
+    result = _invoke("bench", PROBLEM, str(candidate), str(CANDIDATES / "honest.py"), "--device", "cpu",
+                     "--time-cap-s", "0.5", "--json")
+    assert result.exit_code == 0, result.output
+    by_name = {c["name"]: c for c in json.loads(result.stdout)["candidates"]}
+    failed = [c for c in by_name["first_process_only"]["checks"] if not c["passed"]]
+    assert not by_name["first_process_only"]["accepted"] and by_name["honest"]["accepted"]
+    assert "a second worker of the same code" in failed[0]["evidence"]
+    assert "not in this process" in failed[0]["evidence"] + failed[0]["details"].get("log_tail", "")
 
 
 def test_bench_human_table_with_progress():

@@ -37,9 +37,12 @@ class _Worker:
                 "fingerprints": prints, "new_threads": []}
 
 
-def _time(contenders: dict[str, _Worker], options: TimingOptions, keep: frozenset[str] = frozenset()):
+def _time(contenders: dict[str, _Worker | tuple[_Worker, ...]], options: TimingOptions,
+          keep: frozenset[str] = frozenset()):
+    """Times the contenders; a tuple is one contender's replicas."""
     problem = load_problem(PROBLEMS / "scale_add.py")
-    return time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), contenders, ["float32"],
+    workers = {n: w if isinstance(w, tuple) else (w,) for n, w in contenders.items()}
+    return time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, ["float32"],
                             random.Random(0), options, 10.0, lambda _: None, keep=keep)
 
 
@@ -97,3 +100,31 @@ def test_the_mode_reaches_the_worker_and_stream_pairs_follow_it():
         pairs = len(record.batch_sizes) if mode == "throughput" else len(record.samples_us)
         assert len(record.host_us) == len(record.event_us) == pairs
         assert len(record.samples_us) == sum(record.batch_sizes)
+
+
+def test_every_replica_of_a_contender_is_visited_each_round_and_its_batches_are_marked():
+    first, second = _Worker(100.0), _Worker(150.0)
+    records = _time({"a": (first, second), "b": _Worker(120.0)},
+                    TimingOptions(time_cap_s=0.5, min_batches=6, batch_target_us=1_000))
+    record = records["a"]
+    assert len(first.batches) == len(second.batches) >= 4  # a warm-up and three rounds at least
+    assert sorted(set(record.batch_workers)) == [0, 1]
+    assert record.batch_workers.count(0) == record.batch_workers.count(1)
+    m = record.measurement()
+    # Each worker's median is its own calls' time: the stand-ins take 100 and 150 us a call.
+    assert m.workers == 2 and m.worker_medians == (100.0, 150.0)
+    assert records["b"].measurement().workers == 1
+
+
+def test_a_failed_batch_on_any_replica_ends_the_contender():
+    class _WrongAfterWarmUp(_Worker):
+        def request(self, message, timeout_s, phase):
+            reply = super().request(message, timeout_s, phase)
+            if message["op"] == "time" and len(self.batches) > 1:
+                reply["fingerprints"] = [[[9.0, 9.0, 0]] for _ in message["seeds"]]
+            return reply
+
+    records = _time({"a": (_Worker(100.0), _WrongAfterWarmUp(100.0)), "b": _Worker(100.0)},
+                    TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=1_000))
+    assert records["a"].failed and not records["b"].failed
+    assert any(not c.passed for c in records["a"].checks)
