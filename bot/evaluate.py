@@ -361,15 +361,15 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                 worker.request({"op": "release"}, limits.call_timeout_s, "call")
     passed = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
     progress(f"{problem.name} [{shape.name}] verified: {len(passed)} of {len(workers)} contender(s) pass")
-    timed = replicas.ready(passed, construct, checks, limits.construct_timeout_s, progress)
     records: dict[str, TimingRecord] = {}
-    if timed:
+    if passed:
         try:
-            with gpu_exclusive(lock_key):  # one measurement at a time per device
-                records = time_interleaved(problem, shape, reference, timed,
-                                           [m["dtype"] for m in info.meta], rng, options.timing,
-                                           limits.call_timeout_s, progress,
-                                           keep=frozenset(names[:1]) if has_baseline else frozenset())
+            records = time_interleaved(
+                problem, shape, reference, passed, [m["dtype"] for m in info.meta], rng, options.timing,
+                limits.call_timeout_s, progress, keep=frozenset(names[:1]) if has_baseline else frozenset(),
+                replicate=lambda chosen: replicas.ready(chosen, construct, checks, limits.construct_timeout_s,
+                                                        progress),
+                exclusive=lambda: gpu_exclusive(lock_key))  # one measurement at a time per device
         except WorkerFailure as exc:
             raise _problem_failure(problem, exc) from None
         progress(f"{problem.name} [{shape.name}] timed: "
@@ -419,7 +419,8 @@ class _Replicas:
         itself is what does not work reliably."""
         if self.count == 1 or len(passed) < 2:
             return {n: (w,) for n, w in passed.items()}
-        progress(f"building {self.count - 1} more worker(s) for each of {len(passed)} contender(s)")
+        progress(f"{self.session.problem.name}: starting {self.count - 1} more worker(s) for each of "
+                 f"{len(passed)} contender(s)")
 
         def build(name: str) -> None:
             module, cand = self.modules[name]

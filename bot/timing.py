@@ -3,10 +3,11 @@ for every call, adaptive repetition, and checks on calls made while timing."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, ContextManager, Iterator, Mapping, Sequence
 
 from bot import bench, verify
 from bot.domain import CheckResult, Measurement, Problem, Shape
@@ -105,25 +106,71 @@ def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, replica: in
 
 
 Workers = Mapping[str, Sequence[WorkerClient]]  # each contender's worker processes (replicas)
+Replicate = Callable[[Mapping[str, WorkerClient]], Workers]
 
 
 def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
-                     contenders: Workers, dtypes: list[str], rng: random.Random,
+                     contenders: Mapping[str, WorkerClient], dtypes: list[str], rng: random.Random,
                      options: TimingOptions, call_timeout_s: float,
-                     progress: Callable[[str], None], keep: frozenset[str] = frozenset()
+                     progress: Callable[[str], None], keep: frozenset[str] = frozenset(),
+                     replicate: Replicate | None = None,
+                     exclusive: Callable[[], ContextManager] = contextlib.nullcontext
                      ) -> dict[str, TimingRecord]:
     """Time all contenders in one run; each round visits every worker of every contender
-    once, in a fresh random order. `keep` (the baseline) is never screened out."""
+    once, in a fresh random order.
+
+    Many contenders are first screened: two rounds, then only `keep` (the baseline, never
+    screened out) and the fastest go on. Those timed to the end may then get more worker
+    processes from `replicate` (the contenders it returns go on, each with its workers, its
+    first one first). Timing phases run inside `exclusive()`; building replicas does not.
+    """
     records = {name: TimingRecord() for name in contenders}
-    everyone = [w for replicas in contenders.values() for w in replicas]
+    active: Workers = {n: (w,) for n, w in contenders.items()}
+    warmed: set[int] = set()
+    if len(active) > options.finalists + len(keep & set(active)):
+        with exclusive(), _pinned(active):
+            active = _warm_up(problem, shape, reference, active, records, warmed, dtypes, rng, options,
+                              call_timeout_s)
+            for _ in range(2):
+                active = _visit_all(problem, shape, reference, active, records, dtypes, rng, options,
+                                    call_timeout_s, keep=True)
+        if len(active) > options.finalists + len(keep & set(active)):
+            active = _finalists(active, records, keep, options.finalists)
+            progress(f"{problem.name} [{shape.name}] screened: {len(active)} contender(s) go on")
+    if replicate is not None and active:
+        active = replicate({n: workers[0] for n, workers in active.items()})
+    with exclusive(), _pinned(active):
+        active = _warm_up(problem, shape, reference, active, records, warmed, dtypes, rng, options,
+                          call_timeout_s)
+        return _time(problem, shape, reference, active, dtypes, rng, options, call_timeout_s,
+                     progress, records)
+
+
+@contextlib.contextmanager
+def _pinned(active: Workers) -> Iterator[None]:
+    everyone = [w for workers in active.values() for w in workers]
     for worker in everyone:
         worker.pin(True)
     try:
-        return _time(problem, shape, reference, contenders, dtypes, rng, options, call_timeout_s,
-                     progress, records, keep)
+        yield
     finally:
         for worker in everyone:
             worker.pin(False)
+
+
+def _warm_up(problem: Problem, shape: Shape, reference: WorkerClient, active: Workers,
+             records: dict[str, TimingRecord], warmed: set[int], dtypes: list[str],
+             rng: random.Random, options: TimingOptions, call_timeout_s: float) -> dict[str, Sequence[WorkerClient]]:
+    """Warm-up batches, not kept, for the workers that have had none (in random order)."""
+    cold = {n: tuple(w for w in workers if id(w) not in warmed) for n, workers in active.items()}
+    for _ in range(options.warmup_batches):
+        visits = [(n, w) for n, workers in cold.items() for w in workers]
+        for name, worker in rng.sample(visits, len(visits)):
+            if not records[name].failed:
+                _one_batch(problem, shape, worker, active[name].index(worker), reference, records[name],
+                           dtypes, rng, call_timeout_s, options, keep=False)
+    warmed.update(id(w) for workers in cold.values() for w in workers)
+    return {n: w for n, w in active.items() if not records[n].failed}
 
 
 def _visit_all(problem: Problem, shape: Shape, reference: WorkerClient, active: Workers,
@@ -139,31 +186,23 @@ def _visit_all(problem: Problem, shape: Shape, reference: WorkerClient, active: 
     return {n: w for n, w in active.items() if not records[n].failed}
 
 
-def _time(problem: Problem, shape: Shape, reference: WorkerClient,
-          contenders: Workers, dtypes: list[str], rng: random.Random,
-          options: TimingOptions, call_timeout_s: float, progress: Callable[[str], None],
-          records: dict[str, TimingRecord], keep: frozenset[str]) -> dict[str, TimingRecord]:
-    active = dict(contenders)
-    for _ in range(options.warmup_batches):
-        active = _visit_all(problem, shape, reference, active, records, dtypes, rng, options,
-                            call_timeout_s, keep=False)
+def _time(problem: Problem, shape: Shape, reference: WorkerClient, active: Workers,
+          dtypes: list[str], rng: random.Random, options: TimingOptions, call_timeout_s: float,
+          progress: Callable[[str], None], records: dict[str, TimingRecord]) -> dict[str, TimingRecord]:
+    """Rounds until every median is known well enough, or the cap. The cap is the final
+    contenders' own: screening many can take longer than the cap, and then the choice
+    would rest on two batches each."""
     deadline, hard_deadline = _deadlines(options.time_cap_s)
     rounds = 0
     while active:
         rounds += 1
         active = _visit_all(problem, shape, reference, active, records, dtypes, rng, options,
                             call_timeout_s, keep=True)
-        if rounds == 2 and len(active) > options.finalists + len(keep & set(active)):
-            active = _finalists(active, records, keep, options.finalists)
-            progress(f"{problem.name} [{shape.name}] screened: {len(active)} contender(s) go on")
-            # The cap is the finalists' own: screening many contenders can take longer than
-            # the cap, and then the choice would rest on two batches each.
-            deadline, hard_deadline = _deadlines(options.time_cap_s)
         done = all(bench.converged(records[n].measurement(), options.target_rel_se,
                                    options.min_samples, options.min_batches) for n in active)
         now = time.monotonic()
-        if done or now > hard_deadline or (
-                now > deadline and all(len(records[n].batch_sizes) >= 2 * len(active[n]) for n in active)):
+        if done or now > hard_deadline or (now > deadline and all(
+                min(records[n].batch_workers.count(i) for i in range(len(w))) >= 2 for n, w in active.items())):
             break
         if rounds % 5 == 0:
             worst = max((records[n].measurement().rel_se for n in active), default=0.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 
@@ -39,11 +40,14 @@ class _Worker:
 
 def _time(contenders: dict[str, _Worker | tuple[_Worker, ...]], options: TimingOptions,
           keep: frozenset[str] = frozenset()):
-    """Times the contenders; a tuple is one contender's replicas."""
+    """Times the contenders; a tuple is one contender's workers, the first one timed from the
+    start and the others added by `replicate` before the final rounds."""
     problem = load_problem(PROBLEMS / "scale_add.py")
-    workers = {n: w if isinstance(w, tuple) else (w,) for n, w in contenders.items()}
-    return time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, ["float32"],
-                            random.Random(0), options, 10.0, lambda _: None, keep=keep)
+    first = {n: w[0] if isinstance(w, tuple) else w for n, w in contenders.items()}
+    more = {n: w for n, w in contenders.items() if isinstance(w, tuple)}
+    return time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), first, ["float32"],
+                            random.Random(0), options, 10.0, lambda _: None, keep=keep,
+                            replicate=lambda chosen: {n: more.get(n, (w,)) for n, w in chosen.items()})
 
 
 def test_noisy_contenders_get_at_least_min_batches_within_the_cap():
@@ -128,3 +132,30 @@ def test_a_failed_batch_on_any_replica_ends_the_contender():
                     TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=1_000))
     assert records["a"].failed and not records["b"].failed
     assert any(not c.passed for c in records["a"].checks)
+
+
+def test_only_the_finalists_get_replicas_and_they_are_built_outside_the_exclusive_phases():
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    workers = {"base": _Worker(400.0), **{f"c{i}": _Worker(100.0 + 100 * i) for i in range(6)}}
+    seconds = {n: _Worker(w.call_us) for n, w in workers.items()}
+    held, asked = [], []
+
+    @contextlib.contextmanager
+    def exclusive():
+        held.append(True)
+        yield
+        held.pop()
+
+    def replicate(chosen):
+        asked.append((sorted(chosen), bool(held)))
+        return {n: (w, seconds[n]) for n, w in chosen.items()}
+
+    records = time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, ["float32"],
+                               random.Random(0), TimingOptions(time_cap_s=0.5, min_batches=6, finalists=2,
+                                                               batch_target_us=1_000),
+                               10.0, lambda _: None, keep=frozenset({"base"}), replicate=replicate,
+                               exclusive=exclusive)
+    assert asked == [(["base", "c0", "c1"], False)]
+    assert all(seconds[n].batches for n in ("base", "c0", "c1"))
+    assert not any(seconds[f"c{i}"].batches for i in range(2, 6))
+    assert set(records["c0"].batch_workers) == {0, 1} and set(records["c5"].batch_workers) == {0}
