@@ -93,8 +93,9 @@ def verification(results: dict[str, Any]) -> str:
          f"- **Timing**: host clock on {rd.cell(env.get('device_name') or 'the CPU')} (the device-sync vs "
          "event-timing check applies on GPUs); ")
         + "baseline and candidates interleaved in random order in the same run, after warm-up, with "
-        "caches flushed and inputs rotated; speedup = baseline median / candidate median with a 95% "
-        "bootstrap interval.",
+        "caches flushed and inputs rotated, the baseline and the finalists each in two worker "
+        "processes; speedup = baseline median / candidate median with a 95% bootstrap interval that "
+        "includes the spread between processes running the same code.",
         "- **Roofline**: a median below max(bytes / peak bandwidth, flops / peak rate) is rejected as "
         "implausible" + ("." if has_floor else
                          f"; no floor is known for {rd.cell(rd.device_label(results))}, hence n/a."),

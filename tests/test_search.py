@@ -128,17 +128,21 @@ def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_opti
     problem = load_problem(PROBLEMS / "scale_add.py")
     honest = load_candidate(CANDIDATES / "honest.py")
     cheat = load_candidate(CANDIDATES / "cheat_low_precision.py")
+    reference = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
     options = quick_options(use_cache=True, cache_root=tmp_path)
-    first = evaluate(problem, [honest, cheat], None, options)
+    first = evaluate(problem, [honest, cheat], reference, options)
     assert len(list((tmp_path / "results" / "scale_add").glob("*.json"))) == 2
     calls = []
-    second = evaluate(problem, [honest, cheat], None, options, progress=calls.append)
+    second = evaluate(problem, [honest, cheat], reference, options, progress=calls.append)
     assert any("2 candidate(s) from the cache" in c for c in calls)
     for a, b in zip(first.candidates, second.candidates):
         assert a.verdict.status == b.verdict.status and a.verdict.reasons == b.verdict.reasons
-        assert [s.measurement.samples_us if s.measurement else None for s in a.shapes] == \
-               [s.measurement.samples_us if s.measurement else None for s in b.shapes]
+        assert [s.measurement if s.measurement else None for s in a.shapes] == \
+               [s.measurement if s.measurement else None for s in b.shapes]
+        assert [s.speedup for s in a.shapes] == [s.speedup for s in b.shapes]
+    # Timed against a baseline: two processes each, and the cache keeps which took each batch.
+    assert second.candidates[0].shapes[0].measurement.workers == 2
     changed = CandidateSource("honest2", honest.source + "\n# changed\n", Origin("file"))
     calls.clear()
-    third = evaluate(problem, [changed], None, options, progress=calls.append)
+    third = evaluate(problem, [changed], reference, options, progress=calls.append)
     assert not any("from the cache" in c for c in calls) and third.candidates[0].verdict.accepted
