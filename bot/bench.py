@@ -44,16 +44,28 @@ class WorkerSpread:
     df: int = 0
 
 
-def worker_spread(measurements: Iterable[Measurement]) -> WorkerSpread:
+def worker_spread(measurements: Iterable[Measurement], trusted: Measurement | None = None) -> WorkerSpread:
+    """Pooled over `measurements`, and never under what `trusted` (the baseline, the
+    repository's own code, also among the measurements) shows by itself: a candidate
+    whose processes agree to the nanosecond must not narrow the intervals of the others."""
     squares, df = 0.0, 0
     for m in measurements:
-        logs = [math.log(v) for v in m.worker_medians if v > 0]
-        if len(logs) < 2:
-            continue
-        mean = sum(logs) / len(logs)
-        squares += sum((x - mean) ** 2 for x in logs)
-        df += len(logs) - 1
-    return WorkerSpread(math.sqrt(squares / df) if df else 0.0, df)
+        m_squares, m_df = _log_squares(m)
+        squares, df = squares + m_squares, df + m_df
+    pooled = math.sqrt(squares / df) if df else 0.0
+    own_squares, own_df = _log_squares(trusted) if trusted is not None else (0.0, 0)
+    floor = math.sqrt(own_squares / own_df) if own_df else 0.0
+    return WorkerSpread(max(pooled, floor), df)
+
+
+def _log_squares(m: Measurement) -> tuple[float, int]:
+    """Squared deviations of the log of each worker's median from their mean, and the
+    degrees of freedom they carry."""
+    logs = [math.log(v) for v in m.worker_medians if v > 0]
+    if len(logs) < 2:
+        return 0.0, 0
+    mean = sum(logs) / len(logs)
+    return sum((x - mean) ** 2 for x in logs), len(logs) - 1
 
 
 def speedup(baseline: Measurement, candidate: Measurement, min_speedup: float = 1.05,

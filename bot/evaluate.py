@@ -386,9 +386,11 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
             checks[name].append(verify.check_roofline(m.median_us, floor))
     base_rec = records.get(names[0]) if has_baseline else None
     base_m = base_rec.measurement() if base_rec and all(c.passed for c in checks[names[0]]) else None
-    # Every timed contender's workers say how far processes of one code disagree, the
-    # rejected ones too: their calls were checked and their times are as real.
-    spread = bench.worker_spread(m for r in records.values() if (m := r.measurement()) is not None)
+    # How far processes of one code disagree: from the accepted contenders' workers (a
+    # rejected one's times may be of wrong work), never under the baseline's own.
+    spread = bench.worker_spread((m for n, r in records.items()
+                                  if all(c.passed for c in checks[n]) and (m := r.measurement()) is not None),
+                                 trusted=base_m)
     for name in names:
         rec = records.get(name)
         m = rec.measurement() if rec and all(c.passed for c in checks[name]) else None

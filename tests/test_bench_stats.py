@@ -134,6 +134,16 @@ def test_worker_spread_pools_the_log_spread_of_each_contenders_workers():
     assert worker_spread([alone]) == WorkerSpread(0.0, 0)
 
 
+def test_contenders_that_agree_exactly_cannot_narrow_the_spread_under_the_baselines():
+    rng = random.Random(10)
+    baseline = _in_workers(100.0, [1.0, 1.1], rng, within=0.0)
+    exact = [_in_workers(50.0, [1.0, 1.0], rng, within=0.0) for _ in range(5)]
+    pooled = worker_spread([baseline, *exact])
+    assert pooled.df == 6 and pooled.log_sd < math.log(1.1) / 2  # pulled down by the others
+    floored = worker_spread([baseline, *exact], trusted=baseline)
+    assert floored.df == 6 and floored.log_sd == pytest.approx(math.log(1.1) / math.sqrt(2))
+
+
 def test_per_worker_offsets_fool_one_worker_each_but_not_replicas_with_their_spread():
     rng = random.Random(7)
     offset = lambda: math.exp(rng.gauss(0, 0.04))  # 4 % between processes of the same code
