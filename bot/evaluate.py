@@ -355,10 +355,6 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         raise _problem_failure(problem, exc) from None
     for name, found in trial_checks.items():
         checks[name].extend(found)
-    if options.device == "cuda":
-        for worker in [reference, *alive.values()]:
-            with contextlib.suppress(WorkerFailure):
-                worker.request({"op": "release"}, limits.call_timeout_s, "call")
     passed = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
     progress(f"{problem.name} [{shape.name}] verified: {len(passed)} of {len(workers)} contender(s) pass")
     records: dict[str, TimingRecord] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -76,8 +77,15 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
     info.meta, info.nbytes, info.flops = refs[0]["meta"], refs[0]["bytes"], refs[0]["flops"]
     info.inputs = refs[0]["input_meta"]
     dtypes = [m["dtype"] for m in info.meta]
+    _release(reference, timeouts[1])
 
     def trials_of(name: str, worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
+        try:
+            return _trials(worker)
+        finally:
+            _release(worker, timeouts[1])
+
+    def _trials(worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
         found: list[CheckResult] = []
         stats = TrialStats()
         for n, ((dist, seed), ref) in enumerate(zip(plan, refs)):
@@ -111,3 +119,13 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
         for name, future in futures.items():
             checks[name], stats[name] = future.result()
     return info, checks, stats
+
+
+def _release(worker: WorkerClient, timeout_s: float) -> None:
+    """On a GPU, a worker's cached memory goes back as soon as its part of the trials is done,
+    not when the last contender's is: on the H200 the caches of 26 idle contenders, waiting
+    for the others, ran a problem's 8192x8192 shape out of memory beside another problem."""
+    if worker.device != "cuda":
+        return
+    with contextlib.suppress(WorkerFailure):  # a dead worker has nothing cached; its failure is reported
+        worker.request({"op": "release"}, timeout_s, "call")

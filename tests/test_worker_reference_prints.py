@@ -57,3 +57,49 @@ def test_only_the_reference_worker_describes_the_machine(monkeypatch, quick_opti
                       None, quick_options())
     assert result.environment.device_name  # still described, by the reference
     assert sorted(hellos) == sorted([("reference", True), ("c0", False)])
+
+
+class _LoggedWorker:
+    """A worker harness in this process that says it is on a GPU and logs the ops it gets
+    (the cache release is the same op on CPU, without the CUDA call)."""
+
+    def __init__(self, label: str, log: list[tuple[str, str]], module=None, class_name="Model",
+                 precision="float64"):
+        self.label, self.log, self.device = label, log, "cuda"
+        self.harness = worker.Harness(None, "cpu", 1)
+        assert self.harness.op_load({"problem": str(PROBLEMS / "scale_add.py"), "module": module,
+                                     "class_name": class_name, "precision": precision})["ok"]
+        assert self.harness.op_construct({"overrides": {}, "seed": 3})["ok"]
+        self.harness._new_threads = lambda: []  # in this process the trials' own thread pool shows
+
+    def request(self, message, timeout_s, phase):
+        self.log.append((self.label, message["op"]))
+        reply = getattr(self.harness, f"op_{message['op']}")(message)
+        assert reply["ok"], reply
+        return reply
+
+
+def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
+    # On the H200 26 idle contenders' caches, held until the last one's trials ended, ran
+    # rmsnorm's 8192x8192 shape out of memory beside another problem.
+    import random
+
+    from bot.problems import load_problem
+    from bot.trials import run_trials
+    from conftest import CANDIDATES
+
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    log: list[tuple[str, str]] = []
+    reference = _LoggedWorker("reference", log)
+    contenders = {n: _LoggedWorker(n, log, str(CANDIDATES / "honest.py"), "ModelNew", "native")
+                  for n in ("a", "b")}
+    _, checks, _ = run_trials(problem, problem.shapes_for("cpu")[0], reference, contenders,
+                              random.Random(0), 1, (20.0, 20.0), 1, lambda _: None)
+    assert all(c.passed for found in checks.values() for c in found)
+    first_contender_call = min(i for i, (who, _) in enumerate(log) if who != "reference")
+    assert ("reference", "release") in log[:first_contender_call]
+    for name in contenders:
+        mine = [op for who, op in log if who == name]
+        assert mine.count("run") == 4 and mine[-1] == "release"
+        # With one contender at a time (parallel=1), the first has let go before the second starts.
+    assert log.index(("a", "release")) < log.index(("b", "run"))
