@@ -30,6 +30,13 @@ TIMING = click.option("--timing", type=click.Choice(["latency", "throughput", "g
                       "or time replays of each call captured as a CUDA graph (graph: the GPU's time alone, "
                       "as a serving engine's graph-captured decode step pays it). docs/benchmark.md.")
 
+# Not a setting of the repository's configuration: a pull request must not be able to turn off
+# what keeps one process's offset out of the verdicts.
+REPLICAS = click.option("--replicas", type=click.IntRange(1, 8), default=2, show_default=True,
+                        help="Worker processes per compared contender; the spread between them "
+                        "widens every interval (1: faster, but one process's offset can pass for a "
+                        "speedup). docs/benchmark.md.")
+
 
 _STARTED = time.monotonic()
 
@@ -94,12 +101,13 @@ def verify(problem: str, candidate: str, device: str, sandbox: str, as_json: boo
 @click.option("--time-cap-s", type=float, default=None, help="Timing budget per shape.")
 @click.option("--min-speedup", type=float, default=1.05, show_default=True)
 @TIMING
+@REPLICAS
 @SHAPES
 @DEVICE
 @SANDBOX
 @JSON
 def bench(problem: str, candidates: tuple[str, ...], baseline: str | None, time_cap_s: float | None,
-          min_speedup: float, device: str, sandbox: str, as_json: bool, timing: str,
+          min_speedup: float, device: str, sandbox: str, as_json: bool, timing: str, replicas: int,
           shapes: str | None) -> None:
     """Verify, then time CANDIDATES against the baseline in one interleaved run."""
     from bot.evaluate import evaluate
@@ -110,7 +118,7 @@ def bench(problem: str, candidates: tuple[str, ...], baseline: str | None, time_
     prob = only_shapes(load_problem(problem), _names(shapes), dev)
     base = load_candidate(baseline) if baseline else default_baseline(prob)
     cands = [load_candidate(c) for c in candidates]
-    options = evaluation_options(dev, sandbox, time_cap_s, min_speedup, timing_mode=timing)
+    options = evaluation_options(dev, sandbox, time_cap_s, min_speedup, timing_mode=timing, replicas=replicas)
     result = evaluate(prob, cands, base, options, _progress)
     if as_json:
         click.echo(json.dumps(bench_json(result, min_speedup), indent=2))
@@ -158,18 +166,20 @@ def tuning_options(func):
 @click.option("--cache/--no-cache", default=True, show_default=True,
               help="Reuse verdicts and timings of candidates judged before on this machine stack.")
 @SHAPES
+@REPLICAS
 def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backend: str, samples: int,
              budget_s: float, max_rounds: int, max_tokens: int | None, min_speedup: float,
              time_cap_s: float | None, timing: str, exclude: tuple[str, ...], device: str, sandbox: str,
              as_json: bool, out: str | None, jobs: int, gpus: str | None, cache: bool,
-             shapes: str | None) -> None:
+             shapes: str | None, replicas: int) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
     from bot.outputs import render_optimize
     from bot.pipeline import optimize_all, raise_if_any_failed
     from bot.problems import load_problem, only_shapes
 
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
-                               max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache, timing)
+                               max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache, timing,
+                               replicas)
     loaded = [only_shapes(load_problem(p), _names(shapes), options.evaluation.device) for p in problems]
     results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, _progress)
     payload = [r.to_json(min_speedup) for r in results]

@@ -20,14 +20,15 @@ def resolve_device(device: str) -> str:
 
 
 def evaluation_options(device: str, sandbox: str, time_cap_s: float | None = None,
-                       min_speedup: float = 1.05, use_cache: bool = False, timing_mode: str = "latency"):
+                       min_speedup: float = 1.05, use_cache: bool = False, timing_mode: str = "latency",
+                       replicas: int = 2):
     from bot.evaluate import EvalOptions
     from bot.timing import TimingOptions
 
     # The modes differ only in how GPU work is timed; a CPU is timed by its host clock in every
     # mode, so the options (and the cache key made from them) say so.
     mode = timing_mode if device == "cuda" else "latency"
-    timing = TimingOptions(mode=mode, **({"time_cap_s": time_cap_s} if time_cap_s else {}))
+    timing = TimingOptions(mode=mode, replicas=replicas, **({"time_cap_s": time_cap_s} if time_cap_s else {}))
     return EvalOptions(device=device, sandbox=sandbox, timing=timing, min_speedup=min_speedup,
                        use_cache=use_cache)
 
@@ -35,14 +36,14 @@ def evaluation_options(device: str, sandbox: str, time_cap_s: float | None = Non
 def optimize_options(device: str, sandbox: str, strategy: str, model: str | None, backend: str,
                      samples: int, budget_s: float, max_rounds: int, min_speedup: float,
                      time_cap_s: float | None, max_tokens: int | None, exclude: tuple[str, ...] = (),
-                     use_cache: bool = True, timing_mode: str = "latency"):
+                     use_cache: bool = True, timing_mode: str = "latency", replicas: int = 2):
     from bot.optimize import OptimizeOptions
 
     return OptimizeOptions(strategy=strategy, model=model, backend=backend, samples=samples,
                            budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
                            max_total_tokens=max_tokens, exclude=tuple(exclude),
                            evaluation=evaluation_options(resolve_device(device), sandbox, time_cap_s, min_speedup,
-                                                         use_cache, timing_mode))
+                                                         use_cache, timing_mode, replicas))
 
 
 def job_options(settings, device: str | None = None, max_tokens: int | None = None,

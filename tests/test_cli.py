@@ -147,3 +147,13 @@ def test_a_problem_that_fails_is_reported_and_the_others_results_are_kept(tmp_pa
     human = _invoke("optimize", PROBLEM, str(bad), "--device", "cpu", "--exclude", "*")
     assert human.exit_code == 2 and "== bad_runtime: FAILED:" in human.stdout
     assert "== scale_add on " in human.stdout
+
+
+def test_replicas_option_sets_the_processes_per_contender_and_refuses_zero():
+    result = _invoke("bench", PROBLEM, str(CANDIDATES / "honest.py"), "--device", "cpu", "--time-cap-s", "0.3",
+                     "--replicas", "1", "--json")
+    assert result.exit_code == 0, result.output
+    measurement = json.loads(result.stdout)["candidates"][0]["shapes"][0]["measurement"]
+    assert measurement["workers"] == 1 and set(measurement["batch_workers"]) <= {0}
+    refused = CliRunner().invoke(main, ["bench", PROBLEM, "--replicas", "0"])
+    assert refused.exit_code == 2 and "--replicas" in refused.output
