@@ -161,24 +161,23 @@ def _pinned(active: Workers) -> Iterator[None]:
 def _warm_up(problem: Problem, shape: Shape, reference: WorkerClient, active: Workers,
              records: dict[str, TimingRecord], warmed: set[int], dtypes: list[str],
              rng: random.Random, options: TimingOptions, call_timeout_s: float) -> dict[str, Sequence[WorkerClient]]:
-    """Warm-up batches, not kept, for the workers that have had none (in random order)."""
-    cold = {n: tuple(w for w in workers if id(w) not in warmed) for n, workers in active.items()}
+    """Warm-up rounds, not kept, for the workers that have had none."""
+    skip = set(warmed)
     for _ in range(options.warmup_batches):
-        visits = [(n, w) for n, workers in cold.items() for w in workers]
-        for name, worker in rng.sample(visits, len(visits)):
-            if not records[name].failed:
-                _one_batch(problem, shape, worker, active[name].index(worker), reference, records[name],
-                           dtypes, rng, call_timeout_s, options, keep=False)
-    warmed.update(id(w) for workers in cold.values() for w in workers)
-    return {n: w for n, w in active.items() if not records[n].failed}
+        active = _visit_all(problem, shape, reference, active, records, dtypes, rng, options,
+                            call_timeout_s, keep=False, skip=skip)
+    warmed.update(id(w) for workers in active.values() for w in workers)
+    return active
 
 
 def _visit_all(problem: Problem, shape: Shape, reference: WorkerClient, active: Workers,
                records: dict[str, TimingRecord], dtypes: list[str], rng: random.Random,
-               options: TimingOptions, call_timeout_s: float, keep: bool) -> dict[str, Sequence[WorkerClient]]:
-    """One round: a batch from each worker of each contender, in random order; the contenders
-    still standing (one failed batch, on any of its workers, ends a contender)."""
-    visits = [(name, i) for name, replicas in active.items() for i in range(len(replicas))]
+               options: TimingOptions, call_timeout_s: float, keep: bool,
+               skip: set[int] = frozenset()) -> dict[str, Sequence[WorkerClient]]:
+    """One round: a batch from each worker of each contender (but those in `skip`, by id), in
+    random order; the contenders still standing (one failed batch, on any of its workers,
+    ends a contender)."""
+    visits = [(name, i) for name, workers in active.items() for i, w in enumerate(workers) if id(w) not in skip]
     for name, i in rng.sample(visits, len(visits)):
         if not records[name].failed:
             _one_batch(problem, shape, active[name][i], i, reference, records[name], dtypes, rng,

@@ -79,13 +79,13 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
     dtypes = [m["dtype"] for m in info.meta]
     _release(reference, timeouts[1])
 
-    def trials_of(name: str, worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
+    def trials_of(worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
         try:
-            return _trials(worker)
+            return checked(worker)
         finally:
             _release(worker, timeouts[1])
 
-    def _trials(worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
+    def checked(worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
         found: list[CheckResult] = []
         stats = TrialStats()
         for n, ((dist, seed), ref) in enumerate(zip(plan, refs)):
@@ -115,7 +115,7 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
     checks: dict[str, list[CheckResult]] = {}
     stats: dict[str, TrialStats] = {}
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        futures = {name: pool.submit(trials_of, name, w) for name, w in contenders.items()}
+        futures = {name: pool.submit(trials_of, w) for name, w in contenders.items()}
         for name, future in futures.items():
             checks[name], stats[name] = future.result()
     return info, checks, stats
