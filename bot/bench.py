@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -59,13 +60,35 @@ def worker_spread(measurements: Iterable[Measurement], trusted: Measurement | No
 
 
 def _log_squares(m: Measurement) -> tuple[float, int]:
-    """Squared deviations of the log of each worker's median from their mean, and the
-    degrees of freedom they carry."""
+    """The part of the squared deviations of the log of each worker's median from their mean
+    that the workers' own batches do not explain, and its degrees of freedom.
+
+    A worker's median moves with its batches (on a busy 2-vCPU host whole stretches of
+    batches ran 2x slower, in every process at once); the block bootstrap already counts
+    that. What is left is the offset between processes. For W workers whose log-medians
+    have sampling variances v_j, E[sum (x_j - mean)^2] = (W - 1) * offset^2 + (1 - 1/W) * sum v_j.
+    """
     logs = [math.log(v) for v in m.worker_medians if v > 0]
     if len(logs) < 2:
         return 0.0, 0
     mean = sum(logs) / len(logs)
-    return sum((x - mean) ** 2 for x in logs), len(logs) - 1
+    squares = sum((x - mean) ** 2 for x in logs)
+    sampling = (1 - 1 / len(logs)) * sum(_log_median_variance(b) for b in _batch_medians_by_worker(m))
+    return max(squares - sampling, 0.0), len(logs) - 1  # a contender never subtracts from the others'
+
+
+def _batch_medians_by_worker(m: Measurement) -> list[list[float]]:
+    per: dict[int, list[float]] = {}
+    for worker, median in zip(m.batch_workers, m.batch_medians):
+        per.setdefault(worker, []).append(median)
+    return [per[w] for w in sorted(per)]
+
+
+def _log_median_variance(batch_medians: list[float]) -> float:
+    """Sampling variance of the log of a worker's median, from the spread of its batches (as
+    Measurement.rel_se estimates it); 0 where one batch says nothing."""
+    logs = [math.log(v) for v in batch_medians if v > 0]
+    return statistics.variance(logs) / len(logs) if len(logs) >= 2 else 0.0
 
 
 def speedup(baseline: Measurement, candidate: Measurement, min_speedup: float = 1.05,
