@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import torch
 
+from bot import triton_interp
 from bot.channel import Channel, ChannelClosed
 
 # --- originals, captured before any candidate code exists in this process -------------
@@ -217,6 +218,8 @@ class Harness:
                 self.cls = getattr(module, msg.get("class_name", "ModelNew"), None)
                 if not isinstance(self.cls, type):
                     raise TypeError(f"the candidate defines no class {msg.get('class_name')}")
+                if triton_interp.needed():
+                    triton_interp.mend_bf16_dot()
             except BaseException as exc:  # SystemExit from a candidate is a failure too
                 return _failure("import", exc)
         return {"ok": True, "new_threads": self._new_threads()}
