@@ -11,7 +11,7 @@ import secrets
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from bot import bench, verify
 from bot.domain import (CandidateSource, source_hash, CheckResult, Environment, Measurement, Problem, Shape,
@@ -21,7 +21,7 @@ from bot.gpulock import device_key, gpu_exclusive, gpu_shared
 from bot.roofline import floor_us, peaks_for
 from bot.sandbox import Limits, make_sandbox
 from bot.timing import TimingOptions, TimingRecord, time_interleaved
-from bot.trials import ReferenceInfo, TrialStats, failure_check, run_trials
+from bot.trials import ReferenceInfo, TrialStats, failure_check, release_cache, run_trials
 from bot.workers import WorkerClient, WorkerFailure
 
 Progress = Callable[[str], None]
@@ -365,7 +365,8 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                 limits.call_timeout_s, progress, keep=frozenset(names[:1]) if has_baseline else frozenset(),
                 replicate=lambda chosen: replicas.ready(chosen, construct, checks, limits.construct_timeout_s,
                                                         progress),
-                exclusive=lambda: gpu_exclusive(lock_key))  # one measurement at a time per device
+                exclusive=lambda: gpu_exclusive(lock_key),  # one measurement at a time per device
+                retire=lambda done: _release_caches(done, lock_key, limits.call_timeout_s, options.parallel))
         except WorkerFailure as exc:
             raise _problem_failure(problem, exc) from None
         progress(f"{problem.name} [{shape.name}] timed: "
@@ -397,6 +398,14 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         per_shape[name].append(ShapeOutcome(
             shape.name, _describe(info), info.meta[0]["dtype"] if info.meta else None, m, sp, floor,
             st.max_abs_err if name in stats else None, st.norm_rel_err if name in stats else None))
+
+
+def _release_caches(workers: Sequence[WorkerClient], lock_key: str, timeout_s: float, parallel: int) -> None:
+    """Workers done with a shape's timing give their GPU memory back (captured graphs, the
+    allocator's cache) before the next shape's trials: on the H200, swiglu's finished prefill
+    timing, held by 15 workers, ran its decode trials out of memory beside another problem."""
+    with gpu_shared(lock_key), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        list(pool.map(lambda w: release_cache(w, timeout_s), workers))
 
 
 class _Replicas:

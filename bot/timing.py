@@ -114,7 +114,8 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
                      options: TimingOptions, call_timeout_s: float,
                      progress: Callable[[str], None], keep: frozenset[str] = frozenset(),
                      replicate: Replicate | None = None,
-                     exclusive: Callable[[], ContextManager] = contextlib.nullcontext
+                     exclusive: Callable[[], ContextManager] = contextlib.nullcontext,
+                     retire: Callable[[Sequence[WorkerClient]], None] | None = None
                      ) -> dict[str, TimingRecord]:
     """Time all contenders in one run; each round visits every worker of every contender
     once, in a fresh random order.
@@ -123,10 +124,23 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
     screened out) and the fastest go on. Those timed to the end may then get more worker
     processes from `replicate` (the contenders it returns go on, each with its workers, its
     first one first). Timing phases run inside `exclusive()`; building replicas does not.
+    `retire` gets each worker once, outside `exclusive()`, when it will not be timed again on
+    this shape: the screened-out (and failed) ones when screening ends, the rest at the end,
+    so that their GPU memory is not held while others work.
     """
     records = {name: TimingRecord() for name in contenders}
     active: Workers = {n: (w,) for n, w in contenders.items()}
+    everyone: dict[int, WorkerClient] = {id(w): w for w in contenders.values()}
     warmed: set[int] = set()
+
+    def let_go(still_timed: Workers) -> None:
+        staying = {id(w) for workers in still_timed.values() for w in workers}
+        leaving = [w for key, w in everyone.items() if key not in staying]
+        for worker in leaving:
+            del everyone[id(worker)]
+        if retire is not None and leaving:
+            retire(leaving)
+
     if len(active) > options.finalists + len(keep & set(active)):
         with exclusive(), _pinned(active):
             active = _warm_up(problem, shape, reference, active, records, warmed, dtypes, rng, options,
@@ -137,13 +151,16 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
         if len(active) > options.finalists + len(keep & set(active)):
             active = _finalists(active, records, keep, options.finalists)
             progress(f"{problem.name} [{shape.name}] screened: {len(active)} contender(s) go on")
+        let_go(active)
     if replicate is not None and active:
         active = replicate({n: workers[0] for n, workers in active.items()})
+        everyone.update((id(w), w) for workers in active.values() for w in workers)
     with exclusive(), _pinned(active):
         active = _warm_up(problem, shape, reference, active, records, warmed, dtypes, rng, options,
                           call_timeout_s)
-        return _time(problem, shape, reference, active, dtypes, rng, options, call_timeout_s,
-                     progress, records)
+        _time(problem, shape, reference, active, dtypes, rng, options, call_timeout_s, progress, records)
+    let_go({})
+    return records
 
 
 @contextlib.contextmanager

@@ -77,13 +77,13 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
     info.meta, info.nbytes, info.flops = refs[0]["meta"], refs[0]["bytes"], refs[0]["flops"]
     info.inputs = refs[0]["input_meta"]
     dtypes = [m["dtype"] for m in info.meta]
-    _release(reference, timeouts[1])
+    release_cache(reference, timeouts[1])
 
     def trials_of(worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
         try:
             return checked(worker)
         finally:
-            _release(worker, timeouts[1])
+            release_cache(worker, timeouts[1])
 
     def checked(worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
         found: list[CheckResult] = []
@@ -121,10 +121,11 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
     return info, checks, stats
 
 
-def _release(worker: WorkerClient, timeout_s: float) -> None:
-    """On a GPU, a worker's cached memory goes back as soon as its part of the trials is done,
-    not when the last contender's is: on the H200 the caches of 26 idle contenders, waiting
-    for the others, ran a problem's 8192x8192 shape out of memory beside another problem."""
+def release_cache(worker: WorkerClient, timeout_s: float) -> None:
+    """On a GPU, a worker's cached memory goes back as soon as its part of the work is done
+    (its trials, or its timing of a shape), not when the last contender's is: on the H200 the
+    caches of 26 idle contenders, waiting for the others, ran a problem's 8192x8192 shape out
+    of memory beside another problem."""
     if worker.device != "cuda":
         return
     with contextlib.suppress(WorkerFailure):  # a dead worker has nothing cached; its failure is reported

@@ -159,3 +159,46 @@ def test_only_the_finalists_get_replicas_and_they_are_built_outside_the_exclusiv
     assert all(seconds[n].batches for n in ("base", "c0", "c1"))
     assert not any(seconds[f"c{i}"].batches for i in range(2, 6))
     assert set(records["c0"].batch_workers) == {0, 1} and set(records["c5"].batch_workers) == {0}
+
+
+def test_workers_are_retired_once_when_screened_out_and_the_rest_when_timing_ends():
+    # On the H200 15 workers holding swiglu's finished prefill timing ran its decode trials out
+    # of GPU memory beside another problem: a worker's memory goes back when its timing is over.
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    workers = {"base": _Worker(400.0), **{f"c{i}": _Worker(100.0 + 100 * i) for i in range(6)}}
+    seconds = {n: _Worker(w.call_us) for n, w in workers.items()}
+    held, events = [], []
+    name_of = {id(w): n for n, w in workers.items()} | {id(w): n + "-r2" for n, w in seconds.items()}
+
+    @contextlib.contextmanager
+    def exclusive():
+        held.append(True)
+        yield
+        held.pop()
+
+    def replicate(chosen):
+        events.append(("replicate", sorted(chosen)))
+        return {n: (w, seconds[n]) for n, w in chosen.items()}
+
+    def retire(done):
+        assert not held, "retired inside an exclusive timing phase"
+        events.append(("retire", sorted(name_of[id(w)] for w in done)))
+
+    time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, ["float32"],
+                     random.Random(0), TimingOptions(time_cap_s=0.3, min_batches=4, finalists=2,
+                                                     batch_target_us=1_000),
+                     10.0, lambda _: None, keep=frozenset({"base"}), replicate=replicate,
+                     exclusive=exclusive, retire=retire)
+    assert events == [("retire", ["c2", "c3", "c4", "c5"]),
+                      ("replicate", ["base", "c0", "c1"]),
+                      ("retire", ["base", "base-r2", "c0", "c0-r2", "c1", "c1-r2"])]
+
+
+def test_few_contenders_are_retired_together_when_timing_ends():
+    retired = []
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    workers = {"a": _Worker(100.0), "b": _Worker(100.0)}
+    time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, ["float32"],
+                     random.Random(0), TimingOptions(time_cap_s=0.2, min_batches=2, batch_target_us=500),
+                     10.0, lambda _: None, retire=lambda done: retired.append(sorted(map(id, done))))
+    assert retired == [sorted(map(id, workers.values()))]

@@ -103,3 +103,27 @@ def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
         assert mine.count("run") == 4 and mine[-1] == "release"
         # With one contender at a time (parallel=1), the first has let go before the second starts.
     assert log.index(("a", "release")) < log.index(("b", "run"))
+
+
+def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_timed(monkeypatch, quick_options):
+    import bot.evaluate as evaluate_module
+    from bot.candidates import load_candidate
+    from bot.problems import load_problem
+    from bot.timing import TimingOptions
+    from conftest import CANDIDATES
+
+    released: list[str] = []
+    real = evaluate_module.release_cache
+
+    def spy(worker, timeout_s):
+        released.append(worker.label)
+        real(worker, timeout_s)
+    monkeypatch.setattr(evaluate_module, "release_cache", spy)
+    baseline = load_candidate(CANDIDATES / "honest.py")
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    result = evaluate_module.evaluate(problem, [load_candidate(CANDIDATES / "slow2x.py")], baseline,
+                                      quick_options(timing=TimingOptions(time_cap_s=0.5, min_samples=5, replicas=2)))
+    assert result.candidates[0].verdict.accepted
+    # Once per shape, each worker that timed it (the baseline's and the candidate's, two each).
+    shapes = len(problem.shapes_for("cpu"))
+    assert shapes >= 2 and sorted(released) == sorted(["c0", "c0-r2", "c1", "c1-r2"] * shapes), released
