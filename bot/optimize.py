@@ -12,7 +12,8 @@ from bot.domain import CandidateSource, Environment, Problem
 from bot.evaluate import ContenderOutcome, EvalOptions, Evaluation, evaluate
 from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
 from bot.propose.search import (Base, Skipped, autotune_variants, bases_for, input_bytes, path_of,
-                                 plan_split, search_candidates, split_candidate)
+                                 plan_split, search_candidates, setting_of, split_candidate,
+                                 tunable_constants)
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -135,6 +136,26 @@ def split_candidates(problem: Problem, baseline: CandidateSource, searched: list
     return out
 
 
+def tuning_step(problem: Problem, attempts: list[Attempt], limit: int = 8) -> list[CandidateSource]:
+    """One step of coordinate descent on a Triton base's knobs: where the fastest accepted
+    tuned variant of it beat the baseline (its whole interval over 1), the moves from that
+    variant's setting that no attempt has tried yet."""
+    out: list[CandidateSource] = []
+    for base in bases_for(problem):
+        if not tunable_constants(base.source):
+            continue
+        mine = [a.outcome for a in attempts if a.outcome.candidate.name.startswith("tune-")
+                and a.outcome.candidate.origin.parent == base.parent_hash]
+        timed = [o for o in mine if o.verdict.accepted and o.speedup_ci is not None]
+        best = max(timed, key=lambda o: o.speedup or 0.0, default=None)
+        if best is None or best.speedup_ci[0] <= 1.0:
+            continue
+        tried = frozenset(setting_of(o.candidate.source) for o in mine) | {setting_of(base.source)}
+        out.extend(autotune_variants(Base(base.label, best.candidate.source, base.class_name),
+                                     round_=0, limit=limit, tried=tried, pairs=False))
+    return out
+
+
 def feedback_for(outcome: ContenderOutcome) -> Feedback:
     """What the next prompt learns about a candidate: the verifier's evidence, or its timing."""
     verdict = outcome.verdict
@@ -194,6 +215,11 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
         cands = [c for c in cands if c not in left_out]
         progress(f"{problem.name}: search round, {len(cands)} candidate(s), {len(skipped)} skipped")
         run(0, cands)
+        # On a CPU Triton runs interpreted: which setting is faster there says nothing of a GPU.
+        step = tuning_step(problem, attempts) if device == "cuda" else []
+        if step and time.monotonic() < deadline:
+            progress(f"{problem.name}: tuning step, {len(step)} variant(s) around the fastest tuned one")
+            run(0, step)
         splits = [c for c in split_candidates(problem, baseline, attempts, evaluations[-1])
                   if not any(fnmatch.fnmatch(c.name, p) for p in options.exclude)]
         if splits and time.monotonic() < deadline:

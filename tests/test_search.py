@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from bot.evaluate import evaluate
 from bot.problems import load_problem
-from bot.propose.search import (PATHS, Base, Split, autotune_variants, bases_for, path_candidate, path_of,
-                                search_candidates, split_candidate, tunable_constants)
+from bot.domain import source_hash
+from bot.propose.search import (PATHS, TUNABLES, Base, Split, autotune_variants, bases_for, path_candidate,
+                                path_of, search_candidates, setting_of, split_candidate, tunable_constants)
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 
@@ -146,3 +148,102 @@ def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_opti
     calls.clear()
     third = evaluate(problem, [changed], reference, options, progress=calls.append)
     assert not any("from the cache" in c for c in calls) and third.candidates[0].verdict.accepted
+
+
+def test_autotuning_sweeps_every_value_of_every_knob_before_moving_two_at_once():
+    # Five knobs: the old strided sample of their 1,200-point product could miss whole axes.
+    source = (CANDIDATES / "matmul_bias_gelu_triton.py").read_text()
+    current = tunable_constants(source)
+    assert set(current) == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES"}
+    settings = [tunable_constants(v.source) for v in autotune_variants(Base("target", source, "ModelNew"))]
+    assert len(settings) == 16 and current not in settings
+    for key, values in TUNABLES.items():
+        if key in current:  # each other value of each knob, with every other knob kept
+            assert {s[key] for s in settings if all(s[k] == current[k] for k in current if k != key)} \
+                   == set(values) - {current[key]}
+    # Two knobs: the sweep (9) first, then pairs spread over the grid, nothing twice.
+    source = (CANDIDATES / "big_add_triton.py").read_text()
+    settings = [tuple(sorted(tunable_constants(v.source).items()))
+                for v in autotune_variants(Base("target", source, "ModelNew"), limit=14)]
+    assert len(settings) == len(set(settings)) == 14
+    moved = [sum(a != b for a, b in zip(s, sorted({"BLOCK_SIZE": 1024, "NUM_WARPS": 4}.items()))) for s in settings]
+    assert moved == sorted(moved) and moved.count(1) == 9
+
+
+def test_autotuning_leaves_out_settings_already_tried():
+    source = (CANDIDATES / "big_add_triton.py").read_text()
+    first = autotune_variants(Base("target", source, "ModelNew"), limit=4)
+    tried = frozenset(setting_of(v.source) for v in first)
+    again = autotune_variants(Base("target", source, "ModelNew"), limit=4, tried=tried)
+    assert not tried & {setting_of(v.source) for v in again} and len(again) == 4
+
+
+def _tuned_outcome(source: str, ratio: float, accepted: bool = True, parent: str = ""):
+    from bot.domain import CandidateSource, Origin, Speedup, Verdict
+    from bot.evaluate import ContenderOutcome, ShapeOutcome
+
+    name = "tune-" + "-".join(f"{k.lower()}{v}" for k, v in tunable_constants(source).items())
+    sp = Speedup(ratio, ratio * 0.98, ratio * 1.02, 0.95, "faster" if ratio * 0.98 > 1.05 else "no significant difference")
+    return ContenderOutcome(CandidateSource(name, source, Origin("search", "autotune", parent=parent)), "candidate",
+                            Verdict("accepted" if accepted else "rejected", ()),
+                            (ShapeOutcome("prefill", "", "bfloat16", None, sp, None, None, None),))
+
+
+def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline():
+    from bot.optimize import Attempt, tuning_step
+
+    problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
+    target = next(b for b in bases_for(problem) if b.label == "target")
+    variants = autotune_variants(target)
+    ratios = {i: 1.0 for i in range(len(variants))}
+    ratios[3] = 1.3  # the fastest; another, faster still, was rejected
+    attempts = [Attempt(0, _tuned_outcome(v.source, ratios[i], parent=target.parent_hash))
+                for i, v in enumerate(variants)]
+    attempts.append(Attempt(0, _tuned_outcome(
+        variants[0].source.replace("NUM_WARPS = 4", "NUM_WARPS = 16"), 2.0, accepted=False,
+        parent=target.parent_hash)))
+    step = tuning_step(problem, attempts)
+    best = tunable_constants(variants[3].source)
+    tried = {setting_of(a.outcome.candidate.source) for a in attempts} | {setting_of(target.source)}
+    assert step and len(step) <= 8
+    assert all(setting_of(c.source) not in tried for c in step)
+    assert all(sum(tunable_constants(c.source)[k] != best[k] for k in best) == 1 for c in step)
+    assert all(c.origin.parent == source_hash(variants[3].source) for c in step)
+    # No step where no tuned variant's interval cleared 1.
+    flat = [Attempt(0, _tuned_outcome(v.source, 1.01, parent=target.parent_hash)) for v in variants]
+    assert tuning_step(problem, flat) == []
+
+
+def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
+    import bot.optimize as optimize_module
+    from bot.domain import CandidateSource, Environment, Origin
+    from bot.evaluate import EvalOptions, Evaluation
+    from bot.optimize import OptimizeOptions
+
+    problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
+    target = next(b for b in bases_for(problem) if b.label == "target")
+    fastest = autotune_variants(target)[2]
+    rounds: list[list[str]] = []
+
+    def fake_evaluate(problem_, cands, baseline, options, progress=None):
+        rounds.append([c.name for c in cands])
+        outcomes = tuple(_tuned_outcome(c.source, 1.5 if c.source == fastest.source else 1.0,
+                                        parent=c.origin.parent or "") if c.name.startswith("tune-")
+                         else _tuned_outcome(c.source, 1.0) for c in cands)
+        outcomes = tuple(replace(o, candidate=c) for o, c in zip(outcomes, cands))
+        env = Environment(options.device, "test", "2", None, None, None, "3.11")
+        return Evaluation(problem_, env, None, outcomes)
+    monkeypatch.setattr(optimize_module, "evaluate", fake_evaluate)
+    baseline = CandidateSource("target", target.source, Origin("baseline"), problem.target, "ModelNew")
+    for device, steps in (("cuda", 1), ("cpu", 0)):
+        rounds.clear()
+        options = OptimizeOptions(evaluation=EvalOptions(device=device))
+        result = optimize_module.optimize(problem, baseline, options)
+        step_rounds = [r for r in rounds[1:] if r and all(n.startswith("tune-") for n in r)]
+        assert len(step_rounds) == steps, rounds
+        if steps:
+            best = tunable_constants(fastest.source)
+            names = {a.outcome.candidate.name for a in result.attempts}
+            assert set(step_rounds[0]) <= names
+            assert all(sum(tunable_constants(a.outcome.candidate.source)[k] != best[k] for k in best) == 1
+                       for a in result.attempts if a.outcome.candidate.name in step_rounds[0])

@@ -264,28 +264,59 @@ def tunable_constants(source: str) -> dict[str, int]:
     return found
 
 
-def autotune_variants(base: Base, round_: int | None = None, limit: int = MAX_TUNING_VARIANTS
-                      ) -> list[CandidateSource]:
-    """Variants of a Triton implementation with other block sizes, warps and stages."""
+def autotune_variants(base: Base, round_: int | None = None, limit: int = MAX_TUNING_VARIANTS,
+                      tried: frozenset[tuple[tuple[str, int], ...]] = frozenset(),
+                      pairs: bool = True) -> list[CandidateSource]:
+    """Variants of a Triton implementation with other block sizes, warps and stages. First each
+    knob alone through all its values, the others kept (a coordinate sweep: however many knobs
+    there are, none goes untried; on the H200 a fused matmul's five knobs made the old strided
+    sample of their product miss whole axes), then pairs of knobs moved together, spread over
+    the grid, up to `limit` (unless `pairs` is False: a descent step moves one knob at a time).
+    Settings in `tried` (see `setting_of`) are left out."""
     current = tunable_constants(base.source)
     if not current:
         return []
-    axes = [[(k, v) for v in TUNABLES[k]] for k in current]
-    variants = []
-    for combo in itertools.product(*axes):
-        setting = dict(combo)
-        if setting == current:
-            continue
-        source = base.source
-        for key, value in setting.items():
-            source = re.sub(rf"^{key}\s*=\s*\d+", f"{key} = {value}", source, count=1, flags=re.M)
-        detail = "autotune " + ", ".join(f"{k}={v}" for k, v in setting.items())
-        variants.append(CandidateSource(
-            name="tune-" + "-".join(f"{k.lower()}{v}" for k, v in setting.items()), source=source,
-            origin=Origin("search", detail, round=round_, parent=base.parent_hash)))
-    # Spread the budget over the grid instead of taking its first corner.
-    step = max(1, len(variants) // limit)
-    return variants[::step][:limit]
+    seen = set(tried) | {_setting_key(current)}
+    singles, doubles = [], []
+    for key in current:
+        for value in TUNABLES[key]:
+            singles.append({**current, key: value})
+    for a, b in itertools.combinations(current, 2) if pairs else ():
+        for va, vb in itertools.product(TUNABLES[a], TUNABLES[b]):
+            if va != current[a] and vb != current[b]:
+                doubles.append({**current, a: va, b: vb})
+    chosen = []
+    for setting in singles:
+        if _setting_key(setting) not in seen and len(chosen) < limit:
+            seen.add(_setting_key(setting))
+            chosen.append(setting)
+    room = limit - len(chosen)
+    if room > 0 and doubles:
+        step = max(1, len(doubles) // room)  # spread what is left over the pairs, not their first corner
+        for setting in doubles[::step]:
+            if _setting_key(setting) not in seen and len(chosen) < limit:
+                seen.add(_setting_key(setting))
+                chosen.append(setting)
+    return [_tuned(base, setting, round_) for setting in chosen]
+
+
+def _setting_key(setting: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(setting.items()))
+
+
+def setting_of(source: str) -> tuple[tuple[str, int], ...]:
+    """A Triton implementation's knob setting, as `autotune_variants` compares them."""
+    return _setting_key(tunable_constants(source))
+
+
+def _tuned(base: Base, setting: dict[str, int], round_: int | None) -> CandidateSource:
+    source = base.source
+    for key, value in setting.items():
+        source = re.sub(rf"^{key}\s*=\s*\d+", f"{key} = {value}", source, count=1, flags=re.M)
+    detail = "autotune " + ", ".join(f"{k}={v}" for k, v in setting.items())
+    return CandidateSource(
+        name="tune-" + "-".join(f"{k.lower()}{v}" for k, v in setting.items()), source=source,
+        origin=Origin("search", detail, round=round_, parent=base.parent_hash))
 
 
 def search_candidates(problem: Problem, bases: list[Base], device: str, timing: str = "latency"
