@@ -371,6 +371,9 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
             raise _problem_failure(problem, exc) from None
         progress(f"{problem.name} [{shape.name}] timed: "
                  f"{sum(len(r.batch_sizes) for r in records.values())} batches")
+        # The reference's float64 outputs for the timed calls' checks are held until the next
+        # shape's references otherwise, through other problems' trials.
+        _release_caches([reference], lock_key, limits.call_timeout_s, 1)
     floor = floor_us(info.nbytes, info.flops, peaks_for(environment.device_name)
                      if environment.device == "cuda" else None)
     for name, rec in records.items():
@@ -401,9 +404,10 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
 
 
 def _release_caches(workers: Sequence[WorkerClient], lock_key: str, timeout_s: float, parallel: int) -> None:
-    """Workers done with a shape's timing give their GPU memory back (captured graphs, the
-    allocator's cache) before the next shape's trials: on the H200, swiglu's finished prefill
-    timing, held by 15 workers, ran its decode trials out of memory beside another problem."""
+    """Workers done with a shape's timing (and the reference, done checking its calls) give
+    their GPU memory back (captured graphs, the allocator's cache) before the next shape's
+    trials: on the H200, swiglu's finished prefill timing, held by 15 workers, ran its decode
+    trials out of memory beside another problem."""
     with gpu_shared(lock_key), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         list(pool.map(lambda w: release_cache(w, timeout_s), workers))
 

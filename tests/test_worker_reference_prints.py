@@ -124,6 +124,7 @@ def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_time
     result = evaluate_module.evaluate(problem, [load_candidate(CANDIDATES / "slow2x.py")], baseline,
                                       quick_options(timing=TimingOptions(time_cap_s=0.5, min_samples=5, replicas=2)))
     assert result.candidates[0].verdict.accepted
-    # Once per shape, each worker that timed it (the baseline's and the candidate's, two each).
+    # Once per shape, each worker that timed it (the baseline's and the candidate's, two each),
+    # and the reference that checked the timed calls.
     shapes = len(problem.shapes_for("cpu"))
-    assert shapes >= 2 and sorted(released) == sorted(["c0", "c0-r2", "c1", "c1-r2"] * shapes), released
+    assert shapes >= 2 and sorted(released) == sorted(["c0", "c0-r2", "c1", "c1-r2", "reference"] * shapes), released
