@@ -136,12 +136,13 @@ def split_candidates(problem: Problem, baseline: CandidateSource, searched: list
     return out
 
 
-def tuning_step(problem: Problem, attempts: list[Attempt], limit: int = 8) -> list[CandidateSource]:
+def tuning_step(bases: list[Base], attempts: list[Attempt], round_: int = 0, limit: int = 8
+                ) -> list[CandidateSource]:
     """One step of coordinate descent on a Triton base's knobs: where the fastest accepted
     tuned variant of it beat the baseline (its whole interval over 1), the moves from that
     variant's setting that no attempt has tried yet."""
     out: list[CandidateSource] = []
-    for base in bases_for(problem):
+    for base in bases:
         if not tunable_constants(base.source):
             continue
         mine = [a.outcome for a in attempts if a.outcome.candidate.name.startswith("tune-")
@@ -152,7 +153,7 @@ def tuning_step(problem: Problem, attempts: list[Attempt], limit: int = 8) -> li
             continue
         tried = frozenset(setting_of(o.candidate.source) for o in mine) | {setting_of(base.source)}
         out.extend(autotune_variants(Base(base.label, best.candidate.source, base.class_name),
-                                     round_=0, limit=limit, tried=tried, pairs=False))
+                                     round_=round_, limit=limit, tried=tried, pairs=False))
     return out
 
 
@@ -207,6 +208,13 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
         evaluations.append(evaluation)
         attempts.extend(Attempt(round_, o) for o in evaluation.candidates)
 
+    def descend(bases: list[Base], round_: int) -> None:
+        # On a CPU Triton runs interpreted: which setting is faster there says nothing of a GPU.
+        step = tuning_step(bases, attempts, round_) if device == "cuda" else []
+        if step and time.monotonic() < deadline:
+            progress(f"{problem.name}: tuning step, {len(step)} variant(s) around the fastest tuned one")
+            run(round_, step)
+
     if options.strategy in ("search", "all"):
         cands, skipped = search_candidates(problem, bases_for(problem), device,
                                            options.evaluation.timing.mode)
@@ -215,11 +223,7 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
         cands = [c for c in cands if c not in left_out]
         progress(f"{problem.name}: search round, {len(cands)} candidate(s), {len(skipped)} skipped")
         run(0, cands)
-        # On a CPU Triton runs interpreted: which setting is faster there says nothing of a GPU.
-        step = tuning_step(problem, attempts) if device == "cuda" else []
-        if step and time.monotonic() < deadline:
-            progress(f"{problem.name}: tuning step, {len(step)} variant(s) around the fastest tuned one")
-            run(0, step)
+        descend(bases_for(problem), 0)
         splits = [c for c in split_candidates(problem, baseline, attempts, evaluations[-1])
                   if not any(fnmatch.fnmatch(c.name, p) for p in options.exclude)]
         if splits and time.monotonic() < deadline:
@@ -233,11 +237,13 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
         best_llm = select_best([a for a in attempts if a.outcome.candidate.origin.strategy == "llm"],
                                options.min_speedup)
         if best_llm is not None and time.monotonic() < deadline:
-            variants = autotune_variants(Base("llm", best_llm.candidate.source, "ModelNew"),
-                                         round_=max(a.round for a in attempts) + 1, limit=12)
+            llm_base = Base("llm", best_llm.candidate.source, "ModelNew")
+            tuning_round = max(a.round for a in attempts) + 1
+            variants = autotune_variants(llm_base, round_=tuning_round, limit=12)
             if variants:
                 progress(f"{problem.name}: autotuning the best LLM kernel ({len(variants)} variants)")
-                run(variants[0].origin.round or 0, variants)
+                run(tuning_round, variants)
+                descend([llm_base], tuning_round)
 
     if options.strategy == "search" and time.monotonic() > deadline:
         stopped = "budget"

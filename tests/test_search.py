@@ -202,7 +202,7 @@ def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline(
     attempts.append(Attempt(0, _tuned_outcome(
         variants[0].source.replace("NUM_WARPS = 4", "NUM_WARPS = 16"), 2.0, accepted=False,
         parent=target.parent_hash)))
-    step = tuning_step(problem, attempts)
+    step = tuning_step(bases_for(problem), attempts)
     best = tunable_constants(variants[3].source)
     tried = {setting_of(a.outcome.candidate.source) for a in attempts} | {setting_of(target.source)}
     assert step and len(step) <= 8
@@ -211,7 +211,7 @@ def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline(
     assert all(c.origin.parent == source_hash(variants[3].source) for c in step)
     # No step where no tuned variant's interval cleared 1.
     flat = [Attempt(0, _tuned_outcome(v.source, 1.01, parent=target.parent_hash)) for v in variants]
-    assert tuning_step(problem, flat) == []
+    assert tuning_step(bases_for(problem), flat) == []
 
 
 def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
@@ -247,3 +247,36 @@ def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
             assert set(step_rounds[0]) <= names
             assert all(sum(tunable_constants(a.outcome.candidate.source)[k] != best[k] for k in best) == 1
                        for a in result.attempts if a.outcome.candidate.name in step_rounds[0])
+
+
+def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
+    import bot.optimize as optimize_module
+    from bot.domain import CandidateSource, Environment, Origin
+    from bot.evaluate import EvalOptions, Evaluation
+    from bot.optimize import OptimizeOptions
+
+    problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
+    kernel = problem.target.read_text()  # stands in for an LLM's Triton kernel with knobs
+    llm = CandidateSource("llm-r1-s0", kernel, Origin("llm", "model m", round=1))
+    fastest = autotune_variants(Base("llm", kernel, "ModelNew"), limit=12)[4]
+    rounds: list[tuple[int, list[str]]] = []
+
+    class OneAnswer:
+        def propose(self, request):
+            return [llm]
+
+    def fake_evaluate(problem_, cands, baseline, options, progress=None):
+        rounds.append((cands[0].origin.round, [c.name for c in cands]))
+        ratio = {llm.source: 1.5, fastest.source: 2.0}
+        outcomes = tuple(replace(_tuned_outcome(c.source, ratio.get(c.source, 1.0)), candidate=c) for c in cands)
+        return Evaluation(problem_, Environment(options.device, "test", "2", None, None, None, "3.11"), None, outcomes)
+    monkeypatch.setattr(optimize_module, "evaluate", fake_evaluate)
+    baseline = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
+    options = OptimizeOptions(strategy="llm", max_rounds=1, evaluation=EvalOptions(device="cuda"))
+    result = optimize_module.optimize(problem, baseline, options, proposer=OneAnswer())
+    assert [r for r, _ in rounds] == [1, 2, 2]  # the LLM round, its autotuning, one descent step
+    assert len(rounds[1][1]) == 12 and rounds[2][1] and set(rounds[1][1]).isdisjoint(rounds[2][1])
+    best = tunable_constants(fastest.source)
+    assert all(sum(tunable_constants(a.outcome.candidate.source)[k] != best[k] for k in best) == 1
+               for a in result.attempts if a.outcome.candidate.name in rounds[2][1])
+    assert result.best.candidate.source == fastest.source
