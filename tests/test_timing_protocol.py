@@ -134,17 +134,25 @@ def test_a_failed_batch_on_any_replica_ends_the_contender():
     assert any(not c.passed for c in records["a"].checks)
 
 
-def test_only_the_finalists_get_replicas_and_they_are_built_outside_the_exclusive_phases():
-    problem = load_problem(PROBLEMS / "scale_add.py")
+def _screened_field():
+    """A baseline and six candidates (enough to screen with two finalists), a second worker
+    for each, and an `exclusive()` whose `held` list says whether a timing phase is on."""
     workers = {"base": _Worker(400.0), **{f"c{i}": _Worker(100.0 + 100 * i) for i in range(6)}}
     seconds = {n: _Worker(w.call_us) for n, w in workers.items()}
-    held, asked = [], []
+    held: list[bool] = []
 
     @contextlib.contextmanager
     def exclusive():
         held.append(True)
         yield
         held.pop()
+    return workers, seconds, held, exclusive
+
+
+def test_only_the_finalists_get_replicas_and_they_are_built_outside_the_exclusive_phases():
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    workers, seconds, held, exclusive = _screened_field()
+    asked = []
 
     def replicate(chosen):
         asked.append((sorted(chosen), bool(held)))
@@ -165,16 +173,9 @@ def test_workers_are_retired_once_when_screened_out_and_the_rest_when_timing_end
     # On the H200 15 workers holding swiglu's finished prefill timing ran its decode trials out
     # of GPU memory beside another problem: a worker's memory goes back when its timing is over.
     problem = load_problem(PROBLEMS / "scale_add.py")
-    workers = {"base": _Worker(400.0), **{f"c{i}": _Worker(100.0 + 100 * i) for i in range(6)}}
-    seconds = {n: _Worker(w.call_us) for n, w in workers.items()}
-    held, events = [], []
+    workers, seconds, held, exclusive = _screened_field()
+    events = []
     name_of = {id(w): n for n, w in workers.items()} | {id(w): n + "-r2" for n, w in seconds.items()}
-
-    @contextlib.contextmanager
-    def exclusive():
-        held.append(True)
-        yield
-        held.pop()
 
     def replicate(chosen):
         events.append(("replicate", sorted(chosen)))

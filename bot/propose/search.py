@@ -285,18 +285,18 @@ def autotune_variants(base: Base, round_: int | None = None, limit: int = MAX_TU
         for va, vb in itertools.product(TUNABLES[a], TUNABLES[b]):
             if va != current[a] and vb != current[b]:
                 doubles.append({**current, a: va, b: vb})
-    chosen = []
-    for setting in singles:
-        if _setting_key(setting) not in seen and len(chosen) < limit:
-            seen.add(_setting_key(setting))
-            chosen.append(setting)
-    room = limit - len(chosen)
-    if room > 0 and doubles:
-        step = max(1, len(doubles) // room)  # spread what is left over the pairs, not their first corner
-        for setting in doubles[::step]:
-            if _setting_key(setting) not in seen and len(chosen) < limit:
-                seen.add(_setting_key(setting))
+    chosen: list[dict[str, int]] = []
+
+    def take(settings: list[dict[str, int]]) -> None:
+        for setting in settings:
+            key = _setting_key(setting)
+            if key not in seen and len(chosen) < limit:
+                seen.add(key)
                 chosen.append(setting)
+
+    take(singles)
+    if len(chosen) < limit and doubles:  # spread what is left over the pairs, not their first corner
+        take(doubles[::max(1, len(doubles) // (limit - len(chosen)))])
     return [_tuned(base, setting, round_) for setting in chosen]
 
 
