@@ -1,0 +1,99 @@
+"""Session 13 probe: does flushing the L2 at a fresh place per replay, and rotating over more
+captured copies, make a fresh process's median of a few-µs kernel repeat within 1 %?
+
+The eleventh session's probe (`probe_worker_offset.py`) found a fresh process timing gelu's
+5 µs decode at a level of its own: 5.0 % between six processes with the worker's flush (one
+256 MB buffer zeroed in place), 2.2 % when each replay zeroed 256 MB at a random 2 MB offset
+of 512 MB. Each variant here is "flush/copies": the flush's placement (fixed, shifted within
+512 MB, shifted within 2 GB) and how many captured copies the replays rotate over.
+
+    python3 ci/evidence/probe_flush_shift.py --rounds 6 --out $OUT/flush-shift.json
+"""
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+VARIANTS = ("fixed/32", "shift512/32", "shift512/256", "fixed/256", "shift2g/256")
+SHAPE = (32, 14336)  # gelu decode, bf16
+REPLAYS, BATCH = 3000, 50
+MB = 1 << 20
+
+
+def child(variant: str) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from graph_probe import capture, elapsed_us, enqueue_replay, spin_cycles_per_us
+
+    placement, copies = variant.split("/")
+    window = {"fixed": 256, "shift512": 512, "shift2g": 2048}[placement] * MB
+    flush = torch.empty(window, dtype=torch.uint8, device="cuda")
+    rng = random.Random()
+    places = (window - 256 * MB) // (2 * MB) + 1
+
+    def flush_l2():
+        at = rng.randrange(places) * 2 * MB
+        flush[at:at + 256 * MB].zero_()
+
+    fn = lambda x: F.gelu(x, approximate="tanh")
+    cyc = spin_cycles_per_us()
+    sets = [capture(fn, torch.randn(SHAPE, dtype=torch.bfloat16, device="cuda")) for _ in range(int(copies))]
+    fresh = [torch.randn(SHAPE, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
+    samples, i = [], 0
+    while len(samples) < REPLAYS + BATCH:
+        pend = []
+        for _ in range(BATCH):
+            g, static, _out = sets[i % len(sets)]
+            pend.append(enqueue_replay(g, static, fresh[i % 4], flush_l2, cyc))
+            i += 1
+        samples += elapsed_us(pend)
+    warm = samples[BATCH:]  # the first batch is warm-up, as in the worker
+    q = statistics.quantiles(warm, n=10)
+    return {"median": statistics.median(warm), "mean": statistics.fmean(warm), "p10": q[0],
+            "p90": q[-1], "samples": [round(s, 3) for s in warm]}
+
+
+def spread(values) -> float:
+    return 100 * (max(values) - min(values)) / statistics.median(values)
+
+
+def parent(rounds: int, out_path: str | None) -> None:
+    runs = {v: [] for v in VARIANTS}
+    for r in range(rounds):
+        for v in random.sample(VARIANTS, len(VARIANTS)):  # no variant always first after a pause
+            t0 = time.time()
+            proc = subprocess.run([sys.executable, __file__, "--child", v], capture_output=True,
+                                  text=True, cwd=sys.path[0])
+            if proc.returncode != 0:
+                print(proc.stderr[-2000:], file=sys.stderr)
+                raise SystemExit(f"child {v} failed")
+            runs[v].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(f"round {r + 1} {v:13} {time.time() - t0:5.1f} s  median {runs[v][-1]['median']:.3f}",
+                  flush=True)
+            if out_path:
+                with open(out_path, "w") as f:
+                    json.dump(runs, f)
+    print(f"\n{'variant':13} | medians of {rounds} fresh processes (us) | spread of medians % | "
+          "spread of means % | spread of pairs' pooled medians %")
+    for v in VARIANTS:
+        meds = [run["median"] for run in runs[v]]
+        means = [run["mean"] for run in runs[v]]
+        # two processes per contender, as the worker's replicas: the pooled median of each pair
+        pairs = [statistics.median(a["samples"] + b["samples"]) for a, b in zip(runs[v][::2], runs[v][1::2])]
+        print(f"{v:13} | {' '.join(f'{m:.3f}' for m in meds)} | {spread(meds):6.2f} | "
+              f"{spread(means):6.2f} | {spread(pairs) if len(pairs) > 1 else float('nan'):6.2f}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--child")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(child(a.child)))
+    else:
+        parent(a.rounds, a.out)
