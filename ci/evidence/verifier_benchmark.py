@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bot.domain import CandidateSource, Origin
 from bot.evaluate import EvalOptions, evaluate
-from bot.problems import load_problem
+from bot.problems import load_problem, only_shapes
 from bot.sandbox import Limits
 from bot.timing import TimingOptions
 
@@ -32,10 +32,10 @@ def progress(message: str) -> None:  # where the time goes, on stderr
 
 
 def aa(problem_name: str, repeats: int, copies: int, cap_s: float, device: str, modes: list[str],
-       replicas: int = 2) -> dict:
+       replicas: int = 2, shapes: tuple[str, ...] = ()) -> dict:
     """`repeats` runs per timing mode; in each, the reference as baseline against `copies`
     identical candidates (each its own worker), all interleaved."""
-    problem = load_problem(ROOT / "problems" / f"{problem_name}.py", root=ROOT)
+    problem = only_shapes(load_problem(ROOT / "problems" / f"{problem_name}.py", root=ROOT), shapes, device)
     ref = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
     same = [CandidateSource(f"reference-again-{i}", problem.source, Origin("reference"), problem.path, "Model")
             for i in range(copies)]
@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--cap-s", type=float, default=2.0)
     parser.add_argument("--problems", default="rmsnorm,softmax,matmul_bias_gelu")
     parser.add_argument("--replicas", type=int, default=2, help="worker processes per contender")
+    parser.add_argument("--shapes", default="", help="only these shapes, e.g. decode (default: all)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)  # a fresh --out (on the H200 a missing one lost a run's JSON)
@@ -93,7 +94,7 @@ def main() -> None:
     for name in args.problems.split(","):
         t0 = time.time()
         r = aa(name, args.aa_repeats, args.copies, args.cap_s, args.device, args.timing.split(","),
-               args.replicas)
+               args.replicas, tuple(filter(None, args.shapes.split(","))))
         r["wall_s"] = time.time() - t0
         results.append(r)
         for row in r["summary"]:
