@@ -3,19 +3,29 @@
 This is the minimum isolation (separate address space, environment allowlist, private
 working directory, memory cap, timeouts enforced by the parent). On CI runners use the
 docker backend, which adds no network, a read-only filesystem and a pids limit.
+
+Workers are forked from the run's fork server (bot.sandbox.fork_server), which has imported
+torch once, or started as fresh processes where it is off or fails: the same confinement.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import resource
 import signal
 import socket
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 from bot.cores import worker_cores
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, worker_env
+from bot.sandbox.fork_server import ForkServer, ForkServerError
+
+log = logging.getLogger(__name__)
 
 
 class ProcessWorker(RunningWorker):
@@ -30,16 +40,7 @@ class ProcessWorker(RunningWorker):
         return self.proc.poll()
 
     def memory_bytes(self) -> int | None:
-        """Resident memory of the worker and everything in its process group."""
-        total = 0
-        for pid in _group_pids(self.proc.pid):
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-            except (OSError, ValueError):
-                continue
-        return total or None
+        return _group_memory(self.proc.pid)
 
     def kill(self) -> None:
         if not self._killed:
@@ -58,6 +59,19 @@ class ProcessWorker(RunningWorker):
             pass
 
 
+def _group_memory(pgid: int) -> int | None:
+    """Resident memory of the worker and everything in its process group."""
+    total = 0
+    for pid in _group_pids(pgid):
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            continue
+    return total or None
+
+
 def _group_pids(pgid: int) -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):
@@ -70,35 +84,116 @@ def _group_pids(pgid: int) -> list[int]:
     return pids
 
 
-def _limit_memory(memory_mb: int, device: str):
-    def apply() -> None:
-        # An address-space cap turns a huge allocation into a MemoryError at once. CUDA
-        # reserves terabytes of virtual address space, so on GPUs only the parent's
-        # resident-memory watchdog applies.
-        if device == "cpu":
-            cap = (memory_mb + 4096) << 20  # + room for the interpreter, torch and its threads
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if device == "cuda":
-            os.sched_setaffinity(0, worker_cores())  # keep off the reserved timing core
-    return apply
+def confine(memory_mb: int, device: str, cores: set[int]) -> None:
+    """In the worker, before it runs anything: its resource limits and cores."""
+    # An address-space cap turns a huge allocation into a MemoryError at once. CUDA
+    # reserves terabytes of virtual address space, so on GPUs only the parent's
+    # resident-memory watchdog applies.
+    if device == "cpu":
+        cap = (memory_mb + 4096) << 20  # + room for the interpreter, torch and its threads
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if device == "cuda" and cores:
+        os.sched_setaffinity(0, cores)  # keep off the reserved timing core
 
 
 class ProcessSandbox(Sandbox):
     name = "process"
 
-    def start(self, launch: WorkerLaunch) -> ProcessWorker:
+    def start(self, launch: WorkerLaunch) -> RunningWorker:
         launch.workdir.mkdir(parents=True, exist_ok=True)
         launch.cache_dir.mkdir(parents=True, exist_ok=True)
         parent_sock, child_sock = socket.socketpair()
         log_path = launch.workdir / "worker.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [launch.python, "-I", "-c", BOOT, str(BOT_ROOT), "--channel",
-                 f"fd:{child_sock.fileno()}"],
-                cwd=launch.workdir, env=worker_env(launch), stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
-                start_new_session=True,
-                preexec_fn=_limit_memory(launch.limits.memory_mb, launch.device))
-        child_sock.close()
-        return ProcessWorker(proc, parent_sock, log_path)
+        cores = worker_cores() if launch.device == "cuda" else set()
+        server = fork_server_for(launch)
+        try:
+            if server is not None:
+                try:
+                    pid = server.spawn(child_sock, log=log_path, cwd=launch.workdir, env=worker_env(launch),
+                                       memory_mb=launch.limits.memory_mb, device=launch.device, cores=cores)
+                    return ForkedWorker(server, pid, parent_sock, log_path)
+                except ForkServerError as exc:
+                    _give_up_on(server, exc)
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(
+                    [launch.python, "-I", "-c", BOOT, str(BOT_ROOT), "--channel",
+                     f"fd:{child_sock.fileno()}"],
+                    cwd=launch.workdir, env=worker_env(launch), stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
+                    start_new_session=True,
+                    preexec_fn=lambda: confine(launch.limits.memory_mb, launch.device, cores))
+            return ProcessWorker(proc, parent_sock, log_path)
+        finally:
+            child_sock.close()
+
+
+class ForkedWorker(RunningWorker):
+    """A worker forked by the fork server: the server, its parent, reports its exit."""
+
+    def __init__(self, server: ForkServer, pid: int, sock: socket.socket, log_path: Path):
+        self.server, self.pid, self.sock, self.log_path = server, pid, sock, log_path
+        self._killed = False
+
+    def exit_code(self) -> int | None:
+        return self.server.exit_code(self.pid)
+
+    def memory_bytes(self) -> int | None:
+        return _group_memory(self.pid)
+
+    def kill(self) -> None:
+        if not self._killed:
+            self._killed = True
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + 10
+        while self.exit_code() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+# One server per interpreter and device for the whole run (a worker's environment differs
+# between CPU and CUDA before torch is imported), shut down when the bot exits.
+_servers: dict[tuple[str, str], ForkServer | None] = {}
+_servers_lock = threading.Lock()
+
+
+def fork_server_for(launch: WorkerLaunch) -> ForkServer | None:
+    """The run's server for this kind of worker, started on first use; None where it is
+    switched off (KERNEL_BOT_FORK_SERVER=0) or could not start (workers then start plainly)."""
+    if os.environ.get("KERNEL_BOT_FORK_SERVER", "1") == "0":
+        return None
+    key = (launch.python, launch.device)
+    with _servers_lock:
+        if key not in _servers:
+            try:
+                generic = WorkerLaunch(workdir=launch.workdir, cache_dir=launch.cache_dir, readable=(),
+                                       device=launch.device, python=launch.python)
+                _servers[key] = ForkServer(launch.python, worker_env(generic))
+            except (ForkServerError, OSError) as exc:
+                log.warning("workers start without the fork server: %s", exc)
+                _servers[key] = None
+        return _servers[key]
+
+
+def _give_up_on(server: ForkServer, exc: Exception) -> None:
+    log.warning("the fork server failed, workers start without it: %s", exc)
+    with _servers_lock:
+        for key, held in list(_servers.items()):
+            if held is server:
+                _servers[key] = None
+    server.close()
+
+
+@atexit.register
+def _close_servers() -> None:
+    with _servers_lock:
+        for server in _servers.values():
+            if server is not None:
+                server.close()
+        _servers.clear()

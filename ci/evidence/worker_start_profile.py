@@ -4,8 +4,10 @@
 
 Prints one table per part: the cost of each start-up step in a fresh interpreter (each run
 three times, the median kept), then the wall time to start N real workers (bot.workers) at
-once, N workers 8 at a time (as `bot optimize` did), and N children forked from one process
-that has imported torch and triton but not touched CUDA (what a fork server would save).
+once and 8 at a time (as `bot optimize` does), as fresh processes and as forks of the fork
+server (bot.sandbox.fork_server; its own start, a torch import, is paid once per run and
+shown apart), and on CUDA N children forked from one process that has imported torch and
+triton but not touched CUDA (the least a fork can cost there).
 """
 
 from __future__ import annotations
@@ -45,10 +47,12 @@ def steps_table() -> None:
         print(f"| {label} | {statistics.median(_seconds(code) for _ in range(3)):.2f} |", flush=True)
 
 
-def _start_workers(n: int, at_once: int, device: str) -> float:
+def _start_workers(n: int, at_once: int, device: str, server: bool) -> float:
     from bot.sandbox.base import Limits
     from bot.sandbox.process import ProcessSandbox
     from bot.workers import WorkerClient
+
+    os.environ["KERNEL_BOT_FORK_SERVER"] = "1" if server else "0"
 
     sandbox = ProcessSandbox()
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,23 +94,38 @@ def _forked(n: int) -> float:
     return float(out.strip().splitlines()[-1])
 
 
+def _server_start(device: str) -> float:
+    from bot.sandbox.base import WorkerLaunch
+    from bot.sandbox.process import fork_server_for
+
+    os.environ["KERNEL_BOT_FORK_SERVER"] = "1"
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        server = fork_server_for(WorkerLaunch(Path(tmp), Path(tmp), (), device))
+        if server is None:
+            raise SystemExit("the fork server did not start")
+        return time.perf_counter() - t0
+
+
 def scaling_table(counts: list[int], device: str) -> None:
-    print("\n| workers | all at once, s | 8 at a time, s | forked after import (CUDA + warm-up only), s |")
-    print("| --- | --- | --- | --- |")
+    print(f"\nfork server's own start (once per run): {_server_start(device):.1f} s")
+    print("\n| workers | fresh, all at once, s | fresh, 8 at a time, s | forked by the server, all at once, s "
+          "| forked, 8 at a time, s | bare fork after import (CUDA + warm-up only), s |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for n in counts:
-        at_once = _start_workers(n, n, device)
-        eight = _start_workers(n, 8, device)
-        forked = _forked(n) if device == "cuda" else float("nan")
-        print(f"| {n} | {at_once:.1f} | {eight:.1f} | {forked:.1f} |", flush=True)
+        times = [_start_workers(n, at_once, device, server) for server in (False, True) for at_once in (n, 8)]
+        bare = _forked(n) if device == "cuda" else float("nan")
+        print(f"| {n} | " + " | ".join(f"{t:.1f}" for t in times) + f" | {bare:.1f} |", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--counts", default="1,8,16,29")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--no-steps", action="store_true", help="only the scaling table")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs, python {sys.version.split()[0]}")
-    if args.device == "cuda":
+    if args.device == "cuda" and not args.no_steps:
         steps_table()
     scaling_table([int(c) for c in args.counts.split(",")], args.device)
 

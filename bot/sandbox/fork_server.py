@@ -1,0 +1,230 @@
+"""A fork server for the process backend: workers start as forks of one clean process.
+
+A worker spends most of its start-up importing torch (1.3 s on a 2-vCPU CI machine; on the
+H200 host, 29 workers took 12 s to start, docs/results-h200.md). The server is a `python -I`
+process with a worker's allowlisted environment and no secrets; it imports torch and the
+worker harness once, never touches CUDA, and forks a worker per request. Each fork then
+does what `subprocess.Popen` would have done for it (its own session, its log as stdout and
+stderr, its working directory and environment, its resource limits, every other descriptor
+closed) and runs the worker on the channel the parent passed it, so a worker is the same
+confined `python -I` process either way, only started without re-importing.
+
+The server is the forks' parent, so it reaps them and reports each exit status to the bot;
+its single thread forks only between requests. Like any process of the same user, a
+hostile candidate could reach the server, as it could reach other workers or the bot
+itself: the docker backend is the isolation for untrusted code on shared runners.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bot.sandbox.base import BOT_ROOT
+
+BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
+        "from bot.sandbox.fork_server import serve; serve(int(sys.argv[2]))")
+MESSAGE_BYTES = 1 << 20  # one request (a worker's environment and paths) fits many times over
+READY_TIMEOUT_S = 300.0  # the server's own torch import, on a loaded machine
+REAP_S = 0.05
+
+
+class ForkServerError(Exception):
+    """The server could not start, or stopped answering; workers start the plain way."""
+
+
+# --- the server (runs in its own `python -I` process) ---------------------------------------
+
+def serve(control_fd: int) -> None:
+    import bot.worker  # noqa: F401  torch and the harness, imported once for every fork
+
+    control = socket.socket(fileno=control_fd)
+    control.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+    while True:
+        _report_exits(control)
+        ready, _, _ = select.select([control], [], [], REAP_S)
+        if not ready:
+            continue
+        data, fds, _flags, _addr = socket.recv_fds(control, MESSAGE_BYTES, 4)
+        if not data:  # the bot closed its end: the workers live on in their own sessions
+            return
+        request = json.loads(data)
+        pid = os.fork()
+        if pid == 0:
+            _become_worker(request, fds, control)  # never returns
+        for fd in fds:
+            os.close(fd)
+        control.sendall(json.dumps({"id": request["id"], "pid": pid}).encode())
+
+
+def _report_exits(control: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        control.sendall(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def _become_worker(request: dict[str, Any], fds: list[int], control: socket.socket) -> None:
+    """In the fork: what Popen(start_new_session=True, cwd=, env=, stdout=log, pass_fds=,
+    preexec_fn=confine) does, then the worker's main loop; the fork never returns."""
+    code = 1
+    try:
+        control.close()
+        channel_fd = fds[0]
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, channel_fd)  # nothing of the server's stays open but the channel
+        os.closerange(channel_fd + 1, os.sysconf("SC_OPEN_MAX"))
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        tempfile.tempdir = None  # the server's TMPDIR must not outlive the environment swap
+        from bot.sandbox.process import confine
+        confine(request["memory_mb"], request["device"], set(request["cores"]))
+        sys.argv = ["-c", "--channel", f"fd:{channel_fd}"]
+        from bot.worker import main
+        main(sys.argv[1:])
+        code = 0
+    except SystemExit as exc:  # a candidate's sys.exit(): the parent sees the code, and no result
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(code)
+
+
+# --- the bot's side -----------------------------------------------------------------------
+
+class ForkServer:
+    """The bot's handle on one server: `spawn` a worker, read its exit status, `close`."""
+
+    def __init__(self, python: str, env: dict[str, str]):
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._home = tempfile.mkdtemp(prefix="kernel-bot-fork-server-")
+        self._log = Path(self._home) / "server.log"
+        with open(self._log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [python, "-I", "-c", BOOT, str(BOT_ROOT), str(theirs.fileno())],
+                cwd=self._home, env={**env, "HOME": self._home, "TMPDIR": self._home},
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(theirs.fileno(),), start_new_session=True)
+        theirs.close()
+        self._lock = threading.Lock()
+        self._exits: dict[int, int] = {}
+        self._next_id = 0
+        self._dead = False
+        hello = self._receive(time.monotonic() + READY_TIMEOUT_S)
+        if hello is None or not hello.get("ready"):
+            self.close()
+            raise ForkServerError(f"the fork server did not start: {self._log_tail()}")
+
+    def spawn(self, channel: socket.socket, *, log: Path, cwd: Path, env: dict[str, str],
+              memory_mb: int, device: str, cores: set[int]) -> int:
+        """A new worker on `channel` (the worker's end of its socket pair); its pid."""
+        with self._lock:
+            if self._dead:
+                raise ForkServerError("the fork server has stopped")
+            self._next_id += 1
+            request = {"id": self._next_id, "log": str(log), "cwd": str(cwd), "env": env,
+                       "memory_mb": memory_mb, "device": device, "cores": sorted(cores)}
+            try:
+                socket.send_fds(self._sock, [json.dumps(request).encode()], [channel.fileno()])
+            except OSError as exc:
+                self._dead = True
+                raise ForkServerError(f"the fork server stopped: {exc}") from None
+            deadline = time.monotonic() + 60.0
+            while True:
+                reply = self._receive(deadline)
+                if reply is None:
+                    self._dead = True
+                    raise ForkServerError(f"the fork server stopped answering: {self._log_tail()}")
+                if reply.get("id") == self._next_id:
+                    return int(reply["pid"])
+
+    def exit_code(self, pid: int) -> int | None:
+        """The worker's exit status as Popen.returncode gives it (negative: killed by that
+        signal); None while it runs."""
+        with self._lock:
+            while not self._dead and self._receive(0.0, wait=False) is not None:
+                pass
+            if pid in self._exits:
+                return self._exits[pid]
+            if self._dead and not _alive(pid):
+                return -9  # its status went with the server; a worker that vanished was killed
+            return None
+
+    def close(self) -> None:
+        self._dead = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _receive(self, deadline: float, wait: bool = True) -> dict[str, Any] | None:
+        """The next message that is not an exit notice (those are recorded); None when the
+        server is gone, or (with wait=False) when nothing is waiting."""
+        while True:
+            timeout = max(deadline - time.monotonic(), 0.0) if wait else 0.0
+            ready, _, _ = select.select([self._sock], [], [], timeout)
+            if not ready:
+                if wait and time.monotonic() < deadline:
+                    continue
+                if wait:
+                    self._dead = True
+                return None
+            try:
+                data = self._sock.recv(MESSAGE_BYTES)
+            except OSError:
+                data = b""
+            if not data:
+                self._dead = True
+                return None
+            message = json.loads(data)
+            if "exited" in message:
+                self._exits[int(message["exited"])] = int(message["code"])
+                continue
+            return message
+
+    def _log_tail(self) -> str:
+        try:
+            return self._log.read_text(errors="replace")[-2000:].strip() or "(no output)"
+        except OSError:
+            return "(no log)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

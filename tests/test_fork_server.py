@@ -1,0 +1,121 @@
+"""Workers forked from the fork server are confined as fresh `python -I` processes are, and
+the bot falls back to starting them plainly when the server is off or fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from bot.candidates import load_candidate
+from bot.evaluate import evaluate
+from bot.problems import load_problem
+from bot.sandbox import process
+from bot.sandbox.base import WorkerLaunch, worker_env
+from bot.sandbox.fork_server import ForkServer
+from conftest import CANDIDATES, PROBLEMS
+
+# A candidate that reports, as its import error, what its process looks like from inside.
+PROBE = '''
+import json, os, resource, sys
+sockets = 0
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        sockets += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    except OSError:
+        pass
+raise RuntimeError("PROBE" + json.dumps({
+    "secrets": sum(k in os.environ for k in ("GITHUB_TOKEN", "OPENAI_API_KEY")),
+    "interp": os.environ.get("TRITON_INTERPRET"),
+    "home": os.environ.get("HOME") == os.getcwd() and "/kernel-bot-" in os.getcwd(),
+    "iso": sys.flags.isolated, "leader": os.getsid(0) == os.getpid(), "sockets": sockets,
+    "cap": resource.getrlimit(resource.RLIMIT_AS)[0] > 0, "ppid": os.getppid()}) + "PROBE")
+'''
+
+
+def _evaluate(names_or_paths, quick_options):
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    cands = [load_candidate(p if isinstance(p, Path) else CANDIDATES / f"{p}.py") for p in names_or_paths]
+    result = evaluate(problem, cands, None, quick_options())
+    return {o.candidate.name: o.verdict for o in result.candidates}
+
+
+def _probe(tmp_path, quick_options) -> dict:
+    path = tmp_path / "probe_self.py"
+    path.write_text(PROBE)
+    reason = _evaluate([path], quick_options)["probe_self"].reasons[0]
+    return json.loads(reason.split("PROBE")[1])  # the reason may quote the error twice
+
+
+def test_a_forked_worker_is_confined_like_a_fresh_process(tmp_path, quick_options, monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    seen = _probe(tmp_path, quick_options)
+    server = process._servers.get((sys.executable, "cpu"))
+    assert server is not None, "the worker was not forked: no fork server for CPU workers"
+    assert seen["ppid"] == server.proc.pid  # it is a fork of the server, not a fresh process
+    assert seen["secrets"] == 0
+    assert seen["interp"] == "1"  # its own environment, not the server's
+    assert seen["home"]  # its private working directory, also its HOME
+    assert seen["iso"] == 1 and seen["leader"]
+    assert seen["sockets"] == 1  # its channel only, not the server's control socket
+    assert seen["cap"]  # the CPU memory cap applies in the fork
+
+
+def test_crashes_exits_and_forged_results_are_reported_through_the_server(quick_options):
+    verdicts = _evaluate(["crash_segfault", "cheat_forge_stdout", "cheat_forge_fds", "honest"], quick_options)
+    assert "killed by signal 11" in verdicts["crash_segfault"].reasons[0]
+    assert any("exited with code 0 without a result" in r for r in verdicts["cheat_forge_stdout"].reasons)
+    assert not verdicts["cheat_forge_fds"].accepted
+    assert verdicts["honest"].accepted, verdicts["honest"].reasons
+
+
+def test_switched_off_workers_start_as_fresh_processes(tmp_path, quick_options, monkeypatch):
+    monkeypatch.setenv("KERNEL_BOT_FORK_SERVER", "0")
+    seen = _probe(tmp_path, quick_options)
+    server = process._servers.get((sys.executable, "cpu"))
+    assert seen["ppid"] == os.getpid()  # started by the bot itself
+    assert server is None or seen["ppid"] != server.proc.pid
+    assert seen["sockets"] == 1 and seen["iso"] == 1 and seen["secrets"] == 0
+
+
+def test_a_dead_server_falls_back_to_fresh_processes(quick_options, monkeypatch, tmp_path):
+    monkeypatch.setattr(process, "_servers", {})  # a server of this test's own
+    launch = WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(), device="cpu")
+    server = process.fork_server_for(launch)
+    assert server is not None
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait()
+    verdicts = _evaluate(["honest", "crash_segfault"], quick_options)
+    assert verdicts["honest"].accepted, verdicts["honest"].reasons
+    assert "killed by signal 11" in verdicts["crash_segfault"].reasons[0]
+    assert process._servers[(sys.executable, "cpu")] is None  # given up on, for the rest of the run
+
+
+def test_the_server_holds_no_credentials_and_reports_a_vanished_worker(tmp_path):
+    launch = WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(), device="cpu")
+    env = worker_env(launch, {**os.environ, "GITHUB_TOKEN": "ghp_secret"})
+    server = ForkServer(sys.executable, env)
+    try:
+        environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
+        assert not any(v.startswith(b"GITHUB_TOKEN=") for v in environ)
+        assert any(v.startswith(b"TRITON_INTERPRET=") for v in environ)
+        assert server.exit_code(2 ** 22 + 12345) is None  # not one of its workers: unknown, not dead
+        server.close()
+        assert server.exit_code(2 ** 22 + 12345) == -9  # the server is gone and so is that process
+    finally:
+        server.close()
+
+
+def test_confine_caps_the_address_space_of_a_cpu_worker():
+    # In a fork, so the cap does not stay on the test process.
+    pid = os.fork()
+    if pid == 0:
+        import resource
+        process.confine(1024, "cpu", set())
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        os._exit(0 if soft == (1024 + 4096) << 20 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
