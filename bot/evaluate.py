@@ -150,9 +150,9 @@ def materialise(candidate: CandidateSource, folder: Path) -> Path:
 class _Session:
     """Workers of one evaluation; all of them are killed when it closes."""
 
-    def __init__(self, problem: Problem, options: EvalOptions, root: Path):
+    def __init__(self, problem: Problem, options: EvalOptions, root: Path, workers: int):
         self.problem, self.options, self.root = problem, options, root
-        self.sandbox = make_sandbox(options.sandbox)
+        self.sandbox = make_sandbox(options.sandbox, workers)
         self.workers: list[WorkerClient] = []
 
     @property
@@ -181,9 +181,9 @@ class _Session:
 
 
 @contextlib.contextmanager
-def _session(problem: Problem, options: EvalOptions) -> Iterator[_Session]:
+def _session(problem: Problem, options: EvalOptions, workers: int) -> Iterator[_Session]:
     with tempfile.TemporaryDirectory(prefix="kernel-bot-") as tmp:
-        session = _Session(problem, options, Path(tmp))
+        session = _Session(problem, options, Path(tmp), workers)
         try:
             yield session
         finally:
@@ -285,12 +285,12 @@ def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline
     names = [f"c{i}" for i in range(len(contenders))]
     checks: dict[str, list[CheckResult]] = {n: [] for n in names}
     per_shape: dict[str, list[ShapeOutcome]] = {n: [] for n in names}
-    with _session(problem, options) as session:
+    # Speedups compare timings from different processes: each contender gets replicas.
+    replica_count = options.timing.replicas if baseline is not None else 1
+    with _session(problem, options, 1 + len(contenders) * replica_count) as session:
         ref_hash = source_hash(problem.source)
         workers: dict[str, WorkerClient] = {}
-        # Speedups compare timings from different processes: each contender gets replicas.
-        replicas = _Replicas(session, options.timing.replicas if baseline is not None else 1,
-                             options.parallel)
+        replicas = _Replicas(session, replica_count, options.parallel)
         progress(f"{problem.name}: starting {len(contenders) + 1} worker(s)")
 
         def start(name: str, cand: CandidateSource) -> None:

@@ -49,12 +49,17 @@ def _probe(tmp_path, quick_options) -> dict:
     return json.loads(reason.split("PROBE")[1])  # the reason may quote the error twice
 
 
+def _cpu_launch(tmp_path: Path) -> WorkerLaunch:
+    return WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(), device="cpu")
+
+
 def test_a_forked_worker_is_confined_like_a_fresh_process(tmp_path, quick_options, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    # Two workers alone would not start a server (see the next tests); one already running serves them.
+    server = process.fork_server_for(_cpu_launch(tmp_path))
+    assert server is not None
     seen = _probe(tmp_path, quick_options)
-    server = process._servers.get((sys.executable, "cpu"))
-    assert server is not None, "the worker was not forked: no fork server for CPU workers"
     assert seen["ppid"] == server.proc.pid  # it is a fork of the server, not a fresh process
     assert seen["secrets"] == 0
     assert seen["interp"] == "1"  # its own environment, not the server's
@@ -81,10 +86,20 @@ def test_switched_off_workers_start_as_fresh_processes(tmp_path, quick_options, 
     assert seen["sockets"] == 1 and seen["iso"] == 1 and seen["secrets"] == 0
 
 
+def test_a_few_workers_do_not_start_a_server_and_many_do(tmp_path, quick_options, monkeypatch):
+    monkeypatch.setattr(process, "_servers", {})
+    seen = _probe(tmp_path, quick_options)  # the reference and one candidate: two workers
+    assert seen["ppid"] == os.getpid() and (sys.executable, "cpu") not in process._servers
+    verdicts = _evaluate(["honest", "slow2x", "crash_segfault"], quick_options)  # four workers
+    assert verdicts["honest"].accepted
+    server = process._servers[(sys.executable, "cpu")]
+    assert server is not None and server.proc.poll() is None
+    server.close()
+
+
 def test_a_dead_server_falls_back_to_fresh_processes(quick_options, monkeypatch, tmp_path):
     monkeypatch.setattr(process, "_servers", {})  # a server of this test's own
-    launch = WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(), device="cpu")
-    server = process.fork_server_for(launch)
+    server = process.fork_server_for(_cpu_launch(tmp_path))
     assert server is not None
     os.kill(server.proc.pid, signal.SIGKILL)
     server.proc.wait()
@@ -95,8 +110,7 @@ def test_a_dead_server_falls_back_to_fresh_processes(quick_options, monkeypatch,
 
 
 def test_the_server_holds_no_credentials_and_reports_a_vanished_worker(tmp_path):
-    launch = WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(), device="cpu")
-    env = worker_env(launch, {**os.environ, "GITHUB_TOKEN": "ghp_secret"})
+    env = worker_env(_cpu_launch(tmp_path), {**os.environ, "GITHUB_TOKEN": "ghp_secret"})
     server = ForkServer(sys.executable, env)
     try:
         environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")

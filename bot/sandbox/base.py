@@ -122,11 +122,16 @@ class Sandbox(ABC):
         """Start `python -I -c BOOT` confined by this backend, connected to a private channel."""
 
 
-def make_sandbox(name: str) -> Sandbox:
+# From this many workers in one evaluation, the process backend starts its fork server.
+FORK_SERVER_MIN_WORKERS = 4
+
+
+def make_sandbox(name: str, workers: int | None = None) -> Sandbox:
+    """The backend `name`, for an evaluation that will start about `workers` workers."""
     if name == "process":
         from bot.sandbox.process import ProcessSandbox
 
-        return ProcessSandbox()
+        return ProcessSandbox(start_fork_server=workers is None or workers >= FORK_SERVER_MIN_WORKERS)
     if name == "docker":
         from bot.sandbox.docker import DockerSandbox
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -187,6 +188,7 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        shutil.rmtree(self._home, ignore_errors=True)
 
     def _receive(self, deadline: float, wait: bool = True) -> dict[str, Any] | None:
         """The next message that is not an exit notice (those are recorded); None when the
