@@ -103,7 +103,8 @@ class ProcessSandbox(Sandbox):
     def __init__(self, start_fork_server: bool = True):
         # A server already running serves everyone; starting one (a torch import of its own,
         # before the first fork) pays only where several workers start: a `bot verify`'s
-        # two start sooner side by side (on 2 vCPUs, 4.1 s against 5.1 s for the command).
+        # two start sooner side by side (on 2 vCPUs the command took 4.7 s without a server,
+        # 5.4 s with one: medians of four, interleaved).
         self.start_fork_server = start_fork_server
 
     def start(self, launch: WorkerLaunch) -> RunningWorker:
