@@ -133,3 +133,15 @@ def test_confine_caps_the_address_space_of_a_cpu_worker():
         os._exit(0 if soft == (1024 + 4096) << 20 else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_server_that_cannot_start_leaves_workers_to_start_plainly(tmp_path, quick_options, monkeypatch):
+    from bot.sandbox import fork_server
+
+    monkeypatch.setattr(process, "_servers", {})
+    monkeypatch.setattr(fork_server, "BOOT", "raise SystemExit('no torch here')")
+    assert process.fork_server_for(_cpu_launch(tmp_path)) is None
+    assert process._servers[(sys.executable, "cpu")] is None  # not tried again for every worker
+    verdicts = _evaluate(["honest", "slow2x", "crash_segfault"], quick_options)
+    assert verdicts["honest"].accepted, verdicts["honest"].reasons
+    assert "killed by signal 11" in verdicts["crash_segfault"].reasons[0]

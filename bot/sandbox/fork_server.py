@@ -126,13 +126,19 @@ class ForkServer:
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._home = tempfile.mkdtemp(prefix="kernel-bot-fork-server-")
         self._log = Path(self._home) / "server.log"
-        with open(self._log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [python, "-I", "-c", BOOT, str(BOT_ROOT), str(theirs.fileno())],
-                cwd=self._home, env={**env, "HOME": self._home, "TMPDIR": self._home},
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(theirs.fileno(),), start_new_session=True)
-        theirs.close()
+        try:
+            with open(self._log, "wb") as log:
+                self.proc = subprocess.Popen(
+                    [python, "-I", "-c", BOOT, str(BOT_ROOT), str(theirs.fileno())],
+                    cwd=self._home, env={**env, "HOME": self._home, "TMPDIR": self._home},
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    pass_fds=(theirs.fileno(),), start_new_session=True)
+        except OSError as exc:  # no such interpreter, no processes left, ...
+            self._sock.close()
+            shutil.rmtree(self._home, ignore_errors=True)
+            raise ForkServerError(f"the fork server could not be started: {exc}") from None
+        finally:
+            theirs.close()
         self._lock = threading.Lock()
         self._exits: dict[int, int] = {}
         self._next_id = 0
