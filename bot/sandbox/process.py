@@ -19,6 +19,7 @@ import socket
 import subprocess
 import threading
 import time
+from abc import abstractmethod
 from pathlib import Path
 
 from bot.cores import worker_cores
@@ -28,34 +29,48 @@ from bot.sandbox.fork_server import ForkServer, ForkServerError
 log = logging.getLogger(__name__)
 
 
-class ProcessWorker(RunningWorker):
-    def __init__(self, proc: subprocess.Popen, sock: socket.socket, log_path: Path):
-        self.proc = proc
-        self.pid = proc.pid
-        self.sock = sock
-        self.log_path = log_path
+class _GroupWorker(RunningWorker):
+    """A worker leading its own process group, however it was started."""
+
+    def __init__(self, pid: int, sock: socket.socket, log_path: Path):
+        self.pid, self.sock, self.log_path = pid, sock, log_path
         self._killed = False
 
-    def exit_code(self) -> int | None:
-        return self.proc.poll()
-
     def memory_bytes(self) -> int | None:
-        return _group_memory(self.proc.pid)
+        return _group_memory(self.pid)
 
     def kill(self) -> None:
         if not self._killed:
             self._killed = True
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        self._await_exit(10.0)
         try:
             self.sock.close()
         except OSError:
+            pass
+
+    @abstractmethod
+    def _await_exit(self, timeout_s: float) -> None:
+        """Until the killed worker's exit is known, or `timeout_s`."""
+
+
+class ProcessWorker(_GroupWorker):
+    """A worker started as a fresh process: the bot is its parent."""
+
+    def __init__(self, proc: subprocess.Popen, sock: socket.socket, log_path: Path):
+        super().__init__(proc.pid, sock, log_path)
+        self.proc = proc
+
+    def exit_code(self) -> int | None:
+        return self.proc.poll()
+
+    def _await_exit(self, timeout_s: float) -> None:
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
             pass
 
 
@@ -113,11 +128,12 @@ class ProcessSandbox(Sandbox):
         parent_sock, child_sock = socket.socketpair()
         log_path = launch.workdir / "worker.log"
         cores = worker_cores() if launch.device == "cuda" else set()
+        env = worker_env(launch)
         server = fork_server_for(launch, start=self.start_fork_server)
         try:
             if server is not None:
                 try:
-                    pid = server.spawn(child_sock, log=log_path, cwd=launch.workdir, env=worker_env(launch),
+                    pid = server.spawn(child_sock, log=log_path, cwd=launch.workdir, env=env,
                                        memory_mb=launch.limits.memory_mb, device=launch.device, cores=cores)
                     return ForkedWorker(server, pid, parent_sock, log_path)
                 except ForkServerError as exc:
@@ -126,7 +142,7 @@ class ProcessSandbox(Sandbox):
                 proc = subprocess.Popen(
                     [launch.python, "-I", "-c", BOOT, str(BOT_ROOT), "--channel",
                      f"fd:{child_sock.fileno()}"],
-                    cwd=launch.workdir, env=worker_env(launch), stdin=subprocess.DEVNULL,
+                    cwd=launch.workdir, env=env, stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
                     start_new_session=True,
                     preexec_fn=lambda: confine(launch.limits.memory_mb, launch.device, cores))
@@ -135,33 +151,20 @@ class ProcessSandbox(Sandbox):
             child_sock.close()
 
 
-class ForkedWorker(RunningWorker):
+class ForkedWorker(_GroupWorker):
     """A worker forked by the fork server: the server, its parent, reports its exit."""
 
     def __init__(self, server: ForkServer, pid: int, sock: socket.socket, log_path: Path):
-        self.server, self.pid, self.sock, self.log_path = server, pid, sock, log_path
-        self._killed = False
+        super().__init__(pid, sock, log_path)
+        self.server = server
 
     def exit_code(self) -> int | None:
         return self.server.exit_code(self.pid)
 
-    def memory_bytes(self) -> int | None:
-        return _group_memory(self.pid)
-
-    def kill(self) -> None:
-        if not self._killed:
-            self._killed = True
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + 10
+    def _await_exit(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
         while self.exit_code() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 # One server per interpreter and device for the whole run (a worker's environment differs

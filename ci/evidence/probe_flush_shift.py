@@ -13,9 +13,8 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
-import sys
-import time
+
+from fresh_processes import run_children, spread
 
 VARIANTS = ("fixed/32", "shift512/32", "shift512/256", "fixed/256", "shift2g/256")
 SHAPE = (32, 14336)  # gelu decode, bf16
@@ -56,26 +55,8 @@ def child(variant: str) -> dict:
             "p90": q[-1], "samples": [round(s, 3) for s in warm]}
 
 
-def spread(values) -> float:
-    return 100 * (max(values) - min(values)) / statistics.median(values)
-
-
 def parent(rounds: int, out_path: str | None) -> None:
-    runs = {v: [] for v in VARIANTS}
-    for r in range(rounds):
-        for v in random.sample(VARIANTS, len(VARIANTS)):  # no variant always first after a pause
-            t0 = time.time()
-            proc = subprocess.run([sys.executable, __file__, "--child", v], capture_output=True,
-                                  text=True, cwd=sys.path[0])
-            if proc.returncode != 0:
-                print(proc.stderr[-2000:], file=sys.stderr)
-                raise SystemExit(f"child {v} failed")
-            runs[v].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {v:13} {time.time() - t0:5.1f} s  median {runs[v][-1]['median']:.3f}",
-                  flush=True)
-            if out_path:
-                with open(out_path, "w") as f:
-                    json.dump(runs, f)
+    runs = run_children(__file__, VARIANTS, rounds, lambda res: f"median {res['median']:.3f}", out_path)
     print(f"\n{'variant':13} | medians of {rounds} fresh processes (us) | spread of medians % | "
           "spread of means % | spread of pairs' pooled medians %")
     for v in VARIANTS:

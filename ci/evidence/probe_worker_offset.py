@@ -12,9 +12,8 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
-import sys
-import time
+
+from fresh_processes import run_children, spread
 
 VARIANTS = ("zero", "zero-shift", "read", "zero+read", "none")
 CASES = {"gelu decode": ((32, 14336), "gelu"), "softmax decode": ((64, 128256), "softmax")}
@@ -72,24 +71,9 @@ def child(variant: str) -> dict:
     return out
 
 
-def spread(values) -> float:
-    return 100 * (max(values) - min(values)) / statistics.median(values)
-
-
 def parent(rounds: int, out_path: str | None) -> None:
-    runs = {v: [] for v in VARIANTS}
-    for r in range(rounds):
-        order = random.sample(VARIANTS, len(VARIANTS))  # no variant always first after a pause
-        for v in order:
-            t0 = time.time()
-            proc = subprocess.run([sys.executable, __file__, "--child", v], capture_output=True,
-                                  text=True, cwd=sys.path[0])
-            if proc.returncode != 0:
-                print(proc.stderr[-2000:], file=sys.stderr)
-                raise SystemExit(f"child {v} failed")
-            runs[v].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {v:10} {time.time() - t0:5.1f} s  " + "  ".join(
-                f"{c}: {runs[v][-1][c]['median']:.3f}" for c in CASES), flush=True)
+    runs = run_children(__file__, VARIANTS, rounds, lambda res: "  ".join(
+        f"{c}: {res[c]['median']:.3f}" for c in CASES), out_path)
     print(f"\n{'case':15} {'variant':10} | medians of {rounds} fresh processes (us) | "
           "spread of medians % | spread of means % | worst within-process batch-median spread %")
     for case in CASES:
@@ -99,9 +83,6 @@ def parent(rounds: int, out_path: str | None) -> None:
             within = max(run[case]["batch_median_spread_pct"] for run in runs[v])
             print(f"{case:15} {v:10} | {' '.join(f'{m:.3f}' for m in meds)} | {spread(meds):6.2f} | "
                   f"{spread(means):6.2f} | {within:6.2f}")
-    if out_path:
-        with open(out_path, "w") as f:
-            json.dump(runs, f)
 
 
 if __name__ == "__main__":
