@@ -51,6 +51,7 @@ _Event = torch.cuda.Event
 _ev_record = torch.cuda.Event.record
 _ev_elapsed = torch.cuda.Event.elapsed_time
 _copy_ = torch.Tensor.copy_
+_sum = torch.Tensor.sum
 _CUDAGraph = torch.cuda.CUDAGraph
 _graph_capture = torch.cuda.graph
 _graph_replay = torch.cuda.CUDAGraph.replay
@@ -62,6 +63,16 @@ _cuda_reserved = torch.cuda.memory_reserved
 _cuda_available = torch.cuda.is_available
 
 FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBench
+
+
+def _flush_l2(words: torch.Tensor) -> torch.Tensor:
+    """Read the whole flush buffer, so the L2 holds only its clean lines. Not a zeroing, as
+    KernelBench and Triton's do_bench flush: that leaves the L2 full of dirty lines, whose
+    write-back the next (timed) call pays as it reads; on the H200 it added 6.6 us (18 %) to
+    matmul_bias_gelu's 117 MB decode layer (docs/benchmark.md, "Fourteenth session"). Bound at
+    import like the timers, so a candidate that patches `Tensor.sum` or `zero_` cannot take
+    the flush away from its own timings."""
+    return _sum(words)
 # Mode "graph" replays several captured copies of a call in turn, each with its own input and
 # output tensors: on the H200 a 4.8 us kernel's replays took 4.6 to 5.5 us depending on where
 # its tensors lay (docs/benchmark.md), so one copy per worker made a run's median hang on one
@@ -392,7 +403,7 @@ class Harness:
             # Here, not at start-up: a worker that is never timed (rejected in verification)
             # does not hold 256 MB of the GPU that other workers need.
             try:
-                self.flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+                self.flush_buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
             except BaseException as exc:  # out of memory: reported, and retried alone
                 return _failure("call", exc)
         if cuda and msg.get("mode") == "throughput":
@@ -405,7 +416,7 @@ class Harness:
                 inputs = self._inputs(int(seed), msg["distribution"])
                 with torch.no_grad():
                     if cuda:
-                        self.flush_buf.zero_()
+                        _flush_l2(self.flush_buf)
                         e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
                         _cuda_sync()
                         t0 = _perf_ns()
@@ -434,7 +445,7 @@ class Harness:
         device-synchronised wall time of the batch against its event span on this stream."""
         def call(inputs: list[Any]) -> tuple | dict:
             with torch.no_grad():
-                self.flush_buf.zero_()
+                _flush_l2(self.flush_buf)
                 e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
                 h0 = _perf_ns()
                 _ev_record(e0)
@@ -480,7 +491,7 @@ class Harness:
             for static, fresh in zip(captured.inputs, inputs):
                 if _is_tensor(static):
                     _copy_(static, fresh)
-            self.flush_buf.zero_()
+            _flush_l2(self.flush_buf)
             _gpu_sleep(int(cover_us * cycles_per_us))
             e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
             h0 = _perf_ns()

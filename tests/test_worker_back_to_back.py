@@ -150,3 +150,19 @@ def test_graph_capture_failure_is_a_call_failure_naming_the_mode(monkeypatch):
     h.model = lambda *inputs: [inputs[0].sum().item()]
     reply = h._time_graph_replays({"seeds": [1], "distribution": "standard", "fp_seed": 5})
     assert not reply["ok"] and "output type" in reply["error"]
+
+
+def test_every_timed_call_reads_the_whole_flush_buffer_even_with_tensor_methods_patched(monkeypatch):
+    # A candidate's module can rebind torch.Tensor's methods in the worker; the flush must
+    # still read the buffer before each of its timed calls, or its timings run on a warm L2.
+    h = _harness(monkeypatch)
+    h.flush_buf = torch.arange(1 << 12, dtype=torch.int32)
+    reads = []
+    real_sum = worker._sum
+    monkeypatch.setattr(worker, "_sum", lambda t: reads.append(t) or real_sum(t))
+    monkeypatch.setattr(torch.Tensor, "zero_", lambda self: self)
+    monkeypatch.setattr(torch.Tensor, "sum", lambda self, *a, **k: torch.zeros(()))
+    reply = h._time_back_to_back({"seeds": [1, 2, 3], "distribution": "standard", "fp_seed": 5})
+    assert reply["ok"], reply
+    assert [r is h.flush_buf for r in reads] == [True] * 3
+    assert int(worker._flush_l2(h.flush_buf)) == (1 << 12) * ((1 << 12) - 1) // 2

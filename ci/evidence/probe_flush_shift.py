@@ -1,5 +1,10 @@
 """Session 13 probe: does flushing the L2 at a fresh place per replay, and rotating over more
 captured copies, make a fresh process's median of a few-µs kernel repeat within 1 %?
+Session 14 added flushes by reading (`read`: the 256 MB buffer summed, which leaves the L2
+holding clean lines; `zeroread`: zeroed, then summed) and a second workload, `linear`
+(matmul_bias_gelu's decode layer, 16 x 4096 -> 14336 bf16, whose 117 MB weight read showed a
+fixed ~10 us beside a 33 MB layer's: the dirty lines a zeroing flush leaves are written back
+during the timed call).
 
 The eleventh session's probe (`probe_worker_offset.py`) found a fresh process timing gelu's
 5 µs decode at a level of its own: 5.0 % between six processes with the worker's flush (one
@@ -8,6 +13,8 @@ of 512 MB. Each variant here is "flush/copies": the flush's placement (fixed, sh
 512 MB, shifted within 2 GB) and how many captured copies the replays rotate over.
 
     python3 ci/evidence/probe_flush_shift.py --rounds 6 --out $OUT/flush-shift.json
+    python3 ci/evidence/probe_flush_shift.py --rounds 6 --out $OUT/flush-read.json \
+        --variants fixed/32,read/32,zeroread/32,fixed/32/linear,read/32/linear
 """
 import argparse
 import json
@@ -18,6 +25,7 @@ from fresh_processes import run_children, spread
 
 VARIANTS = ("fixed/32", "shift512/32", "shift512/256", "fixed/256", "shift2g/256")
 SHAPE = (32, 14336)  # gelu decode, bf16
+LINEAR_SHAPE = (16, 4096)  # matmul_bias_gelu decode's input; its layer is 4096 -> 14336
 REPLAYS, BATCH = 3000, 50
 MB = 1 << 20
 
@@ -27,20 +35,30 @@ def child(variant: str) -> dict:
     import torch.nn.functional as F
     from graph_probe import capture, elapsed_us, enqueue_replay, spin_cycles_per_us
 
-    placement, copies = variant.split("/")
-    window = {"fixed": 256, "shift512": 512, "shift2g": 2048}[placement] * MB
+    placement, copies, *workload = variant.split("/")
+    window = {"fixed": 256, "read": 256, "zeroread": 256, "shift512": 512, "shift2g": 2048}[placement] * MB
     flush = torch.empty(window, dtype=torch.uint8, device="cuda")
     rng = random.Random()
     places = (window - 256 * MB) // (2 * MB) + 1
 
-    def flush_l2():
-        at = rng.randrange(places) * 2 * MB
-        flush[at:at + 256 * MB].zero_()
+    words = flush.view(torch.int32)
 
-    fn = lambda x: F.gelu(x, approximate="tanh")
+    def flush_l2():
+        if placement in ("zeroread", "fixed", "shift512", "shift2g"):
+            at = rng.randrange(places) * 2 * MB
+            flush[at:at + 256 * MB].zero_()
+        if placement in ("read", "zeroread"):
+            words.sum()  # reads the whole buffer: the L2 is left with clean lines
+
+    if workload == ["linear"]:
+        layer = torch.nn.Linear(4096, 14336, dtype=torch.bfloat16, device="cuda")
+        fn, shape = (lambda x: F.gelu(layer(x))), LINEAR_SHAPE
+    else:
+        fn, shape = (lambda x: F.gelu(x, approximate="tanh")), SHAPE
     cyc = spin_cycles_per_us()
-    sets = [capture(fn, torch.randn(SHAPE, dtype=torch.bfloat16, device="cuda")) for _ in range(int(copies))]
-    fresh = [torch.randn(SHAPE, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
+    with torch.no_grad():
+        sets = [capture(fn, torch.randn(shape, dtype=torch.bfloat16, device="cuda")) for _ in range(int(copies))]
+    fresh = [torch.randn(shape, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
     samples, i = [], 0
     while len(samples) < REPLAYS + BATCH:
         pend = []
@@ -73,7 +91,10 @@ if __name__ == "__main__":
     ap.add_argument("--child")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--out")
+    ap.add_argument("--variants", help="comma-separated, e.g. fixed/32,read/32,read/32/linear")
     a = ap.parse_args()
+    if a.variants:
+        VARIANTS = tuple(a.variants.split(","))
     if a.child:
         print(json.dumps(child(a.child)))
     else:
