@@ -8,7 +8,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 import random
 import secrets
+import statistics
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -170,10 +172,21 @@ class _Session:
                               self.options.limits, self.options.gpu_index, self.worker_threads,
                               describe=label == "reference")
         self.workers.append(worker)
+        began = time.monotonic()
         worker.request({"op": "load", "problem": str(self.problem.path),
                         "module": str(module) if module else None, "class_name": class_name,
                         "precision": precision}, self.options.limits.import_timeout_s, "import")
+        worker.start_seconds["import"] = time.monotonic() - began
         return worker
+
+    def start_summary(self, wall_s: float) -> str:
+        """One line on where the workers' start-up went (medians over the workers)."""
+        timed = [w.start_seconds for w in self.workers if "import" in getattr(w, "start_seconds", {})]
+        if not timed:
+            return f"{len(self.workers)} worker(s) started in {wall_s:.1f} s"
+        parts = ", ".join(f"{step} {statistics.median(t[step] for t in timed):.1f} s"
+                          for step in ("process", "hello", "import"))
+        return f"{len(timed)} worker(s) started in {wall_s:.1f} s (each: {parts}; medians)"
 
     def close(self) -> None:
         for worker in self.workers:
@@ -301,6 +314,7 @@ def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline
             except WorkerFailure as exc:
                 checks[name].append(failure_check(exc))
         # The reference and every contender start together: imports (and CUDA builds) overlap.
+        began = time.monotonic()
         with ThreadPoolExecutor(max_workers=max(2, options.parallel)) as pool:
             ref_future = pool.submit(session.start, "reference", None, "Model",
                                      problem.reference_precision, ref_hash)
@@ -309,6 +323,7 @@ def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline
                 reference = ref_future.result()
             except WorkerFailure as exc:
                 raise _problem_failure(problem, exc) from None
+        progress(f"{problem.name}: {session.start_summary(time.monotonic() - began)}")
         environment = _environment(reference.env)
         workers = {n: workers[n] for n in names if n in workers}
         for shape in problem.shapes_for(options.device):

@@ -44,7 +44,9 @@ class WorkerClient:
         self.workdir = workdir
         launch = WorkerLaunch(workdir=workdir, cache_dir=cache_dir, readable=readable,
                               device=device, limits=limits, gpu_index=gpu_index)
+        began = time.monotonic()
         self.running: RunningWorker = sandbox.start(launch)
+        spawned = time.monotonic()
         self.channel = Channel(self.running.sock)
         key = secrets.token_bytes(32)
         try:
@@ -57,6 +59,9 @@ class WorkerClient:
             raise WorkerFailure("start", f"could not reach the worker: {exc}") from None
         self.channel.key = key
         hello = self._receive("start", limits.import_timeout_s)
+        # Where start-up goes, for the progress line: the process (or fork) itself, then the
+        # worker's own set-up up to its hello (its CUDA context and timer calibration).
+        self.start_seconds = {"process": spawned - began, "hello": time.monotonic() - spawned}
         self.env: dict[str, Any] = hello["env"]
         self.overhead_us: float = float(hello.get("overhead_us", 0.0))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import replace
 
 from bot.evaluate import evaluate
@@ -148,6 +149,10 @@ def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_opti
     calls.clear()
     third = evaluate(problem, [changed], reference, options, progress=calls.append)
     assert not any("from the cache" in c for c in calls) and third.candidates[0].verdict.accepted
+    # Progress says where the start-up of the reference, baseline and candidate went.
+    started = [c for c in calls if "started in" in c]
+    assert len(started) == 1 and re.search(r"3 worker\(s\) started in [\d.]+ s \(each: process [\d.]+ s, "
+                                           r"hello [\d.]+ s, import [\d.]+ s; medians\)", started[0]), calls
 
 
 def test_autotuning_sweeps_every_value_of_every_knob_before_moving_two_at_once():
