@@ -51,3 +51,25 @@ def test_a_fake_torch_on_the_path_cannot_shadow_the_real_one(quick_options, tmp_
     verdicts = _run(["honest"], quick_options)
     assert verdicts["honest"].accepted, verdicts["honest"].reasons
     assert os.getcwd() == str(tmp_path)
+
+
+def test_contenders_built_side_by_side_each_keep_their_own_verdict(quick_options):
+    # Builds run `parallel` at a time: a failing build and one that starts a thread must
+    # still fail only themselves, and the honest one between them pass.
+    from bot.domain import CandidateSource, Origin
+
+    honest = load_candidate(CANDIDATES / "honest.py")
+    broken = CandidateSource("broken-build", honest.source + (
+        "\n\nclass ModelNew(ModelNew):\n    def __init__(self, *args, **kwargs):\n"
+        "        raise RuntimeError('no weights for you')\n"), Origin("file"))
+    threaded = CandidateSource("threaded-build", honest.source + (
+        "\n\nimport threading, time\n\nclass ModelNew(ModelNew):\n    def __init__(self, *args, **kwargs):\n"
+        "        super().__init__(*args, **kwargs)\n"
+        "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"), Origin("file"))
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    result = evaluate(problem, [broken, honest, threaded], None, quick_options(parallel=3))
+    verdicts = {o.candidate.name: o.verdict for o in result.candidates}
+    assert list(verdicts) == ["broken-build", "honest", "threaded-build"]
+    assert verdicts["honest"].accepted, verdicts["honest"].reasons
+    assert not verdicts["broken-build"].accepted and "no weights for you" in " ".join(verdicts["broken-build"].reasons)
+    assert not verdicts["threaded-build"].accepted and "thread" in " ".join(verdicts["threaded-build"].reasons)
