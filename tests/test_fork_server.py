@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from bot.candidates import load_candidate
 from bot.evaluate import evaluate
 from bot.problems import load_problem
 from bot.sandbox import process
-from bot.sandbox.base import WorkerLaunch, worker_env
+from bot.sandbox.base import BOT_ROOT, WorkerLaunch, worker_env
 from bot.sandbox.fork_server import ForkServer
 from conftest import CANDIDATES, PROBLEMS
 
@@ -31,7 +32,8 @@ raise RuntimeError("PROBE" + json.dumps({
     "interp": os.environ.get("TRITON_INTERPRET"),
     "home": os.environ.get("HOME") == os.getcwd() and "/kernel-bot-" in os.getcwd(),
     "iso": sys.flags.isolated, "leader": os.getsid(0) == os.getpid(), "sockets": sockets,
-    "cap": resource.getrlimit(resource.RLIMIT_AS)[0] > 0, "ppid": os.getppid()}) + "PROBE")
+    "cap": resource.getrlimit(resource.RLIMIT_AS)[0] > 0, "ppid": os.getppid(),
+    "compiler": "torch._inductor.compile_fx" in sys.modules}) + "PROBE")
 '''
 
 
@@ -67,6 +69,7 @@ def test_a_forked_worker_is_confined_like_a_fresh_process(tmp_path, quick_option
     assert seen["iso"] == 1 and seen["leader"]
     assert seen["sockets"] == 1  # its channel only, not the server's control socket
     assert seen["cap"]  # the CPU memory cap applies in the fork
+    assert seen["compiler"]  # a CPU server imported torch.compile's machinery once, for every fork
 
 
 def test_crashes_exits_and_forged_results_are_reported_through_the_server(quick_options):
@@ -84,6 +87,7 @@ def test_switched_off_workers_start_as_fresh_processes(tmp_path, quick_options, 
     assert seen["ppid"] == os.getpid()  # started by the bot itself
     assert server is None or seen["ppid"] != server.proc.pid
     assert seen["sockets"] == 1 and seen["iso"] == 1 and seen["secrets"] == 0
+    assert not seen["compiler"]  # a fresh worker imports it only for a candidate that compiles
 
 
 def test_a_few_workers_do_not_start_a_server_and_many_do(tmp_path, quick_options, monkeypatch):
@@ -145,3 +149,18 @@ def test_a_server_that_cannot_start_leaves_workers_to_start_plainly(tmp_path, qu
     verdicts = _evaluate(["honest", "slow2x", "crash_segfault"], quick_options)
     assert verdicts["honest"].accepted, verdicts["honest"].reasons
     assert "killed by signal 11" in verdicts["crash_segfault"].reasons[0]
+
+
+def test_only_a_cpu_server_imports_the_compiler_ahead(tmp_path):
+    # A GPU server must not: an import that touched the CUDA driver would break every fork.
+    code = ("import sys; from bot.sandbox.fork_server import _import_the_compiler; "
+            "_import_the_compiler(); print('torch._inductor.compile_fx' in sys.modules)")
+    cpu = worker_env(_cpu_launch(tmp_path))
+    gpu = worker_env(WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(),
+                                  device="cuda", gpu_index=0))
+    seen = {}
+    for name, env in (("cpu", cpu), ("gpu", gpu)):
+        out = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": str(BOT_ROOT)},
+                             capture_output=True, text=True, check=True)
+        seen[name] = out.stdout.strip()
+    assert seen == {"cpu": "True", "gpu": "False"}

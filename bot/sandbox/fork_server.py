@@ -3,7 +3,8 @@
 A worker spends most of its start-up importing torch (1.3 s on a 2-vCPU CI machine; on the
 H200 host, 29 workers took 12 s to start, docs/results-h200.md). The server is a `python -I`
 process with a worker's allowlisted environment and no secrets; it imports torch and the
-worker harness once, never touches CUDA, and forks a worker per request. Each fork then
+worker harness once (for CPU workers torch.compile's machinery too), never touches CUDA, and
+forks a worker per request. Each fork then
 does what `subprocess.Popen` would have done for it (its own session, its log as stdout and
 stderr, its working directory and environment, its resource limits, every other descriptor
 closed) and runs the worker on the channel the parent passed it, so a worker is the same
@@ -48,6 +49,8 @@ class ForkServerError(Exception):
 def serve(control_fd: int) -> None:
     import bot.worker  # noqa: F401  torch and the harness, imported once for every fork
 
+    _import_the_compiler()
+
     control = socket.socket(fileno=control_fd)
     control.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode())
     while True:
@@ -65,6 +68,20 @@ def serve(control_fd: int) -> None:
         for fd in fds:
             os.close(fd)
         control.sendall(json.dumps({"id": request["id"], "pid": pid}).encode())
+
+
+def _import_the_compiler() -> None:
+    """On CPU, torch.compile's own imports (dynamo, inductor: 2.3 s on a 2-vCPU machine) once
+    for every fork, not once per torch.compile candidate. Not for GPU workers: whether these
+    imports touch the CUDA driver has not been checked on a GPU, and a server that had would
+    hand every fork a driver it cannot use."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ or os.environ.get("TRITON_INTERPRET") != "1":
+        return  # a GPU worker's environment (bot.sandbox.base.worker_env)
+    try:
+        import torch._dynamo  # noqa: F401
+        import torch._inductor.compile_fx  # noqa: F401
+    except Exception:  # a torch without them: candidates import what they need themselves
+        pass
 
 
 def _report_exits(control: socket.socket) -> None:
