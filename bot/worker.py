@@ -64,6 +64,15 @@ _cuda_available = torch.cuda.is_available
 
 FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBench
 
+# Mode "graph" replays several captured copies of a call in turn, each with its own input and
+# output tensors: on the H200 a 4.8 us kernel's replays took 4.6 to 5.5 us depending on where
+# its tensors lay (docs/benchmark.md), so one copy per worker made a run's median hang on one
+# placement. (A per-process offset remains, with or without an L2 flush: bot.timing times each
+# contender in more than one worker for that.) As many copies as fit in GRAPH_SETS_BYTES, at
+# most GRAPH_SETS_MAX.
+GRAPH_SETS_MAX = 32
+GRAPH_SETS_BYTES = 64 << 20
+
 
 def _flush_l2(words: torch.Tensor) -> torch.Tensor:
     """Read the whole flush buffer, so the L2 holds only its clean lines. Not a zeroing, as
@@ -73,14 +82,6 @@ def _flush_l2(words: torch.Tensor) -> torch.Tensor:
     import like the timers, so a candidate that patches `Tensor.sum` or `zero_` cannot take
     the flush away from its own timings."""
     return _sum(words)
-# Mode "graph" replays several captured copies of a call in turn, each with its own input and
-# output tensors: on the H200 a 4.8 us kernel's replays took 4.6 to 5.5 us depending on where
-# its tensors lay (docs/benchmark.md), so one copy per worker made a run's median hang on one
-# placement. (A per-process offset remains, with or without an L2 flush: bot.timing times each
-# contender in more than one worker for that.) As many copies as fit in GRAPH_SETS_BYTES, at
-# most GRAPH_SETS_MAX.
-GRAPH_SETS_MAX = 32
-GRAPH_SETS_BYTES = 64 << 20
 
 
 def _tids() -> set[str]:
