@@ -181,9 +181,8 @@ class _Session:
 
     def start_summary(self, wall_s: float) -> str:
         """One line on where the workers' start-up went (medians over the workers)."""
-        timed = [w.start_seconds for w in self.workers if "import" in getattr(w, "start_seconds", {})]
-        if not timed:
-            return f"{len(self.workers)} worker(s) started in {wall_s:.1f} s"
+        # Only workers whose import finished (the reference's always has, or the run stops).
+        timed = [w.start_seconds for w in self.workers if "import" in w.start_seconds]
         parts = ", ".join(f"{step} {statistics.median(t[step] for t in timed):.1f} s"
                           for step in ("process", "hello", "import"))
         return f"{len(timed)} worker(s) started in {wall_s:.1f} s (each: {parts}; medians)"

@@ -115,7 +115,7 @@ def test_a_dead_server_falls_back_to_fresh_processes(quick_options, monkeypatch,
 
 def test_the_server_holds_no_credentials_and_reports_a_vanished_worker(tmp_path):
     env = worker_env(_cpu_launch(tmp_path), {**os.environ, "GITHUB_TOKEN": "ghp_secret"})
-    server = ForkServer(sys.executable, env)
+    server = ForkServer(sys.executable, env, "cpu")
     try:
         environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
         assert not any(v.startswith(b"GITHUB_TOKEN=") for v in environ)
@@ -151,16 +151,13 @@ def test_a_server_that_cannot_start_leaves_workers_to_start_plainly(tmp_path, qu
     assert "killed by signal 11" in verdicts["crash_segfault"].reasons[0]
 
 
-def test_only_a_cpu_server_imports_the_compiler_ahead(tmp_path):
+def test_only_a_cpu_server_imports_the_compiler_ahead():
     # A GPU server must not: an import that touched the CUDA driver would break every fork.
-    code = ("import sys; from bot.sandbox.fork_server import _import_the_compiler; "
-            "_import_the_compiler(); print('torch._inductor.compile_fx' in sys.modules)")
-    cpu = worker_env(_cpu_launch(tmp_path))
-    gpu = worker_env(WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(),
-                                  device="cuda", gpu_index=0))
     seen = {}
-    for name, env in (("cpu", cpu), ("gpu", gpu)):
-        out = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": str(BOT_ROOT)},
+    for device in ("cpu", "cuda"):
+        code = ("import sys; from bot.sandbox.fork_server import _import_the_compiler; "
+                f"_import_the_compiler({device!r}); print('torch._inductor.compile_fx' in sys.modules)")
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(BOT_ROOT)},
                              capture_output=True, text=True, check=True)
-        seen[name] = out.stdout.strip()
+        seen["gpu" if device == "cuda" else device] = out.stdout.strip()
     assert seen == {"cpu": "True", "gpu": "False"}

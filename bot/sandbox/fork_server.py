@@ -34,7 +34,7 @@ from typing import Any
 from bot.sandbox.base import BOT_ROOT
 
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-        "from bot.sandbox.fork_server import serve; serve(int(sys.argv[2]))")
+        "from bot.sandbox.fork_server import serve; serve(int(sys.argv[2]), sys.argv[3])")
 MESSAGE_BYTES = 1 << 20  # one request (a worker's environment and paths) fits many times over
 READY_TIMEOUT_S = 300.0  # the server's own torch import, on a loaded machine
 REAP_S = 0.05
@@ -46,10 +46,10 @@ class ForkServerError(Exception):
 
 # --- the server (runs in its own `python -I` process) ---------------------------------------
 
-def serve(control_fd: int) -> None:
+def serve(control_fd: int, device: str) -> None:
     import bot.worker  # noqa: F401  torch and the harness, imported once for every fork
 
-    _import_the_compiler()
+    _import_the_compiler(device)
 
     control = socket.socket(fileno=control_fd)
     control.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode())
@@ -70,13 +70,13 @@ def serve(control_fd: int) -> None:
         control.sendall(json.dumps({"id": request["id"], "pid": pid}).encode())
 
 
-def _import_the_compiler() -> None:
+def _import_the_compiler(device: str) -> None:
     """On CPU, torch.compile's own imports (dynamo, inductor: 2.3 s on a 2-vCPU machine) once
     for every fork, not once per torch.compile candidate. Not for GPU workers: whether these
     imports touch the CUDA driver has not been checked on a GPU, and a server that had would
     hand every fork a driver it cannot use."""
-    if "CUDA_VISIBLE_DEVICES" in os.environ or os.environ.get("TRITON_INTERPRET") != "1":
-        return  # a GPU worker's environment (bot.sandbox.base.worker_env)
+    if device != "cpu":
+        return
     try:
         import torch._dynamo  # noqa: F401
         import torch._inductor.compile_fx  # noqa: F401
@@ -139,14 +139,14 @@ def _become_worker(request: dict[str, Any], fds: list[int], control: socket.sock
 class ForkServer:
     """The bot's handle on one server: `spawn` a worker, read its exit status, `close`."""
 
-    def __init__(self, python: str, env: dict[str, str]):
+    def __init__(self, python: str, env: dict[str, str], device: str):
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._home = tempfile.mkdtemp(prefix="kernel-bot-fork-server-")
         self._log = Path(self._home) / "server.log"
         try:
             with open(self._log, "wb") as log:
                 self.proc = subprocess.Popen(
-                    [python, "-I", "-c", BOOT, str(BOT_ROOT), str(theirs.fileno())],
+                    [python, "-I", "-c", BOOT, str(BOT_ROOT), str(theirs.fileno()), device],
                     cwd=self._home, env={**env, "HOME": self._home, "TMPDIR": self._home},
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     pass_fds=(theirs.fileno(),), start_new_session=True)

@@ -185,7 +185,7 @@ def fork_server_for(launch: WorkerLaunch, start: bool = True) -> ForkServer | No
             try:
                 generic = WorkerLaunch(workdir=launch.workdir, cache_dir=launch.cache_dir, readable=(),
                                        device=launch.device, python=launch.python)
-                _servers[key] = ForkServer(launch.python, worker_env(generic))
+                _servers[key] = ForkServer(launch.python, worker_env(generic), launch.device)
             except (ForkServerError, OSError) as exc:
                 log.warning("workers start without the fork server: %s", exc)
                 _servers[key] = None

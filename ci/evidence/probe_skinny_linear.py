@@ -4,12 +4,12 @@ in graph-replay timing (the GPU's time alone, L2 flushed, fresh inputs)? First a
 knobs on matmul_bias_gelu's decode shape (16 x 4096 -> 14336, bias, then ATen's GELU: the
 candidate's form), then the best setting across row counts and other Llama-like layers.
 Writes $OUT/probe-skinny-linear.json; prints one line per configuration and a summary."""
-import argparse, importlib.util, itertools, json, os, statistics, sys, time
+import argparse, importlib.util, itertools, json, os, sys, time
 import torch, torch.nn.functional as F
 
 HERE = os.path.dirname(__file__)
 sys.path.insert(0, HERE)
-from graph_probe import DEV, capture, elapsed_us, enqueue_replay, flush_buffer, spin_cycles_per_us
+from graph_probe import DEV, flush_buffer, replay_median_us, spin_cycles_per_us
 
 spec = importlib.util.spec_from_file_location(
     "skinny", os.path.join(HERE, "skinny_linear_kernel.py"))
@@ -26,11 +26,7 @@ out_path = os.path.join(os.environ.get("OUT", "/tmp"), "probe-skinny-linear.json
 
 
 def median_us(fn, make_input):
-    g, static, out = capture(fn, make_input())
-    pend = [enqueue_replay(g, static, make_input(), flush.zero_, cyc) for _ in range(args.replays)]
-    med = statistics.median(elapsed_us(pend))
-    del g, static, out
-    return med
+    return replay_median_us(fn, make_input, args.replays, flush.zero_, cyc)
 
 
 def run(label, fn, make_input, want, x_probe):

@@ -2,12 +2,12 @@
 matmul_bias_gelu in graph-replay timing (the GPU's time alone, L2 flushed, fresh inputs)?
 Each configuration is captured as a CUDA graph and replayed `--replays` times; medians in µs.
 Writes $OUT/probe-triton-targets.json and prints a table per problem and shape."""
-import argparse, itertools, json, os, statistics, sys, time
+import argparse, itertools, json, os, sys, time
 import torch, torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures", "candidates"))
-from graph_probe import DEV, capture, elapsed_us, enqueue_replay, flush_buffer, spin_cycles_per_us
+from graph_probe import DEV, flush_buffer, replay_median_us, spin_cycles_per_us
 import gelu_tanh_triton as gelu_triton, matmul_bias_gelu_triton as mbg
 
 ap = argparse.ArgumentParser()
@@ -18,11 +18,7 @@ results = {}
 
 
 def median_us(fn, make_input):
-    g, static, out = capture(fn, make_input())
-    pend = [enqueue_replay(g, static, make_input(), flush.zero_, cyc) for _ in range(args.replays)]
-    med = statistics.median(elapsed_us(pend))
-    del g, static, out
-    return med
+    return replay_median_us(fn, make_input, args.replays, flush.zero_, cyc)
 
 
 def run(label, fn, make_input, check):

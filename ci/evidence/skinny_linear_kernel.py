@@ -103,12 +103,3 @@ def _kernel_bot_skinny_linear(x, weight, bias=None):
             BLOCK=_KERNEL_BOT_REDUCE_BLOCK, num_warps=4)
     return y.reshape(*x.shape[:-1], n)
 
-
-def _kernel_bot_use_skinny_linears(module):
-    """Every nn.Linear in `module` computes through `_kernel_bot_skinny_linear`; its parameters,
-    names and state dict stay as they were."""
-    for layer in module.modules():
-        if type(layer) is torch.nn.Linear:
-            layer.forward = (lambda x, _layer=layer:
-                             _kernel_bot_skinny_linear(x, _layer.weight, _layer.bias))
-    return module
