@@ -15,7 +15,7 @@ from bot.evaluate import evaluate
 from bot.problems import load_problem
 from bot.sandbox import process
 from bot.sandbox.base import BOT_ROOT, WorkerLaunch, worker_env
-from bot.sandbox.fork_server import ForkServer
+from bot.sandbox.fork_server import ForkServer, cuda_driver_initialized
 from conftest import CANDIDATES, PROBLEMS
 
 # A candidate that reports, as its import error, what its process looks like from inside.
@@ -115,7 +115,7 @@ def test_a_dead_server_falls_back_to_fresh_processes(quick_options, monkeypatch,
 
 def test_the_server_holds_no_credentials_and_reports_a_vanished_worker(tmp_path):
     env = worker_env(_cpu_launch(tmp_path), {**os.environ, "GITHUB_TOKEN": "ghp_secret"})
-    server = ForkServer(sys.executable, env, "cpu")
+    server = ForkServer(sys.executable, env)
     try:
         environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
         assert not any(v.startswith(b"GITHUB_TOKEN=") for v in environ)
@@ -151,13 +151,64 @@ def test_a_server_that_cannot_start_leaves_workers_to_start_plainly(tmp_path, qu
     assert "killed by signal 11" in verdicts["crash_segfault"].reasons[0]
 
 
-def test_only_a_cpu_server_imports_the_compiler_ahead():
-    # A GPU server must not: an import that touched the CUDA driver would break every fork.
-    seen = {}
-    for device in ("cpu", "cuda"):
-        code = ("import sys; from bot.sandbox.fork_server import _import_the_compiler; "
-                f"_import_the_compiler({device!r}); print('torch._inductor.compile_fx' in sys.modules)")
-        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(BOT_ROOT)},
-                             capture_output=True, text=True, check=True)
-        seen["gpu" if device == "cuda" else device] = out.stdout.strip()
-    assert seen == {"cpu": "True", "gpu": "False"}
+def test_the_compiler_import_leaves_the_cuda_probe_setting_as_it_found_it():
+    code = ("import os, sys; from bot.sandbox.fork_server import _import_the_compiler; "
+            "print(_import_the_compiler(), 'torch._inductor.compile_fx' in sys.modules, "
+            "os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK'))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": str(BOT_ROOT)},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True", "None"]
+
+
+class _Driver:
+    def __init__(self, answer: int):
+        self.answer, self.asked = answer, 0
+
+    def cuDeviceGetCount(self, _count):  # noqa: N802  the driver's own name
+        self.asked += 1
+        return self.answer
+
+
+def test_the_driver_counts_as_initialised_only_when_it_answers_a_query():
+    mapped = "7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04\n"
+    loads = []
+
+    def load(name, driver=None):
+        loads.append(name)
+        if driver is None:
+            raise OSError("not found")
+        return driver
+
+    assert not cuda_driver_initialized("7f00-7f01 r-xp 0 08:01 1 /usr/lib/libc.so.6\n", load)
+    assert loads == []  # not mapped: not loaded just to ask
+    assert not cuda_driver_initialized(mapped, load)  # mapped but not loadable by that name
+    before_cuinit = _Driver(3)  # CUDA_ERROR_NOT_INITIALIZED
+    assert not cuda_driver_initialized(mapped, lambda name: load(name, before_cuinit))
+    after_cuinit = _Driver(0)
+    assert cuda_driver_initialized(mapped, lambda name: load(name, after_cuinit))
+    assert before_cuinit.asked == after_cuinit.asked == 1
+
+
+# Stands in for a server whose compiler imports ran cuInit: it says so, as `serve` does.
+DRIVER_TOUCHED_BOOT = (
+    "import json, socket, sys; sys.path.insert(0, sys.argv[1])\n"
+    "if sys.argv[3] == '1':\n"
+    "    socket.socket(fileno=int(sys.argv[2])).sendall(json.dumps("
+    "{'ready': False, 'driver_initialized': True, 'compiler': True}).encode())\n"
+    "else:\n"
+    "    from bot.sandbox.fork_server import serve; serve(int(sys.argv[2]), False)\n")
+
+
+def test_a_server_whose_imports_initialised_the_driver_starts_again_without_the_compiler(
+        tmp_path, quick_options, monkeypatch):
+    from bot.sandbox import fork_server
+
+    monkeypatch.setattr(process, "_servers", {})
+    monkeypatch.setattr(fork_server, "BOOT", DRIVER_TOUCHED_BOOT)
+    server = process.fork_server_for(_cpu_launch(tmp_path))
+    assert server is not None and not server.compiler
+    seen = _probe(tmp_path, quick_options)
+    assert seen["ppid"] == server.proc.pid  # workers are still forks of it
+    assert not seen["compiler"]
+    server.close()

@@ -85,3 +85,45 @@ def test_each_sdpa_backend_and_per_shape_compile_of_attention_is_judged_on_its_o
     for outcome in result.candidates:
         assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
         assert len(outcome.shapes) == 2 and outcome.speedup is not None
+
+
+COMPILED_AFFINE = '''
+import os
+import sys
+import torch
+import torch.nn as nn
+
+FORKED_WITH_COMPILER = "torch._inductor.compile_fx" in sys.modules  # before this module imported it
+SERVER_PID = {server_pid}
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        assert os.getppid() == SERVER_PID, "not a fork of the fork server"
+        assert FORKED_WITH_COMPILER, "the fork server did not hand over torch.compile's machinery"
+        self.affine = torch.compile(lambda x: x * 2.0 + 1.0)
+
+    def forward(self, x):
+        return self.affine(x)
+'''
+
+
+def test_a_gpu_fork_server_imports_the_compiler_and_its_forks_still_use_cuda(tmp_path, monkeypatch):
+    # The server's imports must leave the driver uninitialised (cuInit in a parent breaks CUDA in
+    # every fork); `serve` checks that, and `compiler` says the imports were kept.
+    from bot.sandbox import process
+    from bot.sandbox.base import WorkerLaunch
+
+    monkeypatch.setattr(process, "_servers", {})
+    server = process.fork_server_for(WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c",
+                                                  readable=(), device="cuda"))
+    assert server is not None and server.compiler
+    compiled = tmp_path / "compiled_affine.py"
+    compiled.write_text(COMPILED_AFFINE.replace("{server_pid}", str(server.proc.pid)))
+    candidates = [load_candidate(compiled)] + [load_candidate(CANDIDATES / f"{n}.py")
+                                               for n in ("big_add_triton", "big_add_cuda")]
+    result = evaluate(load_problem(PROBLEMS / "big_add.py"), candidates, None, _options())
+    for outcome in result.candidates:
+        assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
+    server.close()

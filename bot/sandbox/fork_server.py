@@ -3,8 +3,9 @@
 A worker spends most of its start-up importing torch (1.3 s on a 2-vCPU CI machine; on the
 H200 host, 29 workers took 12 s to start, docs/results-h200.md). The server is a `python -I`
 process with a worker's allowlisted environment and no secrets; it imports torch and the
-worker harness once (for CPU workers torch.compile's machinery too), never touches CUDA, and
-forks a worker per request. Each fork then
+worker harness once, and torch.compile's machinery too where that leaves the CUDA driver
+uninitialised (checked before the first fork; a fork of a process that ran cuInit cannot use
+CUDA), and forks a worker per request. Each fork then
 does what `subprocess.Popen` would have done for it (its own session, its log as stdout and
 stderr, its working directory and environment, its resource limits, every other descriptor
 closed) and runs the worker on the channel the parent passed it, so a worker is the same
@@ -29,30 +30,40 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bot.sandbox.base import BOT_ROOT
 
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-        "from bot.sandbox.fork_server import serve; serve(int(sys.argv[2]), sys.argv[3])")
+        "from bot.sandbox.fork_server import serve; serve(int(sys.argv[2]), sys.argv[3] == '1')")
 MESSAGE_BYTES = 1 << 20  # one request (a worker's environment and paths) fits many times over
 READY_TIMEOUT_S = 300.0  # the server's own torch import, on a loaded machine
 REAP_S = 0.05
+CUDA_ERROR_NOT_INITIALIZED = 3
 
 
 class ForkServerError(Exception):
     """The server could not start, or stopped answering; workers start the plain way."""
 
 
+class DriverInitialized(ForkServerError):
+    """The server's imports initialised the CUDA driver, so its forks could not use CUDA."""
+
+
 # --- the server (runs in its own `python -I` process) ---------------------------------------
 
-def serve(control_fd: int, device: str) -> None:
+def serve(control_fd: int, compiler: bool = True) -> None:
     import bot.worker  # noqa: F401  torch and the harness, imported once for every fork
 
-    _import_the_compiler(device)
+    compiler = compiler and _import_the_compiler()
 
     control = socket.socket(fileno=control_fd)
-    control.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+    if cuda_driver_initialized(_mapped_libraries()):
+        # Forks of a process that ran cuInit cannot use CUDA; the bot starts workers plainly.
+        control.sendall(json.dumps({"ready": False, "driver_initialized": True,
+                                    "compiler": compiler}).encode())
+        return
+    control.sendall(json.dumps({"ready": True, "pid": os.getpid(), "compiler": compiler}).encode())
     while True:
         _report_exits(control)
         ready, _, _ = select.select([control], [], [], REAP_S)
@@ -70,18 +81,47 @@ def serve(control_fd: int, device: str) -> None:
         control.sendall(json.dumps({"id": request["id"], "pid": pid}).encode())
 
 
-def _import_the_compiler(device: str) -> None:
-    """On CPU, torch.compile's own imports (dynamo, inductor: 2.3 s on a 2-vCPU machine) once
-    for every fork, not once per torch.compile candidate. Not for GPU workers: whether these
-    imports touch the CUDA driver has not been checked on a GPU, and a server that had would
-    hand every fork a driver it cannot use."""
-    if device != "cpu":
-        return
+def _import_the_compiler() -> bool:
+    """torch.compile's own imports (dynamo, inductor: 2.3 s on a 2-vCPU machine) once for every
+    fork, not once per torch.compile candidate; whether they were. On a GPU host they must
+    leave the CUDA driver uninitialised: `serve` checks that before it forks anything, and
+    torch's availability probe goes through NVML instead of cuInit while they run."""
+    probe = "PYTORCH_NVML_BASED_CUDA_CHECK"
+    before = os.environ.get(probe)
+    os.environ[probe] = "1"
     try:
         import torch._dynamo  # noqa: F401
         import torch._inductor.compile_fx  # noqa: F401
     except Exception:  # a torch without them: candidates import what they need themselves
-        pass
+        return False
+    finally:
+        if before is None:
+            os.environ.pop(probe, None)
+        else:
+            os.environ[probe] = before
+    return True
+
+
+def _mapped_libraries() -> str:
+    try:
+        return Path("/proc/self/maps").read_text()
+    except OSError:
+        return ""
+
+
+def cuda_driver_initialized(maps: str, load: Callable[[str], Any] | None = None) -> bool:
+    """Whether cuInit has run in this process. A driver that is not mapped has not; one that
+    is answers every query but a few with CUDA_ERROR_NOT_INITIALIZED until cuInit (asking
+    does not initialise it)."""
+    if "libcuda.so" not in maps:
+        return False
+    import ctypes
+    try:
+        driver = (load or ctypes.CDLL)("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    return driver.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
 
 
 def _report_exits(control: socket.socket) -> None:
@@ -139,14 +179,15 @@ def _become_worker(request: dict[str, Any], fds: list[int], control: socket.sock
 class ForkServer:
     """The bot's handle on one server: `spawn` a worker, read its exit status, `close`."""
 
-    def __init__(self, python: str, env: dict[str, str], device: str):
+    def __init__(self, python: str, env: dict[str, str], compiler: bool = True):
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._home = tempfile.mkdtemp(prefix="kernel-bot-fork-server-")
         self._log = Path(self._home) / "server.log"
         try:
             with open(self._log, "wb") as log:
                 self.proc = subprocess.Popen(
-                    [python, "-I", "-c", BOOT, str(BOT_ROOT), str(theirs.fileno()), device],
+                    [python, "-I", "-c", BOOT, str(BOT_ROOT), str(theirs.fileno()),
+                     "1" if compiler else "0"],
                     cwd=self._home, env={**env, "HOME": self._home, "TMPDIR": self._home},
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     pass_fds=(theirs.fileno(),), start_new_session=True)
@@ -161,9 +202,14 @@ class ForkServer:
         self._next_id = 0
         self._dead = False
         hello = self._receive(time.monotonic() + READY_TIMEOUT_S)
+        if hello is not None and hello.get("driver_initialized"):
+            self.close()
+            raise DriverInitialized("the fork server's imports initialised the CUDA driver"
+                                    + (" (torch.compile's included)" if hello.get("compiler") else ""))
         if hello is None or not hello.get("ready"):
             self.close()
             raise ForkServerError(f"the fork server did not start: {self._log_tail()}")
+        self.compiler: bool = bool(hello.get("compiler"))  # torch.compile's machinery is in every fork
 
     def spawn(self, channel: socket.socket, *, log: Path, cwd: Path, env: dict[str, str],
               memory_mb: int, device: str, cores: set[int]) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bot.cores import worker_cores
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, worker_env
-from bot.sandbox.fork_server import ForkServer, ForkServerError
+from bot.sandbox.fork_server import DriverInitialized, ForkServer, ForkServerError
 
 log = logging.getLogger(__name__)
 
@@ -185,11 +185,21 @@ def fork_server_for(launch: WorkerLaunch, start: bool = True) -> ForkServer | No
             try:
                 generic = WorkerLaunch(workdir=launch.workdir, cache_dir=launch.cache_dir, readable=(),
                                        device=launch.device, python=launch.python)
-                _servers[key] = ForkServer(launch.python, worker_env(generic), launch.device)
+                _servers[key] = _start_server(launch.python, worker_env(generic))
             except (ForkServerError, OSError) as exc:
                 log.warning("workers start without the fork server: %s", exc)
                 _servers[key] = None
         return _servers.get(key)
+
+
+def _start_server(python: str, env: dict[str, str]) -> ForkServer:
+    """A server with torch.compile's machinery imported, or without it where that import
+    initialised the CUDA driver (no fork could then use the GPU)."""
+    try:
+        return ForkServer(python, env)
+    except DriverInitialized as exc:
+        log.warning("%s; the fork server starts again without torch.compile's imports", exc)
+        return ForkServer(python, env, compiler=False)
 
 
 def _give_up_on(server: ForkServer, exc: Exception) -> None:
