@@ -127,3 +127,15 @@ def test_a_gpu_fork_server_imports_the_compiler_and_its_forks_still_use_cuda(tmp
     for outcome in result.candidates:
         assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
     server.close()
+
+
+def test_inductor_tuning_paths_compile_and_pass_the_verifier():
+    from bot.propose.search import INDUCTOR_TUNING, PATHS, bases_for, path_candidate
+
+    prob = load_problem(ROOT / "problems" / "fp8_quant.py", root=ROOT)
+    base = bases_for(prob)[0]
+    paths = [PATHS[f"compile:default:static:{t}"] for t in INDUCTOR_TUNING]
+    result = evaluate(prob, [path_candidate(base, p) for p in paths], default_baseline(prob), _options())
+    for outcome in result.candidates:
+        assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
+        assert outcome.speedup is not None

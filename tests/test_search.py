@@ -28,6 +28,12 @@ def test_catalogue_on_gpu_covers_compile_modes_graphs_and_tuning():
     static = next(c for c in cands if c.name == "compile-default-static-reference")
     assert "dynamic=False)" in static.source and "dynamic=False" in static.origin.detail
     assert "dynamic=True)" in next(c for c in cands if c.name == "compile-default-dynamic-target").source
+    # Inductor's tuning of its own Triton kernels, one static compile per option set.
+    multi = next(c for c in cands if c.name == "compile-default-static-multi-kernel-reference")
+    assert "dynamic=False, options={'triton.multi_kernel': 1})" in multi.source
+    descent = next(c for c in cands if c.name == "compile-default-static-coordinate-descent-target")
+    assert "options={'coordinate_descent_tuning': True})" in descent.source
+    assert path_of(descent.name, "target") == "compile:default:static:coordinate-descent"
     assert not any(c.name.startswith("sdpa-") for c in cands)  # rmsnorm has no attention
     tuned = [c for c in cands if c.name.startswith("tune-")]
     assert 5 <= len(tuned) <= 16 and all("BLOCK_SIZE" in c.origin.detail for c in tuned)
@@ -64,6 +70,7 @@ def test_on_cpu_gpu_only_transformations_are_skipped_with_reasons():
     reasons = [s.reason for s in skipped]
     assert "CUDA graphs need a GPU" in reasons and "TF32 exists only on GPUs" in reasons
     assert any("compile per shape" in r for r in reasons)
+    assert sum("Inductor's tuning of its Triton kernels" in r for r in reasons) == 4  # 2 option sets x 2 bases
     assert any("no module-level BLOCK_" in r for r in reasons)
 
 
