@@ -23,7 +23,7 @@ from bot.gpulock import device_key, gpu_exclusive, gpu_shared
 from bot.roofline import floor_us, peaks_for
 from bot.sandbox import Limits, make_sandbox
 from bot.timing import TimingOptions, TimingRecord, time_interleaved
-from bot.trials import ReferenceInfo, TrialStats, failure_check, release_cache, run_trials
+from bot.trials import ReferenceInfo, TrialStats, failure_check, release_cache, run_trials, tunes_on_first_call
 from bot.workers import WorkerClient, WorkerFailure
 
 Progress = Callable[[str], None]
@@ -325,9 +325,12 @@ def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline
         progress(f"{problem.name}: {session.start_summary(time.monotonic() - began)}")
         environment = _environment(reference.env)
         workers = {n: workers[n] for n in names if n in workers}
+        # On a GPU, code that picks its kernels by timing them does so with the GPU to itself.
+        self_tuning = frozenset(n for n, c in zip(names, contenders)
+                                if options.device == "cuda" and tunes_on_first_call(c.source))
         for shape in problem.shapes_for(options.device):
             _evaluate_shape(problem, shape, reference, workers, replicas, checks, per_shape, rng,
-                            options, environment, baseline is not None, names, progress)
+                            options, environment, baseline is not None, names, progress, self_tuning)
     outcomes = [ContenderOutcome(c, "baseline" if baseline is not None and i == 0 else "candidate",
                                  verify.judge(checks[n]), tuple(per_shape[n]))
                 for i, (n, c) in enumerate(zip(names, contenders))]
@@ -340,7 +343,7 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                     checks: dict[str, list[CheckResult]],
                     per_shape: dict[str, list[ShapeOutcome]], rng: random.Random,
                     options: EvalOptions, environment: Environment, has_baseline: bool,
-                    names: list[str], progress: Progress) -> None:
+                    names: list[str], progress: Progress, self_tuning: frozenset[str]) -> None:
     limits = options.limits
     seed = rng.getrandbits(62)
     construct = {"op": "construct", "overrides": dict(shape.overrides), "seed": seed}
@@ -354,7 +357,8 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         with gpu_shared(lock_key):
             info, trial_checks, stats = run_trials(
                 problem, shape, reference, alive, rng, options.trials_per_distribution,
-                (limits.first_call_timeout_s, limits.call_timeout_s), options.parallel, progress)
+                (limits.first_call_timeout_s, limits.call_timeout_s), options.parallel, progress,
+                alone=self_tuning)
     except WorkerFailure as exc:
         raise _problem_failure(problem, exc) from None
     for name, found in trial_checks.items():

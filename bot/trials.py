@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -58,15 +59,32 @@ def trial_plan(problem: Problem, rng: random.Random, per_distribution: int) -> l
     return plan
 
 
+# Code whose first call picks its kernels by timing them: Triton's autotuner, Inductor's
+# max-autotune, coordinate descent and multi-kernel reductions.
+SELF_TUNING = re.compile(r"triton\.autotune|@autotune\b|max-autotune|coordinate_descent_tuning|"
+                         r"multi_kernel")
+
+
+def tunes_on_first_call(source: str) -> bool:
+    """Whether a contender times kernel variants during its first call. Beside other
+    contenders' trials it would time them on a busy GPU and keep a pick that only looked
+    faster: on the H200, fp8_quant's prefill compiled with coordinate descent ran 62 µs in a
+    search and 40 µs compiled alone (fifteenth session, docs/results-h200.md)."""
+    return bool(SELF_TUNING.search(source))
+
+
 def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
                contenders: Mapping[str, WorkerClient], rng: random.Random, per_distribution: int,
-               timeouts: tuple[float, float], parallel: int, progress: Callable[[str], None]
+               timeouts: tuple[float, float], parallel: int, progress: Callable[[str], None],
+               alone: frozenset[str] = frozenset()
                ) -> tuple[ReferenceInfo, dict[str, list[CheckResult]], dict[str, TrialStats]]:
     """Run every trial on every contender; a contender stops at its first failed check.
 
     References are computed first (one process); then contenders run their trials in
     parallel, each in its own worker, so compilation (torch.compile, Triton, nvcc) at the
-    first call of many candidates overlaps. `timeouts` = (first call, later calls)."""
+    first call of many candidates overlaps. Those named in `alone` (they tune by timing at
+    their first call) run theirs afterwards, one at a time, with no other trial of this
+    problem beside them. `timeouts` = (first call, later calls)."""
     info = ReferenceInfo()
     plan = trial_plan(problem, rng, per_distribution)
     refs = []
@@ -115,10 +133,16 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
     checks: dict[str, list[CheckResult]] = {}
     stats: dict[str, TrialStats] = {}
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        futures = {name: pool.submit(trials_of, w) for name, w in contenders.items()}
+        futures = {name: pool.submit(trials_of, w) for name, w in contenders.items() if name not in alone}
         for name, future in futures.items():
             checks[name], stats[name] = future.result()
-    return info, checks, stats
+    tuning = [name for name in contenders if name in alone]
+    if tuning:
+        progress(f"{problem.name} [{shape.name}] {len(tuning)} contender(s) that tune by timing: "
+                 "their trials one at a time")
+    for name in tuning:
+        checks[name], stats[name] = trials_of(contenders[name])
+    return info, {name: checks[name] for name in contenders}, {name: stats[name] for name in contenders}
 
 
 def release_cache(worker: WorkerClient, timeout_s: float) -> None:

@@ -30,7 +30,7 @@ def test_catalogue_on_gpu_covers_compile_modes_graphs_and_tuning():
     assert "dynamic=True)" in next(c for c in cands if c.name == "compile-default-dynamic-target").source
     # Inductor's tuning of its own Triton kernels, one static compile per option set.
     multi = next(c for c in cands if c.name == "compile-default-static-multi-kernel-reference")
-    assert "dynamic=False, options={'triton.multi_kernel': 1})" in multi.source
+    assert "dynamic=False, options={'triton.multi_kernel': 1, 'fx_graph_cache': False})" in multi.source
     descent = next(c for c in cands if c.name == "compile-default-static-coordinate-descent-target")
     assert "options={'coordinate_descent_tuning': True})" in descent.source
     assert path_of(descent.name, "target") == "compile:default:static:coordinate-descent"

@@ -128,3 +128,38 @@ def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_time
     # and the reference that checked the timed calls.
     shapes = len(problem.shapes_for("cpu"))
     assert shapes >= 2 and sorted(released) == sorted(["c0", "c0-r2", "c1", "c1-r2", "reference"] * shapes), released
+
+
+def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others():
+    import random
+
+    from bot.problems import load_problem
+    from bot.trials import run_trials
+    from conftest import CANDIDATES
+
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    log: list[tuple[str, str]] = []
+    contenders = {n: _LoggedWorker(n, log, str(CANDIDATES / "honest.py"), "ModelNew", "native")
+                  for n in ("a", "b", "tuned1", "tuned2")}
+    seen: list[str] = []
+    _, checks, _ = run_trials(problem, problem.shapes_for("cpu")[0], _LoggedWorker("reference", log),
+                              contenders, random.Random(0), 1, (20.0, 20.0), 4, seen.append,
+                              alone=frozenset({"tuned1", "tuned2"}))
+    assert list(checks) == list(contenders)  # every contender judged, in the order given
+    assert all(c.passed for found in checks.values() for c in found)
+    order = [who for who, _ in log if who != "reference"]
+    last_parallel = max(i for i, who in enumerate(order) if who in ("a", "b"))
+    assert set(order[last_parallel + 1:]) == {"tuned1", "tuned2"} and len(order[last_parallel + 1:]) == 10
+    tuned = order[last_parallel + 1:]
+    assert tuned == sorted(tuned)  # one at a time: the first's calls and release, then the second's
+    assert any("2 contender(s) that tune by timing" in line for line in seen)
+
+
+def test_code_that_times_its_own_kernel_variants_is_recognised():
+    from bot.trials import tunes_on_first_call
+
+    assert tunes_on_first_call("@triton.autotune(configs=[...], key=['n'])\n@triton.jit\ndef k(): pass")
+    assert tunes_on_first_call("torch.compile(f, mode='max-autotune-no-cudagraphs')")
+    assert tunes_on_first_call("torch.compile(f, dynamic=False, options={'triton.multi_kernel': 1})")
+    assert tunes_on_first_call("torch.compile(f, options={'coordinate_descent_tuning': True})")
+    assert not tunes_on_first_call("torch.compile(f, dynamic=False)\n@triton.jit\ndef k(): pass")

@@ -37,7 +37,11 @@ MAX_TUNING_VARIANTS = 16
 # (cross_entropy prefill, coordinate descent), and lost up to 15 % elsewhere (fifteenth
 # session's probe, docs/results-h200.md): which applies is a measurement, so both are tried.
 INDUCTOR_TUNING = {
-    "multi-kernel": {"triton.multi_kernel": 1},
+    # Without Inductor's FX graph cache: on a cache hit (a replica, a later run) torch 2.11
+    # rebuilds the multi-kernel call from deserialised Triton functions that have lost their
+    # hash lock, and the call fails ("'NoneType' object does not support the context manager
+    # protocol", triton/runtime/jit.py cache_key; fifteenth session on the H200).
+    "multi-kernel": {"triton.multi_kernel": 1, "fx_graph_cache": False},
     "coordinate-descent": {"coordinate_descent_tuning": True},
 }
 
