@@ -292,3 +292,15 @@ def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
     assert all(sum(tunable_constants(a.outcome.candidate.source)[k] != best[k] for k in best) == 1
                for a in result.attempts if a.outcome.candidate.name in rounds[2][1])
     assert result.best.candidate.source == fastest.source
+
+
+def test_on_cpu_a_triton_implementation_is_not_compiled_and_the_report_says_why():
+    problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)  # its TARGET is a Triton kernel
+    cands, skipped = search_candidates(problem, bases_for(problem), "cpu")
+    assert "compile-default-reference" in _names(cands)  # the plain PyTorch reference still is
+    assert not any(c.name.startswith("compile-") and c.name.endswith("-target") for c in cands)
+    assert any(c.name.startswith("tune-") for c in cands)  # its knobs are still tuned
+    reasons = {s.transformation: s.reason for s in skipped}
+    assert "cannot trace" in reasons["torch.compile(mode='default') of target"]
+    gpu, _ = search_candidates(problem, bases_for(problem), "cuda")
+    assert "compile-default-target" in _names(gpu)

@@ -357,9 +357,16 @@ def search_candidates(problem: Problem, bases: list[Base], device: str, timing: 
     for base in bases:
         tag = base.label
         paths = paths_for(base)
+        # On a CPU a Triton kernel runs through Triton's interpreter, which dynamo cannot trace
+        # (rmsnorm's Triton TARGET failed so: "KeyError(torch.uint64)" on a fake tensor).
+        interpreted = not cuda and _uses(base.source, "triton.jit")
         for path in paths:
             if path.needs_gpu and not cuda:
                 skipped.append(Skipped(f"{path.words} of {tag}", path.needs_gpu))
+                continue
+            if interpreted and path.key.startswith("compile"):
+                skipped.append(Skipped(f"{path.words} of {tag}", "its Triton kernels run through Triton's "
+                                       "CPU interpreter here, which torch.compile cannot trace: GPUs only"))
                 continue
             if path.replays_graphs and timing == "graph":
                 skipped.append(Skipped(f"{path.words} of {tag}",
