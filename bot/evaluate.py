@@ -354,11 +354,10 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
     alive = _construct_all(workers, construct, checks, limits.construct_timeout_s, options.parallel)
     lock_key = device_key(options.device, options.gpu_index)
     try:
-        with gpu_shared(lock_key):
-            info, trial_checks, stats = run_trials(
-                problem, shape, reference, alive, rng, options.trials_per_distribution,
-                (limits.first_call_timeout_s, limits.call_timeout_s), options.parallel, progress,
-                alone=self_tuning)
+        info, trial_checks, stats = run_trials(
+            problem, shape, reference, alive, rng, options.trials_per_distribution,
+            (limits.first_call_timeout_s, limits.call_timeout_s), options.parallel, progress,
+            alone=self_tuning, shared=lambda: gpu_shared(lock_key), exclusive=lambda: gpu_exclusive(lock_key))
     except WorkerFailure as exc:
         raise _problem_failure(problem, exc) from None
     for name, found in trial_checks.items():

@@ -76,26 +76,21 @@ def tunes_on_first_call(source: str) -> bool:
 def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
                contenders: Mapping[str, WorkerClient], rng: random.Random, per_distribution: int,
                timeouts: tuple[float, float], parallel: int, progress: Callable[[str], None],
-               alone: frozenset[str] = frozenset()
+               alone: frozenset[str] = frozenset(),
+               shared: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+               exclusive: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
                ) -> tuple[ReferenceInfo, dict[str, list[CheckResult]], dict[str, TrialStats]]:
     """Run every trial on every contender; a contender stops at its first failed check.
 
     References are computed first (one process); then contenders run their trials in
     parallel, each in its own worker, so compilation (torch.compile, Triton, nvcc) at the
-    first call of many candidates overlaps. Those named in `alone` (they tune by timing at
-    their first call) run theirs afterwards, one at a time, with no other trial of this
-    problem beside them. `timeouts` = (first call, later calls)."""
+    first call of many candidates overlaps; all of that holds the device `shared`. Those
+    named in `alone` (they tune by timing at their first call) run theirs afterwards, one at
+    a time, each holding the device `exclusive`ly, as a measurement does: no other trial or
+    timing of this bot beside it, of this problem or another. `timeouts` = (first call,
+    later calls)."""
     info = ReferenceInfo()
     plan = trial_plan(problem, rng, per_distribution)
-    refs = []
-    for n, (dist, seed) in enumerate(plan, 1):
-        progress(f"{problem.name} [{shape.name}] reference {n}/{len(plan)} ({dist})")
-        refs.append(reference.request({"op": "run", "seed": seed, "distribution": dist},
-                                      timeouts[1] * 20, "problem"))  # float64 runs are slower
-    info.meta, info.nbytes, info.flops = refs[0]["meta"], refs[0]["bytes"], refs[0]["flops"]
-    info.inputs = refs[0]["input_meta"]
-    dtypes = [m["dtype"] for m in info.meta]
-    release_cache(reference, timeouts[1])
 
     def trials_of(worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
         try:
@@ -129,19 +124,30 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
                 break
         return found, stats
 
-    progress(f"{problem.name} [{shape.name}] {len(plan)} trials on {len(contenders)} contender(s)")
     checks: dict[str, list[CheckResult]] = {}
     stats: dict[str, TrialStats] = {}
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        futures = {name: pool.submit(trials_of, w) for name, w in contenders.items() if name not in alone}
-        for name, future in futures.items():
-            checks[name], stats[name] = future.result()
+    with shared():
+        refs = []
+        for n, (dist, seed) in enumerate(plan, 1):
+            progress(f"{problem.name} [{shape.name}] reference {n}/{len(plan)} ({dist})")
+            refs.append(reference.request({"op": "run", "seed": seed, "distribution": dist},
+                                          timeouts[1] * 20, "problem"))  # float64 runs are slower
+        info.meta, info.nbytes, info.flops = refs[0]["meta"], refs[0]["bytes"], refs[0]["flops"]
+        info.inputs = refs[0]["input_meta"]
+        dtypes = [m["dtype"] for m in info.meta]
+        release_cache(reference, timeouts[1])
+        progress(f"{problem.name} [{shape.name}] {len(plan)} trials on {len(contenders)} contender(s)")
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            futures = {name: pool.submit(trials_of, w) for name, w in contenders.items() if name not in alone}
+            for name, future in futures.items():
+                checks[name], stats[name] = future.result()
     tuning = [name for name in contenders if name in alone]
     if tuning:
         progress(f"{problem.name} [{shape.name}] {len(tuning)} contender(s) that tune by timing: "
-                 "their trials one at a time")
+                 "their trials one at a time, the GPU to each alone")
     for name in tuning:
-        checks[name], stats[name] = trials_of(contenders[name])
+        with exclusive():
+            checks[name], stats[name] = trials_of(contenders[name])
     return info, {name: checks[name] for name in contenders}, {name: stats[name] for name in contenders}
 
 

@@ -4,6 +4,8 @@ seconds per timed batch for large inputs."""
 
 from __future__ import annotations
 
+import contextlib
+
 import bot.worker as worker
 from conftest import PROBLEMS
 
@@ -142,16 +144,28 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
     contenders = {n: _LoggedWorker(n, log, str(CANDIDATES / "honest.py"), "ModelNew", "native")
                   for n in ("a", "b", "tuned1", "tuned2")}
     seen: list[str] = []
+
+    def held(kind):
+        @contextlib.contextmanager
+        def hold():
+            log.append(("lock", f"{kind} taken"))
+            yield
+            log.append(("lock", f"{kind} given back"))
+        return hold
+
     _, checks, _ = run_trials(problem, problem.shapes_for("cpu")[0], _LoggedWorker("reference", log),
                               contenders, random.Random(0), 1, (20.0, 20.0), 4, seen.append,
-                              alone=frozenset({"tuned1", "tuned2"}))
+                              alone=frozenset({"tuned1", "tuned2"}), shared=held("shared"),
+                              exclusive=held("exclusive"))
     assert list(checks) == list(contenders)  # every contender judged, in the order given
     assert all(c.passed for found in checks.values() for c in found)
-    order = [who for who, _ in log if who != "reference"]
-    last_parallel = max(i for i, who in enumerate(order) if who in ("a", "b"))
-    assert set(order[last_parallel + 1:]) == {"tuned1", "tuned2"} and len(order[last_parallel + 1:]) == 10
-    tuned = order[last_parallel + 1:]
-    assert tuned == sorted(tuned)  # one at a time: the first's calls and release, then the second's
+    # The reference and the parallel trials under one shared hold; then each self-tuning
+    # contender's trials (4 calls and its release) under an exclusive hold of its own.
+    who = [w if w != "lock" else op for w, op in log]
+    shared_end = who.index("shared given back")
+    assert who[0] == "shared taken" and set(who[1:shared_end]) == {"reference", "a", "b"}
+    assert who[shared_end + 1:] == (["exclusive taken"] + ["tuned1"] * 5 + ["exclusive given back"]
+                                    + ["exclusive taken"] + ["tuned2"] * 5 + ["exclusive given back"])
     assert any("2 contender(s) that tune by timing" in line for line in seen)
 
 
