@@ -139,3 +139,22 @@ def test_inductor_tuning_paths_compile_and_pass_the_verifier():
     for outcome in result.candidates:
         assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
         assert outcome.speedup is not None
+
+
+def test_short_attention_kernel_passes_on_the_gpu_and_one_without_its_causal_mask_does_not():
+    # causal_attention's decode (64 keys) goes through the kernel, its prefill (4096) to SDPA:
+    # the honest path is accepted on both shapes, the unmasked mutant rejected on decode.
+    from dataclasses import replace
+
+    from bot.propose.search import PATHS, bases_for, path_candidate
+
+    prob = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
+    honest = path_candidate(bases_for(prob)[0], PATHS["sdpa:triton-short"])
+    mask = "visible = visible & (cols[None, :] <= rows[:, None])"
+    mutant = replace(honest, name="sdpa-triton-short-unmasked", source=honest.source.replace(mask, "pass"))
+    result = evaluate(prob, [honest, mutant], default_baseline(prob), _options("graph"))
+    verdicts = {o.candidate.name: o for o in result.candidates}
+    accepted = verdicts[honest.name]
+    assert accepted.verdict.accepted, accepted.verdict.reasons
+    assert len(accepted.shapes) == 2 and accepted.speedup is not None
+    assert not verdicts["sdpa-triton-short-unmasked"].verdict.accepted

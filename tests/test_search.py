@@ -11,6 +11,7 @@ from bot.problems import load_problem
 from bot.domain import source_hash
 from bot.propose.search import (PATHS, TUNABLES, Base, Split, autotune_variants, bases_for, path_candidate,
                                 path_of, search_candidates, setting_of, split_candidate, tunable_constants)
+from bot.trials import tunes_on_first_call
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 
@@ -78,13 +79,18 @@ def test_attention_gets_one_candidate_per_sdpa_backend_on_gpu_only():
     problem = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
     cands, _ = search_candidates(problem, bases_for(problem), "cuda")
     held = {c.name: c for c in cands if c.name.startswith("sdpa-")}
-    assert set(held) == {"sdpa-flash-reference", "sdpa-efficient-reference", "sdpa-cudnn-reference"}
+    assert set(held) == {"sdpa-flash-reference", "sdpa-efficient-reference", "sdpa-cudnn-reference",
+                         "sdpa-triton-short-reference"}
     assert "SDPBackend.CUDNN_ATTENTION)" in held["sdpa-cudnn-reference"].source
     assert {path_of(name, "reference") for name in held} == {
-        "sdpa:flash_attention", "sdpa:efficient_attention", "sdpa:cudnn_attention"}
+        "sdpa:flash_attention", "sdpa:efficient_attention", "sdpa:cudnn_attention", "sdpa:triton-short"}
+    short = held["sdpa-triton-short-reference"]
+    assert "_KernelBotShortAttention(super().forward)" in short.source and "def _kernel_bot_short_attention(" in short.source
+    assert tunes_on_first_call(short.source)  # its autotuner times configurations: trials alone
     cands, skipped = search_candidates(problem, bases_for(problem), "cpu")
     assert not any(c.name.startswith("sdpa-") for c in cands)
     assert sum("need a GPU" in s.reason and "scaled_dot_product" in s.transformation for s in skipped) == 3
+    assert any("Triton's interpreter" in s.reason and "128 keys" in s.transformation for s in skipped)
 
 
 def test_held_backend_and_per_shape_compiles_run_through_the_verifier(quick_options):
@@ -103,6 +109,51 @@ def test_held_backend_and_per_shape_compiles_run_through_the_verifier(quick_opti
         assert verdicts[name].accepted, (name, verdicts[name].reasons)
     cudnn = verdicts["sdpa-cudnn-reference"]
     assert not cudnn.accepted and "kernel" in " ".join(cudnn.reasons).lower(), cudnn.reasons
+
+
+def test_short_attention_kernel_is_verified_and_a_kernel_without_its_causal_mask_is_not(quick_options):
+    # On a CPU the kernel runs through Triton's interpreter (CPU shapes: 64 queries and keys):
+    # the verifier's float64 reference accepts it, and a mutant that lets every query see every
+    # key is rejected, so the verified call did go through the kernel.
+    problem = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
+    honest = path_candidate(bases_for(problem)[0], PATHS["sdpa:triton-short"])
+    mask = "visible = visible & (cols[None, :] <= rows[:, None])"
+    assert honest.source.count(mask) == 1
+    mutant = replace(honest, name="sdpa-triton-short-unmasked", source=honest.source.replace(mask, "pass"))
+    result = evaluate(problem, [honest, mutant], None, quick_options())
+    verdicts = {o.candidate.name: o.verdict for o in result.candidates}
+    assert verdicts[honest.name].accepted, verdicts[honest.name].reasons
+    assert not verdicts["sdpa-triton-short-unmasked"].accepted
+    assert "err" in " ".join(verdicts["sdpa-triton-short-unmasked"].reasons)
+
+
+def test_short_attention_leaves_calls_it_does_not_cover_to_sdpa(tmp_path):
+    # Long sequences, masks, dropout, float32 and calls that need a backward fall through to
+    # scaled_dot_product_attention itself: the kernel only ever replaces what it computes.
+    import subprocess
+    import sys
+
+    script = tmp_path / "fallthrough.py"
+    script.write_text("import torch\n" + PATHS["sdpa:triton-short"].helper + """
+F = torch.nn.functional
+q = torch.randn(1, 2, 64, 32, dtype=torch.bfloat16)
+covered = _kernel_bot_short_sdpa(q, q, q, is_causal=True)
+assert covered is not None and covered.shape == q.shape
+long = torch.randn(1, 2, 129, 32, dtype=torch.bfloat16)
+mask = torch.ones(64, 64, dtype=torch.bool)
+grad = q.clone().requires_grad_()
+for args, kwargs in [((long, long, long), {}), ((q, q, q), {"attn_mask": mask}),
+                     ((q, q, q), {"dropout_p": 0.1}), ((q.float(),) * 3, {}), ((grad, q, q), {}),
+                     ((q, q[:, :1], q[:, :1]), {"enable_gqa": True})]:
+    assert _kernel_bot_short_sdpa(*args, **kwargs) is None, kwargs
+with _KernelBotShortAttentionMode():
+    out = F.scaled_dot_product_attention(long, long, long, is_causal=True)
+torch.testing.assert_close(out, F.scaled_dot_product_attention(long, long, long, is_causal=True))
+print("ok")
+""")
+    env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_tf32_only_where_the_tolerance_allows(tmp_path):

@@ -9,6 +9,7 @@ follow-up PR can replace the TARGET file with it as is.
 from __future__ import annotations
 
 import ast
+import importlib.resources
 import itertools
 import math
 import re
@@ -242,6 +243,11 @@ def _sdpa_path(backend: str) -> Path:
                 needs_gpu="SDPA's flash, memory-efficient and cuDNN kernels need a GPU")
 
 
+def _kernel_helper(file: str) -> str:
+    """A replacement kernel of bot/propose/kernels, as text for a candidate's module."""
+    return importlib.resources.files("bot.propose.kernels").joinpath(file).read_text()
+
+
 EAGER = Path("eager", "eager", "super().forward", "eager")
 CUDA_GRAPH = Path("cuda-graph", "cuda-graph", "_KernelBotGraphs(super().forward)", "CUDA graph replay",
                   helper=GRAPH_HELPER, needs_gpu="CUDA graphs need a GPU", replays_graphs=True)
@@ -249,12 +255,19 @@ COMPILE_PATHS = tuple(_compile_path(m) for m in COMPILE_MODES) + (
     _compile_path("default", dynamic=False), _compile_path("default", dynamic=True)) + tuple(
     _compile_path("default", dynamic=False, tuning=t) for t in INDUCTOR_TUNING)
 SDPA_PATHS = tuple(_sdpa_path(b) for b in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"))
-PATHS = {p.key: p for p in (EAGER, CUDA_GRAPH, *COMPILE_PATHS, *SDPA_PATHS)}
+# Attention over at most 128 keys through a one-pass Triton kernel; longer sequences, masks
+# and dropout keep SDPA's own kernels, so it can only change the short calls.
+SHORT_ATTENTION = Path("sdpa:triton-short", "sdpa-triton-short", "_KernelBotShortAttention(super().forward)",
+                       "scaled_dot_product_attention over at most 128 keys through a one-pass Triton kernel",
+                       helper=_kernel_helper("short_attention.py"),
+                       needs_gpu="a Triton kernel: on a CPU it runs through Triton's interpreter, which "
+                                 "is never faster than eager")
+PATHS = {p.key: p for p in (EAGER, CUDA_GRAPH, *COMPILE_PATHS, *SDPA_PATHS, SHORT_ATTENTION)}
 
 
 def paths_for(base: Base) -> list[Path]:
     """The paths the catalogue tries on a base (eager is the base itself)."""
-    sdpa = list(SDPA_PATHS) if _uses(base.source, "scaled_dot_product_attention") else []
+    sdpa = [*SDPA_PATHS, SHORT_ATTENTION] if _uses(base.source, "scaled_dot_product_attention") else []
     return [*COMPILE_PATHS, CUDA_GRAPH, *sdpa]
 
 

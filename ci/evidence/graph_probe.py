@@ -55,3 +55,34 @@ def replay_median_us(fn, make_input, replays, flush_l2, cycles_per_us) -> float:
     med = statistics.median(elapsed_us(pend))
     del g, static, out
     return med
+
+
+def replay_median_us_sets(fn, sets, replays, flush_words, cycles_per_us) -> float:
+    """Median of `replays` timed graph replays of fn(*inputs), the inputs copied in from
+    `sets` in turn, the L2 flushed by reading `flush_words` (as the worker's flush does)."""
+    static = [t.clone() if isinstance(t, torch.Tensor) else t for t in sets[0]]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn(*static)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(*static)
+    pairs = []
+    for i in range(replays):
+        for s, f in zip(static, sets[i % len(sets)]):
+            if isinstance(s, torch.Tensor):
+                s.copy_(f)
+        flush_words.sum()
+        torch.cuda._sleep(int(60 * cycles_per_us))
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        pairs.append((a, b))
+    torch.cuda.synchronize()
+    del graph, out
+    return statistics.median(a.elapsed_time(b) * 1e3 for a, b in pairs)

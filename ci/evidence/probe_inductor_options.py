@@ -12,14 +12,13 @@ import argparse
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from graph_probe import DEV, flush_buffer, spin_cycles_per_us
+from graph_probe import DEV, flush_buffer, replay_median_us_sets as bench, spin_cycles_per_us
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIONS = {
@@ -43,35 +42,6 @@ def input_sets(module, shape: dict, count: int) -> list[list[torch.Tensor]]:
     for key, value in shape.items():
         setattr(module, key, value)
     return [[t.to(DEV) if isinstance(t, torch.Tensor) else t for t in module.get_inputs()] for _ in range(count)]
-
-
-def bench(fn, sets, replays: int, flush: torch.Tensor, cycles_per_us: float) -> float:
-    static = [t.clone() if isinstance(t, torch.Tensor) else t for t in sets[0]]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn(*static)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn(*static)
-    pairs = []
-    for i in range(replays):
-        for s, f in zip(static, sets[i % len(sets)]):
-            if isinstance(s, torch.Tensor):
-                s.copy_(f)
-        flush.sum()  # reading leaves the L2 clean, as the worker's flush does
-        torch.cuda._sleep(int(60 * cycles_per_us))
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        pairs.append((a, b))
-    torch.cuda.synchronize()
-    del graph, out
-    return statistics.median(a.elapsed_time(b) * 1e3 for a, b in pairs)
 
 
 def main() -> None:
