@@ -18,7 +18,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 class _RWLock:
@@ -118,3 +118,40 @@ def device_key(device: str, gpu_index: int | None) -> str:
         return "cpu"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     return f"gpu{gpu_index if gpu_index is not None else (visible.split(',')[0] or 0)}"
+
+
+class GpuHandover:
+    """A gated trial call's hold on the GPU (bot.tuning_gate): shared while the contender
+    verifies and compiles, exclusive while its worker times kernel variants, shared again
+    after. Called with what the worker said, it changes hands and returns the answer."""
+
+    def __init__(self, shared: Callable[[], contextlib.AbstractContextManager],
+                 exclusive: Callable[[], contextlib.AbstractContextManager]):
+        self._shared = shared
+        self._exclusive = exclusive
+        self._held: contextlib.ExitStack | None = None
+
+    def __enter__(self) -> "GpuHandover":
+        self._take(self._shared)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._let_go()
+
+    def __call__(self, said: str) -> str:
+        take, answer = {"want": (self._exclusive, "granted"), "done": (self._shared, "resumed")}.get(said, (None, ""))
+        if take is None:
+            return f"unknown request {said!r}"
+        self._let_go()  # never both at once: a shared hold would keep the exclusive one waiting
+        self._take(take)
+        return answer
+
+    def _take(self, hold: Callable[[], contextlib.AbstractContextManager]) -> None:
+        stack = contextlib.ExitStack()
+        stack.enter_context(hold())
+        self._held = stack
+
+    def _let_go(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()

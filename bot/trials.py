@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 
 from bot import verify
 from bot.domain import CheckResult, Problem, Shape
+from bot.gpulock import GpuHandover
 from bot.workers import WorkerClient, WorkerFailure
 
 
@@ -84,28 +85,35 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
 
     References are computed first (one process); then contenders run their trials in
     parallel, each in its own worker, so compilation (torch.compile, Triton, nvcc) at the
-    first call of many candidates overlaps; all of that holds the device `shared`. Those
-    named in `alone` (they tune by timing at their first call) run theirs afterwards, one at
-    a time, each holding the device `exclusive`ly, as a measurement does: no other trial or
-    timing of this bot beside it, of this problem or another. `timeouts` = (first call,
-    later calls)."""
+    first call of many candidates overlaps; each call holds the device `shared`. Those named
+    in `alone` tune by timing at their first call: where their worker can hook that timing
+    (bot.tuning_gate), they run beside the others too, and each timing of kernel variants
+    holds the device `exclusive`ly, as a measurement does; the others run their trials
+    afterwards, one at a time, each holding the device exclusively throughout. Either way no
+    other trial or timing of this bot, of this problem or another, runs beside their tuning.
+    `timeouts` = (first call, later calls)."""
     info = ReferenceInfo()
     plan = trial_plan(problem, rng, per_distribution)
 
-    def trials_of(worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
+    def trials_of(worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
+                  ) -> tuple[list[CheckResult], TrialStats]:
         try:
-            return checked(worker)
+            return checked(worker, hold)
         finally:
             release_cache(worker, timeouts[1])
 
-    def checked(worker: WorkerClient) -> tuple[list[CheckResult], TrialStats]:
+    def checked(worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
+                ) -> tuple[list[CheckResult], TrialStats]:
         found: list[CheckResult] = []
         stats = TrialStats()
         for n, ((dist, seed), ref) in enumerate(zip(plan, refs)):
             label = f"shape {shape.name}, {dist} inputs"
+            held = hold()
+            gate = held if isinstance(held, GpuHandover) else None
             try:
-                got = worker.request({"op": "run", "seed": seed, "distribution": dist},
-                                     timeouts[0] if n == 0 else timeouts[1], "call")
+                with held:
+                    got = worker.request({"op": "run", "seed": seed, "distribution": dist, "gate": gate is not None},
+                                         timeouts[0] if n == 0 else timeouts[1], "call", gate=gate)
             except WorkerFailure as exc:
                 return found + [failure_check(exc)], stats
             results = [verify.check_output_meta(ref["meta"], got["meta"]),
@@ -136,18 +144,29 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
         info.inputs = refs[0]["input_meta"]
         dtypes = [m["dtype"] for m in info.meta]
         release_cache(reference, timeouts[1])
-        progress(f"{problem.name} [{shape.name}] {len(plan)} trials on {len(contenders)} contender(s)")
-        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-            futures = {name: pool.submit(trials_of, w) for name, w in contenders.items() if name not in alone}
-            for name, future in futures.items():
-                checks[name], stats[name] = future.result()
-    tuning = [name for name in contenders if name in alone]
+    gated: set[str] = set()
+    for name in (n for n in contenders if n in alone):
+        try:
+            if contenders[name].request({"op": "gate"}, timeouts[1], "call").get("hooks"):
+                gated.add(name)
+        except WorkerFailure as exc:
+            checks[name], stats[name] = [failure_check(exc)], TrialStats()
+    beside = [name for name in contenders if (name not in alone or name in gated) and name not in checks]
+    progress(f"{problem.name} [{shape.name}] {len(plan)} trials on {len(beside)} contender(s)"
+             + (f", {len(gated)} of them timing their kernel variants with the GPU to themselves" if gated else ""))
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        futures = {name: pool.submit(trials_of, contenders[name],
+                                     (lambda: GpuHandover(shared, exclusive)) if name in gated else shared)
+                   for name in beside}
+        for name, future in futures.items():
+            checks[name], stats[name] = future.result()
+    tuning = [name for name in contenders if name not in checks]
     if tuning:
         progress(f"{problem.name} [{shape.name}] {len(tuning)} contender(s) that tune by timing: "
                  "their trials one at a time, the GPU to each alone")
     for name in tuning:
         with exclusive():
-            checks[name], stats[name] = trials_of(contenders[name])
+            checks[name], stats[name] = trials_of(contenders[name], contextlib.nullcontext)
     return info, {name: checks[name] for name in contenders}, {name: stats[name] for name in contenders}
 
 

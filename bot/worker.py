@@ -31,6 +31,7 @@ import torch
 
 from bot import triton_interp
 from bot.channel import Channel, ChannelClosed
+from bot.tuning_gate import TuningGate
 
 # --- originals, captured before any candidate code exists in this process -------------
 _perf_ns = time.perf_counter_ns
@@ -140,6 +141,7 @@ class Harness:
         self.flush_buf = None
         self.captured: _Rotation | None = None  # mode "graph": this shape's captured calls
         self.replays = 0  # mode "graph": which captured copy replays next
+        self.gate: TuningGate | None = None  # set up by op_gate, for code that tunes by timing
         self.cycles_per_us: float | None = None
         self.weights: dict[tuple, torch.Tensor] = {}
         if threads:
@@ -306,11 +308,18 @@ class Harness:
             return self._reference_run(inputs, before, msg)
         if self.device == "cuda":
             _poison_free_cuda_memory()
+        gated = bool(msg.get("gate")) and self.gate is not None
         try:
             with torch.no_grad():
                 _cuda_sync() if self.device == "cuda" else None
                 t0 = _perf_ns()
-                result = self.model(*inputs)
+                if gated:
+                    self.gate.active = True
+                try:
+                    result = self.model(*inputs)
+                finally:
+                    if gated:
+                        self.gate.active = False
                 _cuda_sync() if self.device == "cuda" else None
                 host_us = (_perf_ns() - t0) / 1e3
         except BaseException as exc:
@@ -360,6 +369,13 @@ class Harness:
         else:
             reply["outputs"] = values
         return reply
+
+    def op_gate(self, msg: dict) -> dict:
+        """Hook the timing of kernel variants (bot.tuning_gate): in calls the bot marks as
+        gated, each such timing asks it for the GPU. Replies with what could be hooked."""
+        if self.gate is None:
+            self.gate = TuningGate(self.ch, _cuda_sync if self.device == "cuda" else lambda: None)
+        return {"ok": True, "hooks": self.gate.install()}
 
     def op_release(self, msg: dict) -> dict:
         """Give the allocator's cached GPU memory back while this worker waits: workers of
@@ -743,7 +759,7 @@ def main(argv: list[str] | None = None) -> None:
                   "overhead_us": harness.timer_overhead_us()})
     ops = {"load": harness.op_load, "construct": harness.op_construct, "run": harness.op_run,
            "time": harness.op_time, "fingerprints": harness.op_fingerprints,
-           "release": harness.op_release}
+           "release": harness.op_release, "gate": harness.op_gate}
     while True:
         try:
             msg = channel.recv()

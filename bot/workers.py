@@ -13,7 +13,7 @@ import select
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bot.cores import timing_core, worker_cores
 from bot.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
@@ -65,20 +65,41 @@ class WorkerClient:
         self.env: dict[str, Any] = hello["env"]
         self.overhead_us: float = float(hello.get("overhead_us", 0.0))
 
-    def request(self, message: dict[str, Any], timeout_s: float, phase: str) -> dict[str, Any]:
-        """Send one op and wait for its reply; failures raise WorkerFailure."""
+    def request(self, message: dict[str, Any], timeout_s: float, phase: str,
+                gate: Callable[[str], str] | None = None) -> dict[str, Any]:
+        """Send one op and wait for its reply; failures raise WorkerFailure. With `gate`, the
+        worker may ask for the GPU on the way (bot.tuning_gate): `gate` turns what it said
+        into the answer, and the time that took does not count against `timeout_s`."""
         try:
             self.channel.send(message)
         except OSError:
             raise self._dead(phase) from None
-        reply = self._receive(phase, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            reply = self._receive(phase, deadline - time.monotonic(), timeout_s)
+            if "gate" not in reply:
+                break
+            if gate is None:
+                tail = self.running.log_tail()
+                self.close()
+                raise WorkerFailure("channel", f"asked for the GPU ({reply['gate']!r}) outside a gated "
+                                    "trial", tail)
+            began = time.monotonic()
+            answer = gate(str(reply["gate"]))
+            deadline += time.monotonic() - began
+            try:
+                self.channel.send({"gate": answer})
+            except OSError:
+                raise self._dead(phase) from None
         if not reply.get("ok"):
             detail = reply.get("traceback") or ""
             raise WorkerFailure(str(reply.get("phase", phase)), str(reply.get("error", "failed")),
                                 _tail(detail + "\n" + self.running.log_tail()))
         return reply
 
-    def _receive(self, phase: str, timeout_s: float) -> dict[str, Any]:
+    def _receive(self, phase: str, timeout_s: float, allowed_s: float | None = None) -> dict[str, Any]:
+        """The next frame, within `timeout_s`; `allowed_s`: the whole request's limit, as said
+        in a timeout's reason."""
         deadline = time.monotonic() + timeout_s
         limit = self.limits.memory_mb << 20
         while True:
@@ -95,7 +116,7 @@ class WorkerClient:
             if time.monotonic() > deadline:
                 tail = self.running.log_tail()
                 self.close()
-                raise WorkerFailure(phase, f"timed out after {timeout_s:.0f} s (killed)", tail)
+                raise WorkerFailure(phase, f"timed out after {allowed_s or timeout_s:.0f} s (killed)", tail)
         try:
             self.running.sock.settimeout(max(deadline - time.monotonic(), 5.0))
             return self.channel.recv()

@@ -135,10 +135,15 @@ def test_inductor_tuning_paths_compile_and_pass_the_verifier():
     prob = load_problem(ROOT / "problems" / "fp8_quant.py", root=ROOT)
     base = bases_for(prob)[0]
     paths = [PATHS[f"compile:default:static:{t}"] for t in INDUCTOR_TUNING]
-    result = evaluate(prob, [path_candidate(base, p) for p in paths], default_baseline(prob), _options())
+    said: list[str] = []
+    result = evaluate(prob, [path_candidate(base, p) for p in paths], default_baseline(prob), _options(),
+                      said.append)
     for outcome in result.candidates:
         assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
         assert outcome.speedup is not None
+    # Both compile beside the baseline's trials; only their timing of variants has the GPU alone.
+    assert any("2 of them timing their kernel variants with the GPU to themselves" in s for s in said), said
+    assert not any("one at a time" in s for s in said), said
 
 
 def test_short_attention_kernel_passes_on_the_gpu_and_one_without_its_causal_mask_does_not():

@@ -1,0 +1,159 @@
+"""Code that tunes by timing: its compilation beside other trials, its timing of kernel
+variants with the GPU to itself (bot.tuning_gate in the worker, bot.gpulock.GpuHandover and
+bot.trials in the bot)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+
+import pytest
+
+from bot.gpulock import GpuHandover, _RWLock
+from bot.problems import load_problem
+from bot.sandbox import Limits
+from bot.sandbox.process import ProcessSandbox
+from bot.trials import run_trials
+from bot.tuning_gate import TuningGate
+from bot.workers import WorkerClient, WorkerFailure
+from conftest import CANDIDATES, PROBLEMS
+
+PROBLEM = PROBLEMS / "scale_add.py"
+
+
+class _Channel:
+    """The worker's end of the channel, answering as the bot would."""
+
+    def __init__(self, answers=None):
+        self.said: list[str] = []
+        self.answers = answers or {"want": "granted", "done": "resumed"}
+
+    def send(self, frame):
+        self.said.append(frame["gate"])
+
+    def recv(self):
+        return {"gate": self.answers[self.said[-1]]}
+
+
+def test_the_gate_asks_only_during_gated_calls_and_once_for_nested_timings():
+    channel, synced = _Channel(), []
+    gate = TuningGate(channel, lambda: synced.append(1))
+    inner = gate.wrap(lambda: "timed")
+    outer = gate.wrap(lambda: inner())  # Inductor's benchmarker calls its parent class's
+    assert outer() == "timed" and channel.said == []  # not gated: a timing call, say
+    gate.active = True
+    assert outer() == "timed"
+    assert channel.said == ["want", "done"] and len(synced) == 2  # queued kernels done before each handover
+
+    def fails():
+        raise ValueError("no kernel fits")
+    with pytest.raises(ValueError):
+        gate.wrap(fails)()
+    assert channel.said[2:] == ["want", "done"]  # handed back even when the timing fails
+
+
+def test_the_gate_refuses_to_go_on_after_a_wrong_answer():
+    gate = TuningGate(_Channel({"want": "no", "done": "resumed"}), lambda: None)
+    gate.active = True
+    with pytest.raises(RuntimeError, match="the bot answered"):
+        gate.wrap(lambda: None)()
+
+
+def test_the_gate_hooks_inductors_benchmarker_and_tritons_autotuner_once():
+    from torch._inductor.runtime import benchmarking
+
+    before = benchmarking.Benchmarker.benchmark_gpu
+    try:
+        gate = TuningGate(_Channel(), lambda: None)
+        hooks = gate.install()
+        assert "Benchmarker.benchmark_gpu" in hooks and "InductorBenchmarker.benchmark_gpu" in hooks
+        assert "triton Autotuner._bench" in hooks
+        hooked = benchmarking.Benchmarker.benchmark_gpu
+        assert TuningGate(_Channel(), lambda: None).install() == hooks  # a second gate wraps nothing again
+        assert benchmarking.Benchmarker.benchmark_gpu is hooked
+    finally:
+        benchmarking.Benchmarker.benchmark_gpu = before
+
+
+def test_a_handover_never_holds_shared_and_exclusive_at_once():
+    events: list[str] = []
+
+    def hold(kind):
+        @contextlib.contextmanager
+        def held():
+            events.append(f"{kind} taken")
+            yield
+            events.append(f"{kind} given back")
+        return held
+
+    with GpuHandover(hold("shared"), hold("exclusive")) as handover:
+        assert handover("want") == "granted"
+        assert handover("done") == "resumed"
+        assert handover("later") == "unknown request 'later'"
+    assert events == ["shared taken", "shared given back", "exclusive taken", "exclusive given back",
+                      "shared taken", "shared given back"]
+
+
+def _worker(tmp_path, name, candidate):
+    client = WorkerClient(ProcessSandbox(), name, "cpu", tmp_path / f"w-{name}", tmp_path / "c",
+                          (PROBLEM, PROBLEMS, candidate), Limits(call_timeout_s=60), threads=1)
+    client.request({"op": "load", "problem": str(PROBLEM), "module": str(candidate),
+                    "class_name": "ModelNew", "precision": "native"}, 120, "import")
+    client.request({"op": "construct", "overrides": {}, "seed": 3}, 60, "construct")
+    return client
+
+
+def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_to_itself(tmp_path):
+    problem = load_problem(PROBLEM)
+    lock, state, log = _RWLock(), {"readers": 0, "writer": False}, []
+    guard = threading.Lock()
+
+    def shared():
+        @contextlib.contextmanager
+        def held():
+            with lock.shared():
+                with guard:
+                    state["readers"] += 1
+                yield
+                with guard:
+                    state["readers"] -= 1
+        return held()
+
+    @contextlib.contextmanager
+    def exclusive():
+        with lock.exclusive():
+            log.append(("exclusive", state["readers"]))
+            yield
+
+    reference = WorkerClient(ProcessSandbox(), "reference", "cpu", tmp_path / "w-ref", tmp_path / "c",
+                             (PROBLEM, PROBLEMS), Limits(), threads=1)
+    reference.request({"op": "load", "problem": str(PROBLEM), "module": None, "class_name": "Model",
+                       "precision": "float64"}, 120, "import")
+    reference.request({"op": "construct", "overrides": {}, "seed": 3}, 60, "construct")
+    contenders = {"plain": _worker(tmp_path, "plain", CANDIDATES / "honest.py"),
+                  "tuned": _worker(tmp_path, "tuned", CANDIDATES / "tunes_by_timing.py")}
+    said: list[str] = []
+    try:
+        _, checks, _ = run_trials(problem, problem.shapes_for("cpu")[0], reference, contenders,
+                                  random.Random(0), 1, (60.0, 60.0), 2, said.append,
+                                  alone=frozenset({"tuned"}), shared=shared, exclusive=exclusive)
+    finally:
+        for worker in (reference, *contenders.values()):
+            worker.close()
+    assert all(c.passed for found in checks.values() for c in found), checks
+    # One timing of variants (the first call's), with no trial beside it; no series of trials alone.
+    assert log == [("exclusive", 0)]
+    assert any("1 of them timing their kernel variants with the GPU to themselves" in s for s in said)
+    assert not any("one at a time" in s for s in said)
+
+
+def test_a_worker_asking_for_the_gpu_outside_a_gated_trial_is_failed(tmp_path):
+    client = _worker(tmp_path, "tuned", CANDIDATES / "tunes_by_timing.py")
+    try:
+        assert client.request({"op": "gate"}, 60, "call")["hooks"]
+        with pytest.raises(WorkerFailure) as failure:
+            client.request({"op": "run", "seed": 1, "distribution": "standard", "gate": True}, 60, "call")
+        assert failure.value.phase == "channel" and "outside a gated trial" in failure.value.reason
+    finally:
+        client.close()
