@@ -146,20 +146,24 @@ def test_inductor_tuning_paths_compile_and_pass_the_verifier():
     assert not any("one at a time" in s for s in said), said
 
 
-def test_short_attention_kernel_passes_on_the_gpu_and_one_without_its_causal_mask_does_not():
-    # causal_attention's decode (64 keys) goes through the kernel, its prefill (4096) to SDPA:
-    # the honest path is accepted on both shapes, the unmasked mutant rejected on decode.
+@pytest.mark.parametrize("problem, key, honest_text, broken_text", [
+    # causal_attention's decode (64 keys) goes through the kernel, its prefill (4096) to SDPA.
+    ("causal_attention", "sdpa:triton-short", "visible = visible & (cols[None, :] <= rows[:, None])", "pass"),
+    # gelu's both shapes, with the GPU's tanh instruction (inline PTX, which the CPU tests cannot run).
+    ("gelu", "kernel:gelu-tanh", "0.044715 * x * x * x", "0.44715 * x * x * x"),
+])
+def test_replacement_kernels_pass_on_the_gpu_and_broken_copies_do_not(problem, key, honest_text, broken_text):
     from dataclasses import replace
 
     from bot.propose.search import PATHS, bases_for, path_candidate
 
-    prob = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
-    honest = path_candidate(bases_for(prob)[0], PATHS["sdpa:triton-short"])
-    mask = "visible = visible & (cols[None, :] <= rows[:, None])"
-    mutant = replace(honest, name="sdpa-triton-short-unmasked", source=honest.source.replace(mask, "pass"))
-    result = evaluate(prob, [honest, mutant], default_baseline(prob), _options("graph"))
+    prob = load_problem(ROOT / "problems" / f"{problem}.py", root=ROOT)
+    honest = path_candidate(bases_for(prob)[0], PATHS[key])
+    assert honest.source.count(honest_text) == 1
+    broken = replace(honest, name=f"{honest.name}-broken", source=honest.source.replace(honest_text, broken_text))
+    result = evaluate(prob, [honest, broken], default_baseline(prob), _options("graph"))
     verdicts = {o.candidate.name: o for o in result.candidates}
     accepted = verdicts[honest.name]
     assert accepted.verdict.accepted, accepted.verdict.reasons
     assert len(accepted.shapes) == 2 and accepted.speedup is not None
-    assert not verdicts["sdpa-triton-short-unmasked"].verdict.accepted
+    assert not verdicts[broken.name].verdict.accepted

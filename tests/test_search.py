@@ -9,7 +9,7 @@ from dataclasses import replace
 from bot.evaluate import evaluate
 from bot.problems import load_problem
 from bot.domain import source_hash
-from bot.propose.search import (PATHS, TUNABLES, Base, Split, autotune_variants, bases_for, path_candidate,
+from bot.propose.search import (PATHS, TUNABLES, Base, Split, _kernel_helper, autotune_variants, bases_for, path_candidate,
                                 path_of, search_candidates, setting_of, split_candidate, tunable_constants)
 from bot.trials import tunes_on_first_call
 from conftest import CANDIDATES, PROBLEMS, ROOT
@@ -85,7 +85,8 @@ def test_attention_gets_one_candidate_per_sdpa_backend_on_gpu_only():
     assert {path_of(name, "reference") for name in held} == {
         "sdpa:flash_attention", "sdpa:efficient_attention", "sdpa:cudnn_attention", "sdpa:triton-short"}
     short = held["sdpa-triton-short-reference"]
-    assert "_KernelBotShortAttention(super().forward)" in short.source and "def _kernel_bot_short_attention(" in short.source
+    assert "_KernelBotReplaced(super().forward)" in short.source and "def _kernel_bot_short_attention(" in short.source
+    assert "def _kernel_bot_gelu_tanh(" not in short.source  # only the kernels this forward may use
     assert tunes_on_first_call(short.source)  # its autotuner times configurations: trials alone
     cands, skipped = search_candidates(problem, bases_for(problem), "cpu")
     assert not any(c.name.startswith("sdpa-") for c in cands)
@@ -127,14 +128,14 @@ def test_short_attention_kernel_is_verified_and_a_kernel_without_its_causal_mask
     assert "err" in " ".join(verdicts["sdpa-triton-short-unmasked"].reasons)
 
 
-def test_short_attention_leaves_calls_it_does_not_cover_to_sdpa(tmp_path):
-    # Long sequences, masks, dropout, float32 and calls that need a backward fall through to
-    # scaled_dot_product_attention itself: the kernel only ever replaces what it computes.
+def test_replacement_kernels_leave_calls_they_do_not_cover_to_torch(tmp_path):
+    # Long sequences, masks, dropout, float32, the exact GELU and calls that need a backward
+    # fall through to torch itself: a kernel only ever replaces what it computes.
     import subprocess
     import sys
 
     script = tmp_path / "fallthrough.py"
-    script.write_text("import torch\n" + PATHS["sdpa:triton-short"].helper + """
+    script.write_text("import torch\n" + PATHS["sdpa:triton-short"].helper + _kernel_helper("gelu_tanh.py") + """
 F = torch.nn.functional
 q = torch.randn(1, 2, 64, 32, dtype=torch.bfloat16)
 covered = _kernel_bot_short_sdpa(q, q, q, is_causal=True)
@@ -146,14 +147,51 @@ for args, kwargs in [((long, long, long), {}), ((q, q, q), {"attn_mask": mask}),
                      ((q, q, q), {"dropout_p": 0.1}), ((q.float(),) * 3, {}), ((grad, q, q), {}),
                      ((q, q[:, :1], q[:, :1]), {"enable_gqa": True})]:
     assert _kernel_bot_short_sdpa(*args, **kwargs) is None, kwargs
-with _KernelBotShortAttentionMode():
+with _KernelBotReplacementMode():
     out = F.scaled_dot_product_attention(long, long, long, is_causal=True)
 torch.testing.assert_close(out, F.scaled_dot_product_attention(long, long, long, is_causal=True))
+x = torch.randn(4, 64, dtype=torch.bfloat16)
+assert _kernel_bot_fast_gelu(x, approximate="tanh") is not None
+for args, kwargs in [((x,), {}), ((x.float(),), {"approximate": "tanh"}),
+                     ((x.clone().requires_grad_(),), {"approximate": "tanh"})]:
+    assert _kernel_bot_fast_gelu(*args, **kwargs) is None, kwargs
+with _KernelBotReplacementMode():
+    exact = F.gelu(x)
+torch.testing.assert_close(exact, F.gelu(x))
 print("ok")
 """)
     env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_tanh_gelu_gets_the_hardware_tanh_kernel_on_gpu_only_and_exact_gelu_does_not():
+    gelu = load_problem(ROOT / "problems" / "gelu.py", root=ROOT)
+    cands, _ = search_candidates(gelu, bases_for(gelu), "cuda")
+    kernel = next(c for c in cands if c.name == "triton-gelu-tanh-reference")
+    assert path_of(kernel.name, "reference") == "kernel:gelu-tanh" and tunes_on_first_call(kernel.source)
+    assert "tanh.approx.f32" in kernel.source
+    cands, skipped = search_candidates(gelu, bases_for(gelu), "cpu")
+    assert "triton-gelu-tanh-reference" not in _names(cands)
+    assert any("Triton's interpreter" in s.reason and "GELU" in s.transformation for s in skipped)
+    exact = load_problem(ROOT / "problems" / "matmul_bias_gelu.py", root=ROOT)  # erf GELU: not this kernel
+    cands, skipped = search_candidates(exact, bases_for(exact), "cuda")
+    assert not any(c.name.startswith("triton-gelu-tanh") for c in cands)
+    assert any(s.reason == "no GELU with approximate='tanh' here" for s in skipped)
+
+
+def test_gelu_kernel_is_verified_and_one_with_a_wrong_coefficient_is_not(quick_options):
+    # On a CPU the interpreter computes tanh from exp (it runs no PTX): the wiring, the
+    # fall-through and the kernel's arithmetic are what this checks; the GPU test the rest.
+    problem = load_problem(ROOT / "problems" / "gelu.py", root=ROOT)
+    honest = path_candidate(bases_for(problem)[0], PATHS["kernel:gelu-tanh"])
+    coefficient = "0.044715 * x * x * x"
+    assert honest.source.count(coefficient) == 1
+    mutant = replace(honest, name="triton-gelu-wrong", source=honest.source.replace(coefficient, "0.44715 * x * x * x"))
+    result = evaluate(problem, [honest, mutant], None, quick_options())
+    verdicts = {o.candidate.name: o.verdict for o in result.candidates}
+    assert verdicts[honest.name].accepted, verdicts[honest.name].reasons
+    assert not verdicts["triton-gelu-wrong"].accepted
 
 
 def test_tf32_only_where_the_tolerance_allows(tmp_path):

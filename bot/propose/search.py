@@ -255,20 +255,29 @@ COMPILE_PATHS = tuple(_compile_path(m) for m in COMPILE_MODES) + (
     _compile_path("default", dynamic=False), _compile_path("default", dynamic=True)) + tuple(
     _compile_path("default", dynamic=False, tuning=t) for t in INDUCTOR_TUNING)
 SDPA_PATHS = tuple(_sdpa_path(b) for b in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"))
+# Replacement kernels (bot/propose/kernels): an operator call of the forward goes to a kernel
+# of ours where it applies (its shapes, dtypes and arguments), and to torch's everywhere else.
+REPLACEMENT_NEEDS_GPU = "a Triton kernel: on a CPU it runs through Triton's interpreter, which is never faster than eager"
 # Attention over at most 128 keys through a one-pass Triton kernel; longer sequences, masks
 # and dropout keep SDPA's own kernels, so it can only change the short calls.
-SHORT_ATTENTION = Path("sdpa:triton-short", "sdpa-triton-short", "_KernelBotShortAttention(super().forward)",
+SHORT_ATTENTION = Path("sdpa:triton-short", "sdpa-triton-short", "_KernelBotReplaced(super().forward)",
                        "scaled_dot_product_attention over at most 128 keys through a one-pass Triton kernel",
-                       helper=_kernel_helper("short_attention.py"),
-                       needs_gpu="a Triton kernel: on a CPU it runs through Triton's interpreter, which "
-                                 "is never faster than eager")
-PATHS = {p.key: p for p in (EAGER, CUDA_GRAPH, *COMPILE_PATHS, *SDPA_PATHS, SHORT_ATTENTION)}
+                       helper=_kernel_helper("replace.py") + _kernel_helper("short_attention.py"),
+                       needs_gpu=REPLACEMENT_NEEDS_GPU)
+# GELU's tanh approximation on bf16/fp16 through the GPU's tanh instruction.
+GELU_TANH = Path("kernel:gelu-tanh", "triton-gelu-tanh", "_KernelBotReplaced(super().forward)",
+                 "GELU (tanh approximation) through a Triton kernel with the GPU's tanh instruction",
+                 helper=_kernel_helper("replace.py") + _kernel_helper("gelu_tanh.py"),
+                 needs_gpu=REPLACEMENT_NEEDS_GPU)
+TANH_GELU = re.compile(r"""approximate\s*=\s*["']tanh["']""")
+PATHS = {p.key: p for p in (EAGER, CUDA_GRAPH, *COMPILE_PATHS, *SDPA_PATHS, SHORT_ATTENTION, GELU_TANH)}
 
 
 def paths_for(base: Base) -> list[Path]:
     """The paths the catalogue tries on a base (eager is the base itself)."""
     sdpa = [*SDPA_PATHS, SHORT_ATTENTION] if _uses(base.source, "scaled_dot_product_attention") else []
-    return [*COMPILE_PATHS, CUDA_GRAPH, *sdpa]
+    gelu = [GELU_TANH] if TANH_GELU.search(base.source) else []
+    return [*COMPILE_PATHS, CUDA_GRAPH, *sdpa, *gelu]
 
 
 def _ensure_torch_import(source: str) -> str:
@@ -388,6 +397,8 @@ def search_candidates(problem: Problem, bases: list[Base], device: str, timing: 
             cands.append(path_candidate(base, path))
         if SDPA_PATHS[0] not in paths:
             skipped.append(Skipped(f"SDPA backend choice of {tag}", "no scaled_dot_product_attention here"))
+        if GELU_TANH not in paths:
+            skipped.append(Skipped(f"{GELU_TANH.words} of {tag}", "no GELU with approximate='tanh' here"))
         cands.extend(autotune_variants(base))
         if not tunable_constants(base.source):
             skipped.append(Skipped(f"Triton autotuning of {tag}",

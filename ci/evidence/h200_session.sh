@@ -11,8 +11,8 @@
 # Stages, in order, each alone on the GPU: A/A repeats, the labeled-PR-to-follow-up-PR run,
 # the GPU tests (each bundled problem's own check is left to the sweep, which verifies them
 # all), a worker start-up profile, candidates per GPU-minute on rmsnorm's decode shape, the
-# catalogue's newer paths on the problems they may win (STAGES=paths), the short-attention
-# kernel's probe and causal_attention's search (STAGES=short_attention), then the search sweep
+# catalogue's newer paths on the problems they may win (STAGES=paths), the replacement
+# kernels' probe and the searches they may win (STAGES=replacements), then the search sweep
 # over every problem, which gets what is left of BUDGET_S (counted from the plan's start).
 set -u
 EV=/tmp/ev
@@ -21,7 +21,7 @@ export TIMING=${TIMING:-latency}  # latency | throughput | graph (bot.timing.Tim
 # AA_TIMING: the A/A stage's modes, a comma list (default latency,throughput).
 # TPUT_TIMING: the candidates-per-GPU-minute stage's own mode (default: TIMING).
 # Which stages, in this order (a session's 30 minutes do not hold them all at once).
-STAGES=${STAGES:-aa event_to_pr gpu_tests profile throughput paths short_attention sweep}
+STAGES=${STAGES:-aa event_to_pr gpu_tests profile throughput paths replacements sweep}
 BUDGET_S=${BUDGET_S:-1420}  # from the plan's start; the session's device time is 1800 s
 
 pack() {
@@ -88,12 +88,12 @@ plan)
         problems/layernorm.py --strategy search --device $DEVICE --jobs 3 --time-cap-s 2 --timing $TIMING \
         --no-cache --out $EV/paths > $EV/paths.txt 2> $EV/paths.err
   fi
-  if want short_attention; then  # the one-pass Triton kernel for short attention: its configurations, then the search
-    stage short_attention_probe 150 python3 ci/evidence/probe_short_attention.py --out $EV/short-attention.json \
-        > $EV/short_attention_probe.txt 2>&1
-    stage short_attention ${SHORT_ATTENTION_LIMIT_S:-300} python3 -m bot optimize problems/causal_attention.py \
-        --strategy search --device $DEVICE --time-cap-s 3 --timing $TIMING --no-cache --out $EV/short_attention \
-        > $EV/short_attention.txt 2> $EV/short_attention.err
+  if want replacements; then  # the catalogue's replacement kernels: their configurations, then the searches they may win
+    stage replacement_probe 240 python3 ci/evidence/probe_replacement_kernels.py --out $EV/replacement-kernels.json \
+        > $EV/replacement_probe.txt 2>&1
+    stage replacements ${REPLACEMENTS_LIMIT_S:-420} python3 -m bot optimize problems/causal_attention.py problems/gelu.py \
+        --strategy search --device $DEVICE --jobs 2 --time-cap-s 3 --timing $TIMING --no-cache --out $EV/replacements \
+        > $EV/replacements.txt 2> $EV/replacements.err
   fi
   left=$(( BUDGET_S - ($(date +%s) - t0) ))
   [ "$left" -lt 120 ] && left=120
@@ -109,8 +109,8 @@ wait)
   end=$(( $(date +%s) + ${2:-580} ))
   while [ "$(date +%s)" -lt "$end" ] && ! grep -q ALLDONE $EV/stages.log 2>/dev/null; do sleep 5; done
   tail -n 4 $EV/aa.log $EV/e2p.log $EV/gpu_tests.log 2>/dev/null
-  cat $EV/path_probe.txt $EV/short_attention_probe.txt 2>/dev/null
-  grep -v -E "trial|reference [0-9]" $EV/paths.err $EV/short_attention.err $EV/search.err 2>/dev/null | tail -n 8
+  cat $EV/path_probe.txt $EV/replacement_probe.txt 2>/dev/null
+  grep -v -E "trial|reference [0-9]" $EV/paths.err $EV/replacements.err $EV/search.err 2>/dev/null | tail -n 8
   pack
   ;;
 *)

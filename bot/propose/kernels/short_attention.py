@@ -1,17 +1,13 @@
 
 
 # kernel-bot: scaled_dot_product_attention on short sequences, one key block per program.
-# Read as text into search candidates (bot/propose/search.py): it is candidate code, and the
-# bot's own process never imports it. SDPA's kernels are built for long sequences; on a decode
+# Read as text into search candidates after replace.py (bot/propose/search.py): it is
+# candidate code, and the bot's own process never imports it. SDPA's kernels are built for long sequences; on a decode
 # attention (4 x 32 heads of 64 queries and keys, 128 wide) they take 11 us on the H200 where
 # the data is 8 MB (docs/results-h200.md). Here each program holds BLOCK_M queries and every
 # key it may see at once: one pass, no running softmax, more programs in flight.
-import os as _kernel_bot_os
-
-import torch
 import triton
 import triton.language as tl
-from torch.overrides import TorchFunctionMode as _KernelBotTorchFunctionMode
 
 _KERNEL_BOT_MAX_KEYS = 128  # the whole key block sits in registers and shared memory
 _KERNEL_BOT_MAX_HEAD_DIM = 128
@@ -52,7 +48,6 @@ def _kernel_bot_short_attention(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, heads, que
              out.to(o_ptr.dtype.element_ty), mask=(rows[:, None] < queries) & in_dims)
 
 
-_KERNEL_BOT_INTERPRETED = _kernel_bot_os.environ.get("TRITON_INTERPRET") == "1"
 # Which block of queries per program and how many warps is a measurement: on the GPU the
 # autotuner times these at the first call of each size (the bot then runs this candidate's
 # trials alone, as it does for all code that tunes by timing).
@@ -73,7 +68,7 @@ def _kernel_bot_short_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_
         return None
     if query.dtype not in (torch.bfloat16, torch.float16) or any(t.dtype != query.dtype for t in tensors):
         return None
-    if any(t.device != query.device for t in tensors) or (query.device.type != "cuda" and not _KERNEL_BOT_INTERPRETED):
+    if not _kernel_bot_on_device(*tensors):
         return None
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return None  # no backward here
@@ -100,25 +95,4 @@ def _kernel_bot_short_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_
     return out
 
 
-class _KernelBotShortAttentionMode(_KernelBotTorchFunctionMode):
-    """scaled_dot_product_attention calls the kernel covers go to it; everything else, and
-    the attention it does not cover, runs as before."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.nn.functional.scaled_dot_product_attention:
-            out = _kernel_bot_short_sdpa(*args, **kwargs)
-            if out is not None:
-                return out
-        return func(*args, **kwargs)
-
-
-class _KernelBotShortAttention:
-    """The forward with short attention through the kernel above."""
-
-    def __init__(self, forward):
-        self.forward = forward
-
-    def __call__(self, *inputs):
-        with _KernelBotShortAttentionMode():
-            return self.forward(*inputs)
+_KERNEL_BOT_REPLACEMENTS[torch.nn.functional.scaled_dot_product_attention] = _kernel_bot_short_sdpa
