@@ -148,6 +148,45 @@ def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_t
     assert not any("one at a time" in s for s in said)
 
 
+def test_self_tuning_contenders_asking_at_once_take_turns_without_deadlock(tmp_path):
+    # Three contenders at once, two of them asking for the GPU while the others hold it shared:
+    # each timing waits for the shared holds to end, and every trial still finishes.
+    problem = load_problem(PROBLEM)
+    lock, granted = _RWLock(), []
+
+    @contextlib.contextmanager
+    def exclusive():
+        with lock.exclusive():
+            granted.append(threading.current_thread().name)
+            yield
+
+    reference = WorkerClient(ProcessSandbox(), "reference", "cpu", tmp_path / "w-ref", tmp_path / "c",
+                             (PROBLEM, PROBLEMS), Limits(), threads=1)
+    reference.request({"op": "load", "problem": str(PROBLEM), "module": None, "class_name": "Model",
+                       "precision": "float64"}, 120, "import")
+    reference.request({"op": "construct", "overrides": {}, "seed": 3}, 60, "construct")
+    contenders = {"plain": _worker(tmp_path, "plain", CANDIDATES / "honest.py"),
+                  "tuned1": _worker(tmp_path, "tuned1", CANDIDATES / "tunes_by_timing.py"),
+                  "tuned2": _worker(tmp_path, "tuned2", CANDIDATES / "tunes_by_timing.py")}
+    outcome: dict = {}
+
+    def trials():
+        outcome["checks"] = run_trials(problem, problem.shapes_for("cpu")[0], reference, contenders,
+                                       random.Random(0), 1, (60.0, 60.0), 3, lambda _: None,
+                                       alone=frozenset({"tuned1", "tuned2"}), shared=lock.shared,
+                                       exclusive=exclusive)[1]
+    runner = threading.Thread(target=trials, daemon=True)
+    try:
+        runner.start()
+        runner.join(timeout=180)
+        assert not runner.is_alive(), "the trials did not finish: a deadlock between the holds"
+    finally:
+        for worker in (reference, *contenders.values()):
+            worker.close()
+    assert all(c.passed for found in outcome["checks"].values() for c in found)
+    assert len(granted) == 2  # one timing of variants each, in turn
+
+
 def test_a_worker_asking_for_the_gpu_outside_a_gated_trial_is_failed(tmp_path):
     client = _worker(tmp_path, "tuned", CANDIDATES / "tunes_by_timing.py")
     try:
