@@ -122,8 +122,9 @@ def device_key(device: str, gpu_index: int | None) -> str:
 
 class GpuHandover:
     """A gated trial call's hold on the GPU (bot.tuning_gate): shared while the contender
-    verifies and compiles, exclusive while its worker times kernel variants, shared again
-    after. Called with what the worker said, it changes hands and returns the answer."""
+    verifies and compiles; exclusive, as a measurement is, from the moment its worker asks
+    to time kernel variants until the call ends. Called with what the worker said, it
+    changes hands and returns the answer."""
 
     def __init__(self, shared: Callable[[], contextlib.AbstractContextManager],
                  exclusive: Callable[[], contextlib.AbstractContextManager]):
@@ -139,12 +140,11 @@ class GpuHandover:
         self._let_go()
 
     def __call__(self, said: str) -> str:
-        take, answer = {"want": (self._exclusive, "granted"), "done": (self._shared, "resumed")}.get(said, (None, ""))
-        if take is None:
+        if said != "want":
             return f"unknown request {said!r}"
-        self._let_go()  # never both at once: a shared hold would keep the exclusive one waiting
-        self._take(take)
-        return answer
+        self._let_go()  # never both at once: its own shared hold would keep the exclusive one waiting
+        self._take(self._exclusive)
+        return "granted"
 
     def _take(self, hold: Callable[[], contextlib.AbstractContextManager]) -> None:
         stack = contextlib.ExitStack()

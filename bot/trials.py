@@ -87,10 +87,11 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
     parallel, each in its own worker, so compilation (torch.compile, Triton, nvcc) at the
     first call of many candidates overlaps; each call holds the device `shared`. Those named
     in `alone` tune by timing at their first call: where their worker can hook that timing
-    (bot.tuning_gate), they run beside the others too, and each timing of kernel variants
-    holds the device `exclusive`ly, as a measurement does; the others run their trials
-    afterwards, one at a time, each holding the device exclusively throughout. Either way no
-    other trial or timing of this bot, of this problem or another, runs beside their tuning.
+    (bot.tuning_gate), they run beside the others too, and from a call's first timing of
+    kernel variants to its end the device is held `exclusive`ly, as for a measurement; the
+    others run their trials afterwards, one at a time, each holding the device exclusively
+    throughout. Either way no other trial or timing of this bot, of this problem or another,
+    runs beside their tuning.
     `timeouts` = (first call, later calls)."""
     info = ReferenceInfo()
     plan = trial_plan(problem, rng, per_distribution)

@@ -1,24 +1,27 @@
-"""Inside a worker: code that tunes by timing asks the bot for the GPU while it times.
+"""Inside a worker: code that tunes by timing asks the bot for the GPU before it times.
 
 Triton's autotuner and Inductor (max-autotune, coordinate descent, multi-kernel) pick their
 kernels at the first call by timing variants. Timed beside other contenders' trials they keep
 picks that only looked faster: on the H200, fp8_quant's prefill compiled with coordinate
 descent ran 62 µs in a search and 40 µs compiled alone (fifteenth session). Giving such a
-contender the GPU for its whole first call also queues its compilation, seconds of CPU each,
-behind the others'. So during a gated trial call every timing of variants asks the parent over
-the worker's channel ("want"), runs once the parent holds the GPU exclusively ("granted"), and
-hands it back ("done", then "resumed" once the parent shares it again): compilation overlaps
-with other trials, the timing of variants does not.
+contender the GPU for its whole first call also queues its compilation (tracing, lowering,
+code generation: seconds of CPU each) behind the others'. So in a gated trial call the first
+timing of variants asks the parent over the worker's channel ("want") and runs once the parent
+holds the GPU exclusively ("granted"); the parent keeps it so until the call returns. The
+compilation before it overlaps with other trials; the timing does not share the GPU. One
+grant per call, not one per timing: every grant waits for the other trials' current calls to
+end, and an autotuner times dozens of variants.
 
 Nothing here decides a verdict: a candidate that asks without cause only waits for the GPU,
-and one that never says "done" holds it until its call times out and the worker is killed.
+and one that asks outside a gated call is failed by the bot.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 # Where variants are timed: Inductor's benchmarker (its autotuning, coordinate descent and
 # multi-kernel choice all go through it) and Triton's autotuner (one config per call).
@@ -28,27 +31,31 @@ INDUCTOR_BENCHMARKING = "torch._inductor.runtime.benchmarking"
 class TuningGate:
     def __init__(self, channel: Any, synchronize: Callable[[], None]):
         self.channel = channel
-        self.synchronize = synchronize  # queued kernels finish before the GPU changes hands
-        self.active = False  # only during a gated trial call; timing calls never ask
+        self.synchronize = synchronize  # this worker's queued kernels end before the GPU changes hands
         self.hooks: list[str] = []
-        self._depth = 0  # a timing inside a timing (Inductor's classes call their parents) asks once
-        self._lock = threading.RLock()
+        self._active = False  # only during a gated trial call; timing calls never ask
+        self._granted = False
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def gated_call(self) -> Iterator[None]:
+        """Around one gated trial call: the first timing in it asks for the GPU, and the bot
+        holds it for this worker until the call's reply."""
+        self._active, self._granted = True, False
+        try:
+            yield
+        finally:
+            self._active = False
 
     def wrap(self, timing: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(timing)
         def timed_with_the_gpu_to_itself(*args: Any, **kwargs: Any) -> Any:
-            if not self.active:
-                return timing(*args, **kwargs)
-            with self._lock:
-                if self._depth:
-                    return timing(*args, **kwargs)
-                self._ask("want", "granted")
-                self._depth = 1
-                try:
-                    return timing(*args, **kwargs)
-                finally:
-                    self._depth = 0
-                    self._ask("done", "resumed")
+            if self._active:
+                with self._lock:
+                    if self._active and not self._granted:
+                        self._ask("want", "granted")
+                        self._granted = True
+            return timing(*args, **kwargs)
         timed_with_the_gpu_to_itself.kernel_bot_gated = True  # type: ignore[attr-defined]
         return timed_with_the_gpu_to_itself
 

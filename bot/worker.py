@@ -14,6 +14,7 @@ Only the standard library, torch, numpy and (optionally) triton are used here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -308,18 +309,13 @@ class Harness:
             return self._reference_run(inputs, before, msg)
         if self.device == "cuda":
             _poison_free_cuda_memory()
-        gated = bool(msg.get("gate")) and self.gate is not None
+        gated = self.gate.gated_call() if msg.get("gate") and self.gate is not None else contextlib.nullcontext()
         try:
             with torch.no_grad():
                 _cuda_sync() if self.device == "cuda" else None
                 t0 = _perf_ns()
-                if gated:
-                    self.gate.active = True
-                try:
+                with gated:
                     result = self.model(*inputs)
-                finally:
-                    if gated:
-                        self.gate.active = False
                 _cuda_sync() if self.device == "cuda" else None
                 host_us = (_perf_ns() - t0) / 1e3
         except BaseException as exc:

@@ -25,38 +25,34 @@ PROBLEM = PROBLEMS / "scale_add.py"
 class _Channel:
     """The worker's end of the channel, answering as the bot would."""
 
-    def __init__(self, answers=None):
+    def __init__(self, answer="granted"):
         self.said: list[str] = []
-        self.answers = answers or {"want": "granted", "done": "resumed"}
+        self.answer = answer
 
     def send(self, frame):
         self.said.append(frame["gate"])
 
     def recv(self):
-        return {"gate": self.answers[self.said[-1]]}
+        return {"gate": self.answer}
 
 
-def test_the_gate_asks_only_during_gated_calls_and_once_for_nested_timings():
+def test_the_gate_asks_once_per_gated_call_before_its_first_timing():
     channel, synced = _Channel(), []
-    gate = TuningGate(channel, lambda: synced.append(1))
-    inner = gate.wrap(lambda: "timed")
-    outer = gate.wrap(lambda: inner())  # Inductor's benchmarker calls its parent class's
-    assert outer() == "timed" and channel.said == []  # not gated: a timing call, say
-    gate.active = True
-    assert outer() == "timed"
-    assert channel.said == ["want", "done"] and len(synced) == 2  # queued kernels done before each handover
-
-    def fails():
-        raise ValueError("no kernel fits")
-    with pytest.raises(ValueError):
-        gate.wrap(fails)()
-    assert channel.said[2:] == ["want", "done"]  # handed back even when the timing fails
+    gate = TuningGate(channel, lambda: synced.append(len(channel.said)))
+    timing = gate.wrap(lambda: "timed")
+    assert timing() == "timed" and channel.said == []  # not in a gated call: a timing call, say
+    with gate.gated_call():
+        assert [timing() for _ in range(5)] == ["timed"] * 5  # an autotuner times many variants
+    assert channel.said == ["want"] and synced == [0]  # once; its queued kernels done first
+    assert timing() == "timed" and channel.said == ["want"]  # the call over, no more asking
+    with gate.gated_call():  # the next shape's first call tunes again
+        timing()
+    assert channel.said == ["want", "want"]
 
 
 def test_the_gate_refuses_to_go_on_after_a_wrong_answer():
-    gate = TuningGate(_Channel({"want": "no", "done": "resumed"}), lambda: None)
-    gate.active = True
-    with pytest.raises(RuntimeError, match="the bot answered"):
+    gate = TuningGate(_Channel("no"), lambda: None)
+    with gate.gated_call(), pytest.raises(RuntimeError, match="the bot answered"):
         gate.wrap(lambda: None)()
 
 
@@ -89,10 +85,10 @@ def test_a_handover_never_holds_shared_and_exclusive_at_once():
 
     with GpuHandover(hold("shared"), hold("exclusive")) as handover:
         assert handover("want") == "granted"
-        assert handover("done") == "resumed"
         assert handover("later") == "unknown request 'later'"
-    assert events == ["shared taken", "shared given back", "exclusive taken", "exclusive given back",
-                      "shared taken", "shared given back"]
+        events.append("the rest of the call")
+    assert events == ["shared taken", "shared given back", "exclusive taken", "the rest of the call",
+                      "exclusive given back"]
 
 
 def _worker(tmp_path, name, candidate):
