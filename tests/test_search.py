@@ -9,7 +9,7 @@ from dataclasses import replace
 from bot.evaluate import evaluate
 from bot.problems import load_problem
 from bot.domain import source_hash
-from bot.propose.search import (PATHS, TUNABLES, Base, Split, _kernel_helper, autotune_variants, bases_for, path_candidate,
+from bot.propose.search import (PATHS, TUNABLES, Base, Split, kernel_source, autotune_variants, bases_for, path_candidate,
                                 path_of, search_candidates, setting_of, split_candidate, tunable_constants)
 from bot.trials import tunes_on_first_call
 from conftest import CANDIDATES, PROBLEMS, ROOT
@@ -135,7 +135,7 @@ def test_replacement_kernels_leave_calls_they_do_not_cover_to_torch(tmp_path):
     import sys
 
     script = tmp_path / "fallthrough.py"
-    script.write_text("import torch\n" + PATHS["sdpa:triton-short"].helper + _kernel_helper("gelu_tanh.py") + """
+    script.write_text("import torch\n" + PATHS["sdpa:triton-short"].helper + kernel_source("gelu_tanh.py") + """
 F = torch.nn.functional
 q = torch.randn(1, 2, 64, 32, dtype=torch.bfloat16)
 covered = _kernel_bot_short_sdpa(q, q, q, is_causal=True)

@@ -243,7 +243,7 @@ def _sdpa_path(backend: str) -> Path:
                 needs_gpu="SDPA's flash, memory-efficient and cuDNN kernels need a GPU")
 
 
-def _kernel_helper(file: str) -> str:
+def kernel_source(file: str) -> str:
     """A replacement kernel of bot/propose/kernels, as text for a candidate's module."""
     return importlib.resources.files("bot.propose.kernels").joinpath(file).read_text()
 
@@ -262,12 +262,12 @@ REPLACEMENT_NEEDS_GPU = "a Triton kernel: on a CPU it runs through Triton's inte
 # and dropout keep SDPA's own kernels, so it can only change the short calls.
 SHORT_ATTENTION = Path("sdpa:triton-short", "sdpa-triton-short", "_KernelBotReplaced(super().forward)",
                        "scaled_dot_product_attention over at most 128 keys through a one-pass Triton kernel",
-                       helper=_kernel_helper("replace.py") + _kernel_helper("short_attention.py"),
+                       helper=kernel_source("replace.py") + kernel_source("short_attention.py"),
                        needs_gpu=REPLACEMENT_NEEDS_GPU)
 # GELU's tanh approximation on bf16/fp16 through the GPU's tanh instruction.
 GELU_TANH = Path("kernel:gelu-tanh", "triton-gelu-tanh", "_KernelBotReplaced(super().forward)",
                  "GELU (tanh approximation) through a Triton kernel with the GPU's tanh instruction",
-                 helper=_kernel_helper("replace.py") + _kernel_helper("gelu_tanh.py"),
+                 helper=kernel_source("replace.py") + kernel_source("gelu_tanh.py"),
                  needs_gpu=REPLACEMENT_NEEDS_GPU)
 TANH_GELU = re.compile(r"""approximate\s*=\s*["']tanh["']""")
 PATHS = {p.key: p for p in (EAGER, CUDA_GRAPH, *COMPILE_PATHS, *SDPA_PATHS, SHORT_ATTENTION, GELU_TANH)}
