@@ -165,6 +165,37 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
+def test_short_attention_kernel_matches_float64_on_shapes_the_problem_does_not_have(tmp_path):
+    # Beyond causal_attention's CPU shape: fewer queries than keys and more, a head size that
+    # is no power of two, fp16, without the causal mask, strided (transposed) inputs, and a
+    # scale of the caller's. Through Triton's interpreter, its bf16 dot mended as the worker does.
+    import subprocess
+    import sys
+
+    script = tmp_path / "shapes.py"
+    script.write_text("import torch\n" + PATHS["sdpa:triton-short"].helper + """
+from bot.triton_interp import mend_bf16_dot
+assert mend_bf16_dot()
+F = torch.nn.functional
+torch.manual_seed(0)
+for b, h, n_q, n_k, d, causal, dtype, scale in [(1, 2, 64, 64, 32, True, torch.bfloat16, None),
+                                                (2, 3, 17, 40, 24, True, torch.float16, None),
+                                                (1, 2, 100, 100, 64, False, torch.bfloat16, None),
+                                                (1, 1, 5, 128, 128, True, torch.bfloat16, 0.05),
+                                                (1, 2, 130, 20, 32, True, torch.bfloat16, None)]:
+    q = torch.randn(b, n_q, h, d, dtype=dtype).transpose(1, 2)  # [B, H, S, D] views, as after a reshape
+    k, v = (torch.randn(b, h, n_k, d, dtype=dtype) for _ in range(2))
+    got = _kernel_bot_short_sdpa(q, k, v, is_causal=causal, scale=scale)
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, scale=scale)
+    err = float((got.double() - want).norm() / want.norm())
+    assert got.dtype == dtype and got.shape == want.shape and err < 1e-2, (b, h, n_q, n_k, d, err)
+print("ok")
+""")
+    env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 def test_tanh_gelu_gets_the_hardware_tanh_kernel_on_gpu_only_and_exact_gelu_does_not():
     gelu = load_problem(ROOT / "problems" / "gelu.py", root=ROOT)
     cands, _ = search_candidates(gelu, bases_for(gelu), "cuda")
