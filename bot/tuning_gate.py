@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import threading
 from typing import Any, Callable, Iterator
 
@@ -53,18 +54,18 @@ class TuningGate:
             if self._active:
                 with self._lock:
                     if self._active and not self._granted:
-                        self._ask("want", "granted")
+                        self._ask_for_the_gpu()
                         self._granted = True
             return timing(*args, **kwargs)
         timed_with_the_gpu_to_itself.kernel_bot_gated = True  # type: ignore[attr-defined]
         return timed_with_the_gpu_to_itself
 
-    def _ask(self, said: str, expected: str) -> None:
+    def _ask_for_the_gpu(self) -> None:
         self.synchronize()
-        self.channel.send({"gate": said})
+        self.channel.send({"gate": "want"})
         answer = self.channel.recv()
-        if answer.get("gate") != expected:
-            raise RuntimeError(f"tuning gate: said {said!r}, the bot answered {answer!r}")
+        if answer.get("gate") != "granted":
+            raise RuntimeError(f"tuning gate: asked for the GPU, the bot answered {answer!r}")
 
     def install(self) -> list[str]:
         """Hook every timing entry point this process's torch and Triton have, once; the names
@@ -72,12 +73,10 @@ class TuningGate:
         if self.hooks:
             return self.hooks
         try:
-            import importlib
-
-            benchmarking = importlib.import_module(INDUCTOR_BENCHMARKING)
+            classes = vars(importlib.import_module(INDUCTOR_BENCHMARKING)).items()
         except Exception:  # an older torch, or none of Inductor: nothing of it to hook
-            benchmarking = None
-        for name, cls in vars(benchmarking).items() if benchmarking else ():
+            classes = {}.items()
+        for name, cls in classes:
             if isinstance(cls, type) and cls.__module__ == INDUCTOR_BENCHMARKING:
                 for method, fn in list(vars(cls).items()):
                     if method.startswith("benchmark_gpu") and callable(fn):

@@ -367,8 +367,8 @@ class Harness:
         return reply
 
     def op_gate(self, msg: dict) -> dict:
-        """Hook the timing of kernel variants (bot.tuning_gate): in calls the bot marks as
-        gated, each such timing asks it for the GPU. Replies with what could be hooked."""
+        """Hook the timing of kernel variants (bot.tuning_gate): in a call the bot marks as
+        gated, the first such timing asks it for the GPU. Replies with what could be hooked."""
         if self.gate is None:
             self.gate = TuningGate(self.ch, _cuda_sync if self.device == "cuda" else lambda: None)
         return {"ok": True, "hooks": self.gate.install()}

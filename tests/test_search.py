@@ -116,16 +116,23 @@ def test_short_attention_kernel_is_verified_and_a_kernel_without_its_causal_mask
     # On a CPU the kernel runs through Triton's interpreter (CPU shapes: 64 queries and keys):
     # the verifier's float64 reference accepts it, and a mutant that lets every query see every
     # key is rejected, so the verified call did go through the kernel.
-    problem = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
-    honest = path_candidate(bases_for(problem)[0], PATHS["sdpa:triton-short"])
-    mask = "visible = visible & (cols[None, :] <= rows[:, None])"
-    assert honest.source.count(mask) == 1
-    mutant = replace(honest, name="sdpa-triton-short-unmasked", source=honest.source.replace(mask, "pass"))
-    result = evaluate(problem, [honest, mutant], None, quick_options())
-    verdicts = {o.candidate.name: o.verdict for o in result.candidates}
-    assert verdicts[honest.name].accepted, verdicts[honest.name].reasons
-    assert not verdicts["sdpa-triton-short-unmasked"].accepted
-    assert "err" in " ".join(verdicts["sdpa-triton-short-unmasked"].reasons)
+    honest, unmasked = _kernel_and_broken_copy("causal_attention", "sdpa:triton-short",
+                                               "visible = visible & (cols[None, :] <= rows[:, None])", "pass",
+                                               quick_options)
+    assert honest.accepted, honest.reasons
+    assert not unmasked.accepted
+    assert "err" in " ".join(unmasked.reasons)
+
+
+def _kernel_and_broken_copy(problem_name, key, honest_text, broken_text, quick_options):
+    """The verdicts, on CPU, on a replacement-kernel path and on a copy with `honest_text`
+    (found once) replaced by `broken_text`."""
+    problem = load_problem(ROOT / "problems" / f"{problem_name}.py", root=ROOT)
+    honest = path_candidate(bases_for(problem)[0], PATHS[key])
+    assert honest.source.count(honest_text) == 1
+    broken = replace(honest, name=f"{honest.name}-broken", source=honest.source.replace(honest_text, broken_text))
+    verdicts = {o.candidate.name: o.verdict for o in evaluate(problem, [honest, broken], None, quick_options()).candidates}
+    return verdicts[honest.name], verdicts[broken.name]
 
 
 def test_replacement_kernels_leave_calls_they_do_not_cover_to_torch(tmp_path):
@@ -214,15 +221,10 @@ def test_tanh_gelu_gets_the_hardware_tanh_kernel_on_gpu_only_and_exact_gelu_does
 def test_gelu_kernel_is_verified_and_one_with_a_wrong_coefficient_is_not(quick_options):
     # On a CPU the interpreter computes tanh from exp (it runs no PTX): the wiring, the
     # fall-through and the kernel's arithmetic are what this checks; the GPU test the rest.
-    problem = load_problem(ROOT / "problems" / "gelu.py", root=ROOT)
-    honest = path_candidate(bases_for(problem)[0], PATHS["kernel:gelu-tanh"])
-    coefficient = "0.044715 * x * x * x"
-    assert honest.source.count(coefficient) == 1
-    mutant = replace(honest, name="triton-gelu-wrong", source=honest.source.replace(coefficient, "0.44715 * x * x * x"))
-    result = evaluate(problem, [honest, mutant], None, quick_options())
-    verdicts = {o.candidate.name: o.verdict for o in result.candidates}
-    assert verdicts[honest.name].accepted, verdicts[honest.name].reasons
-    assert not verdicts["triton-gelu-wrong"].accepted
+    honest, wrong = _kernel_and_broken_copy("gelu", "kernel:gelu-tanh", "0.044715 * x * x * x",
+                                            "0.44715 * x * x * x", quick_options)
+    assert honest.accepted, honest.reasons
+    assert not wrong.accepted
 
 
 def test_tf32_only_where_the_tolerance_allows(tmp_path):

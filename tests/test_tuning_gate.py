@@ -91,18 +91,21 @@ def test_a_handover_never_holds_shared_and_exclusive_at_once():
                       "exclusive given back"]
 
 
-def _worker(tmp_path, name, candidate):
+def _worker(tmp_path, name, candidate=None):
+    """A real worker on the CPU, built: a candidate's, or without one the float64 reference."""
+    readable = (PROBLEM, PROBLEMS) + ((candidate,) if candidate else ())
     client = WorkerClient(ProcessSandbox(), name, "cpu", tmp_path / f"w-{name}", tmp_path / "c",
-                          (PROBLEM, PROBLEMS, candidate), Limits(call_timeout_s=60), threads=1)
-    client.request({"op": "load", "problem": str(PROBLEM), "module": str(candidate),
-                    "class_name": "ModelNew", "precision": "native"}, 120, "import")
+                          readable, Limits(call_timeout_s=60), threads=1)
+    client.request({"op": "load", "problem": str(PROBLEM), "module": str(candidate) if candidate else None,
+                    "class_name": "ModelNew" if candidate else "Model",
+                    "precision": "native" if candidate else "float64"}, 120, "import")
     client.request({"op": "construct", "overrides": {}, "seed": 3}, 60, "construct")
     return client
 
 
 def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_to_itself(tmp_path):
     problem = load_problem(PROBLEM)
-    lock, state, log = _RWLock(), {"readers": 0, "writer": False}, []
+    lock, state, log = _RWLock(), {"readers": 0}, []
     guard = threading.Lock()
 
     def shared():
@@ -122,11 +125,7 @@ def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_t
             log.append(("exclusive", state["readers"]))
             yield
 
-    reference = WorkerClient(ProcessSandbox(), "reference", "cpu", tmp_path / "w-ref", tmp_path / "c",
-                             (PROBLEM, PROBLEMS), Limits(), threads=1)
-    reference.request({"op": "load", "problem": str(PROBLEM), "module": None, "class_name": "Model",
-                       "precision": "float64"}, 120, "import")
-    reference.request({"op": "construct", "overrides": {}, "seed": 3}, 60, "construct")
+    reference = _worker(tmp_path, "reference")
     contenders = {"plain": _worker(tmp_path, "plain", CANDIDATES / "honest.py"),
                   "tuned": _worker(tmp_path, "tuned", CANDIDATES / "tunes_by_timing.py")}
     said: list[str] = []
@@ -156,11 +155,7 @@ def test_self_tuning_contenders_asking_at_once_take_turns_without_deadlock(tmp_p
             granted.append(threading.current_thread().name)
             yield
 
-    reference = WorkerClient(ProcessSandbox(), "reference", "cpu", tmp_path / "w-ref", tmp_path / "c",
-                             (PROBLEM, PROBLEMS), Limits(), threads=1)
-    reference.request({"op": "load", "problem": str(PROBLEM), "module": None, "class_name": "Model",
-                       "precision": "float64"}, 120, "import")
-    reference.request({"op": "construct", "overrides": {}, "seed": 3}, 60, "construct")
+    reference = _worker(tmp_path, "reference")
     contenders = {"plain": _worker(tmp_path, "plain", CANDIDATES / "honest.py"),
                   "tuned1": _worker(tmp_path, "tuned1", CANDIDATES / "tunes_by_timing.py"),
                   "tuned2": _worker(tmp_path, "tuned2", CANDIDATES / "tunes_by_timing.py")}

@@ -258,16 +258,17 @@ SDPA_PATHS = tuple(_sdpa_path(b) for b in ("FLASH_ATTENTION", "EFFICIENT_ATTENTI
 # Replacement kernels (bot/propose/kernels): an operator call of the forward goes to a kernel
 # of ours where it applies (its shapes, dtypes and arguments), and to torch's everywhere else.
 REPLACEMENT_NEEDS_GPU = "a Triton kernel: on a CPU it runs through Triton's interpreter, which is never faster than eager"
+REPLACING = kernel_source("replace.py")  # what every replacement kernel's text follows in a candidate
 # Attention over at most 128 keys through a one-pass Triton kernel; longer sequences, masks
 # and dropout keep SDPA's own kernels, so it can only change the short calls.
 SHORT_ATTENTION = Path("sdpa:triton-short", "sdpa-triton-short", "_KernelBotReplaced(super().forward)",
                        "scaled_dot_product_attention over at most 128 keys through a one-pass Triton kernel",
-                       helper=kernel_source("replace.py") + kernel_source("short_attention.py"),
+                       helper=REPLACING + kernel_source("short_attention.py"),
                        needs_gpu=REPLACEMENT_NEEDS_GPU)
 # GELU's tanh approximation on bf16/fp16 through the GPU's tanh instruction.
 GELU_TANH = Path("kernel:gelu-tanh", "triton-gelu-tanh", "_KernelBotReplaced(super().forward)",
                  "GELU (tanh approximation) through a Triton kernel with the GPU's tanh instruction",
-                 helper=kernel_source("replace.py") + kernel_source("gelu_tanh.py"),
+                 helper=REPLACING + kernel_source("gelu_tanh.py"),
                  needs_gpu=REPLACEMENT_NEEDS_GPU)
 TANH_GELU = re.compile(r"""approximate\s*=\s*["']tanh["']""")
 PATHS = {p.key: p for p in (EAGER, CUDA_GRAPH, *COMPILE_PATHS, *SDPA_PATHS, SHORT_ATTENTION, GELU_TANH)}
