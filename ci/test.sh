@@ -9,8 +9,10 @@ venv="${KERNEL_BOT_VENV:-.venv}"
 if [[ ! -x "$venv/bin/python" ]]; then
     python3 -m venv "$venv"
 fi
-# Pin the CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
-"$venv/bin/pip" install -q --disable-pip-version-check torch==2.13.0
+# Pin the CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build. Triton
+# is pinned too: the interpreter's behaviour and the sm_90 build check (ci/compile_kernels_sm90.py)
+# lean on it, and a new release should change CI only when we ask it to.
+"$venv/bin/pip" install -q --disable-pip-version-check torch==2.13.0 triton==3.9.0
 "$venv/bin/pip" install -q --disable-pip-version-check -e '.[test]'
 
 # Real parts, not mocks: GitHub's OpenAPI description and webhook examples (npm), a Docker

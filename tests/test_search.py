@@ -227,6 +227,41 @@ def test_gelu_kernel_is_verified_and_one_with_a_wrong_coefficient_is_not(quick_o
     assert not wrong.accepted
 
 
+def _compile_for_sm90(*flags):
+    # The interpreter never builds the GPU path; Triton's own ptxas does, here, for sm_90.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(ROOT / "ci" / "compile_kernels_sm90.py"), "--json", *flags],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.stdout, done.stderr[-2000:]
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_replacement_kernels_compile_for_sm90_read_at_full_width_and_spill_nothing():
+    rc, report = _compile_for_sm90()
+    assert rc == 0 and report["failed"] == 0, [b for b in report["builds"] if b["problems"]]
+    configs = {}
+    for b in report["builds"]:
+        configs.setdefault(b["call"], []).append(b["config"])
+    assert sorted(len(c) for c in configs.values()) == [6, 7, 7, 7, 7]  # three attention calls, two GELU
+    # The pruning keeps two warps off 128 keys, where they spilled (the next test).
+    assert not any("warps=2," in c for c in configs["attention 1x32x128x128 bf16 causal"])
+    assert all(b["vector_loads"] and not b["spilled_bytes"] and b["shared_bytes"] <= 227 * 1024
+               for b in report["builds"])
+
+
+def test_the_sm90_build_check_names_configurations_that_spill():
+    rc, report = _compile_for_sm90("--unpruned")
+    failed = [b for b in report["builds"] if b["problems"]]
+    assert rc == 1 and report["failed"] == len(failed) > 0
+    assert all(b["call"] == "attention 1x32x128x128 bf16 causal" and "warps=2," in b["config"]
+               and b["problems"][0].startswith("spills ") for b in failed)
+
+
 def test_tf32_only_where_the_tolerance_allows(tmp_path):
     src = (PROBLEMS / "scale_add.py").read_text().replace("x * self.w", "x @ torch.diag(self.w)")
     strict = tmp_path / "mm.py"

@@ -48,13 +48,22 @@ def _kernel_bot_short_attention(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, heads, que
              out.to(o_ptr.dtype.element_ty), mask=(rows[:, None] < queries) & in_dims)
 
 
+def _kernel_bot_unspilled_configs(configs, named_args, **kwargs):
+    """The configurations whose warps hold the key block without spilling: built for sm_90
+    (ci/compile_kernels_sm90.py), two warps spilled on 128 keys of 128, more than 4096 of the
+    block's elements per warp; they would only cost the autotuner time to find that out."""
+    sizes = {**named_args, **kwargs}
+    elements = sizes["BLOCK_N"] * sizes["BLOCK_D"]
+    return [c for c in configs if c.num_warps * 4096 >= elements] or configs[-1:]
+
+
 # Which block of queries per program and how many warps is a measurement: on the GPU the
-# autotuner times these at the first call of each size (the bot then runs this candidate's
-# trials alone, as it does for all code that tunes by timing).
+# autotuner times these at the first call of each size (the bot gives that timing the GPU alone).
 _kernel_bot_tuned_short_attention = triton.autotune(
     [triton.Config({"BLOCK_M": m}, num_warps=w, num_stages=1)
-     for m, w in ((16, 2), (16, 4), (32, 4), (64, 4), (32, 8), (64, 8))],
-    key=["queries", "keys", "HEAD_DIM", "CAUSAL"])(_kernel_bot_short_attention)
+     for m, w in ((16, 2), (16, 4), (32, 4), (64, 4), (16, 8), (32, 8), (64, 8))],
+    key=["queries", "keys", "HEAD_DIM", "CAUSAL"],
+    prune_configs_by={"early_config_prune": _kernel_bot_unspilled_configs})(_kernel_bot_short_attention)
 
 
 def _kernel_bot_short_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
