@@ -19,7 +19,6 @@ and fits sm_90's shared memory, and each kernel's PTX holds what it must; 1 othe
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -32,8 +31,9 @@ from typing import Callable
 
 import torch
 
+from kernels_module import import_kernels
+
 SM90_SHARED_BYTES = 227 * 1024  # the most one block may use on sm_90
-REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -85,19 +85,6 @@ class Build:
     shared_bytes: int
     vector_loads: bool  # any 128-bit global load: contiguous data read at full width
     problems: tuple[str, ...]
-
-
-def _kernels_module(file: str):
-    """The kernel file as a search candidate carries it (after replace.py), imported from a real
-    file: Triton reads a kernel's source through inspect."""
-    from bot.propose.search import REPLACING, kernel_source
-    folder = Path(tempfile.mkdtemp(prefix="kernel-bot-sm90-"))
-    path = folder / f"kernel_bot_{Path(file).stem}.py"
-    path.write_text(REPLACING + kernel_source(file))
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class _Recorder:
@@ -158,7 +145,7 @@ def build(call: Call, pruned: bool = True) -> list[Build]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
 
-    module = _kernels_module(call.file)
+    module = import_kernels(call.file)
     tuned = getattr(module, call.tuned)
     args, kwargs = _recorded_launch(module, call)
     configs = tuned.configs
@@ -198,7 +185,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("unset TRITON_INTERPRET: the interpreter builds nothing to compile")
-    sys.path.insert(0, str(REPO))
     import triton
     builds = [b for call in CALLS for b in build(call, pruned=not args.unpruned)]
     failed = [b for b in builds if b.problems]

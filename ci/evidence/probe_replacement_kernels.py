@@ -21,21 +21,18 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from graph_probe import DEV, flush_buffer, replay_median_us_sets, spin_cycles_per_us
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kernels_module import import_kernels  # noqa: E402  (ci/, beside this folder)
+
 # (batch, heads, sequence, head dim): causal_attention's decode first, then other short ones.
 ATTENTION_SHAPES = [(4, 32, 64, 128), (1, 32, 128, 128), (16, 32, 32, 128), (8, 8, 100, 64), (32, 32, 16, 128)]
-ATTENTION_CONFIGS = [(16, 2), (16, 4), (32, 4), (64, 4), (32, 8), (64, 8)]  # (BLOCK_M, num_warps)
 # (tokens, features): gelu's prefill and decode, then a Llama-7B-sized MLP's.
 GELU_SHAPES = [(8192, 14336), (32, 14336), (4096, 11008)]
-GELU_CONFIGS = [(512, 2), (1024, 2), (1024, 4), (2048, 4), (2048, 8), (4096, 8), (8192, 16)]  # (BLOCK, num_warps)
-KERNELS = ("replace.py", "short_attention.py", "gelu_tanh.py")
 
 
-def kernel_namespace() -> dict:
-    namespace: dict = {}
-    for name in KERNELS:  # as a candidate holds them: one module, in this order
-        exec(compile((ROOT / "bot/propose/kernels" / name).read_text(), name, "exec"), namespace)
-    return namespace
+def tuned_configs(tuned) -> list[tuple[int, int]]:
+    """(block size, warps) of every configuration the kernel's autotuner chooses from."""
+    return [(next(iter(c.kwargs.values())), c.num_warps) for c in tuned.configs]
 
 
 def held(backend):
@@ -97,7 +94,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("attention", "gelu"))
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "replacement-kernels.json"))
     args = parser.parse_args()
-    ns = kernel_namespace()
+    ns = vars(import_kernels("short_attention.py", "gelu_tanh.py"))
     flush = flush_buffer().view(torch.int32)
     cycles = spin_cycles_per_us()
     results: dict = {}
@@ -108,7 +105,7 @@ def main() -> None:
         paths = {"eager SDPA": eager, "SDPA flash": held(SDPBackend.FLASH_ATTENTION),
                  "SDPA cuDNN": held(SDPBackend.CUDNN_ATTENTION), "SDPA efficient": held(SDPBackend.EFFICIENT_ATTENTION),
                  "search path (autotuned)": ns["_KernelBotReplaced"](eager),
-                 **{f"BLOCK_M {m}, {w} warps": one_config(ns, m, w) for m, w in ATTENTION_CONFIGS}}
+                 **{f"BLOCK_M {m}, {w} warps": one_config(ns, m, w) for m, w in tuned_configs(ns["_kernel_bot_tuned_short_attention"])}}
         for shape in ATTENTION_SHAPES:
             torch.manual_seed(0)
             sets = [[torch.randn(shape, dtype=torch.bfloat16, device=DEV) for _ in range(3)] for _ in range(4)]
@@ -123,7 +120,7 @@ def main() -> None:
             paths = {"eager (ATen)": gelu, "torch.compile default": torch.compile(gelu, dynamic=False),
                      "search path (autotuned)": ns["_KernelBotReplaced"](gelu),
                      "BLOCK 1024, 2 warps, exp tanh": gelu_config(ns, 1024, 2, hardware_tanh=False),
-                     **{f"BLOCK {b}, {w} warps": gelu_config(ns, b, w) for b, w in GELU_CONFIGS}}
+                     **{f"BLOCK {b}, {w} warps": gelu_config(ns, b, w) for b, w in tuned_configs(ns["_kernel_bot_tuned_gelu_tanh"])}}
             torch.manual_seed(0)
             sets = [[torch.randn(shape, dtype=torch.bfloat16, device=DEV)] for _ in range(2)]
             reference = F.gelu(sets[0][0].double(), approximate="tanh")
