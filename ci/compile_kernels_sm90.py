@@ -30,6 +30,10 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+import triton
+from triton._C.libtriton import native_specialize_impl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
 
 from kernels_module import import_kernels
 
@@ -109,7 +113,6 @@ def _recorded_launch(module, call: Call) -> tuple[tuple, dict]:
 
 def _specialised(fn, backend, values: dict) -> tuple[dict, dict, dict]:
     """Signature, constants and attributes as Triton's JIT derives them from a launch's values."""
-    from triton._C.libtriton import native_specialize_impl
     signature, constants, attrs = {}, {}, {}
     for index, param in enumerate(fn.params):
         value = values[param.name]
@@ -127,7 +130,6 @@ def _specialised(fn, backend, values: dict) -> tuple[dict, dict, dict]:
 
 
 def _resource_use(cubin: bytes) -> tuple[int, int]:
-    import triton
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
@@ -141,10 +143,6 @@ def _resource_use(cubin: bytes) -> tuple[int, int]:
 
 
 def build(call: Call, pruned: bool = True) -> list[Build]:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-
     module = import_kernels(call.file)
     tuned = getattr(module, call.tuned)
     args, kwargs = _recorded_launch(module, call)
@@ -185,7 +183,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("unset TRITON_INTERPRET: the interpreter builds nothing to compile")
-    import triton
     builds = [b for call in CALLS for b in build(call, pruned=not args.unpruned)]
     failed = [b for b in builds if b.problems]
     if args.json:
