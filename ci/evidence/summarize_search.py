@@ -1,6 +1,9 @@
 """results.json of `bot optimize --strategy search` -> the tables of docs/results-h200.md.
 
-    python3 ci/evidence/summarize_search.py RESULTS.json[.gz] [--wall-s SECONDS] [--reselect]
+    python3 ci/evidence/summarize_search.py RESULTS.json[.gz]... [--wall-s SECONDS] [--reselect]
+
+Several files, oldest first, join into one table: each problem as the last file that holds it
+measured it (the table then says which file that was).
 
 Per problem: eager, torch.compile (default) alone, and the bot's pick (its `best`, or the
 current implementation when it found no significant improvement), each against eager and the
@@ -100,21 +103,41 @@ def summarize(data: dict, wall_s: float | None, again: bool = False) -> str:
                      f">= 1.1x significantly on {sig_c} ({sig_c / len(vs_compile):.0%}); geometric mean "
                      f"{geomean([r[0] for r in vs_compile]):.2f}x; significantly slower on {slower}")
     lines.append(f"- candidates: {candidates} verified, {accepted} of them accepted and timed")
+    sources = [f"{p['problem']} ({p['from']})" for p in data["problems"] if p.get("from")]
+    if sources:
+        lines.append(f"- measured in: {'; '.join(sources)}")
     if wall_s:
         lines.append(f"- sweep wall time {wall_s:.0f} s on one GPU: {candidates / (wall_s / 60):.1f} "
                      f"candidates verified (and the accepted ones timed) per GPU-minute")
     return "\n".join(lines)
 
 
+def load(path: Path) -> dict:
+    # raw samples make a sweep's file large: docs/evidence keeps it gzipped
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return json.loads(text)
+
+
+def joined(paths: list[Path]) -> dict:
+    """One results object of several files: a later file's measurement of a problem replaces an
+    earlier one's, and each problem keeps the name of the file it came from."""
+    if len(paths) == 1:
+        return load(paths[0])
+    problems: dict[str, dict] = {}
+    for path in paths:
+        for problem in load(path)["problems"]:
+            problems.pop(problem["problem"], None)  # the table lists problems in their latest file's order
+            problems[problem["problem"]] = {**problem, "from": path.name.split(".")[0]}
+    return {"problems": list(problems.values())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("results")
+    parser.add_argument("results", nargs="+", type=Path, help="results.json files, oldest first")
     parser.add_argument("--wall-s", type=float)
     parser.add_argument("--reselect", action="store_true", help="pick again with this checkout's rule")
     args = parser.parse_args()
-    path = Path(args.results)  # raw samples make a sweep's file large: docs/evidence keeps it gzipped
-    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-    print(summarize(json.loads(text), args.wall_s, args.reselect))
+    print(summarize(joined(args.results), args.wall_s, args.reselect))
 
 
 if __name__ == "__main__":
