@@ -49,9 +49,9 @@ def _kernel_bot_short_attention(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, heads, que
 
 
 def _kernel_bot_unspilled_configs(configs, named_args, **kwargs):
-    """The configurations whose warps hold the key block without spilling: built for sm_90
-    (ci/compile_kernels_sm90.py), two warps spilled on 128 keys of 128, more than 4096 of the
-    block's elements per warp; they would only cost the autotuner time to find that out."""
+    """The configurations with at most 4096 of the key block's elements per warp. Built for
+    sm_90 (ci/compile_kernels_sm90.py), two warps on 128 keys of head size 128 (8192 each)
+    spilled to local memory: the autotuner would only spend time finding that out."""
     sizes = {**named_args, **kwargs}
     elements = sizes["BLOCK_N"] * sizes["BLOCK_D"]
     return [c for c in configs if c.num_warps * 4096 >= elements] or configs[-1:]
