@@ -18,29 +18,42 @@ def spin_cycles_per_us() -> float:
     return 2_000_000 / (e0.elapsed_time(e1) * 1e3)
 
 
-def capture(fn, x):
-    """(graph, static input, output) of fn on a copy of x."""
-    static = x.clone()
+def capture_call(fn, inputs):
+    """(graph, static inputs, output) of fn(*inputs) on copies of the tensors among `inputs`."""
+    static = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
     s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(3): fn(static)
+        for _ in range(3): fn(*static)
     torch.cuda.current_stream().wait_stream(s); torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = fn(static)
+        out = fn(*static)
     return g, static, out
 
 
-def enqueue_replay(graph, static, fresh, flush_l2, cycles_per_us, cover_us=60.0):
-    """One timed replay on `fresh` inputs; `flush_l2` None leaves the L2 as it is. The events'
-    pair, to read after a synchronise (`elapsed_us`)."""
-    static.copy_(fresh)
+def capture(fn, x):
+    """(graph, static input, output) of fn on a copy of x."""
+    g, (static,), out = capture_call(fn, [x])
+    return g, static, out
+
+
+def enqueue_call_replay(graph, static, fresh, flush_l2, cycles_per_us, cover_us=60.0):
+    """One timed replay with the tensors of `fresh` copied into those of `static`; `flush_l2`
+    None leaves the L2 as it is. The events' pair, to read after a synchronise (`elapsed_us`)."""
+    for s, f in zip(static, fresh):
+        if isinstance(s, torch.Tensor):
+            s.copy_(f)
     if flush_l2 is not None:
         flush_l2()
     torch.cuda._sleep(int(cover_us * cycles_per_us))
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record(); graph.replay(); b.record()
     return a, b
+
+
+def enqueue_replay(graph, static, fresh, flush_l2, cycles_per_us, cover_us=60.0):
+    """One timed replay on a `fresh` input (one tensor, as `capture` takes)."""
+    return enqueue_call_replay(graph, [static], [fresh], flush_l2, cycles_per_us, cover_us)
 
 
 def elapsed_us(pairs) -> list[float]:
@@ -60,29 +73,9 @@ def replay_median_us(fn, make_input, replays, flush_l2, cycles_per_us) -> float:
 def replay_median_us_sets(fn, sets, replays, flush_words, cycles_per_us) -> float:
     """Median of `replays` timed graph replays of fn(*inputs), the inputs copied in from
     `sets` in turn, the L2 flushed by reading `flush_words` (as the worker's flush does)."""
-    static = [t.clone() if isinstance(t, torch.Tensor) else t for t in sets[0]]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn(*static)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn(*static)
-    pairs = []
-    for i in range(replays):
-        for s, f in zip(static, sets[i % len(sets)]):
-            if isinstance(s, torch.Tensor):
-                s.copy_(f)
-        flush_words.sum()
-        torch.cuda._sleep(int(60 * cycles_per_us))
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        pairs.append((a, b))
-    torch.cuda.synchronize()
-    del graph, out
-    return statistics.median(a.elapsed_time(b) * 1e3 for a, b in pairs)
+    g, static, out = capture_call(fn, sets[0])
+    pend = [enqueue_call_replay(g, static, sets[i % len(sets)], flush_words.sum, cycles_per_us)
+            for i in range(replays)]
+    med = statistics.median(elapsed_us(pend))
+    del g, static, out
+    return med
