@@ -45,7 +45,7 @@ def environment_key(device: str, gpu_index: int | None) -> str:
 
 
 def _outcome_from_json(data: dict[str, Any], candidate: CandidateSource):
-    from bot.evaluate import ContenderOutcome, ShapeOutcome
+    from bot.outcomes import ContenderOutcome, ShapeOutcome
 
     checks = tuple(CheckResult(c["name"], c["passed"], c.get("evidence", ""), c.get("details", {}))
                    for c in data["checks"])

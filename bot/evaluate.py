@@ -3,27 +3,25 @@ each in its own sandboxed worker, the verdicts judged here in the parent."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-from concurrent.futures import ThreadPoolExecutor
 import random
 import secrets
-import statistics
-import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable
 
 from bot import bench, verify
-from bot.domain import (CandidateSource, source_hash, CheckResult, Environment, Measurement, Problem, Shape,
-                        Speedup, Verdict)
+from bot.domain import CandidateSource, CheckResult, Environment, Problem, Shape, source_hash
 from bot.errors import BotError, GpuOutOfMemory, HarnessError, ProblemError
+from bot.eval_workers import Replicas, construct_all, materialise, open_session, release_caches
 from bot.gpulock import device_key, gpu_exclusive, gpu_shared
+from bot.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.roofline import floor_us, peaks_for
-from bot.sandbox import Limits, make_sandbox
+from bot.sandbox import Limits
 from bot.timing import TimingOptions, TimingRecord, time_interleaved
-from bot.trials import ReferenceInfo, TrialStats, failure_check, release_cache, run_trials, tunes_on_first_call
+from bot.trials import ReferenceInfo, TrialStats, failure_check, run_trials, tunes_on_first_call
 from bot.workers import WorkerClient, WorkerFailure
 
 Progress = Callable[[str], None]
@@ -51,155 +49,11 @@ class EvalOptions:
     use_cache: bool = False  # reuse verdicts and timings of candidates judged before (bot.cache)
 
 
-@dataclass(frozen=True)
-class ShapeOutcome:
-    shape: str
-    inputs: str  # e.g. "bfloat16[8192, 4096], bfloat16[4096]"
-    output_dtype: str | None
-    measurement: Measurement | None
-    speedup: Speedup | None
-    floor_us: float | None
-    max_abs_err: float | None
-    norm_rel_err: float | None
-
-    @property
-    def pct_of_floor(self) -> float | None:
-        if self.floor_us is None or self.measurement is None:
-            return None
-        return 100.0 * self.floor_us / self.measurement.median_us
-
-    def to_json(self) -> dict[str, Any]:
-        return {"shape": self.shape, "inputs": self.inputs, "output_dtype": self.output_dtype,
-                "measurement": self.measurement.to_json() if self.measurement else None,
-                **(self.speedup.to_json() if self.speedup else {"speedup": None, "speedup_ci": None}),
-                "floor_us": self.floor_us, "pct_of_floor": self.pct_of_floor,
-                "max_abs_err": self.max_abs_err, "norm_rel_err": self.norm_rel_err}
-
-
-@dataclass(frozen=True)
-class ContenderOutcome:
-    candidate: CandidateSource
-    role: str  # "baseline" | "candidate"
-    verdict: Verdict
-    shapes: tuple[ShapeOutcome, ...]
-
-    @property
-    def speedup(self) -> float | None:
-        ratios = [s.speedup.ratio for s in self.shapes if s.speedup]
-        return bench.geomean(ratios) if ratios and len(ratios) == len(self.shapes) else None
-
-    @property
-    def speedup_ci(self) -> tuple[float, float] | None:
-        """Geometric mean of the per-shape bounds (each shape counts equally)."""
-        if self.speedup is None:
-            return None
-        return (bench.geomean([s.speedup.ci_low for s in self.shapes]),
-                bench.geomean([s.speedup.ci_high for s in self.shapes]))
-
-    @property
-    def median_us(self) -> float | None:
-        return self.shapes[0].measurement.median_us if self.shapes and self.shapes[0].measurement else None
-
-    def slower_shapes(self) -> list[str]:
-        """Shapes on which this contender is significantly slower than the baseline: the same
-        rule as a slowdown claim (the interval under 1/min_speedup), so a loss must be as
-        clear as a gain. With "under 1" the H200 sweep refused cross_entropy's 4.7x-on-prefill
-        split for 0.93x [0.92, 0.96] on decode: the wrapper's few microseconds of Python."""
-        return [s.shape for s in self.shapes if s.speedup is not None and s.speedup.significance == "slower"]
-
-    def significant(self, min_speedup: float) -> bool:
-        """Its interval (over shapes) clears `min_speedup`, and no shape got slower: a gain on
-        decode does not pay for a loss on prefill (one path per size is a split candidate)."""
-        ci = self.speedup_ci
-        return (self.verdict.accepted and ci is not None and ci[0] >= min_speedup
-                and not self.slower_shapes())
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.candidate.name,
-                "path": str(self.candidate.path) if self.candidate.path else None,
-                "source_hash": self.candidate.source_hash, "role": self.role,
-                "origin": self.candidate.origin.to_json(), **self.verdict.to_json(),
-                "speedup": self.speedup, "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
-                "median_us": self.median_us, "slower_shapes": self.slower_shapes(),
-                "shapes": [s.to_json() for s in self.shapes]}
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    problem: Problem
-    environment: Environment
-    baseline: ContenderOutcome | None
-    candidates: tuple[ContenderOutcome, ...]
-
-
 def _environment(env: dict[str, Any]) -> Environment:
     return Environment(device=env["device"], device_name=env.get("device_name", "?"),
                        torch=env["torch"], triton=env.get("triton"), cuda=env.get("cuda"),
                        driver=env.get("driver"), python=env["python"],
                        clocks=env.get("clocks", {}), host=env.get("host", ""))
-
-
-def materialise(candidate: CandidateSource, folder: Path) -> Path:
-    """The file a worker imports: the candidate's own path, or its source written out."""
-    if candidate.path is not None:
-        return candidate.path
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{candidate.name}-{candidate.source_hash}.py"
-    path.write_text(candidate.source)
-    return path
-
-
-class _Session:
-    """Workers of one evaluation; all of them are killed when it closes."""
-
-    def __init__(self, problem: Problem, options: EvalOptions, root: Path, workers: int):
-        self.problem, self.options, self.root = problem, options, root
-        self.sandbox = make_sandbox(options.sandbox, workers)
-        self.workers: list[WorkerClient] = []
-
-    @property
-    def worker_threads(self) -> int | None:
-        if self.options.threads is not None:
-            return self.options.threads
-        return 1 if self.options.device == "cpu" else None
-
-    def start(self, label: str, module: Path | None, class_name: str, precision: str,
-              source_hash: str) -> WorkerClient:
-        readable = (self.problem.path, self.problem.root) + ((module,) if module else ())
-        worker = WorkerClient(self.sandbox, label, self.options.device,
-                              self.root / f"w-{label}"[:80],
-                              self.options.cache_root / "compile" / source_hash, readable,
-                              self.options.limits, self.options.gpu_index, self.worker_threads,
-                              describe=label == "reference")
-        self.workers.append(worker)
-        began = time.monotonic()
-        worker.request({"op": "load", "problem": str(self.problem.path),
-                        "module": str(module) if module else None, "class_name": class_name,
-                        "precision": precision}, self.options.limits.import_timeout_s, "import")
-        worker.start_seconds["import"] = time.monotonic() - began
-        return worker
-
-    def start_summary(self, wall_s: float) -> str:
-        """One line on where the workers' start-up went (medians over the workers)."""
-        # Only workers whose import finished (the reference's always has, or the run stops).
-        timed = [w.start_seconds for w in self.workers if "import" in w.start_seconds]
-        parts = ", ".join(f"{step} {statistics.median(t[step] for t in timed):.1f} s"
-                          for step in ("process", "hello", "import"))
-        return f"{len(timed)} worker(s) started in {wall_s:.1f} s (each: {parts}; medians)"
-
-    def close(self) -> None:
-        for worker in self.workers:
-            worker.close()
-
-
-@contextlib.contextmanager
-def _session(problem: Problem, options: EvalOptions, workers: int) -> Iterator[_Session]:
-    with tempfile.TemporaryDirectory(prefix="kernel-bot-") as tmp:
-        session = _Session(problem, options, Path(tmp), workers)
-        try:
-            yield session
-        finally:
-            session.close()
 
 
 OUT_OF_MEMORY = ("OutOfMemoryError", "CUDA out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
@@ -299,10 +153,10 @@ def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline
     per_shape: dict[str, list[ShapeOutcome]] = {n: [] for n in names}
     # Speedups compare timings from different processes: each contender gets replicas.
     replica_count = options.timing.replicas if baseline is not None else 1
-    with _session(problem, options, 1 + len(contenders) * replica_count) as session:
+    with open_session(problem, options, 1 + len(contenders) * replica_count) as session:
         ref_hash = source_hash(problem.source)
         workers: dict[str, WorkerClient] = {}
-        replicas = _Replicas(session, replica_count, options.parallel)
+        replicas = Replicas(session, replica_count, options.parallel)
         progress(f"{problem.name}: starting {len(contenders) + 1} worker(s)")
 
         def start(name: str, cand: CandidateSource) -> None:
@@ -339,7 +193,7 @@ def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline
 
 
 def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
-                    workers: dict[str, WorkerClient], replicas: "_Replicas",
+                    workers: dict[str, WorkerClient], replicas: Replicas,
                     checks: dict[str, list[CheckResult]],
                     per_shape: dict[str, list[ShapeOutcome]], rng: random.Random,
                     options: EvalOptions, environment: Environment, has_baseline: bool,
@@ -351,7 +205,7 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         reference.request(construct, limits.construct_timeout_s * 4, "problem")
     except WorkerFailure as exc:
         raise _problem_failure(problem, exc) from None
-    alive = _construct_all(workers, construct, checks, limits.construct_timeout_s, options.parallel)
+    alive = construct_all(workers, construct, checks, limits.construct_timeout_s, options.parallel)
     lock_key = device_key(options.device, options.gpu_index)
     try:
         info, trial_checks, stats = run_trials(
@@ -373,14 +227,14 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                 replicate=lambda chosen: replicas.ready(chosen, construct, checks, limits.construct_timeout_s,
                                                         progress),
                 exclusive=lambda: gpu_exclusive(lock_key),  # one measurement at a time per device
-                retire=lambda done: _release_caches(done, lock_key, limits.call_timeout_s, options.parallel))
+                retire=lambda done: release_caches(done, lock_key, limits.call_timeout_s, options.parallel))
         except WorkerFailure as exc:
             raise _problem_failure(problem, exc) from None
         progress(f"{problem.name} [{shape.name}] timed: "
                  f"{sum(len(r.batch_sizes) for r in records.values())} batches")
         # The reference's float64 outputs for the timed calls' checks are held until the next
         # shape's references otherwise, through other problems' trials.
-        _release_caches([reference], lock_key, limits.call_timeout_s, 1)
+        release_caches([reference], lock_key, limits.call_timeout_s, 1)
     floor = floor_us(info.nbytes, info.flops, peaks_for(environment.device_name)
                      if environment.device == "cuda" else None)
     for name, rec in records.items():
@@ -408,80 +262,6 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         per_shape[name].append(ShapeOutcome(
             shape.name, _describe(info), info.meta[0]["dtype"] if info.meta else None, m, sp, floor,
             st.max_abs_err if name in stats else None, st.norm_rel_err if name in stats else None))
-
-
-def _release_caches(workers: Sequence[WorkerClient], lock_key: str, timeout_s: float, parallel: int) -> None:
-    """Workers done with a shape's timing (and the reference, done checking its calls) give
-    their GPU memory back (captured graphs, the allocator's cache) before the next shape's
-    trials: on the H200, swiglu's finished prefill timing, held by 15 workers, ran its decode
-    trials out of memory beside another problem."""
-    with gpu_shared(lock_key), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        list(pool.map(lambda w: release_cache(w, timeout_s), workers))
-
-
-def _construct_all(workers: dict[str, WorkerClient], construct: dict[str, Any],
-                   checks: dict[str, list[CheckResult]], timeout_s: float, parallel: int
-                   ) -> dict[str, WorkerClient]:
-    """Every contender still in the running built for a shape, `parallel` at a time (each in
-    its own process); those built without new threads, in their order. One after another,
-    32 contenders' builds (torch.compile's import among them) took 28 s of a 60 s search of
-    rmsnorm's decode shape on the H200, longer than their verification and timing."""
-    todo = [(n, w) for n, w in workers.items() if all(c.passed for c in checks[n])]
-
-    def build(item: tuple[str, WorkerClient]) -> CheckResult:
-        name, worker = item
-        try:
-            reply = worker.request(construct, timeout_s, "construct")
-        except WorkerFailure as exc:
-            return failure_check(exc)
-        return verify.check_threads(reply["new_threads"], "import and construction")
-
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        built = list(pool.map(build, todo))
-    for (name, _), check in zip(todo, built):
-        checks[name].append(check)
-    return {name: worker for (name, worker), check in zip(todo, built) if check.passed}
-
-
-class _Replicas:
-    """More worker processes for contenders that are timed against each other
-    (TimingOptions.replicas): started at the first shape that times them, built again for
-    each shape, closed with the session."""
-
-    def __init__(self, session: _Session, count: int, parallel: int):
-        self.session, self.count, self.parallel = session, max(1, count), parallel
-        self.modules: dict[str, tuple[Path, CandidateSource]] = {}
-        self.extra: dict[str, list[WorkerClient]] = {}
-
-    def ready(self, passed: dict[str, WorkerClient], construct: dict[str, Any],
-              checks: dict[str, list[CheckResult]], timeout_s: float,
-              progress: Progress) -> dict[str, tuple[WorkerClient, ...]]:
-        """Each passed contender's workers for this shape, its first one first. A replica that
-        fails to start or build fails its contender: it is the same code, so the contender
-        itself is what does not work reliably."""
-        if self.count == 1 or len(passed) < 2:
-            return {n: (w,) for n, w in passed.items()}
-        progress(f"{self.session.problem.name}: starting {self.count - 1} more worker(s) for each of "
-                 f"{len(passed)} contender(s)")
-
-        def build(name: str) -> None:
-            module, cand = self.modules[name]
-            extra = self.extra.setdefault(name, [])
-            try:
-                while len(extra) < self.count - 1:
-                    extra.append(self.session.start(f"{name}-r{len(extra) + 2}", module,
-                                                    cand.class_name, "native", cand.source_hash))
-                for worker in extra:
-                    reply = worker.request(construct, timeout_s, "construct")
-                    checks[name].append(verify.check_threads(reply["new_threads"],
-                                                             "import and construction (replica)"))
-            except WorkerFailure as exc:
-                failed = failure_check(exc)
-                checks[name].append(replace(failed, evidence=f"a second worker of the same code: {failed.evidence}"))
-
-        with ThreadPoolExecutor(max_workers=max(1, self.parallel)) as pool:
-            list(pool.map(build, passed))
-        return {n: (w, *self.extra[n]) for n, w in passed.items() if all(c.passed for c in checks[n])}
 
 
 def _describe(info: ReferenceInfo) -> str:

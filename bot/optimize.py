@@ -9,11 +9,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from bot.domain import CandidateSource, Environment, Problem
-from bot.evaluate import ContenderOutcome, EvalOptions, Evaluation, evaluate
+from bot.evaluate import EvalOptions, evaluate
+from bot.outcomes import ContenderOutcome, Evaluation
 from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
-from bot.propose.search import (Base, Skipped, autotune_variants, bases_for, input_bytes, path_of,
-                                 plan_split, search_candidates, setting_of, split_candidate,
-                                 tunable_constants)
+from bot.propose.derive import Base, bases_for
+from bot.propose.paths import path_of
+from bot.propose.search import Skipped, search_candidates
+from bot.propose.split import input_bytes, plan_split, split_candidate
+from bot.propose.tuning import autotune_variants, setting_of, tunable_constants
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]

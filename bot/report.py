@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.evaluate import ContenderOutcome, Evaluation
+from bot.outcomes import ContenderOutcome, Evaluation
 
 
 def _fmt(value: float | None, spec: str, missing: str = "-") -> str:

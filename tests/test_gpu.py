@@ -75,7 +75,8 @@ def test_every_bundled_problem_verifies_its_own_reference_and_target(problem):
 def test_each_sdpa_backend_and_per_shape_compile_of_attention_is_judged_on_its_own():
     # On the GPU every SDPA backend has a kernel for bf16 causal attention with head dim 128:
     # each held-backend candidate must pass the verifier, as must the per-shape compiles.
-    from bot.propose.search import PATHS, bases_for, path_candidate
+    from bot.propose.derive import bases_for
+    from bot.propose.paths import PATHS, path_candidate
 
     prob = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
     base = bases_for(prob)[0]
@@ -130,7 +131,8 @@ def test_a_gpu_fork_server_imports_the_compiler_and_its_forks_still_use_cuda(tmp
 
 
 def test_inductor_tuning_paths_compile_and_pass_the_verifier():
-    from bot.propose.search import INDUCTOR_TUNING, PATHS, bases_for, path_candidate
+    from bot.propose.derive import bases_for
+    from bot.propose.paths import INDUCTOR_TUNING, PATHS, path_candidate
 
     prob = load_problem(ROOT / "problems" / "fp8_quant.py", root=ROOT)
     base = bases_for(prob)[0]
@@ -155,7 +157,8 @@ def test_inductor_tuning_paths_compile_and_pass_the_verifier():
 def test_replacement_kernels_pass_on_the_gpu_and_broken_copies_do_not(problem, key, honest_text, broken_text):
     from dataclasses import replace
 
-    from bot.propose.search import PATHS, bases_for, path_candidate
+    from bot.propose.derive import bases_for
+    from bot.propose.paths import PATHS, path_candidate
 
     prob = load_problem(ROOT / "problems" / f"{problem}.py", root=ROOT)
     honest = path_candidate(bases_for(prob)[0], PATHS[key])

@@ -7,7 +7,8 @@ import pytest
 import bot.evaluate as ev
 from bot.errors import GpuOutOfMemory
 from bot.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
-from bot.evaluate import ContenderOutcome, EvalOptions, Evaluation
+from bot.evaluate import EvalOptions
+from bot.outcomes import ContenderOutcome, Evaluation
 from bot.problems import load_problem
 from conftest import PROBLEMS
 

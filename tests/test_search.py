@@ -9,8 +9,11 @@ from dataclasses import replace
 from bot.evaluate import evaluate
 from bot.problems import load_problem
 from bot.domain import source_hash
-from bot.propose.search import (PATHS, TUNABLES, Base, Split, kernel_source, autotune_variants, bases_for, path_candidate,
-                                path_of, search_candidates, setting_of, split_candidate, tunable_constants)
+from bot.propose.derive import Base, bases_for
+from bot.propose.paths import PATHS, kernel_source, path_candidate, path_of
+from bot.propose.search import search_candidates
+from bot.propose.split import Split, split_candidate
+from bot.propose.tuning import TUNABLES, autotune_variants, setting_of, tunable_constants
 from bot.trials import tunes_on_first_call
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
@@ -349,7 +352,7 @@ def test_autotuning_leaves_out_settings_already_tried():
 
 def _tuned_outcome(source: str, ratio: float, accepted: bool = True, parent: str = ""):
     from bot.domain import CandidateSource, Origin, Speedup, Verdict
-    from bot.evaluate import ContenderOutcome, ShapeOutcome
+    from bot.outcomes import ContenderOutcome, ShapeOutcome
 
     name = "tune-" + "-".join(f"{k.lower()}{v}" for k, v in tunable_constants(source).items())
     sp = Speedup(ratio, ratio * 0.98, ratio * 1.02, 0.95, "faster" if ratio * 0.98 > 1.05 else "no significant difference")
@@ -386,7 +389,8 @@ def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline(
 def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
     import bot.optimize as optimize_module
     from bot.domain import CandidateSource, Environment, Origin
-    from bot.evaluate import EvalOptions, Evaluation
+    from bot.evaluate import EvalOptions
+    from bot.outcomes import Evaluation
     from bot.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
@@ -421,7 +425,8 @@ def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
 def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
     import bot.optimize as optimize_module
     from bot.domain import CandidateSource, Environment, Origin
-    from bot.evaluate import EvalOptions, Evaluation
+    from bot.evaluate import EvalOptions
+    from bot.outcomes import Evaluation
     from bot.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)

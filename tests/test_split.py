@@ -5,10 +5,12 @@ from __future__ import annotations
 import torch
 
 from bot.domain import CandidateSource, Environment, Origin, Speedup, Verdict
-from bot.evaluate import ContenderOutcome, EvalOptions, Evaluation, ShapeOutcome, evaluate
+from bot.evaluate import EvalOptions, evaluate
+from bot.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.optimize import Attempt, split_candidates
 from bot.problems import load_problem
-from bot.propose.search import Base, Split, input_bytes, plan_split, split_candidate
+from bot.propose.derive import Base
+from bot.propose.split import Split, input_bytes, plan_split, split_candidate
 from bot.timing import TimingOptions
 from conftest import ROOT
 

@@ -110,6 +110,7 @@ def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
 
 
 def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_timed(monkeypatch, quick_options):
+    import bot.eval_workers as eval_workers
     import bot.evaluate as evaluate_module
     from bot.candidates import load_candidate
     from bot.problems import load_problem
@@ -117,12 +118,12 @@ def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_time
     from conftest import CANDIDATES
 
     released: list[str] = []
-    real = evaluate_module.release_cache
+    real = eval_workers.release_cache
 
     def spy(worker, timeout_s):
         released.append(worker.label)
         real(worker, timeout_s)
-    monkeypatch.setattr(evaluate_module, "release_cache", spy)
+    monkeypatch.setattr(eval_workers, "release_cache", spy)
     baseline = load_candidate(CANDIDATES / "honest.py")
     problem = load_problem(PROBLEMS / "scale_add.py")
     result = evaluate_module.evaluate(problem, [load_candidate(CANDIDATES / "slow2x.py")], baseline,

@@ -1,7 +1,7 @@
 
 
 # kernel-bot: operator calls of the forward replaced by the kernels below, where they apply.
-# Read as text into search candidates (bot/propose/search.py), before the kernels' own text.
+# Read as text into search candidates (bot/propose/paths.py), before the kernels' own text.
 import os as _kernel_bot_os
 
 import torch

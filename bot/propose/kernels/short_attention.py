@@ -1,7 +1,7 @@
 
 
 # kernel-bot: scaled_dot_product_attention on short sequences, one key block per program.
-# Read as text into search candidates after replace.py (bot/propose/search.py): it is
+# Read as text into search candidates after replace.py (bot/propose/paths.py): it is
 # candidate code, and the bot's own process never imports it. SDPA's kernels are built for long sequences; on a decode
 # attention (4 x 32 heads of 64 queries and keys, 128 wide) they take 11 us on the H200 where
 # the data is 8 MB (docs/results-h200.md). Here each program holds BLOCK_M queries and every
