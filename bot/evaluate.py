@@ -245,6 +245,11 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                 checks[name].append(verify.check_stream_timing(rec.host_us, rec.event_us,
                                                                workers[name].overhead_us))
             checks[name].append(verify.check_roofline(m.median_us, floor))
+    hidden = verify.hidden_time_checks({n: r.unexplained_us for n, r in records.items() if not r.failed},
+                                       {n: r.host_us for n, r in records.items()},
+                                       names[0] if has_baseline else None)
+    for name, check in hidden.items():
+        checks[name].append(check)
     base_rec = records.get(names[0]) if has_baseline else None
     base_m = base_rec.measurement() if base_rec and all(c.passed for c in checks[names[0]]) else None
     # How far processes of one code disagree: from the accepted contenders' workers (a

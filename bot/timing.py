@@ -49,6 +49,9 @@ class TimingRecord:
     # current stream, per call ("latency") or per batch ("throughput", "graph").
     host_us: list[float] = field(default_factory=list)
     event_us: list[float] = field(default_factory=list)
+    # Per kept batch timed call by call (CPU, and "latency" on CUDA): the parent's wall time per
+    # call that the reported host times leave unexplained (verify.check_hidden_time).
+    unexplained_us: list[float] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
     batch: int = 1
     failed: bool = False
@@ -100,6 +103,7 @@ def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, replica: in
             record.event_us.append(reply["batch_span_us"])
         else:
             record.event_us.extend(reply["event_us"] or [])
+            record.unexplained_us.append((wall_us - sum(reply["host_us"])) / len(seeds))
     else:  # warm-up: also sizes the batches of the measured rounds
         per_call = max(sorted(samples)[len(samples) // 2], 1.0)
         record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch))

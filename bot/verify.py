@@ -208,6 +208,43 @@ def check_wall_clock(reported_us: float, parent_wall_us: float) -> CheckResult:
     return CheckResult(name, True)
 
 
+def check_hidden_time(unexplained_us: Sequence[float], host_us: Sequence[float],
+                      usual_unexplained_us: float) -> CheckResult:
+    """The parent's wall clock must account for a worker's calls: per timed call, the wall time
+    the worker's reported host time leaves unexplained (the harness's own work: inputs,
+    fingerprints, the channel) may not exceed what other workers of the same shape leave by
+    more than noise. The harness reads clocks it captured before the candidate was imported,
+    but the candidate runs in that process and can rebind them (`bot.worker._perf_ns`): on
+    CPU such a candidate spun 20 ms a call and reported 20 us. The time it hides from its own
+    report is still on the parent's clock."""
+    name = "hidden time"
+    hidden = statistics.median(unexplained_us) - usual_unexplained_us
+    claimed = statistics.median(host_us)
+    # Generous on purpose: on a GPU the harness's own work (inputs, the L2 flush, fingerprints)
+    # can cost a contender more where the allocator's cache misses, which is not a cheat.
+    allowed = 0.25 * claimed + 0.5 * usual_unexplained_us + 50.0
+    details = {"hidden_us_per_call": hidden, "allowed_us": allowed, "claimed_us": claimed,
+               "usual_unexplained_us": usual_unexplained_us}
+    if hidden > allowed:
+        return CheckResult(name, False, f"the parent's clock saw {hidden:.0f} us per call more than this "
+                           f"worker reported ({claimed:.1f} us a call) beyond the other workers' own "
+                           f"{usual_unexplained_us:.0f} us of harness work (allowed {allowed:.0f} us): "
+                           "the worker's clocks were tampered with?", details)
+    return CheckResult(name, True, details=details)
+
+
+def hidden_time_checks(unexplained_us: Mapping[str, Sequence[float]], host_us: Mapping[str, Sequence[float]],
+                       baseline: str | None) -> dict[str, CheckResult]:
+    """`check_hidden_time` for every contender timed per call but the baseline, against the
+    baseline's unexplained time; without a baseline, against the lower median of all
+    contenders' (a cheat among few then cannot raise the yardstick)."""
+    medians = {n: statistics.median(u) for n, u in unexplained_us.items() if u}
+    if not medians:
+        return {}
+    usual = medians[baseline] if baseline in medians else statistics.median_low(medians.values())
+    return {n: check_hidden_time(unexplained_us[n], host_us[n], usual) for n in medians if n != baseline}
+
+
 def judge(checks: Sequence[CheckResult]) -> Verdict:
     """Accepted only when every check passed and the values were actually compared."""
     merged: dict[str, CheckResult] = {}

@@ -42,3 +42,23 @@ def test_nonfinite_positions_must_agree_and_are_excluded_from_errors():
     moved[1], moved[2] = 2.0, float("nan")
     result = compare_values(ref, moved.to(torch.bfloat16), "bfloat16", None, "x")
     assert not result.passed and "NaN positions differ" in result.evidence and "(1,)" in result.evidence
+
+
+def test_hidden_time_is_measured_against_the_baseline_or_the_lower_median_of_the_others():
+    from bot.verify import hidden_time_checks
+
+    host = {n: [100.0] * 4 for n in ("base", "a", "b", "cheat")}
+    unexplained = {"base": [300.0] * 4, "a": [310.0, 290.0, 320.0, 305.0], "b": [330.0] * 4,
+                   "cheat": [300.0 + 400.0] * 4}
+    with_base = hidden_time_checks(unexplained, host, "base")
+    assert "base" not in with_base and with_base["a"].passed and with_base["b"].passed
+    # allowed: a quarter of the claimed 100 us, half the usual 300 us, and 50 us
+    assert with_base["cheat"].details["allowed_us"] == 25.0 + 150.0 + 50.0
+    assert not with_base["cheat"].passed and with_base["cheat"].details["hidden_us_per_call"] == 400.0
+    # Without a baseline the yardstick is the lower median: two cheats of four cannot lift it.
+    unexplained["b"] = [700.0] * 4
+    alone = hidden_time_checks(unexplained, host, None)
+    assert set(alone) == {"base", "a", "b", "cheat"}
+    assert alone["base"].passed and alone["a"].passed
+    assert not alone["b"].passed and not alone["cheat"].passed
+    assert hidden_time_checks({"x": []}, {"x": []}, None) == {}

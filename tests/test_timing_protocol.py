@@ -15,8 +15,9 @@ class _Worker:
     """Answers the protocol's requests; each call really takes `call_us` of wall time.
     Like the real worker on CUDA, mode "throughput" answers with one host/stream pair per batch."""
 
-    def __init__(self, call_us: float):
+    def __init__(self, call_us: float, reports: float = 1.0):
         self.call_us = call_us
+        self.reported_us = call_us * reports  # what it says a call took (below 1: it lies)
         self.batches: list[int] = []
         self.modes: set[str] = set()
 
@@ -34,7 +35,7 @@ class _Worker:
         if message["mode"] == "throughput":
             return {"ok": True, "host_us": [n * self.call_us + 5.0], "event_us": [self.call_us] * n,
                     "batch_span_us": n * self.call_us, "fingerprints": prints, "new_threads": []}
-        return {"ok": True, "host_us": [self.call_us + 5.0] * n, "event_us": [self.call_us] * n,
+        return {"ok": True, "host_us": [self.reported_us + 5.0] * n, "event_us": [self.reported_us] * n,
                 "fingerprints": prints, "new_threads": []}
 
 
@@ -203,3 +204,26 @@ def test_few_contenders_are_retired_together_when_timing_ends():
                      random.Random(0), TimingOptions(time_cap_s=0.2, min_batches=2, batch_target_us=500),
                      10.0, lambda _: None, retire=lambda done: retired.append(sorted(map(id, done))))
     assert retired == [sorted(map(id, workers.values()))]
+
+
+def test_the_parents_clock_shows_the_time_a_worker_leaves_out_of_its_report():
+    from bot import verify
+
+    options = TimingOptions(time_cap_s=0.3, min_batches=4, batch_target_us=4_000)
+    records = _time({"base": _Worker(400.0), "honest": _Worker(400.0), "liar": _Worker(800.0, reports=0.25)},
+                    options, keep=frozenset({"base"}))
+    for name in records:
+        assert len(records[name].unexplained_us) == len(records[name].batch_sizes) >= 4
+    # The stand-in's own work per call is nil: what is unexplained is what the liar hid (600 us).
+    assert min(records["liar"].unexplained_us) > 500
+    checks = verify.hidden_time_checks({n: r.unexplained_us for n, r in records.items()},
+                                       {n: r.host_us for n, r in records.items()}, "base")
+    assert set(checks) == {"honest", "liar"}
+    assert checks["honest"].passed, checks["honest"].details
+    assert not checks["liar"].passed and "tampered" in checks["liar"].evidence
+
+
+def test_back_to_back_batches_leave_the_hidden_time_check_out():
+    records = _time({"a": _Worker(300.0)}, TimingOptions(time_cap_s=0.2, min_batches=3, mode="throughput",
+                                                         batch_target_us=1_500))
+    assert records["a"].batch_sizes and not records["a"].unexplained_us

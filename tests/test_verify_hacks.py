@@ -34,6 +34,7 @@ REJECTED = {
     "cheat_detect_timing": "timed-call outputs",
     "cheat_patch_reference": "values",
     "cheat_gc_scan": "values",
+    "cheat_patch_harness": "hidden time",
     "syntax_error": "import",
     "import_error": "import",
     "no_modelnew": "import",
@@ -84,6 +85,17 @@ def test_patched_clocks_do_not_change_the_measurement(outcomes):
     # The candidate spins 20 ms per call and scales every clock it can reach by 1/1000.
     for shape in outcomes["cheat_patch_timers"].shapes:
         assert shape.measurement.median_us > 18_000, shape.measurement.median_us
+
+
+def test_time_hidden_from_the_harness_clock_is_named_with_the_parents_figure(outcomes):
+    # The candidate spins 2 ms a call and halves the worker's own captured clock: the parent
+    # sees about 1 ms a call that the worker's report leaves out.
+    check = next(c for c in outcomes["cheat_patch_harness"].verdict.checks
+                 if c.name == "hidden time" and not c.passed)
+    assert 700 < check.details["hidden_us_per_call"] < 1500, check.details
+    assert "tampered" in check.evidence
+    honest = next(c for c in outcomes["honest"].verdict.checks if c.name == "hidden time")
+    assert honest.passed and honest.details["hidden_us_per_call"] < honest.details["allowed_us"]
 
 
 def test_rejections_carry_evidence(outcomes):
