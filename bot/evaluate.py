@@ -246,7 +246,7 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                                                                workers[name].overhead_us))
             checks[name].append(verify.check_roofline(m.median_us, floor))
     hidden = verify.hidden_time_checks({n: r.unexplained_us for n, r in records.items() if not r.failed},
-                                       {n: r.host_us for n, r in records.items()},
+                                       {n: r.reported_us for n, r in records.items()},
                                        names[0] if has_baseline else None)
     for name, check in hidden.items():
         checks[name].append(check)

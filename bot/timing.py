@@ -49,8 +49,10 @@ class TimingRecord:
     # current stream, per call ("latency") or per batch ("throughput", "graph").
     host_us: list[float] = field(default_factory=list)
     event_us: list[float] = field(default_factory=list)
-    # Per kept batch timed call by call (CPU, and "latency" on CUDA): the parent's wall time per
-    # call that the reported host times leave unexplained (verify.check_hidden_time).
+    # Per kept batch, per call: the host time the worker reported (the calls' own, or on CUDA in
+    # "throughput" and "graph" its whole batch's), and the parent's wall time it leaves
+    # unexplained (verify.check_hidden_time).
+    reported_us: list[float] = field(default_factory=list)
     unexplained_us: list[float] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
     batch: int = 1
@@ -103,7 +105,9 @@ def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, replica: in
             record.event_us.append(reply["batch_span_us"])
         else:
             record.event_us.extend(reply["event_us"] or [])
-            record.unexplained_us.append((wall_us - sum(reply["host_us"])) / len(seeds))
+        reported = sum(reply["host_us"])
+        record.reported_us.append(reported / len(seeds))
+        record.unexplained_us.append((wall_us - reported) / len(seeds))
     else:  # warm-up: also sizes the batches of the measured rounds
         per_call = max(sorted(samples)[len(samples) // 2], 1.0)
         record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch))

@@ -208,18 +208,18 @@ def check_wall_clock(reported_us: float, parent_wall_us: float) -> CheckResult:
     return CheckResult(name, True)
 
 
-def check_hidden_time(unexplained_us: Sequence[float], host_us: Sequence[float],
+def check_hidden_time(unexplained_us: Sequence[float], reported_us: Sequence[float],
                       usual_unexplained_us: float) -> CheckResult:
     """The parent's wall clock must account for a worker's calls: per timed call, the wall time
-    the worker's reported host time leaves unexplained (the harness's own work: inputs,
-    fingerprints, the channel) may not exceed what other workers of the same shape leave by
-    more than noise. The harness reads clocks it captured before the candidate was imported,
-    but the candidate runs in that process and can rebind them (`bot.worker._perf_ns`): on
-    CPU such a candidate spun 20 ms a call and reported 20 us. The time it hides from its own
-    report is still on the parent's clock."""
+    the worker's reported host time leaves unexplained (the harness's own work outside it:
+    inputs, fingerprints, the channel) may not exceed what other workers of the same shape
+    leave by more than noise. The harness reads clocks it captured before the candidate was
+    imported, but the candidate runs in that process and can rebind them (`bot.worker._perf_ns`):
+    on CPU one that spun 2 ms a call and halved that clock was accepted at half its time. The
+    time it hides from its own report is still on the parent's clock."""
     name = "hidden time"
     hidden = statistics.median(unexplained_us) - usual_unexplained_us
-    claimed = statistics.median(host_us)
+    claimed = statistics.median(reported_us)
     # Generous on purpose: on a GPU the harness's own work (inputs, the L2 flush, fingerprints)
     # can cost a contender more where the allocator's cache misses, which is not a cheat.
     allowed = 0.25 * claimed + 0.5 * usual_unexplained_us + 50.0
@@ -233,16 +233,16 @@ def check_hidden_time(unexplained_us: Sequence[float], host_us: Sequence[float],
     return CheckResult(name, True, details=details)
 
 
-def hidden_time_checks(unexplained_us: Mapping[str, Sequence[float]], host_us: Mapping[str, Sequence[float]],
+def hidden_time_checks(unexplained_us: Mapping[str, Sequence[float]], reported_us: Mapping[str, Sequence[float]],
                        baseline: str | None) -> dict[str, CheckResult]:
-    """`check_hidden_time` for every contender timed per call but the baseline, against the
-    baseline's unexplained time; without a baseline, against the lower median of all
-    contenders' (a cheat among few then cannot raise the yardstick)."""
+    """`check_hidden_time` for every timed contender but the baseline, against the baseline's
+    unexplained time; without a baseline, against the lower median of all contenders' (a
+    cheat among few then cannot raise the yardstick)."""
     medians = {n: statistics.median(u) for n, u in unexplained_us.items() if u}
     if not medians:
         return {}
     usual = medians[baseline] if baseline in medians else statistics.median_low(medians.values())
-    return {n: check_hidden_time(unexplained_us[n], host_us[n], usual) for n in medians if n != baseline}
+    return {n: check_hidden_time(unexplained_us[n], reported_us[n], usual) for n in medians if n != baseline}
 
 
 def judge(checks: Sequence[CheckResult]) -> Verdict:

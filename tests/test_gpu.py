@@ -55,6 +55,21 @@ def test_graph_timing_replays_honest_kernels_and_rejects_what_capture_hides():
     assert not stale.accepted and any("timed call" in r for r in stale.reasons), stale.reasons
 
 
+def test_time_hidden_by_rebinding_the_harness_clocks_is_caught_and_honest_code_passes_in_every_mode():
+    # cheat_patch_harness spins 2 ms on the host a call and halves the worker's captured clock
+    # and event reader. In latency timing that hides about 1 ms a call from its report; in
+    # graph timing its spin is not captured, so there only honest code is asserted on.
+    for mode in ("latency", "throughput", "graph"):
+        out = _verdicts("scale_add.py", ["honest", "cheat_patch_harness"], mode=mode)
+        honest = out["honest"].verdict
+        assert honest.accepted, (mode, honest.reasons)
+        assert any(c.name == "hidden time" and c.passed for c in honest.checks), mode
+        if mode == "latency":
+            cheat = out["cheat_patch_harness"].verdict
+            assert not cheat.accepted and "hidden time" in {c.name for c in cheat.checks if not c.passed}, \
+                cheat.reasons
+
+
 def test_time_below_the_roofline_floor_is_rejected_as_implausible():
     out = _verdicts("big_add_inflated_floor.py", ["big_add_triton"])
     verdict = out["big_add_triton"].verdict

@@ -33,8 +33,8 @@ class _Worker:
         self.modes.add(message["mode"])
         prints = [[[1.0, 1.0, 0]] for _ in range(n)]
         if message["mode"] == "throughput":
-            return {"ok": True, "host_us": [n * self.call_us + 5.0], "event_us": [self.call_us] * n,
-                    "batch_span_us": n * self.call_us, "fingerprints": prints, "new_threads": []}
+            return {"ok": True, "host_us": [n * self.reported_us + 5.0], "event_us": [self.reported_us] * n,
+                    "batch_span_us": n * self.reported_us, "fingerprints": prints, "new_threads": []}
         return {"ok": True, "host_us": [self.reported_us + 5.0] * n, "event_us": [self.reported_us] * n,
                 "fingerprints": prints, "new_threads": []}
 
@@ -209,21 +209,18 @@ def test_few_contenders_are_retired_together_when_timing_ends():
 def test_the_parents_clock_shows_the_time_a_worker_leaves_out_of_its_report():
     from bot import verify
 
-    options = TimingOptions(time_cap_s=0.3, min_batches=4, batch_target_us=4_000)
-    records = _time({"base": _Worker(400.0), "honest": _Worker(400.0), "liar": _Worker(800.0, reports=0.25)},
-                    options, keep=frozenset({"base"}))
-    for name in records:
-        assert len(records[name].unexplained_us) == len(records[name].batch_sizes) >= 4
-    # The stand-in's own work per call is nil: what is unexplained is what the liar hid (600 us).
-    assert min(records["liar"].unexplained_us) > 500
-    checks = verify.hidden_time_checks({n: r.unexplained_us for n, r in records.items()},
-                                       {n: r.host_us for n, r in records.items()}, "base")
-    assert set(checks) == {"honest", "liar"}
-    assert checks["honest"].passed, checks["honest"].details
-    assert not checks["liar"].passed and "tampered" in checks["liar"].evidence
-
-
-def test_back_to_back_batches_leave_the_hidden_time_check_out():
-    records = _time({"a": _Worker(300.0)}, TimingOptions(time_cap_s=0.2, min_batches=3, mode="throughput",
-                                                         batch_target_us=1_500))
-    assert records["a"].batch_sizes and not records["a"].unexplained_us
+    for mode in ("latency", "throughput"):  # calls timed one by one, and batches back to back
+        options = TimingOptions(time_cap_s=0.3, min_batches=4, batch_target_us=4_000, mode=mode)
+        records = _time({"base": _Worker(400.0), "honest": _Worker(400.0), "liar": _Worker(800.0, reports=0.25)},
+                        options, keep=frozenset({"base"}))
+        for name in records:
+            assert len(records[name].unexplained_us) == len(records[name].reported_us) \
+                == len(records[name].batch_sizes) >= 4
+        # The stand-in's own work per call is nil: what is unexplained is what the liar hid (600 us).
+        assert min(records["liar"].unexplained_us) > 500, mode
+        assert max(records["liar"].reported_us) < 300, mode
+        checks = verify.hidden_time_checks({n: r.unexplained_us for n, r in records.items()},
+                                           {n: r.reported_us for n, r in records.items()}, "base")
+        assert set(checks) == {"honest", "liar"}
+        assert checks["honest"].passed, (mode, checks["honest"].details)
+        assert not checks["liar"].passed and "tampered" in checks["liar"].evidence
