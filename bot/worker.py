@@ -751,8 +751,10 @@ def main(argv: list[str] | None = None) -> None:
     hello = channel.recv()  # the only unsigned frame: it carries the run key
     channel.key = bytes.fromhex(hello["key"])
     harness = Harness(channel, hello["device"], hello.get("threads"))
+    # Sent before any candidate code exists here: the parent's count of this process's threads
+    # starts from it (bot.workers, WorkerClient.request).
     channel.send({"ok": True, "env": harness.environment(bool(hello.get("describe", True))),
-                  "overhead_us": harness.timer_overhead_us()})
+                  "overhead_us": harness.timer_overhead_us(), "threads": len(harness.baseline_tids)})
     ops = {"load": harness.op_load, "construct": harness.op_construct, "run": harness.op_run,
            "time": harness.op_time, "fingerprints": harness.op_fingerprints,
            "release": harness.op_release, "gate": harness.op_gate}

@@ -64,6 +64,7 @@ class WorkerClient:
         self.start_seconds = {"process": spawned - began, "hello": time.monotonic() - spawned}
         self.env: dict[str, Any] = hello["env"]
         self.overhead_us: float = float(hello.get("overhead_us", 0.0))
+        self.start_threads: int | None = hello.get("threads")  # before the candidate's import
 
     def request(self, message: dict[str, Any], timeout_s: float, phase: str,
                 gate: Callable[[str], str] | None = None) -> dict[str, Any]:
@@ -95,7 +96,19 @@ class WorkerClient:
             detail = reply.get("traceback") or ""
             raise WorkerFailure(str(reply.get("phase", phase)), str(reply.get("error", "failed")),
                                 _tail(detail + "\n" + self.running.log_tail()))
+        if "new_threads" in reply:
+            reply["new_threads"] = self._threads_seen_from_outside(reply["new_threads"])
         return reply
+
+    def _threads_seen_from_outside(self, reported: list[str]) -> list[str]:
+        """What the worker reported as new threads, or, where it reported none, the threads the
+        kernel counts beyond those it had before the candidate's import: its own listing runs
+        in the candidate's process, and a candidate could rebind it to hide a thread."""
+        seen = self.running.thread_count()
+        if reported or seen is None or self.start_threads is None or seen <= self.start_threads:
+            return reported
+        return [f"{seen - self.start_threads} thread(s) more than at start ({seen} now) in the kernel's "
+                "count, which the worker's own listing did not report"]
 
     def _receive(self, phase: str, timeout_s: float, allowed_s: float | None = None) -> dict[str, Any]:
         """The next frame, within `timeout_s`; `allowed_s`: the whole request's limit, as said

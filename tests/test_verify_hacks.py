@@ -35,6 +35,7 @@ REJECTED = {
     "cheat_patch_reference": "values",
     "cheat_gc_scan": "values",
     "cheat_patch_harness": "hidden time",
+    "cheat_hide_thread": "no new threads",
     "syntax_error": "import",
     "import_error": "import",
     "no_modelnew": "import",
@@ -96,6 +97,12 @@ def test_time_hidden_from_the_harness_clock_is_named_with_the_parents_figure(out
     assert "tampered" in check.evidence
     honest = next(c for c in outcomes["honest"].verdict.checks if c.name == "hidden time")
     assert honest.passed and honest.details["hidden_us_per_call"] < honest.details["allowed_us"]
+
+
+def test_a_thread_hidden_from_the_harness_listing_is_counted_from_outside(outcomes):
+    check = next(c for c in outcomes["cheat_hide_thread"].verdict.checks
+                 if c.name == "no new threads" and not c.passed)
+    assert "1 thread(s) more than at start" in check.evidence and "kernel's count" in check.evidence
 
 
 def test_rejections_carry_evidence(outcomes):

@@ -97,6 +97,20 @@ class RunningWorker(ABC):
     def kill(self) -> None:
         """Stop it for good and release everything it holds (idempotent)."""
 
+    def thread_count(self) -> int | None:
+        """Threads of the worker's process as the kernel counts them, read from outside it
+        (a candidate can rebind the harness's own thread listing, not this), when the pid is
+        this process's to read."""
+        if self.pid is None:
+            return None
+        try:
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
     def exit_reason(self) -> str:
         """Why it ended, in words (backends add e.g. 'killed by the memory limit')."""
         code = self.exit_code()
