@@ -214,7 +214,7 @@ def check_hidden_time(unexplained_us: Sequence[float], reported_us: Sequence[flo
     the worker's reported host time leaves unexplained (the harness's own work outside it:
     inputs, fingerprints, the channel) may not exceed what other workers of the same shape
     leave by more than noise. The harness reads clocks it captured before the candidate was
-    imported, but the candidate runs in that process and can rebind them (`bot.worker._perf_ns`):
+    imported, but the candidate runs in that process and can rebind them (`bot.worker_shared.perf_ns`):
     on CPU one that spun 2 ms a call and halved that clock was accepted at half its time. The
     time it hides from its own report is still on the parent's clock."""
     name = "hidden time"

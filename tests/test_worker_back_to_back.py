@@ -10,6 +10,8 @@ import time
 import torch
 
 import bot.worker as worker
+import bot.worker_shared as shared
+import bot.worker_timing as worker_timing
 from conftest import PROBLEMS
 
 
@@ -19,10 +21,10 @@ class _Event:
 
 
 def _harness(monkeypatch):
-    monkeypatch.setattr(worker, "_Event", _Event)
-    monkeypatch.setattr(worker, "_ev_record", lambda e: setattr(e, "t", time.perf_counter()))
-    monkeypatch.setattr(worker, "_ev_elapsed", lambda a, b: (b.t - a.t) * 1e3)  # ms, as CUDA's
-    monkeypatch.setattr(worker, "_cuda_sync", lambda: None)
+    monkeypatch.setattr(shared, "Event", _Event)
+    monkeypatch.setattr(shared, "ev_record", lambda e: setattr(e, "t", time.perf_counter()))
+    monkeypatch.setattr(shared, "ev_elapsed", lambda a, b: (b.t - a.t) * 1e3)  # ms, as CUDA's
+    monkeypatch.setattr(shared, "cuda_sync", lambda: None)
     h = worker.Harness(None, "cpu", 1)
     assert h.op_load({"problem": str(PROBLEMS / "scale_add.py"), "module": None})["ok"]
     assert h.op_construct({"overrides": {}, "seed": 3})["ok"]
@@ -53,7 +55,7 @@ def test_a_call_counts_at_least_the_hosts_time_to_issue_it(monkeypatch):
     # Stand-in events that see 1 µs of GPU time (the GPU was busy with earlier work when the
     # call began), and a call whose launch path takes 3 ms on the host.
     h = _harness(monkeypatch)
-    monkeypatch.setattr(worker, "_ev_elapsed", lambda a, b: 1e-3)
+    monkeypatch.setattr(shared, "ev_elapsed", lambda a, b: 1e-3)
     model = h.model
 
     def slow_launch(*inputs):
@@ -79,21 +81,21 @@ def _graph_harness(monkeypatch):
     and writes the captured output tensors, as a real replay of GPU-only work does."""
     h = _harness(monkeypatch)
     captures = []
-    monkeypatch.setattr(worker, "_CUDAGraph", _Graph)
-    monkeypatch.setattr(worker, "_graph_capture", lambda g: captures.append(g) or contextlib.nullcontext())
-    monkeypatch.setattr(worker, "_Stream", _Stream)
-    monkeypatch.setattr(worker, "_stream_ctx", lambda s: contextlib.nullcontext())
-    monkeypatch.setattr(worker, "_current_stream", _Stream)
-    monkeypatch.setattr(worker, "_gpu_sleep", lambda cycles: None)
+    monkeypatch.setattr(shared, "CUDAGraph", _Graph)
+    monkeypatch.setattr(shared, "graph_capture", lambda g: captures.append(g) or contextlib.nullcontext())
+    monkeypatch.setattr(shared, "Stream", _Stream)
+    monkeypatch.setattr(shared, "stream_ctx", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(shared, "current_stream", _Stream)
+    monkeypatch.setattr(shared, "gpu_sleep", lambda cycles: None)
 
     replayed = []
 
     def replay(graph):
         copy = next(c for c in h.captured.sets if c.graph is graph)
         replayed.append(graph)
-        for static, fresh in zip(copy.outputs, worker._as_outputs(h.model(*copy.inputs))):
+        for static, fresh in zip(copy.outputs, shared.as_outputs(h.model(*copy.inputs))):
             static.copy_(fresh)
-    monkeypatch.setattr(worker, "_graph_replay", replay)
+    monkeypatch.setattr(shared, "graph_replay", replay)
     h.replayed = replayed
     return h, captures
 
@@ -108,7 +110,7 @@ def test_graph_replays_see_each_calls_fresh_inputs_and_capture_once_per_shape(mo
     latency = h.op_time({**msg, "mode": "latency"})
     assert reply["fingerprints"] == latency["fingerprints"]  # not the captured call's outputs
     copies = reply["graph_copies"]
-    assert copies == worker.GRAPH_SETS_MAX == len(captures)  # a small shape: the most copies
+    assert copies == worker_timing.GRAPH_SETS_MAX == len(captures)  # a small shape: the most copies
     assert h._time_graph_replays({**msg, "seeds": [24]})["ok"] and len(captures) == copies
     h.get_inputs = lambda: [torch.randn(4, 128)]  # another shape: captured anew, the old ones let go
     assert h._time_graph_replays({**msg, "seeds": [25]})["ok"] and len(captures) == 2 * copies
@@ -130,10 +132,10 @@ def test_graph_replays_rotate_over_copies_with_tensors_of_their_own(monkeypatch)
 def test_graph_copies_are_as_many_as_fit_in_their_memory_allowance(monkeypatch):
     h, _ = _graph_harness(monkeypatch)
     big = [torch.randn(256, 128)]  # 128 KiB in, 128 KiB out per copy
-    monkeypatch.setattr(worker, "GRAPH_SETS_BYTES", 1 << 20)
+    monkeypatch.setattr(worker_timing, "GRAPH_SETS_BYTES", 1 << 20)
     assert len(h._capture(big).sets) == 4
     h.captured = None
-    monkeypatch.setattr(worker, "GRAPH_SETS_BYTES", 100_000)  # not even one: one copy all the same
+    monkeypatch.setattr(worker_timing, "GRAPH_SETS_BYTES", 100_000)  # not even one: one copy all the same
     assert len(h._capture(big).sets) == 1
 
 
@@ -158,11 +160,11 @@ def test_every_timed_call_reads_the_whole_flush_buffer_even_with_tensor_methods_
     h = _harness(monkeypatch)
     h.flush_buf = torch.arange(1 << 12, dtype=torch.int32)
     reads = []
-    real_sum = worker._sum
-    monkeypatch.setattr(worker, "_sum", lambda t: reads.append(t) or real_sum(t))
+    real_sum = shared.tensor_sum
+    monkeypatch.setattr(shared, "tensor_sum", lambda t: reads.append(t) or real_sum(t))
     monkeypatch.setattr(torch.Tensor, "zero_", lambda self: self)
     monkeypatch.setattr(torch.Tensor, "sum", lambda self, *a, **k: torch.zeros(()))
     reply = h._time_back_to_back({"seeds": [1, 2, 3], "distribution": "standard", "fp_seed": 5})
     assert reply["ok"], reply
     assert [r is h.flush_buf for r in reads] == [True] * 3
-    assert int(worker._flush_l2(h.flush_buf)) == (1 << 12) * ((1 << 12) - 1) // 2
+    assert int(shared.flush_l2(h.flush_buf)) == (1 << 12) * ((1 << 12) - 1) // 2

@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib
 
 import bot.worker as worker
+import bot.worker_shared as shared
 from conftest import PROBLEMS
 
 
 def _reference(monkeypatch, hashed: list[int]):
-    real = worker._hash_tensor
-    monkeypatch.setattr(worker, "_hash_tensor", lambda t: hashed.append(t.numel()) or real(t))
+    real = shared.hash_tensor
+    monkeypatch.setattr(shared, "hash_tensor", lambda t: hashed.append(t.numel()) or real(t))
     h = worker.Harness(None, "cpu", 1)
     assert h.op_load({"problem": str(PROBLEMS / "scale_add.py"), "module": None, "precision": "float64"})["ok"]
     assert h.op_construct({"overrides": {}, "seed": 3})["ok"]
