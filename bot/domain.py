@@ -10,7 +10,9 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+Progress = Callable[[str], None]  # takes one line of progress for the person watching
 
 
 def source_hash(text: str) -> str:

@@ -11,10 +11,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from bot import verify
-from bot.domain import CandidateSource, CheckResult, Problem
+from bot.domain import CandidateSource, CheckResult, Problem, Progress
 from bot.gpulock import gpu_shared
 from bot.sandbox import make_sandbox
 from bot.trials import failure_check, release_cache
@@ -22,9 +22,6 @@ from bot.workers import WorkerClient, WorkerFailure
 
 if TYPE_CHECKING:
     from bot.evaluate import EvalOptions
-
-Progress = Callable[[str], None]
-
 
 def materialise(candidate: CandidateSource, folder: Path) -> Path:
     """The file a worker imports: the candidate's own path, or its source written out."""

@@ -10,10 +10,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bot import bench, verify
-from bot.domain import CandidateSource, CheckResult, Environment, Problem, Shape, source_hash
+from bot.domain import CandidateSource, CheckResult, Environment, Problem, Progress, Shape, source_hash
 from bot.errors import BotError, GpuOutOfMemory, HarnessError, ProblemError
 from bot.eval_workers import Replicas, construct_all, materialise, open_session, release_caches
 from bot.gpulock import device_key, gpu_exclusive, gpu_shared
@@ -23,9 +23,6 @@ from bot.sandbox import Limits
 from bot.timing import TimingOptions, TimingRecord, time_interleaved
 from bot.trials import ReferenceInfo, TrialStats, failure_check, run_trials, tunes_on_first_call
 from bot.workers import WorkerClient, WorkerFailure
-
-Progress = Callable[[str], None]
-
 
 @dataclass(frozen=True)
 class EvalOptions:

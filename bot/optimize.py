@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from bot.domain import CandidateSource, Environment, Problem
+from bot.domain import CandidateSource, Environment, Problem, Progress
 from bot.evaluate import EvalOptions, evaluate
 from bot.outcomes import ContenderOutcome, Evaluation
 from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
@@ -19,9 +19,6 @@ from bot.propose.split import input_bytes, plan_split, split_candidate
 from bot.propose.tuning import autotune_variants, setting_of, tunable_constants
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]
-
-
 @dataclass(frozen=True)
 class OptimizeOptions:
     strategy: str = "search"  # "search" | "llm" | "all"

@@ -10,12 +10,12 @@ import shlex
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bot.changes import affected_problems
 from bot.chart import results_chart
 from bot.config import Settings, path_allowed
-from bot.domain import Problem, PullRequestPlan, Trigger
+from bot.domain import Problem, Progress, PullRequestPlan, Trigger
 from bot.errors import BotError
 from bot.optimize import OptimizeOptions, OptimizeResult, failed_result, optimize
 from bot.outputs import RESULTS_SCHEMA_VERSION, write_optimize_outputs
@@ -23,9 +23,6 @@ from bot.plan import plan_pull_request
 from bot.problems import find_problems
 from bot.report_data import failed_problem
 from bot.report_md import render_step_summary
-
-Progress = Callable[[str], None]
-
 
 @dataclass(frozen=True)
 class Job:

@@ -35,7 +35,7 @@ def bases_for(problem: Problem) -> list[Base]:
     return bases
 
 
-def with_torch_import(source: str) -> str:
+def _with_torch_import(source: str) -> str:
     return source if re.search(r"^import torch\b", source, re.M) else "import torch\n" + source
 
 
@@ -43,7 +43,7 @@ def derived(base: Base, wrapper: str, detail: str, name: str, round_: int | None
             **fields) -> CandidateSource:
     """`base`'s source followed by `wrapper`, filled in with the base's class, `detail` (the
     origin's words, also the wrapper's header) and `fields`."""
-    source = with_torch_import(base.source) + wrapper.format(base=base.class_name, detail=detail, **fields)
+    source = _with_torch_import(base.source) + wrapper.format(base=base.class_name, detail=detail, **fields)
     return CandidateSource(name=name, source=source,
                            origin=Origin("search", detail, round=round_, parent=base.parent_hash))
 
