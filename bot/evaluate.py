@@ -24,6 +24,7 @@ from bot.timing import TimingOptions, TimingRecord, time_interleaved
 from bot.trials import ReferenceInfo, TrialStats, failure_check, run_trials, tunes_on_first_call
 from bot.workers import WorkerClient, WorkerFailure
 
+
 @dataclass(frozen=True)
 class EvalOptions:
     device: str = "cpu"

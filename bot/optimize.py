@@ -19,6 +19,8 @@ from bot.propose.split import input_bytes, plan_split, split_candidate
 from bot.propose.tuning import autotune_variants, setting_of, tunable_constants
 
 log = logging.getLogger(__name__)
+
+
 @dataclass(frozen=True)
 class OptimizeOptions:
     strategy: str = "search"  # "search" | "llm" | "all"

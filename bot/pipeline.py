@@ -24,6 +24,7 @@ from bot.problems import find_problems
 from bot.report_data import failed_problem
 from bot.report_md import render_step_summary
 
+
 @dataclass(frozen=True)
 class Job:
     repo_root: Path

@@ -78,6 +78,18 @@ def worker_env(launch: WorkerLaunch, environ: Mapping[str, str] | None = None) -
     return env
 
 
+def proc_status(pid: int, field: str) -> int | None:
+    """A number from the kernel's /proc/<pid>/status (e.g. "Threads", "VmRSS" in kB), or None
+    where the process is gone or the field absent."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 class RunningWorker(ABC):
     """A started worker: the parent's end of the channel, and control over its life."""
 
@@ -101,15 +113,7 @@ class RunningWorker(ABC):
         """Threads of the worker's process as the kernel counts them, read from outside it
         (a candidate can rebind the harness's own thread listing, not this), when the pid is
         this process's to read."""
-        if self.pid is None:
-            return None
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("Threads:"):
-                    return int(line.split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
-        return None
+        return None if self.pid is None else proc_status(self.pid, "Threads")
 
     def exit_reason(self) -> str:
         """Why it ended, in words (backends add e.g. 'killed by the memory limit')."""

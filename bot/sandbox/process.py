@@ -23,7 +23,7 @@ from abc import abstractmethod
 from pathlib import Path
 
 from bot.cores import worker_cores
-from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, worker_env
+from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, proc_status, worker_env
 from bot.sandbox.fork_server import DriverInitialized, ForkServer, ForkServerError
 
 log = logging.getLogger(__name__)
@@ -76,14 +76,7 @@ class ProcessWorker(_GroupWorker):
 
 def _group_memory(pgid: int) -> int | None:
     """Resident memory of the worker and everything in its process group."""
-    total = 0
-    for pid in _group_pids(pgid):
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except (OSError, ValueError):
-            continue
+    total = sum((proc_status(pid, "VmRSS") or 0) * 1024 for pid in _group_pids(pgid))
     return total or None
 
 
