@@ -92,3 +92,22 @@ def test_beside_other_problems_a_rerun_that_fits_is_kept(setup):
     scripted += [{"a", "b"}, set()]
     result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", beside_others=True))
     assert [o.verdict.accepted for o in result.candidates] == [True, True]
+
+
+# What the H200 printed for swiglu's contenders beside rmsnorm's 31 workers (nineteenth session).
+NVML_REPORT = ('call: RuntimeError: NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT '
+               'FAILED at "/pytorch/c10/cuda/CUDACachingAllocator.cpp":1135, please report a bug to PyTorch. ')
+
+
+@pytest.mark.parametrize("evidence, short", [
+    (NVML_REPORT, True),
+    (OOM.evidence, True),
+    # the same assertion elsewhere (peer access, expandable segments) is not an allocation failure
+    ('RuntimeError: NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at '
+     '"/pytorch/aten/src/ATen/cuda/PeerToPeerAccess.cpp":83', False),
+    ("RuntimeError: shape mismatch", False),
+])
+def test_an_allocation_failure_whose_memory_report_could_not_start_nvml_counts_as_out_of_memory(evidence, short):
+    cand = CandidateSource("a", "# a", Origin("search"))
+    outcome = ContenderOutcome(cand, "candidate", Verdict("rejected", (CheckResult("call", False, evidence),)), ())
+    assert ev.ran_out_of_gpu_memory(outcome) is short
