@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from bot.domain import CandidateSource, Environment, Problem, Progress
+from bot.errors import BotError, ProblemError
 from bot.evaluate import EvalOptions, evaluate
 from bot.outcomes import ContenderOutcome, Evaluation
 from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
@@ -182,6 +183,16 @@ def feedback_for(outcome: ContenderOutcome) -> Feedback:
     return Feedback(outcome.candidate, status, message)
 
 
+def refuse_rejected_baseline(problem: Problem, evaluation: Evaluation) -> None:
+    """Every speedup is against the baseline: one the verifier rejected leaves none to report.
+    On the H200 swiglu's baseline failed so (out of memory, unrecognised) and the sweep said "no
+    significant improvement", as if its candidates had lost; a wrong TARGET would read the same."""
+    base = evaluation.baseline
+    if base is not None and not base.verdict.accepted:
+        raise ProblemError(f"{problem.path}: the baseline {base.candidate.name} was rejected by the "
+                           f"verifier, so no speedup can be measured: {'; '.join(base.verdict.reasons)}")
+
+
 def _near_roofline(attempts: list[Attempt], pct: float) -> bool:
     return any(a.outcome.verdict.accepted and a.outcome.shapes
                and all((s.pct_of_floor or 0) >= pct for s in a.outcome.shapes) for a in attempts)
@@ -207,6 +218,7 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
             ev_opts = replace(ev_opts, timing=replace(ev_opts.timing,
                                                       time_cap_s=max(remaining / 4, 0.5)))
         evaluation = evaluate(problem, cands, baseline, ev_opts, progress)
+        refuse_rejected_baseline(problem, evaluation)
         evaluations.append(evaluation)
         attempts.extend(Attempt(round_, o) for o in evaluation.candidates)
 
@@ -263,8 +275,6 @@ def _llm_rounds(problem: Problem, baseline: CandidateSource, options: OptimizeOp
         from bot.propose.llm import LlmProposer
 
         if not options.model:
-            from bot.errors import BotError
-
             raise BotError("the llm strategy needs --model (and OPENAI_API_KEY / OPENAI_BASE_URL)")
         proposer = LlmProposer(options.model, samples=options.samples,
                                max_total_tokens=options.max_total_tokens)

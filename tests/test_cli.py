@@ -161,3 +161,22 @@ def test_replicas_option_sets_the_processes_per_contender_and_refuses_zero():
     assert measurement["workers"] == 1 and set(measurement["batch_workers"]) <= {0}
     refused = CliRunner().invoke(main, ["bench", PROBLEM, "--replicas", "0"])
     assert refused.exit_code == 2 and "--replicas" in refused.output
+
+
+def test_optimize_fails_a_problem_whose_baseline_the_verifier_rejects(tmp_path):
+    # Every speedup is against the baseline; with it rejected (a wrong TARGET here; on the H200,
+    # swiglu's ran out of memory) "no significant improvement" would blame the candidates.
+    problem = tmp_path / "scale_add.py"
+    problem.write_text((PROBLEMS / "scale_add.py").read_text() + 'TARGET = "scale_add_impl.py"\n')
+    wrong = (CANDIDATES / "honest.py").read_text().replace(
+        "torch.clamp_min(torch.addcmul(self.b, x, self.w), 0)", "torch.addcmul(self.b, x, self.w)")  # no relu
+    (tmp_path / "scale_add_impl.py").write_text(wrong)
+    out = tmp_path / "out"
+    result = _invoke("optimize", str(problem), "--strategy", "search", "--device", "cpu",
+                     "--exclude", "*", "--time-cap-s", "0.5", "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert "the baseline target:scale_add_impl.py was rejected by the verifier" in result.stderr
+    assert "values" in result.stderr
+    saved = json.loads((out / "results.json").read_text())
+    entry = saved["problems"][0] if "problems" in saved else saved
+    assert entry["outcome"] == "failed" and "rejected by the verifier" in entry["error"]
