@@ -44,3 +44,18 @@ def test_later_files_replace_a_problem_and_the_table_says_where_each_row_came_fr
     assert "| gelu | decode: 10.0 | 2.50x" in both
     assert "significantly >= 1.1x faster than eager (interval's lower bound) on 2 (100%)" in both
     assert "measured in: softmax (s12-results); gelu (s14-results)" in both
+
+
+def test_a_later_search_that_measured_nothing_leaves_the_earlier_row_and_says_so(tmp_path):
+    older = tmp_path / "s12-results.json"
+    older.write_text(json.dumps({"problems": [_problem("swiglu", 10.0, 4.0)]}))
+    failed = _problem("swiglu", 10.0, 10.0)
+    failed["baseline"] = {**failed["baseline"], "status": "rejected"}  # out of memory beside others
+    newer = tmp_path / "s19-results.json"
+    newer.write_text(json.dumps({"problems": [failed, _problem("gelu", 10.0, 5.0)]}))
+    both = _summary(older, newer)
+    assert "| swiglu | decode: 10.0 | 2.50x" in both
+    assert "measured in: swiglu (s12-results); gelu (s19-results)" in both
+    assert "- swiglu: its search in s19-results measured nothing" in both
+    alone = _summary(newer)  # with no earlier row, the failed search is what there is
+    assert "| swiglu |" in alone and "measured nothing" not in alone

@@ -118,17 +118,30 @@ def load(path: Path) -> dict:
     return json.loads(text)
 
 
-def joined(paths: list[Path]) -> dict:
+def measured(problem: dict) -> bool:
+    """Whether the search timed anything: its baseline accepted (a failed problem has none)."""
+    base = problem.get("baseline") or {}
+    return problem.get("outcome") != "failed" and base.get("status", "accepted") == "accepted"
+
+
+def joined(paths: list[Path]) -> tuple[dict, list[str]]:
     """One results object of several files: a later file's measurement of a problem replaces an
-    earlier one's, and each problem keeps the name of the file it came from."""
+    earlier one's, and each problem keeps the name of the file it came from. A later search
+    that measured nothing (its baseline rejected) leaves the earlier row, and a note says so."""
     if len(paths) == 1:
-        return load(paths[0])
+        return load(paths[0]), []
     problems: dict[str, dict] = {}
+    notes = []
     for path in paths:
+        name = path.name.split(".")[0]
         for problem in load(path)["problems"]:
+            if not measured(problem) and problem["problem"] in problems:
+                notes.append(f"- {problem['problem']}: its search in {name} measured nothing (its "
+                             "baseline was rejected); the row is its earlier search")
+                continue
             problems.pop(problem["problem"], None)  # the table lists problems in their latest file's order
-            problems[problem["problem"]] = {**problem, "from": path.name.split(".")[0]}
-    return {"problems": list(problems.values())}
+            problems[problem["problem"]] = {**problem, "from": name}
+    return {"problems": list(problems.values())}, notes
 
 
 def main() -> None:
@@ -137,7 +150,8 @@ def main() -> None:
     parser.add_argument("--wall-s", type=float)
     parser.add_argument("--reselect", action="store_true", help="pick again with this checkout's rule")
     args = parser.parse_args()
-    print(summarize(joined(args.results), args.wall_s, args.reselect))
+    results, notes = joined(args.results)
+    print("\n".join([summarize(results, args.wall_s, args.reselect), *notes]))
 
 
 if __name__ == "__main__":
