@@ -15,7 +15,7 @@ from bot.evaluate import evaluate
 from bot.problems import load_problem
 from bot.sandbox import process
 from bot.sandbox.base import BOT_ROOT, WorkerLaunch, worker_env
-from bot.sandbox.fork_server import ForkServer, cuda_driver_initialized
+from bot.sandbox.fork_server import ForkServer, _shut_nvml_down, cuda_driver_initialized
 from conftest import CANDIDATES, PROBLEMS
 
 # A candidate that reports, as its import error, what its process looks like from inside.
@@ -188,6 +188,32 @@ def test_the_driver_counts_as_initialised_only_when_it_answers_a_query():
     after_cuinit = _Driver(0)
     assert cuda_driver_initialized(mapped, lambda name: load(name, after_cuinit))
     assert before_cuinit.asked == after_cuinit.asked == 1
+
+
+class _Nvml:
+    """NVML's start count, as libnvidia-ml keeps it: each shutdown undoes one start."""
+
+    def __init__(self, started: int):
+        self.started = started
+
+    def nvmlShutdown(self):  # noqa: N802  the library's own name
+        if self.started == 0:
+            return 1  # NVML_ERROR_UNINITIALIZED
+        self.started -= 1
+        return 0
+
+
+def test_the_server_shuts_nvml_down_as_often_as_its_imports_started_it():
+    # torch's NVML-based availability probe starts NVML and leaves it so; forks inherited it
+    # started with its files closed, and on the H200 torch's out-of-memory report failed there.
+    mapped = "7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.159.04\n"
+    twice = _Nvml(2)
+    assert _shut_nvml_down(mapped, lambda name: twice) == 2 and twice.started == 0
+    untouched = _Nvml(0)
+    assert _shut_nvml_down(mapped, lambda name: untouched) == 0
+    loads = []
+    assert _shut_nvml_down("7f00-7f01 r-xp 0 08:01 1 /usr/lib/libc.so.6\n", loads.append) == 0
+    assert loads == []  # not mapped: nothing loaded just to shut it down
 
 
 # Stands in for a server whose compiler imports ran cuInit: it says so, as `serve` does.

@@ -43,6 +43,16 @@ def test_cuda_hacks_are_rejected_and_honest_kernels_pass():
     assert not broken.accepted and "undefined_symbol" in broken.reasons[0], broken.reasons
 
 
+def test_a_worker_out_of_gpu_memory_reports_it_as_such():
+    # On the H200 workers forked from a server whose imports had started NVML failed an NVML
+    # assertion in torch's out-of-memory report instead; the server now shuts NVML down first.
+    out = _verdicts("big_add.py", ["cuda_out_of_memory", "big_add_triton"])
+    short = out["cuda_out_of_memory"].verdict
+    assert not short.accepted and any("CUDA out of memory" in r for r in short.reasons), short.reasons
+    assert not any("INTERNAL ASSERT" in r for r in short.reasons), short.reasons
+    assert out["big_add_triton"].verdict.accepted, out["big_add_triton"].verdict.reasons
+
+
 def test_graph_timing_replays_honest_kernels_and_rejects_what_capture_hides():
     out = _verdicts("big_add.py", ["big_add_triton", "cuda_side_stream", "cheat_graph_stale"], mode="graph")
     honest = out["big_add_triton"]

@@ -40,6 +40,7 @@ MESSAGE_BYTES = 1 << 20  # one request (a worker's environment and paths) fits m
 READY_TIMEOUT_S = 300.0  # the server's own torch import, on a loaded machine
 REAP_S = 0.05
 CUDA_ERROR_NOT_INITIALIZED = 3
+NVML_SUCCESS = 0
 
 
 class ForkServerError(Exception):
@@ -56,6 +57,7 @@ def serve(control_fd: int, compiler: bool = True) -> None:
     import bot.worker  # noqa: F401  torch and the harness, imported once for every fork
 
     compiler = compiler and _import_the_compiler()
+    _shut_nvml_down(_mapped_libraries())
 
     control = socket.socket(fileno=control_fd)
     if cuda_driver_initialized(_mapped_libraries()):
@@ -100,6 +102,26 @@ def _import_the_compiler() -> bool:
         else:
             os.environ[probe] = before
     return True
+
+
+def _shut_nvml_down(maps: str, load: Callable[[str], Any] | None = None) -> int:
+    """Undo the NVML start-ups of the imports; how many. torch's NVML-based availability probe
+    starts NVML and never shuts it down. A fork inherits NVML started, with its device files
+    closed (`_become_worker` closes every descriptor), and there NVML does not start again: on
+    the H200 torch's out-of-memory report then failed an assertion on it, and contenders out of
+    memory were rejected for that instead of being retried alone. Started twice, NVML needs
+    two shutdowns; it answers NVML_ERROR_UNINITIALIZED once it is down."""
+    if "libnvidia-ml" not in maps:
+        return 0
+    import ctypes
+    try:
+        nvml = (load or ctypes.CDLL)("libnvidia-ml.so.1")
+    except OSError:
+        return 0
+    done = 0
+    while done < 64 and nvml.nvmlShutdown() == NVML_SUCCESS:
+        done += 1
+    return done
 
 
 def _mapped_libraries() -> str:
