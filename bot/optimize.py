@@ -183,14 +183,22 @@ def feedback_for(outcome: ContenderOutcome) -> Feedback:
     return Feedback(outcome.candidate, status, message)
 
 
-def refuse_rejected_baseline(problem: Problem, evaluation: Evaluation) -> None:
+def refuse_rejected_baseline(problem: Problem, evaluation: Evaluation, first: bool,
+                             progress: Progress) -> None:
     """Every speedup is against the baseline: one the verifier rejected leaves none to report.
     On the H200 swiglu's baseline failed so (out of memory, unrecognised) and the sweep said "no
-    significant improvement", as if its candidates had lost; a wrong TARGET would read the same."""
+    significant improvement", as if its candidates had lost; a wrong TARGET would read the same.
+    After a round that accepted it, a rejection is the machine's (memory, a flake), not the
+    code's: that round's candidates go without speedups, and the rounds before are kept."""
     base = evaluation.baseline
-    if base is not None and not base.verdict.accepted:
-        raise ProblemError(f"{problem.path}: the baseline {base.candidate.name} was rejected by the "
-                           f"verifier, so no speedup can be measured: {'; '.join(base.verdict.reasons)}")
+    if base is None or base.verdict.accepted:
+        return
+    what = f"the baseline {base.candidate.name} was rejected by the verifier"
+    if first:
+        raise ProblemError(f"{problem.path}: {what}, so no speedup can be measured: "
+                           + "; ".join(base.verdict.reasons))
+    progress(f"{problem.name}: {what} in this round ({'; '.join(base.verdict.reasons)}); "
+             "its candidates have no speedups")
 
 
 def _near_roofline(attempts: list[Attempt], pct: float) -> bool:
@@ -218,7 +226,7 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
             ev_opts = replace(ev_opts, timing=replace(ev_opts.timing,
                                                       time_cap_s=max(remaining / 4, 0.5)))
         evaluation = evaluate(problem, cands, baseline, ev_opts, progress)
-        refuse_rejected_baseline(problem, evaluation)
+        refuse_rejected_baseline(problem, evaluation, not evaluations, progress)
         evaluations.append(evaluation)
         attempts.extend(Attempt(round_, o) for o in evaluation.candidates)
 

@@ -111,3 +111,19 @@ def test_an_allocation_failure_whose_memory_report_could_not_start_nvml_counts_a
     cand = CandidateSource("a", "# a", Origin("search"))
     outcome = ContenderOutcome(cand, "candidate", Verdict("rejected", (CheckResult("call", False, evidence),)), ())
     assert ev.ran_out_of_gpu_memory(outcome) is short
+
+
+def test_a_baseline_rejected_after_a_round_that_accepted_it_keeps_the_rounds_before(setup):
+    from bot.errors import ProblemError
+    from bot.optimize import refuse_rejected_baseline
+
+    problem, base, a, _b, _calls, _scripted = setup
+    rejected = Evaluation(problem, ENV, _outcome(base, False, "baseline"), (_outcome(a, True),))
+    with pytest.raises(ProblemError, match="the baseline base was rejected by the verifier.*out of memory"):
+        refuse_rejected_baseline(problem, rejected, True, lambda _: None)
+    said: list[str] = []
+    refuse_rejected_baseline(problem, rejected, False, said.append)  # a later round: the machine's
+    assert len(said) == 1 and "its candidates have no speedups" in said[0]
+    accepted = Evaluation(problem, ENV, _outcome(base, True, "baseline"), (_outcome(a, True),))
+    refuse_rejected_baseline(problem, accepted, True, said.append)
+    assert len(said) == 1
