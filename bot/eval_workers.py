@@ -23,6 +23,7 @@ from bot.workers import WorkerClient, WorkerFailure
 if TYPE_CHECKING:
     from bot.evaluate import EvalOptions
 
+
 def materialise(candidate: CandidateSource, folder: Path) -> Path:
     """The file a worker imports: the candidate's own path, or its source written out."""
     if candidate.path is not None:

@@ -55,16 +55,17 @@ def _environment(env: dict[str, Any]) -> Environment:
                        clocks=env.get("clocks", {}), host=env.get("host", ""))
 
 
-OUT_OF_MEMORY = ("OutOfMemoryError", "CUDA out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
-# When an allocation fails, torch's caching allocator asks NVML which processes hold the GPU's
-# memory, for the OutOfMemoryError's message (reportProcessMemoryInfo). Where NVML does not start
-# in the worker, an assertion in that report is what the caller sees instead: on the H200,
-# swiglu's contenders (its baseline among them) were rejected for it beside rmsnorm's 31 workers.
-OOM_REPORT_FAILED = re.compile(r'nvml\w*\(\) INTERNAL ASSERT FAILED at "[^"]*CUDACachingAllocator\.cpp"')
+# The last alternative: when an allocation fails, torch's caching allocator asks NVML which
+# processes hold the GPU's memory, for the OutOfMemoryError's message (reportProcessMemoryInfo).
+# Where NVML does not start in the worker, an assertion in that report is what the caller sees
+# instead: on the H200, swiglu's contenders (its baseline among them) were rejected for it
+# beside rmsnorm's 31 workers.
+OUT_OF_MEMORY = re.compile(r'OutOfMemoryError|CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED'
+                           r'|nvml\w*\(\) INTERNAL ASSERT FAILED at "[^"]*CUDACachingAllocator\.cpp"')
 
 
 def _says_out_of_memory(text: str) -> bool:
-    return any(marker in text for marker in OUT_OF_MEMORY) or OOM_REPORT_FAILED.search(text) is not None
+    return OUT_OF_MEMORY.search(text) is not None
 
 
 def _problem_failure(problem: Problem, exc: WorkerFailure) -> BotError:

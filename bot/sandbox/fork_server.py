@@ -57,10 +57,11 @@ def serve(control_fd: int, compiler: bool = True) -> None:
     import bot.worker  # noqa: F401  torch and the harness, imported once for every fork
 
     compiler = compiler and _import_the_compiler()
-    _shut_nvml_down(_mapped_libraries())
+    maps = _mapped_libraries()
+    _shut_nvml_down(maps)
 
     control = socket.socket(fileno=control_fd)
-    if cuda_driver_initialized(_mapped_libraries()):
+    if cuda_driver_initialized(maps):
         # Forks of a process that ran cuInit cannot use CUDA; the bot starts workers plainly.
         control.sendall(json.dumps({"ready": False, "driver_initialized": True,
                                     "compiler": compiler}).encode())
