@@ -55,6 +55,8 @@ def aa(problem_name: str, repeats: int, copies: int, cap_s: float, device: str, 
                              # each worker process's own median: the baseline's, then each copy's
                              "worker_medians_us": [list(x.measurement.worker_medians)
                                                    for x in [base, *cands]],
+                             # every sample, for estimators other than the median (summarize_aa.py)
+                             "measurements": [x.measurement.to_json() for x in [base, *cands]],
                              "ratios": [c.speedup.ratio for c in cands],
                              "ci": [[c.speedup.ci_low, c.speedup.ci_high] for c in cands],
                              "significance": [c.speedup.significance for c in cands]})
