@@ -153,14 +153,18 @@ def test_a_problem_that_fails_is_reported_and_the_others_results_are_kept(tmp_pa
     assert "== scale_add on " in human.stdout
 
 
-def test_replicas_option_sets_the_processes_per_contender_and_refuses_zero():
+def test_replicas_option_sets_the_processes_per_contender_and_refuses_zero_and_more_than_16():
     result = _invoke("bench", PROBLEM, str(CANDIDATES / "honest.py"), "--device", "cpu", "--time-cap-s", "0.3",
                      "--replicas", "1", "--json")
     assert result.exit_code == 0, result.output
     measurement = json.loads(result.stdout)["candidates"][0]["shapes"][0]["measurement"]
     assert measurement["workers"] == 1 and set(measurement["batch_workers"]) <= {0}
-    refused = CliRunner().invoke(main, ["bench", PROBLEM, "--replicas", "0"])
-    assert refused.exit_code == 2 and "--replicas" in refused.output
+    for out_of_range in ("0", "17"):
+        refused = CliRunner().invoke(main, ["bench", PROBLEM, "--replicas", out_of_range])
+        assert refused.exit_code == 2 and "--replicas" in refused.output, out_of_range
+    # 16 passes the option (what fails here is the missing problem, not the count)
+    taken = CliRunner().invoke(main, ["bench", "no-such-problem.py", "--replicas", "16"])
+    assert taken.exit_code == 2 and "--replicas" not in taken.output and "no-such-problem.py" in taken.output
 
 
 def test_optimize_fails_a_problem_whose_baseline_the_verifier_rejects(tmp_path):
