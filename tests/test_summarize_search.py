@@ -59,3 +59,7 @@ def test_a_later_search_that_measured_nothing_leaves_the_earlier_row_and_says_so
     assert "- swiglu: its search in s19-results measured nothing" in both
     alone = _summary(newer)  # with no earlier row, the failed search is what there is
     assert "| swiglu |" in alone and "measured nothing" not in alone
+    latest = tmp_path / "s20-results.json"  # measured again after the failed search: no note
+    latest.write_text(json.dumps({"problems": [_problem("swiglu", 10.0, 2.0)]}))
+    three = _summary(older, newer, latest)
+    assert "| swiglu | decode: 10.0 | 5.00x" in three and "measured nothing" not in three

@@ -127,21 +127,23 @@ def measured(problem: dict) -> bool:
 def joined(paths: list[Path]) -> tuple[dict, list[str]]:
     """One results object of several files: a later file's measurement of a problem replaces an
     earlier one's, and each problem keeps the name of the file it came from. A later search
-    that measured nothing (its baseline rejected) leaves the earlier row, and a note says so."""
+    that measured nothing (its baseline rejected) leaves the earlier row, and a note says so
+    unless a still later search measured it."""
     if len(paths) == 1:
         return load(paths[0]), []
     problems: dict[str, dict] = {}
-    notes = []
+    notes: dict[str, str] = {}
     for path in paths:
         name = path.name.split(".")[0]
         for problem in load(path)["problems"]:
             if not measured(problem) and problem["problem"] in problems:
-                notes.append(f"- {problem['problem']}: its search in {name} measured nothing (its "
-                             "baseline was rejected); the row is its earlier search")
+                notes[problem["problem"]] = (f"- {problem['problem']}: its search in {name} measured nothing "
+                                             "(its baseline was rejected); the row is its earlier search")
                 continue
+            notes.pop(problem["problem"], None)
             problems.pop(problem["problem"], None)  # the table lists problems in their latest file's order
             problems[problem["problem"]] = {**problem, "from": name}
-    return {"problems": list(problems.values())}, notes
+    return {"problems": list(problems.values())}, list(notes.values())
 
 
 def main() -> None:
