@@ -74,7 +74,7 @@ def main(args: list[str]) -> None:
         base = [r["baseline_median_us"] for r in runs]
         pooled = [statistics.median([m for worker in r["worker_medians_us"] for m in worker]) for r in runs]
         sd = statistics.median(relative_sd([m for worker in r["worker_medians_us"] for m in worker]) for r in runs)
-        per_contender = statistics.median(len(r["worker_medians_us"][0]) for r in runs)
+        per_contender = max(len(r["worker_medians_us"][0]) for r in runs)
         kept = [r["measurements"][0]["samples_us"] for r in runs if "measurements" in r]
         grouped = [grouped_median(s) for s in kept] if len(kept) == len(runs) else []
         grouped_cells = (f"{', '.join(f'{g:.3f}' for g in grouped)} | {spread(grouped):.2%}" if grouped
