@@ -47,6 +47,8 @@ def timer_step(samples: list[float]) -> float:
 def grouped_median(samples: list[float]) -> float:
     """The median of data grouped in classes one timer step wide, interpolated within the
     class holding it (the textbook estimator for grouped data)."""
+    if len(set(samples)) < 2:
+        return samples[0]
     step = timer_step(samples)
     counts: dict[int, int] = defaultdict(int)
     for x in samples:
