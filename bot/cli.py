@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from bot.candidates import default_baseline, load_candidate  # noqa: F401 (re-exported)
+from bot.domain import STEADY_REPLICAS
 from bot.errors import BotError
 from bot.options import evaluation_options, job_options, optimize_options, resolve_device
 
@@ -31,12 +32,11 @@ TIMING = click.option("--timing", type=click.Choice(["latency", "throughput", "g
                       "as a serving engine's graph-captured decode step pays it). docs/benchmark.md.")
 
 # Not a setting of the repository's configuration: a pull request must not be able to turn off
-# what keeps one process's offset out of the verdicts. Up to 16: on the H200 a 5 us kernel's
-# median repeated within 1 % across fresh runs only with 16 (docs/benchmark.md).
-REPLICAS = click.option("--replicas", type=click.IntRange(1, 16), default=2, show_default=True,
+# what keeps one process's offset out of the verdicts.
+REPLICAS = click.option("--replicas", type=click.IntRange(1, STEADY_REPLICAS), default=2, show_default=True,
                         help="Worker processes per compared contender; the spread between them "
                         "widens every interval (1: faster, but one process's offset can pass for a "
-                        "speedup; 16: a launch-bound shape's median repeats within 1 %). "
+                        f"speedup; {STEADY_REPLICAS}: a launch-bound shape's median repeats within 1 %). "
                         "docs/benchmark.md.")
 
 

@@ -118,6 +118,11 @@ class Verdict:
                 "checks": [c.to_json() for c in self.checks]}
 
 
+# Worker processes per contender, at most (`--replicas`): on the H200 a 5 us kernel's median
+# repeated within 1 % across fresh runs with this many, and moved by 2 % with two (docs/benchmark.md).
+STEADY_REPLICAS = 16
+
+
 @dataclass(frozen=True)
 class Measurement:
     """Raw timing samples of one contender on one shape; statistics are derived."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.domain import STEADY_REPLICAS
 from bot.outcomes import ContenderOutcome, Evaluation
 
 
@@ -60,12 +61,10 @@ def render_table(evaluation: Evaluation) -> str:
     return "\n".join(lines)
 
 
-# On the H200 a 5 us kernel's median moved by 2 % between fresh runs with two worker processes
-# per contender, and repeated within 1 % only with sixteen (docs/benchmark.md); 38 us and longer
-# held 0.3 % with two. Verdicts stay right with two (the processes' spread widens the intervals),
-# but a user comparing such a shape's medians across runs should know.
+# Shapes this short move by about 2 % between runs at two processes per contender (38 us and
+# longer held 0.3 % on the H200; bot.domain.STEADY_REPLICAS). Verdicts stay right (the processes'
+# spread widens the intervals), but a user comparing such a shape's medians across runs should know.
 LAUNCH_BOUND_US = 10.0
-STEADY_REPLICAS = 16
 
 
 def short_shape_notes(evaluation: Evaluation) -> list[str]:
