@@ -227,7 +227,7 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
     if passed:
         try:
             records = time_interleaved(
-                problem, shape, reference, passed, [m["dtype"] for m in info.meta], rng, options.timing,
+                problem, shape, reference, passed, info, rng, options.timing,
                 limits.call_timeout_s, progress, keep=frozenset(names[:1]) if has_baseline else frozenset(),
                 replicate=lambda chosen: replicas.ready(chosen, construct, checks, limits.construct_timeout_s,
                                                         progress),
@@ -242,6 +242,12 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         release_caches([reference], lock_key, limits.call_timeout_s, 1)
     floor = floor_us(info.nbytes, info.flops, peaks_for(environment.device_name)
                      if environment.device == "cuda" else None)
+    # First: the times below count what the parent's clock saw and a report left out.
+    hidden = verify.hidden_time_checks({n: r for n, r in records.items() if not r.failed},
+                                       names[0] if has_baseline else None)
+    for name, found in hidden.items():
+        checks[name].append(verify.check_hidden_time(found))
+        records[name].counted_us = found.counted_us
     for name, rec in records.items():
         checks[name].extend(rec.checks)
         m = rec.measurement()
@@ -250,11 +256,6 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                 checks[name].append(verify.check_stream_timing(rec.host_us, rec.event_us,
                                                                workers[name].overhead_us))
             checks[name].append(verify.check_roofline(m.median_us, floor))
-    hidden = verify.hidden_time_checks({n: r.unexplained_us for n, r in records.items() if not r.failed},
-                                       {n: r.reported_us for n, r in records.items()},
-                                       names[0] if has_baseline else None)
-    for name, check in hidden.items():
-        checks[name].append(check)
     base_rec = records.get(names[0]) if has_baseline else None
     base_m = base_rec.measurement() if base_rec and all(c.passed for c in checks[names[0]]) else None
     # How far processes of one code disagree: from the accepted contenders' workers (a

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import random
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Iterator, Mapping, Sequence
 
 from bot import bench, verify
 from bot.domain import CheckResult, Measurement, Problem, Shape
-from bot.trials import failure_check
+from bot.trials import ReferenceInfo, failure_check
 from bot.workers import WorkerClient, WorkerFailure
 
 
@@ -51,47 +52,82 @@ class TimingRecord:
     event_us: list[float] = field(default_factory=list)
     # Per kept batch, per call: the host time the worker reported (the calls' own, or on CUDA in
     # "throughput" and "graph" its whole batch's), and the parent's wall time it leaves
-    # unexplained (verify.check_hidden_time).
+    # unexplained beyond the harness's measured work (HarnessCost; verify.check_hidden_time).
     reported_us: list[float] = field(default_factory=list)
     unexplained_us: list[float] = field(default_factory=list)
+    harness_us: list[float] = field(default_factory=list)  # per kept batch, per call: HarnessCost's median
+    noise_us: list[float] = field(default_factory=list)  # and its spread
+    counted_us: float = 0.0  # hidden time per call counted in the samples, set once timing is done
     checks: list[CheckResult] = field(default_factory=list)
     batch: int = 1
     failed: bool = False
 
     def measurement(self) -> Measurement | None:
+        """The samples, each with `counted_us` added: the time per call the parent's clock saw
+        and the worker's report left out (verify.hidden_time), so that the work of a contender
+        that hid it below the rejection bound is still counted."""
         if not self.samples_us:
             return None
         workers = tuple(self.batch_workers) if len(set(self.batch_workers)) > 1 else ()
-        return Measurement(tuple(self.samples_us), tuple(self.batch_sizes), workers)
+        return Measurement(tuple(s + self.counted_us for s in self.samples_us), tuple(self.batch_sizes), workers)
 
 
-def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, replica: int,
-               reference: WorkerClient, record: TimingRecord, dtypes: list[str], rng: random.Random,
-               call_timeout_s: float, options: TimingOptions, keep: bool) -> None:
+@dataclass(frozen=True)
+class Run:
+    """What every batch of one shape's timing shares."""
+
+    problem: Problem
+    shape: Shape
+    reference: WorkerClient
+    dtypes: list[str]
+    rng: random.Random
+    options: TimingOptions
+    call_timeout_s: float
+    harness: HarnessCost
+    window: Window
+
+
+def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord, keep: bool) -> None:
+    """One batch: inputs staged, the calls timed inside the parent's own window, then calls the
+    parent picks checked against the reference in full (docs/verifier.md, "timed calls")."""
+    problem, shape, reference, dtypes, rng = run.problem, run.shape, run.reference, run.dtypes, run.rng
+    options, call_timeout_s, harness, window = run.options, run.call_timeout_s, run.harness, run.window
     seeds = [rng.getrandbits(62) for _ in range(record.batch)]
     fp_seed = rng.getrandbits(40)
-    started = time.perf_counter()
     try:
-        reply = worker.request({"op": "time", "seeds": seeds, "distribution": "standard",
-                                "fp_seed": fp_seed, "mode": options.mode},
-                               call_timeout_s * len(seeds), "call")
+        worker.request({"op": "stage", "seeds": seeds, "distribution": "standard"},
+                       call_timeout_s * len(seeds), "call")
+        with window(worker):
+            started = time.perf_counter()
+            reply = worker.request({"op": "time", "fp_seed": fp_seed, "mode": options.mode},
+                                   call_timeout_s * len(seeds), "call")
+            wall_us = (time.perf_counter() - started) * 1e6
+        busy = harness.gpu_left_busy()
+        # Picked after the batch, from calls the worker had to commit to (fingerprints) inside
+        # the window: what it returns now cannot change what it computed then.
+        picked = rng.sample(range(len(seeds)), min(options.checks_per_batch, len(seeds)))
+        got = worker.request({"op": "outputs", "picks": picked}, call_timeout_s * 20, "call")
     except WorkerFailure as exc:
         record.checks.append(failure_check(exc))
         record.failed = True
         return
-    wall_us = (time.perf_counter() - started) * 1e6
     samples = reply.get("samples_us") or (reply["event_us"] if reply["event_us"] is not None
                                           else reply["host_us"])
     results = [verify.check_wall_clock(sum(samples), wall_us),
                verify.check_threads(reply["new_threads"], "timed calls")]
-    picked = rng.sample(range(len(seeds)), min(options.checks_per_batch, len(seeds)))
+    if busy is not None:
+        results.append(busy)
+    # On the CPU timed calls commit by digest: the reference's fingerprints are not needed.
     ref = reference.request({"op": "fingerprints", "seeds": [seeds[i] for i in picked],
-                             "distribution": "standard", "fp_seed": fp_seed},
+                             "distribution": "standard", "fp_seed": fp_seed,
+                             "want": "both" if reference.device == "cuda" else "outputs"},
                             call_timeout_s * 20 * max(len(picked), 1), "problem")
-    for ref_print, i in zip(ref["fingerprints"], picked):
-        results.append(verify.compare_fingerprints(
-            ref_print, reply["fingerprints"][i], dtypes, problem.tolerance,
-            f"shape {shape.name}, timed call {len(record.samples_us) + i + 1}"))
+    for n, i in enumerate(picked):
+        label = f"shape {shape.name}, timed call {len(record.samples_us) + i + 1}"
+        results.append(verify.check_commitment(reply["fingerprints"][i], got["outputs"][n],
+                                               ref["fingerprints"][n], dtypes, problem.tolerance, label))
+        results.extend(verify.compare_outputs(ref["outputs"][n], got["outputs"][n], dtypes,
+                                              problem.tolerance, label))
     record.checks.extend(results)
     if not all(r.passed for r in results):
         record.failed = True
@@ -106,11 +142,92 @@ def _one_batch(problem: Problem, shape: Shape, worker: WorkerClient, replica: in
         else:
             record.event_us.extend(reply["event_us"] or [])
         reported = sum(reply["host_us"])
+        usual, noise = harness.of(len(seeds))
         record.reported_us.append(reported / len(seeds))
-        record.unexplained_us.append((wall_us - reported) / len(seeds))
+        record.unexplained_us.append((wall_us - reported - usual) / len(seeds))
+        record.harness_us.append(usual / len(seeds))
+        record.noise_us.append(noise / len(seeds))
     else:  # warm-up: also sizes the batches of the measured rounds
         per_call = max(sorted(samples)[len(samples) // 2], 1.0)
-        record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch))
+        record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch,
+                                  harness.max_batch))
+
+
+Window = Callable[[WorkerClient], ContextManager]  # around a timed batch (bot.sandbox freezing)
+
+
+def _no_window(worker: WorkerClient) -> ContextManager:
+    return contextlib.nullcontext()
+
+
+class HarnessCost:
+    """What the harness's own work around n calls (the channel, clocks, L2 flushes, commitments to
+    outputs of this shape) costs the parent's clock: the part of a window the calls do not
+    explain. Measured on the reference worker with calls that do nothing, so the candidate's
+    process cannot inflate it: a fixed part once (one-call batches), and the part per call once
+    in every round, interleaved with the contenders' batches, so that a machine that slows down
+    or speeds up during the run moves the allowance with it. It does not grow with input
+    generation (staged before the window). On CUDA, also whether the GPU is left busy after a
+    batch (a trusted probe)."""
+
+    REPEATS = 5
+    ROUNDS_KEPT = 3  # the per-call part is the median of the latest rounds' measurements
+    STAGE_BYTES = 1 << 30  # inputs and kept outputs of one batch at most; larger shapes: fewer calls
+
+    def __init__(self, reference: WorkerClient, meta: list[dict], per_call_bytes: int, mode: str,
+                 rng: random.Random, timeout_s: float):
+        self.reference, self.meta, self.mode, self.rng, self.timeout_s = reference, meta, mode, rng, timeout_s
+        self.max_batch = max(1, self.STAGE_BYTES // max(per_call_bytes, 1))
+        self._fixed_us: float | None = None
+        self._fixed_spread_us = 0.0
+        self._per_call_us: list[float] = []
+        self._idle_us: float | None = None
+
+    def of(self, n: int) -> tuple[float, float]:
+        """(expected, spread) in us of the harness's work around n calls: as measured in the
+        latest rounds, and how much one batch's measurement scatters over the whole run."""
+        fixed = self._fixed()
+        recent = self._per_call_us[-self.ROUNDS_KEPT:] or [0.0]
+        per_call = statistics.median(recent)
+        every = self._per_call_us or [0.0]
+        centre = statistics.median(every)
+        spread = statistics.median(abs(p - centre) for p in every) * 1.4826
+        return fixed + n * per_call, self._fixed_spread_us + n * spread
+
+    def measure_round(self, n: int) -> None:
+        """One batch of n calls that do nothing: the harness's per-call work in this round."""
+        self._per_call_us.append(max(self._stub_batch(n) - self._fixed(), 0.0) / n)
+
+    def _fixed(self) -> float:
+        if self._fixed_us is None:
+            single = [self._stub_batch(1) for _ in range(self.REPEATS)]
+            self._fixed_us = statistics.median(single)
+            self._fixed_spread_us = statistics.median(abs(u - self._fixed_us) for u in single) * 1.4826
+        return self._fixed_us
+
+    def _stub_batch(self, n: int) -> float:
+        """The parent's wall time of one calibration window, less the calls' reported time."""
+        seeds = [self.rng.getrandbits(62) for _ in range(n)]
+        self.reference.request({"op": "stage", "seeds": seeds, "distribution": "standard",
+                                "stub": True, "meta": self.meta}, self.timeout_s * n, "problem")
+        started = time.perf_counter()
+        reply = self.reference.request({"op": "time", "stub": True, "fp_seed": 1, "mode": self.mode},
+                                       self.timeout_s * n, "problem")
+        wall_us = (time.perf_counter() - started) * 1e6
+        self.reference.request({"op": "outputs", "picks": []}, self.timeout_s, "problem")
+        return wall_us - sum(reply["host_us"])
+
+    def gpu_left_busy(self) -> CheckResult | None:
+        """On CUDA: a failed check when the reference's probe kernel waited on other work after
+        the batch (a contender's GPU work left running into the next one's window); else None."""
+        if self.reference.device != "cuda":
+            return None
+        if self._idle_us is None:
+            self._idle_us = statistics.median(self._probe() for _ in range(self.REPEATS))
+        return verify.check_gpu_idle(self._probe(), self._idle_us)
+
+    def _probe(self) -> float:
+        return float(self.reference.request({"op": "sentinel"}, self.timeout_s, "problem")["host_us"])
 
 
 Workers = Mapping[str, Sequence[WorkerClient]]  # each contender's worker processes (replicas)
@@ -118,13 +235,13 @@ Replicate = Callable[[Mapping[str, WorkerClient]], Workers]
 
 
 def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
-                     contenders: Mapping[str, WorkerClient], dtypes: list[str], rng: random.Random,
+                     contenders: Mapping[str, WorkerClient], info: ReferenceInfo, rng: random.Random,
                      options: TimingOptions, call_timeout_s: float,
                      progress: Callable[[str], None], keep: frozenset[str] = frozenset(),
                      replicate: Replicate | None = None,
                      exclusive: Callable[[], ContextManager] = contextlib.nullcontext,
-                     retire: Callable[[Sequence[WorkerClient]], None] | None = None
-                     ) -> dict[str, TimingRecord]:
+                     retire: Callable[[Sequence[WorkerClient]], None] | None = None,
+                     window: Window = _no_window) -> dict[str, TimingRecord]:
     """Time all contenders in one run; each round visits every worker of every contender
     once, in a fresh random order.
 
@@ -134,8 +251,12 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
     first one first). Timing phases run inside `exclusive()`; building replicas does not.
     `retire` gets each worker once, outside `exclusive()`, when it will not be timed again on
     this shape: the screened-out (and failed) ones when screening ends, the rest at the end,
-    so that their GPU memory is not held while others work.
+    so that their GPU memory is not held while others work. `window(worker)` is held around
+    each timed batch (the sandbox freezes every other worker there).
     """
+    dtypes = [m["dtype"] for m in info.meta]
+    harness = HarnessCost(reference, info.meta, info.nbytes, options.mode, rng, call_timeout_s)
+    run = Run(problem, shape, reference, dtypes, rng, options, call_timeout_s, harness, window)
     records = {name: TimingRecord() for name in contenders}
     active: Workers = {n: (w,) for n, w in contenders.items()}
     everyone: dict[int, WorkerClient] = {id(w): w for w in contenders.values()}
@@ -151,11 +272,9 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
 
     if len(active) > options.finalists + len(keep & set(active)):
         with exclusive(), _pinned(active):
-            active = _warm_up(problem, shape, reference, active, records, warmed, dtypes, rng, options,
-                              call_timeout_s)
+            active = _warm_up(run, active, records, warmed)
             for _ in range(2):
-                active = _visit_all(problem, shape, reference, active, records, dtypes, rng, options,
-                                    call_timeout_s, keep=True)
+                active = _visit_all(run, active, records, keep=True)
         if len(active) > options.finalists + len(keep & set(active)):
             active = _finalists(active, records, keep, options.finalists)
             progress(f"{problem.name} [{shape.name}] screened: {len(active)} contender(s) go on")
@@ -164,9 +283,8 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
         active = replicate({n: workers[0] for n, workers in active.items()})
         everyone.update((id(w), w) for workers in active.values() for w in workers)
     with exclusive(), _pinned(active):
-        active = _warm_up(problem, shape, reference, active, records, warmed, dtypes, rng, options,
-                          call_timeout_s)
-        _time(problem, shape, reference, active, dtypes, rng, options, call_timeout_s, progress, records)
+        active = _warm_up(run, active, records, warmed)
+        _time(run, active, progress, records)
     let_go({})
     return records
 
@@ -183,45 +301,43 @@ def _pinned(active: Workers) -> Iterator[None]:
             worker.pin(False)
 
 
-def _warm_up(problem: Problem, shape: Shape, reference: WorkerClient, active: Workers,
-             records: dict[str, TimingRecord], warmed: set[int], dtypes: list[str],
-             rng: random.Random, options: TimingOptions, call_timeout_s: float) -> dict[str, Sequence[WorkerClient]]:
+def _warm_up(run: Run, active: Workers, records: dict[str, TimingRecord],
+             warmed: set[int]) -> dict[str, Sequence[WorkerClient]]:
     """Warm-up rounds, not kept, for the workers that have had none."""
     skip = set(warmed)
-    for _ in range(options.warmup_batches):
-        active = _visit_all(problem, shape, reference, active, records, dtypes, rng, options,
-                            call_timeout_s, keep=False, skip=skip)
+    for _ in range(run.options.warmup_batches):
+        active = _visit_all(run, active, records, keep=False, skip=skip)
     warmed.update(id(w) for workers in active.values() for w in workers)
     return active
 
 
-def _visit_all(problem: Problem, shape: Shape, reference: WorkerClient, active: Workers,
-               records: dict[str, TimingRecord], dtypes: list[str], rng: random.Random,
-               options: TimingOptions, call_timeout_s: float, keep: bool,
+def _visit_all(run: Run, active: Workers, records: dict[str, TimingRecord], keep: bool,
                skip: set[int] = frozenset()) -> dict[str, Sequence[WorkerClient]]:
     """One round: a batch from each worker of each contender (but those in `skip`, by id), in
     random order; the contenders still standing (one failed batch, on any of its workers,
     ends a contender)."""
     visits = [(name, i) for name, workers in active.items() for i, w in enumerate(workers) if id(w) not in skip]
-    for name, i in rng.sample(visits, len(visits)):
-        if not records[name].failed:
-            _one_batch(problem, shape, active[name][i], i, reference, records[name], dtypes, rng,
-                       call_timeout_s, options, keep)
+    if keep and visits:  # the harness's own work, measured among this round's batches
+        visits.append((None, max(records[name].batch for name, _ in visits)))
+    for name, i in run.rng.sample(visits, len(visits)):
+        if name is None:
+            run.harness.measure_round(i)
+        elif not records[name].failed:
+            _one_batch(run, active[name][i], i, records[name], keep)
     return {n: w for n, w in active.items() if not records[n].failed}
 
 
-def _time(problem: Problem, shape: Shape, reference: WorkerClient, active: Workers,
-          dtypes: list[str], rng: random.Random, options: TimingOptions, call_timeout_s: float,
-          progress: Callable[[str], None], records: dict[str, TimingRecord]) -> dict[str, TimingRecord]:
+def _time(run: Run, active: Workers, progress: Callable[[str], None],
+          records: dict[str, TimingRecord]) -> dict[str, TimingRecord]:
     """Rounds until every median is known well enough, or the cap. The cap is the final
     contenders' own: screening many can take longer than the cap, and then the choice
     would rest on two batches each."""
+    options, problem, shape = run.options, run.problem, run.shape
     deadline, hard_deadline = _deadlines(options.time_cap_s)
     rounds = 0
     while active:
         rounds += 1
-        active = _visit_all(problem, shape, reference, active, records, dtypes, rng, options,
-                            call_timeout_s, keep=True)
+        active = _visit_all(run, active, records, keep=True)
         done = all(bench.converged(records[n].measurement(), options.target_rel_se,
                                    options.min_samples, options.min_batches) for n in active)
         now = time.monotonic()

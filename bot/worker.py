@@ -75,6 +75,12 @@ class Harness(TimedCalls):
         self.gate: TuningGate | None = None  # set up by op_gate, for code that tunes by timing
         self.cycles_per_us: float | None = None
         self.weights: dict[tuple, torch.Tensor] = {}
+        # One batch at a time (ops "stage", "time", "outputs"): its inputs, drawn before the
+        # parent's clock starts, and every call's outputs, kept until the parent has picked
+        # the calls it checks in full.
+        self.staged: list[list[Any]] | None = None
+        self.kept: list[list[torch.Tensor]] = []
+        self.stub_outputs: list[torch.Tensor] | None = None  # the reference's calibration stub
         if threads:
             torch.set_num_threads(threads)
         self._warm_up()
@@ -198,9 +204,9 @@ class Harness(TimedCalls):
             inputs = self._inputs(int(msg["seed"]), msg["distribution"])
         except Exception as exc:
             return shared.failure("problem", exc)
-        # Fingerprint requests (checks of timed calls) compare outputs only. Hashing the inputs
+        # Checks of timed calls (requests that say what they want) compare outputs only. Hashing the inputs
         # goes through host memory: for 2 GB of logits it cost seconds per timed batch.
-        before = [] if msg.get("want") == "fingerprint" else [
+        before = [] if msg.get("want") else [
             shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
         if self.precision != "native":  # the reference: values from the upcast model
             return self._reference_run(inputs, before, msg)
@@ -257,11 +263,44 @@ class Harness(TimedCalls):
                  "flops": flops, "input_meta": [
                      f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x)
                      else repr(x) for x in inputs]}
-        if msg.get("want") == "fingerprint":
+        if msg.get("want") in ("fingerprint", "both"):
             reply["fingerprints"] = self._fingerprints(values, int(msg["fp_seed"]))
-        else:
+        if msg.get("want") != "fingerprint":
             reply["outputs"] = values
         return reply
+
+    def op_stage(self, msg: dict) -> dict:
+        """Draw a batch's inputs before the parent opens its timing window, so that the window
+        holds the calls and not the input generation (docs/verifier.md, "hidden time")."""
+        self.staged, self.kept = None, []
+        try:
+            self.staged = [self._inputs(int(seed), msg["distribution"]) for seed in msg["seeds"]]
+        except Exception as exc:
+            return shared.failure("problem", exc)
+        if msg.get("stub"):
+            self._make_stub(msg["meta"])
+        return {"ok": True}
+
+    def op_outputs(self, msg: dict) -> dict:
+        """The full outputs of the batch's calls the parent picked after the batch, then the
+        batch is dropped."""
+        try:
+            outputs = [[shared.detach(o) for o in self.kept[int(i)]] for i in msg["picks"]]
+        except (IndexError, ValueError) as exc:
+            return shared.failure("protocol", exc)
+        finally:
+            self.staged, self.kept = None, []
+        return {"ok": True, "outputs": outputs}
+
+    def _make_stub(self, metas: list[dict]) -> None:
+        """The reference's stand-in for a contender in the calibration batches: a call that does
+        nothing and returns outputs of the contender's dtypes and shapes, so that what remains on
+        the parent's clock is the harness's own work for such outputs (bot.timing)."""
+        wanted = [(m["dtype"], tuple(m["shape"])) for m in metas]
+        have = [(str(o.dtype).removeprefix("torch."), tuple(o.shape)) for o in self.stub_outputs or []]
+        if have != wanted:
+            self.stub_outputs = [shared.to(torch.randn(shape, dtype=torch.float32, device=self.device),
+                                           getattr(torch, dtype)) for dtype, shape in wanted]
 
     def op_gate(self, msg: dict) -> dict:
         """Hook the timing of kernel variants (bot.tuning_gate): in a call the bot marks as
@@ -283,15 +322,17 @@ class Harness(TimedCalls):
         return {"ok": True}
 
     def op_fingerprints(self, msg: dict) -> dict:
-        """Reference fingerprints for a list of seeds (checks calls made while timing)."""
-        prints = []
+        """Reference fingerprints and full outputs for a list of seeds: the checks of the calls
+        the parent picked from a timed batch."""
+        prints, outputs = [], []
         for seed in msg["seeds"]:
             reply = self.op_run({"seed": seed, "distribution": msg["distribution"],
-                                 "want": "fingerprint", "fp_seed": msg["fp_seed"]})
+                                 "want": msg.get("want", "both"), "fp_seed": msg["fp_seed"]})
             if not reply.get("ok"):
                 return reply
-            prints.append(reply["fingerprints"])
-        return {"ok": True, "fingerprints": prints}
+            prints.append(reply.get("fingerprints"))
+            outputs.append(reply["outputs"])
+        return {"ok": True, "fingerprints": prints, "outputs": outputs}
 
     # --- helpers ----------------------------------------------------------------------
     def _fingerprints(self, outputs: list[torch.Tensor], fp_seed: int) -> list[list[float]]:
@@ -390,6 +431,7 @@ def main(argv: list[str] | None = None) -> None:
                   "overhead_us": timer_overhead_us(hello["device"]), "threads": len(harness.baseline_tids)})
     ops = {"load": harness.op_load, "construct": harness.op_construct, "run": harness.op_run,
            "time": harness.op_time, "fingerprints": harness.op_fingerprints,
+           "stage": harness.op_stage, "outputs": harness.op_outputs, "sentinel": harness.op_sentinel,
            "release": harness.op_release, "gate": harness.op_gate}
     while True:
         try:

@@ -39,21 +39,27 @@ class TimedCalls:
     cycles_per_us: float | None  # the GPU spin kernel's clock, measured once
 
     def op_time(self, msg: dict) -> dict:
-        """Timed calls, each on fresh inputs, L2 flushed before each on CUDA.
+        """Timed calls on the inputs staged by op "stage", L2 flushed before each on CUDA.
 
         Warm-up calls are made by the parent with this same op, so a candidate cannot tell
-        warm-up from measurement. Every call's output is fingerprinted after its timed
-        region so the parent can check any of them against the reference.
+        warm-up from measurement. After its timed region, every call commits to its outputs
+        (their digest on the CPU, a fingerprint on CUDA: a call that skipped its work cannot
+        commit to the right answer without doing it, inside the parent's window) and keeps
+        them, so that the parent can pick calls after the batch and check them in full
+        (op "outputs").
 
         On CUDA, mode "latency" synchronises the device before each call: a call's time is
         its host-side launch path and its GPU work back to back, as for one request on an
         idle GPU. Mode "throughput" times back-to-back calls with no synchronisation between
-        them (inputs, L2 flush and fingerprints are enqueued on the stream): host work
-        overlaps the GPU's, as in a pipelined loop, and counts only where it is the slower.
-        Mode "graph" captures one call in a CUDA graph and times its replays: the GPU's time
-        alone, as a serving engine that replays its decode step as a graph pays it.
+        them (L2 flush and fingerprints are enqueued on the stream): host work overlaps the
+        GPU's, as in a pipelined loop, and counts only where it is the slower. Mode "graph"
+        captures one call in a CUDA graph and times its replays: the GPU's time alone, as a
+        serving engine that replays its decode step as a graph pays it. With "stub", the
+        reference's calibration: the same work around calls that do nothing (bot.timing).
         """
         cuda = self.device == "cuda"
+        if self.staged is None:
+            return {"ok": False, "phase": "protocol", "error": "no staged inputs to time"}
         if cuda and self.flush_buf is None:
             # Here, not at start-up: a worker that is never timed (rejected in verification)
             # does not hold 256 MB of the GPU that other workers need.
@@ -61,14 +67,14 @@ class TimedCalls:
                 self.flush_buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
             except BaseException as exc:  # out of memory: reported, and retried alone
                 return shared.failure("call", exc)
+        model = self._stub if msg.get("stub") else self.model
         if cuda and msg.get("mode") == "throughput":
-            return self._time_back_to_back(msg)
+            return self._time_back_to_back(msg, model)
         if cuda and msg.get("mode") == "graph":
-            return self._time_graph_replays(msg)
+            return self._time_graph_replays(msg, model)
         host, event, prints = [], [], []
         try:
-            for seed in msg["seeds"]:
-                inputs = self._inputs(int(seed), msg["distribution"])
+            for inputs in self.staged:
                 with torch.no_grad():
                     if cuda:
                         shared.flush_l2(self.flush_buf)
@@ -76,26 +82,49 @@ class TimedCalls:
                         shared.cuda_sync()
                         t0 = shared.perf_ns()
                         shared.ev_record(e0)
-                        result = self.model(*inputs)
+                        result = model(*inputs)
                         shared.ev_record(e1)
                         shared.cuda_sync()  # device-wide: waits for work on every stream
                         host.append((shared.perf_ns() - t0) / 1e3)
                         event.append(shared.ev_elapsed(e0, e1) * 1e3)
                     else:
                         t0 = shared.perf_ns()
-                        result = self.model(*inputs)
+                        result = model(*inputs)
                         host.append((shared.perf_ns() - t0) / 1e3)
                 outputs = shared.as_outputs(result)
                 if (wrong := shared.not_tensors(outputs)) is not None:
                     return wrong
-                prints.append(self._fingerprints(outputs, int(msg["fp_seed"])))
-                del result, outputs, inputs
+                # The commitment: on CUDA a projection computed on the device (no copy to the
+                # host); on the CPU the outputs' digest, exact and a third of the cost (46 us
+                # against 148 us for a 64x512 bf16 output).
+                prints.append(self._fingerprints(outputs, int(msg["fp_seed"])) if cuda
+                              else [shared.hash_tensor(o) for o in outputs])
+                self.kept.append(outputs)
+                del result, outputs
         except BaseException as exc:
             return shared.failure("call", exc)
         return {"ok": True, "host_us": host, "event_us": event if cuda else None,
                 "fingerprints": prints, "new_threads": self._new_threads()}
 
-    def _time_back_to_back(self, msg: dict) -> dict:
+    def _stub(self, *inputs: Any) -> list[torch.Tensor]:
+        # Fresh outputs per call, as a real call's: committing to memory just written costs
+        # what it costs a contender (the same tensor each time ran 20 us a call cheaper on CPU).
+        return [shared.clone(o) for o in self.stub_outputs or []]
+
+    def op_sentinel(self, msg: dict) -> dict:
+        """The reference's probe of an idle GPU: the host time of one tiny kernel, synchronised
+        on both sides. Work of another process still on the GPU (a contender's, left running
+        after its batch) delays it (bot.timing)."""
+        try:
+            shared.cuda_sync()
+            t0 = shared.perf_ns()
+            shared.gpu_sleep(int(msg.get("cycles", 1000)))
+            shared.cuda_sync()
+            return {"ok": True, "host_us": (shared.perf_ns() - t0) / 1e3}
+        except BaseException as exc:
+            return shared.failure("call", exc)
+
+    def _time_back_to_back(self, msg: dict, model: Callable[..., Any]) -> dict:
         """Mode "throughput" (see op_time). The stream check moves to the whole batch: the
         device-synchronised wall time of the batch against its event span on this stream."""
         def call(inputs: list[Any]) -> tuple | dict:
@@ -104,7 +133,7 @@ class TimedCalls:
                 e0, e1 = shared.Event(enable_timing=True), shared.Event(enable_timing=True)
                 h0 = shared.perf_ns()
                 shared.ev_record(e0)
-                result = self.model(*inputs)
+                result = model(*inputs)
                 shared.ev_record(e1)
                 enqueue_us = (shared.perf_ns() - h0) / 1e3
             outputs = shared.as_outputs(result)
@@ -120,7 +149,7 @@ class TimedCalls:
             reply["samples_us"] = [max(e, h) for e, h in zip(reply["event_us"], reply.pop("enqueue_us"))]
         return reply
 
-    def _time_graph_replays(self, msg: dict) -> dict:
+    def _time_graph_replays(self, msg: dict, model: Callable[..., Any]) -> dict:
         """Mode "graph" (see op_time). Each call's fresh inputs are copied into the captured
         call's input tensors, the L2 flushed, and the replay timed by events. A spin kernel
         queued before each replay keeps the GPU busy while the host records and launches, so
@@ -128,7 +157,7 @@ class TimedCalls:
         graph is replayed: a candidate that computed on the host or on a stream outside the
         capture returns stale outputs on fresh inputs, which the fingerprints expose."""
         try:
-            rotation = self._capture(self._inputs(int(msg["seeds"][0]), msg["distribution"]))
+            rotation = self._capture(self.staged[0], model)
         except BaseException as exc:
             failure = shared.failure("call", exc)
             failure["error"] = "CUDA graph capture for --timing graph failed: " + failure["error"]
@@ -155,7 +184,8 @@ class TimedCalls:
             shared.ev_record(e1)
             enqueue_us = (shared.perf_ns() - h0) / 1e3
             cover_us = min(max(cover_us, 2 * enqueue_us), 5000.0)
-            return (e0, e1), captured.outputs, enqueue_us
+            # The captured copy's outputs are overwritten when it replays again: a copy is kept.
+            return (e0, e1), [shared.clone(o) for o in captured.outputs], enqueue_us
 
         reply = self._enqueued_batch(msg, replay)
         if reply["ok"]:
@@ -175,13 +205,13 @@ class TimedCalls:
             shared.cuda_sync()
             t0 = shared.perf_ns()
             shared.ev_record(begin)
-            for seed in msg["seeds"]:
-                inputs = self._inputs(int(seed), msg["distribution"])
+            for inputs in self.staged:
                 called = enqueue(inputs)
                 if isinstance(called, dict):
                     return called
                 pair, outputs, host_us = called
                 print_tensors.append(self._fingerprint_tensors(outputs, int(msg["fp_seed"])))
+                self.kept.append(outputs)
                 event_pairs.append(pair)
                 enqueue_us.append(host_us)
                 del inputs, outputs, called
@@ -196,27 +226,28 @@ class TimedCalls:
         return {"ok": True, "host_us": [batch_host], "event_us": event, "enqueue_us": enqueue_us,
                 "batch_span_us": batch_span, "fingerprints": prints, "new_threads": self._new_threads()}
 
-    def _capture(self, inputs: list[Any]) -> "Rotation":
+    def _capture(self, inputs: list[Any], model: Callable[..., Any]) -> "Rotation":
         """This input signature's call, captured once per copy of the rotation (see
         GRAPH_SETS_MAX); another signature replaces them, so one shape's graphs are held at
         a time. The first copy's footprint (its tensors, or the memory its capture reserved,
         whichever is larger) decides how many copies fit."""
         signature = tuple((tuple(x.shape), x.dtype) if shared.is_tensor(x) else repr(x) for x in inputs)
+        signature = (signature, model is self.model)
         if self.captured is not None and self.captured.signature == signature:
             return self.captured
         self.captured = None
         shared.cuda_sync()
         torch.cuda.empty_cache()
         reserved = _memory_reserved()
-        first = self._capture_copy(inputs, warm_ups=3)
+        first = self._capture_copy(inputs, model, warm_ups=3)
         footprint = max(_tensor_bytes([*first.inputs, *first.outputs]), _memory_reserved() - reserved, 1)
         copies = [first]
         while len(copies) < min(GRAPH_SETS_MAX, GRAPH_SETS_BYTES // footprint):
-            copies.append(self._capture_copy(inputs, warm_ups=1))
+            copies.append(self._capture_copy(inputs, model, warm_ups=1))
         self.captured = Rotation(signature, tuple(copies))
         return self.captured
 
-    def _capture_copy(self, inputs: list[Any], warm_ups: int) -> "Captured":
+    def _capture_copy(self, inputs: list[Any], model: Callable[..., Any], warm_ups: int) -> "Captured":
         """One capture on input tensors of its own (warm-up calls on a side stream first, as
         CUDA graph capture requires); its outputs live in the graph's own memory pool."""
         static = [shared.clone(x) if shared.is_tensor(x) else x for x in inputs]
@@ -224,12 +255,12 @@ class TimedCalls:
         side.wait_stream(shared.current_stream())
         with torch.no_grad(), shared.stream_ctx(side):
             for _ in range(warm_ups):
-                self.model(*static)
+                model(*static)
         shared.current_stream().wait_stream(side)
         shared.cuda_sync()
         graph = shared.CUDAGraph()
         with torch.no_grad(), shared.graph_capture(graph):
-            result = self.model(*static)
+            result = model(*static)
         outputs = shared.as_outputs(result)
         if (wrong := shared.not_tensors(outputs)) is not None:
             raise TypeError(wrong["error"])

@@ -44,21 +44,43 @@ def test_nonfinite_positions_must_agree_and_are_excluded_from_errors():
     assert not result.passed and "NaN positions differ" in result.evidence and "(1,)" in result.evidence
 
 
-def test_hidden_time_is_measured_against_the_baseline_or_the_lower_median_of_the_others():
+def test_hidden_time_allows_a_share_of_the_call_and_of_the_harness_and_the_noise():
+    from bot.verify import check_hidden_time, hidden_time
+
+    reported, harness, noise = [1000.0] * 9, [40.0] * 9, [3.0] * 9
+    honest = hidden_time([1.0, -2.0, 0.5, 3.0, -1.0, 2.0, 0.0, 1.5, -0.5], reported, harness, noise)
+    assert check_hidden_time(honest).passed and honest.counted_us == 0.0
+    # 2 % of 1000 us, a quarter of the harness's 40 us, three times the noise of a median of nine
+    assert 30.0 + 3 * 1.0 < honest.allowed_us < 30.0 + 3 * 2.5
+    shaved = hidden_time([50.0, 52.0, 49.0, 51.0, 50.0, 48.0, 53.0, 50.0, 50.0], reported, harness, noise)
+    check = check_hidden_time(shaved)
+    assert not check.passed and check.details["hidden_us_per_call"] == 50.0 and "tampered" in check.evidence
+    # Below the bound but out of the noise: not rejected, counted into the times instead.
+    counted = hidden_time([20.0] * 9, reported, harness, noise)
+    assert check_hidden_time(counted).passed and counted.counted_us == 20.0
+
+
+def test_a_contender_cannot_widen_what_is_counted_by_scattering_its_batches():
+    from bot.verify import hidden_time
+
+    scattered = hidden_time([0.0, 200.0, 40.0, 180.0, 40.0, 10.0, 190.0, 40.0, 40.0], [1000.0] * 9,
+                            [40.0] * 9, [3.0] * 9)
+    assert scattered.noise_us > 10.0  # its own scatter widens the rejection bound ...
+    assert scattered.counted_us == 40.0  # ... not what is counted
+
+
+def test_candidates_are_held_to_the_baselines_unexplained_time_and_the_baseline_counts_nothing():
+    from types import SimpleNamespace
+
     from bot.verify import hidden_time_checks
 
-    host = {n: [100.0] * 4 for n in ("base", "a", "b", "cheat")}
-    unexplained = {"base": [300.0] * 4, "a": [310.0, 290.0, 320.0, 305.0], "b": [330.0] * 4,
-                   "cheat": [300.0 + 400.0] * 4}
-    with_base = hidden_time_checks(unexplained, host, "base")
-    assert "base" not in with_base and with_base["a"].passed and with_base["b"].passed
-    # allowed: a quarter of the claimed 100 us, half the usual 300 us, and 50 us
-    assert with_base["cheat"].details["allowed_us"] == 25.0 + 150.0 + 50.0
-    assert not with_base["cheat"].passed and with_base["cheat"].details["hidden_us_per_call"] == 400.0
-    # Without a baseline the yardstick is the lower median: two cheats of four cannot lift it.
-    unexplained["b"] = [700.0] * 4
-    alone = hidden_time_checks(unexplained, host, None)
-    assert set(alone) == {"base", "a", "b", "cheat"}
-    assert alone["base"].passed and alone["a"].passed
-    assert not alone["b"].passed and not alone["cheat"].passed
-    assert hidden_time_checks({"x": []}, {"x": []}, None) == {}
+    def record(unexplained):
+        return SimpleNamespace(unexplained_us=unexplained, reported_us=[100.0] * 6,
+                               harness_us=[40.0] * 6, noise_us=[2.0] * 6)
+
+    found = hidden_time_checks({"base": record([30.0] * 6), "twin": record([31.0, 29.0, 30.0, 32.0, 30.0, 28.0]),
+                                "cheat": record([55.0] * 6)}, "base")
+    assert found["base"].hidden_us == 30.0 and found["base"].counted_us == 0.0
+    assert abs(found["twin"].hidden_us) < 1.0 and found["twin"].counted_us == 0.0
+    assert found["cheat"].hidden_us == 25.0 and found["cheat"].counted_us == 25.0
+    assert hidden_time_checks({"x": record([])}, None) == {}

@@ -6,32 +6,54 @@ import contextlib
 import random
 import time
 
+import torch
+
 from bot.problems import load_problem
+from bot.worker_shared import hash_tensor
 from bot.timing import TimingOptions, screened_out, time_interleaved
+from bot.trials import ReferenceInfo
 from conftest import PROBLEMS
+
+
+INFO = ReferenceInfo(meta=[{"type": "Tensor", "dtype": "float32", "shape": [2], "device": "cpu"}], nbytes=8)
+OUT = torch.ones(2)  # every stand-in call's output, and the reference's
+DIGEST = hash_tensor(OUT)
 
 
 class _Worker:
     """Answers the protocol's requests; each call really takes `call_us` of wall time.
-    Like the real worker on CUDA, mode "throughput" answers with one host/stream pair per batch."""
+    Like the real worker on CUDA, mode "throughput" answers with one host/stream pair per batch.
+    As the reference (ops "fingerprints" and the calibration's stub batches) it answers at once."""
 
     def __init__(self, call_us: float, reports: float = 1.0):
         self.call_us = call_us
         self.reported_us = call_us * reports  # what it says a call took (below 1: it lies)
         self.batches: list[int] = []
         self.modes: set[str] = set()
+        self.staged = 0
+        self.device = "cpu"
 
     def pin(self, timed: bool) -> None:
         pass
 
     def request(self, message, timeout_s, phase):
-        if message["op"] == "fingerprints":
-            return {"ok": True, "fingerprints": [[[1.0, 1.0, 0]] for _ in message["seeds"]]}
-        n = len(message["seeds"])
+        op = message["op"]
+        if op == "fingerprints":
+            return {"ok": True, "fingerprints": [None for _ in message["seeds"]],
+                    "outputs": [[OUT] for _ in message["seeds"]]}
+        if op == "stage":
+            self.staged = len(message["seeds"])
+            return {"ok": True}
+        if op == "outputs":
+            return {"ok": True, "outputs": [[OUT] for _ in message["picks"]]}
+        n = self.staged
+        if message.get("stub"):
+            return {"ok": True, "host_us": [0.0] * n, "event_us": None, "fingerprints": [[DIGEST]] * n,
+                    "new_threads": []}
         time.sleep(n * self.call_us / 1e6)
         self.batches.append(n)
         self.modes.add(message["mode"])
-        prints = [[[1.0, 1.0, 0]] for _ in range(n)]
+        prints = [[DIGEST] for _ in range(n)]
         if message["mode"] == "throughput":
             return {"ok": True, "host_us": [n * self.reported_us + 5.0], "event_us": [self.reported_us] * n,
                     "batch_span_us": n * self.reported_us, "fingerprints": prints, "new_threads": []}
@@ -46,7 +68,7 @@ def _time(contenders: dict[str, _Worker | tuple[_Worker, ...]], options: TimingO
     problem = load_problem(PROBLEMS / "scale_add.py")
     first = {n: w[0] if isinstance(w, tuple) else w for n, w in contenders.items()}
     more = {n: w for n, w in contenders.items() if isinstance(w, tuple)}
-    return time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), first, ["float32"],
+    return time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), first, INFO,
                             random.Random(0), options, 10.0, lambda _: None, keep=keep,
                             replicate=lambda chosen: {n: more.get(n, (w,)) for n, w in chosen.items()})
 
@@ -126,7 +148,7 @@ def test_a_failed_batch_on_any_replica_ends_the_contender():
         def request(self, message, timeout_s, phase):
             reply = super().request(message, timeout_s, phase)
             if message["op"] == "time" and len(self.batches) > 1:
-                reply["fingerprints"] = [[[9.0, 9.0, 0]] for _ in message["seeds"]]
+                reply["fingerprints"] = [[hash_tensor(OUT + 1)] for _ in reply["fingerprints"]]
             return reply
 
     records = _time({"a": (_Worker(100.0), _WrongAfterWarmUp(100.0)), "b": _Worker(100.0)},
@@ -159,7 +181,7 @@ def test_only_the_finalists_get_replicas_and_they_are_built_outside_the_exclusiv
         asked.append((sorted(chosen), bool(held)))
         return {n: (w, seconds[n]) for n, w in chosen.items()}
 
-    records = time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, ["float32"],
+    records = time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, INFO,
                                random.Random(0), TimingOptions(time_cap_s=0.5, min_batches=6, finalists=2,
                                                                batch_target_us=1_000),
                                10.0, lambda _: None, keep=frozenset({"base"}), replicate=replicate,
@@ -186,7 +208,7 @@ def test_workers_are_retired_once_when_screened_out_and_the_rest_when_timing_end
         assert not held, "retired inside an exclusive timing phase"
         events.append(("retire", sorted(name_of[id(w)] for w in done)))
 
-    time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, ["float32"],
+    time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, INFO,
                      random.Random(0), TimingOptions(time_cap_s=0.3, min_batches=4, finalists=2,
                                                      batch_target_us=1_000),
                      10.0, lambda _: None, keep=frozenset({"base"}), replicate=replicate,
@@ -200,7 +222,7 @@ def test_few_contenders_are_retired_together_when_timing_ends():
     retired = []
     problem = load_problem(PROBLEMS / "scale_add.py")
     workers = {"a": _Worker(100.0), "b": _Worker(100.0)}
-    time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, ["float32"],
+    time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, INFO,
                      random.Random(0), TimingOptions(time_cap_s=0.2, min_batches=2, batch_target_us=500),
                      10.0, lambda _: None, retire=lambda done: retired.append(sorted(map(id, done))))
     assert retired == [sorted(map(id, workers.values()))]
@@ -219,8 +241,7 @@ def test_the_parents_clock_shows_the_time_a_worker_leaves_out_of_its_report():
         # The stand-in's own work per call is nil: what is unexplained is what the liar hid (600 us).
         assert min(records["liar"].unexplained_us) > 500, mode
         assert max(records["liar"].reported_us) < 300, mode
-        checks = verify.hidden_time_checks({n: r.unexplained_us for n, r in records.items()},
-                                           {n: r.reported_us for n, r in records.items()}, "base")
-        assert set(checks) == {"honest", "liar"}
+        checks = {n: verify.check_hidden_time(f) for n, f in verify.hidden_time_checks(records, "base").items()}
+        assert set(checks) == {"base", "honest", "liar"}
         assert checks["honest"].passed, (mode, checks["honest"].details)
         assert not checks["liar"].passed and "tampered" in checks["liar"].evidence

@@ -36,6 +36,8 @@ REJECTED = {
     "cheat_gc_scan": "values",
     "cheat_patch_harness": "hidden time",
     "cheat_hide_thread": "no new threads",
+    "cheat_some_calls": "timed-call outputs",  # right on 1 timed call in 4: missed w.p. (1/4)^checks
+    "cheat_compute_on_reveal": "timed-call outputs",
     "syntax_error": "import",
     "import_error": "import",
     "no_modelnew": "import",
@@ -93,7 +95,7 @@ def test_time_hidden_from_the_harness_clock_is_named_with_the_parents_figure(out
     # sees about 1 ms a call that the worker's report leaves out.
     check = next(c for c in outcomes["cheat_patch_harness"].verdict.checks
                  if c.name == "hidden time" and not c.passed)
-    assert 700 < check.details["hidden_us_per_call"] < 1500, check.details
+    assert 700 < check.details["hidden_us_per_call"] < 2500, check.details
     assert "tampered" in check.evidence
     honest = next(c for c in outcomes["honest"].verdict.checks if c.name == "hidden time")
     assert honest.passed and honest.details["hidden_us_per_call"] < honest.details["allowed_us"]

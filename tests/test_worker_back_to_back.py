@@ -32,22 +32,40 @@ def _harness(monkeypatch):
     return h
 
 
+def _b2b(h, msg):
+    """A back-to-back batch on inputs staged first, as the parent sends it."""
+    assert h.op_stage(msg)["ok"]
+    return h._time_back_to_back(msg, h.model)
+
+
+def _graph(h, msg):
+    assert h.op_stage(msg)["ok"]
+    return h._time_graph_replays(msg, h.model)
+
+
+def _latency_prints(h, msg):
+    """The fingerprints of the same calls timed one by one (on the CPU their commitments are
+    digests: the fingerprints of the outputs kept are computed here)."""
+    assert h.op_stage(msg)["ok"]
+    assert h.op_time({**msg, "mode": "latency"})["ok"]
+    return [h._fingerprints(outputs, msg["fp_seed"]) for outputs in h.kept]
+
+
 def test_back_to_back_reply_has_per_call_times_and_one_stream_pair_per_batch(monkeypatch):
     h = _harness(monkeypatch)
     msg = {"seeds": [11, 12, 13, 14], "distribution": "standard", "fp_seed": 99}
-    reply = h._time_back_to_back(msg)
+    reply = _b2b(h, msg)
     assert reply["ok"], reply
     assert len(reply["event_us"]) == 4 and len(reply["host_us"]) == 1
     assert sum(reply["event_us"]) <= reply["batch_span_us"] <= reply["host_us"][0]
     # The fingerprints kept on the device are the ones the synchronised path computes.
-    latency = h.op_time({**msg, "mode": "latency"})
-    assert reply["fingerprints"] == latency["fingerprints"]
+    assert reply["fingerprints"] == _latency_prints(h, msg)
 
 
 def test_back_to_back_rejects_a_non_tensor_output(monkeypatch):
     h = _harness(monkeypatch)
     h.model = lambda *inputs: [inputs[0].sum().item()]
-    reply = h._time_back_to_back({"seeds": [1], "distribution": "standard", "fp_seed": 5})
+    reply = _b2b(h, {"seeds": [1], "distribution": "standard", "fp_seed": 5})
     assert not reply["ok"] and reply["phase"] == "call" and "output type" in reply["error"]
 
 
@@ -62,7 +80,7 @@ def test_a_call_counts_at_least_the_hosts_time_to_issue_it(monkeypatch):
         time.sleep(0.003)
         return model(*inputs)
     h.model = slow_launch
-    reply = h._time_back_to_back({"seeds": [1, 2, 3], "distribution": "standard", "fp_seed": 5})
+    reply = _b2b(h, {"seeds": [1, 2, 3], "distribution": "standard", "fp_seed": 5})
     assert reply["ok"] and reply["event_us"] == [1.0] * 3
     assert all(3000.0 <= s < 3000.0 + 50_000 for s in reply["samples_us"]), reply["samples_us"]
 
@@ -103,24 +121,23 @@ def _graph_harness(monkeypatch):
 def test_graph_replays_see_each_calls_fresh_inputs_and_capture_once_per_shape(monkeypatch):
     h, captures = _graph_harness(monkeypatch)
     msg = {"seeds": [21, 22, 23], "distribution": "standard", "fp_seed": 7}
-    reply = h._time_graph_replays(msg)
+    reply = _graph(h, msg)
     assert reply["ok"], reply
     assert len(reply["event_us"]) == 3 and reply["samples_us"] == reply["event_us"]
     assert len(reply["host_us"]) == 1 and sum(reply["event_us"]) <= reply["batch_span_us"]
-    latency = h.op_time({**msg, "mode": "latency"})
-    assert reply["fingerprints"] == latency["fingerprints"]  # not the captured call's outputs
+    assert reply["fingerprints"] == _latency_prints(h, msg)  # not the captured call's outputs
     copies = reply["graph_copies"]
     assert copies == worker_timing.GRAPH_SETS_MAX == len(captures)  # a small shape: the most copies
-    assert h._time_graph_replays({**msg, "seeds": [24]})["ok"] and len(captures) == copies
+    assert _graph(h, {**msg, "seeds": [24]})["ok"] and len(captures) == copies
     h.get_inputs = lambda: [torch.randn(4, 128)]  # another shape: captured anew, the old ones let go
-    assert h._time_graph_replays({**msg, "seeds": [25]})["ok"] and len(captures) == 2 * copies
+    assert _graph(h, {**msg, "seeds": [25]})["ok"] and len(captures) == 2 * copies
     assert all(c.inputs[0].shape == (4, 128) for c in h.captured.sets)
 
 
 def test_graph_replays_rotate_over_copies_with_tensors_of_their_own(monkeypatch):
     h, captures = _graph_harness(monkeypatch)
     n = 40
-    reply = h._time_graph_replays({"seeds": list(range(100, 100 + n)), "distribution": "standard", "fp_seed": 7})
+    reply = _graph(h, {"seeds": list(range(100, 100 + n)), "distribution": "standard", "fp_seed": 7})
     assert reply["ok"], reply
     copies = h.captured.sets
     # Each copy replays in turn, so a run's times cover every copy's placement.
@@ -133,10 +150,10 @@ def test_graph_copies_are_as_many_as_fit_in_their_memory_allowance(monkeypatch):
     h, _ = _graph_harness(monkeypatch)
     big = [torch.randn(256, 128)]  # 128 KiB in, 128 KiB out per copy
     monkeypatch.setattr(worker_timing, "GRAPH_SETS_BYTES", 1 << 20)
-    assert len(h._capture(big).sets) == 4
+    assert len(h._capture(big, h.model).sets) == 4
     h.captured = None
     monkeypatch.setattr(worker_timing, "GRAPH_SETS_BYTES", 100_000)  # not even one: one copy all the same
-    assert len(h._capture(big).sets) == 1
+    assert len(h._capture(big, h.model).sets) == 1
 
 
 def test_graph_capture_failure_is_a_call_failure_naming_the_mode(monkeypatch):
@@ -145,12 +162,12 @@ def test_graph_capture_failure_is_a_call_failure_naming_the_mode(monkeypatch):
     def refuses(*inputs):
         raise RuntimeError("operation not permitted when stream is capturing")
     h.model = refuses
-    reply = h._time_graph_replays({"seeds": [1], "distribution": "standard", "fp_seed": 5})
+    reply = _graph(h, {"seeds": [1], "distribution": "standard", "fp_seed": 5})
     assert not reply["ok"] and reply["phase"] == "call"
     assert reply["error"].startswith("CUDA graph capture for --timing graph failed: ")
     assert "not permitted" in reply["error"]
     h.model = lambda *inputs: [inputs[0].sum().item()]
-    reply = h._time_graph_replays({"seeds": [1], "distribution": "standard", "fp_seed": 5})
+    reply = _graph(h, {"seeds": [1], "distribution": "standard", "fp_seed": 5})
     assert not reply["ok"] and "output type" in reply["error"]
 
 
@@ -164,7 +181,7 @@ def test_every_timed_call_reads_the_whole_flush_buffer_even_with_tensor_methods_
     monkeypatch.setattr(shared, "tensor_sum", lambda t: reads.append(t) or real_sum(t))
     monkeypatch.setattr(torch.Tensor, "zero_", lambda self: self)
     monkeypatch.setattr(torch.Tensor, "sum", lambda self, *a, **k: torch.zeros(()))
-    reply = h._time_back_to_back({"seeds": [1, 2, 3], "distribution": "standard", "fp_seed": 5})
+    reply = _b2b(h, {"seeds": [1, 2, 3], "distribution": "standard", "fp_seed": 5})
     assert reply["ok"], reply
     assert [r is h.flush_buf for r in reads] == [True] * 3
     assert int(shared.flush_l2(h.flush_buf)) == (1 << 12) * ((1 << 12) - 1) // 2

@@ -1,0 +1,60 @@
+"""Times and timed outputs bounded from outside the candidate's process (docs/verifier.md,
+"hidden time" and "timed calls"): the parent's own clock around each batch, calibrated by the
+reference's do-nothing calls, and full outputs of calls the parent picks after the batch."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.candidates import default_baseline, load_candidate
+from bot.evaluate import EvalOptions, evaluate
+from bot.problems import load_problem
+from bot.sandbox import Limits
+from bot.timing import TimingOptions
+from conftest import CANDIDATES, PROBLEMS
+
+pytestmark = pytest.mark.slow
+
+
+def _bench(problem_file: str, names: list[str], cap_s: float = 3.0):
+    problem = load_problem(PROBLEMS / problem_file)
+    # Batches of about 40 ms: the harness's fixed cost per batch spread over some 25 calls.
+    options = EvalOptions(device="cpu", limits=Limits(memory_mb=4096, call_timeout_s=30),
+                          timing=TimingOptions(time_cap_s=cap_s, min_samples=5, min_batches=8,
+                                               batch_target_us=40_000))
+    result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names],
+                      default_baseline(problem), options)
+    return result.baseline, {o.candidate.name: o for o in result.candidates}
+
+
+def _check(outcome, name):
+    return next(c for c in outcome.verdict.checks if c.name == name)
+
+
+def _caught(check) -> bool:
+    """Hidden time that was rejected, or counted back into the contender's times."""
+    return not check.passed or check.details["counted_us"] > 0.02 * check.details["claimed_us"]
+
+
+def test_hiding_five_percent_of_a_compute_bound_call_from_the_workers_clock_is_caught():
+    baseline, outcomes = _bench("tall_matmul.py", ["cheat_shave_clock", "tall_matmul_honest"])
+    cheat, honest = outcomes["cheat_shave_clock"], outcomes["tall_matmul_honest"]
+    hidden = _check(cheat, "hidden time")
+    assert _caught(hidden), hidden.details
+    # The 5 % it hid is what the parent's clock saw, within noise.
+    share = hidden.details["hidden_us_per_call"] / hidden.details["claimed_us"]
+    assert 0.03 < share < 0.12, hidden.details
+    assert not cheat.significant(1.0), (cheat.speedup, cheat.speedup_ci)
+    for outcome in (baseline, honest):  # honest twins: never rejected for hidden time
+        assert outcome.verdict.status == "accepted", outcome.verdict.reasons
+
+
+def test_work_moved_into_the_commitment_is_never_called_faster():
+    baseline, outcomes = _bench("scale_add.py", ["cheat_commit_hook", "honest"])
+    cheat = outcomes["cheat_commit_hook"]
+    # Rejected, or accepted with the hidden work counted: either way no speedup is claimed.
+    if cheat.verdict.status == "accepted":
+        assert not cheat.significant(1.05), (cheat.speedup, cheat.speedup_ci)
+    else:
+        assert "hidden time" in [c.name for c in cheat.verdict.checks if not c.passed]
+    assert outcomes["honest"].verdict.status == "accepted", outcomes["honest"].verdict.reasons
