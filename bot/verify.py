@@ -210,14 +210,15 @@ def check_wall_clock(reported_us: float, parent_wall_us: float) -> CheckResult:
     return CheckResult(name, True)
 
 
-# What may be missing from the parent's clock, per call, beyond the harness's measured work
-# (bot.timing.HarnessCost) and the baseline's own before it is called hidden: a share of the
-# call's reported time, a share of the harness's work (a real call leaves the caches colder for
-# the work after it than the calibration's do-nothing call: 8 us of gelu's 62 us on a 2-vCPU
-# CPU), and three times the noise of the medians compared.
-HIDDEN_SHARE = 0.02
+# Time per call the parent's clock saw beyond the report, the harness's measured work and the
+# yardstick's, before a contender is rejected for it: half its reported time, a quarter of the
+# harness's work (a real call leaves the caches colder for the work after it than the
+# calibration's do-nothing call: 8 us of gelu's 62 us on a 2-vCPU CPU), and three times the
+# noise of the medians compared. Less than that is counted into its times instead: honest code
+# also leaves work for after its return (an interpreted Triton kernel's garbage, 3.9 ms on a
+# 68 ms call), and counting never rejects it while still charging a cheat for what it hid.
+HIDDEN_SHARE = 0.5
 HARNESS_SHARE = 0.25
-CAP_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -258,9 +259,7 @@ def hidden_time(unexplained_us: Sequence[float], reported_us: Sequence[float], h
     harness = statistics.median(harness_us) if harness_us else 0.0
     calibration = statistics.median(noise_us) / math.sqrt(len(noise_us)) if noise_us else 0.0
     noise = math.hypot(calibration, _scatter(unexplained_us), _scatter(yardstick_us) if yardstick_us else 0.0)
-    # However widely the batches scatter, hiding as much as half a call is never noise.
-    allowed = min(HIDDEN_SHARE * claimed + HARNESS_SHARE * harness + 3 * noise,
-                  CAP_SHARE * claimed + HARNESS_SHARE * harness + 3 * calibration)
+    allowed = HIDDEN_SHARE * claimed + HARNESS_SHARE * harness + 3 * noise
     counted = hidden if hidden > 3 * calibration else 0.0
     return HiddenTime(hidden, claimed, harness, noise, allowed, max(counted, 0.0))
 
@@ -269,7 +268,8 @@ def check_hidden_time(found: HiddenTime) -> CheckResult:
     """The parent's wall clock must account for a worker's calls. The harness reads clocks it
     captured before the candidate was imported, but the candidate runs in that process and can
     rebind them (`bot.worker_shared.perf_ns`); the time it hides from its own report is still on
-    the parent's clock. What it hides below the rejection bound is counted in its times."""
+    the parent's clock. Gross hiding rejects; what it hides below that bound is counted in its
+    times (`HiddenTime.counted_us`)."""
     name = "hidden time"
     if found.hidden_us > found.allowed_us:
         return CheckResult(name, False, f"the parent's clock saw {found.hidden_us:.1f} us per call more "

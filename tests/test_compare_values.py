@@ -44,20 +44,20 @@ def test_nonfinite_positions_must_agree_and_are_excluded_from_errors():
     assert not result.passed and "NaN positions differ" in result.evidence and "(1,)" in result.evidence
 
 
-def test_hidden_time_allows_a_share_of_the_call_and_of_the_harness_and_the_noise():
+def test_gross_hiding_rejects_and_less_is_counted_into_the_times():
     from bot.verify import check_hidden_time, hidden_time
 
-    reported, harness, noise = [1000.0] * 9, [40.0] * 9, [3.0] * 9
+    reported, harness, noise = [100.0] * 9, [40.0] * 9, [3.0] * 9
     honest = hidden_time([1.0, -2.0, 0.5, 3.0, -1.0, 2.0, 0.0, 1.5, -0.5], reported, harness, noise)
     assert check_hidden_time(honest).passed and honest.counted_us == 0.0
-    # 2 % of 1000 us, a quarter of the harness's 40 us, three times the noise of a median of nine
-    assert 30.0 + 3 * 1.0 < honest.allowed_us < 30.0 + 3 * 2.5
-    shaved = hidden_time([50.0, 52.0, 49.0, 51.0, 50.0, 48.0, 53.0, 50.0, 50.0], reported, harness, noise)
-    check = check_hidden_time(shaved)
-    assert not check.passed and check.details["hidden_us_per_call"] == 50.0 and "tampered" in check.evidence
-    # Below the bound but out of the noise: not rejected, counted into the times instead.
-    counted = hidden_time([20.0] * 9, reported, harness, noise)
-    assert check_hidden_time(counted).passed and counted.counted_us == 20.0
+    # half the 100 us call, a quarter of the harness's 40 us, three times the noise of a median of nine
+    assert 60.0 + 3 * 1.0 < honest.allowed_us < 60.0 + 3 * 2.5
+    halved = hidden_time([100.0, 102.0, 99.0, 101.0, 100.0, 98.0, 103.0, 100.0, 100.0], reported, harness, noise)
+    check = check_hidden_time(halved)
+    assert not check.passed and check.details["hidden_us_per_call"] == 100.0 and "tampered" in check.evidence
+    # A thin slice out of the calibration's noise: not rejected, counted into the times instead.
+    shaved = hidden_time([5.0] * 9, reported, harness, noise)
+    assert check_hidden_time(shaved).passed and shaved.counted_us == 5.0
 
 
 def test_a_contender_cannot_widen_what_is_counted_by_scattering_its_batches():
