@@ -43,7 +43,7 @@ def test_hiding_five_percent_of_a_compute_bound_call_from_the_workers_clock_is_c
     assert _caught(hidden), hidden.details
     # The 5 % it hid is what the parent's clock saw, within noise.
     share = hidden.details["hidden_us_per_call"] / hidden.details["claimed_us"]
-    assert 0.03 < share < 0.12, hidden.details
+    assert 0.02 < share < 0.15, hidden.details
     assert not cheat.significant(1.0), (cheat.speedup, cheat.speedup_ci)
     for outcome in (baseline, honest):  # honest twins: never rejected for hidden time
         assert outcome.verdict.status == "accepted", outcome.verdict.reasons
