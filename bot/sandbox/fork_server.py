@@ -177,8 +177,10 @@ def _become_worker(request: dict[str, Any], fds: list[int], control: socket.sock
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # the server's TMPDIR must not outlive the environment swap
+        from bot.sandbox.isolate import Containment
         from bot.sandbox.process import confine
-        confine(request["memory_mb"], request["device"], set(request["cores"]))
+        confine(request["memory_mb"], request["device"], set(request["cores"]),
+                Containment.from_dict(request.get("containment")))
         sys.argv = ["-c", "--channel", f"fd:{channel_fd}"]
         from bot.worker import main
         main(sys.argv[1:])
@@ -235,14 +237,15 @@ class ForkServer:
         self.compiler: bool = bool(hello.get("compiler"))  # torch.compile's machinery is in every fork
 
     def spawn(self, channel: socket.socket, *, log: Path, cwd: Path, env: dict[str, str],
-              memory_mb: int, device: str, cores: set[int]) -> int:
+              memory_mb: int, device: str, cores: set[int], containment: dict | None = None) -> int:
         """A new worker on `channel` (the worker's end of its socket pair); its pid."""
         with self._lock:
             if self._dead:
                 raise ForkServerError("the fork server has stopped")
             self._next_id += 1
             request = {"id": self._next_id, "log": str(log), "cwd": str(cwd), "env": env,
-                       "memory_mb": memory_mb, "device": device, "cores": sorted(cores)}
+                       "memory_mb": memory_mb, "device": device, "cores": sorted(cores),
+                       "containment": containment}
             try:
                 socket.send_fds(self._sock, [json.dumps(request).encode()], [channel.fileno()])
             except OSError as exc:
