@@ -159,3 +159,22 @@ def test_bot_verify_rejects_a_sleeping_forward_with_the_default_stall_bound():
                           timeout=600)
     assert done.returncode == 1 and "no progress for 60 s" in done.stdout, done.stdout[-2000:]
     assert time.monotonic() - began < 150  # the first call's own limit is 900 s
+
+
+@pytest.mark.docker
+def test_docker_workers_children_are_counted_and_killed_and_reach_nobody(quick_options):
+    victim = subprocess.Popen(["sleep", "300"])
+    try:
+        before = (os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, victim.pid))
+        verdicts = _verdicts(["cheat_starve_others", "cheat_daemon", "honest"], quick_options,
+                             sandbox="docker")
+        after = (os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, victim.pid))
+    finally:
+        victim.kill()
+        victim.wait()
+    assert after == before
+    for name in ("cheat_starve_others", "cheat_daemon"):
+        reasons = " ".join(verdicts[name].reasons)
+        assert not verdicts[name].accepted and "besides the worker in its cgroup" in reasons, reasons
+    assert verdicts["honest"].accepted, verdicts["honest"].reasons
+    assert _pids_with("86391") == []

@@ -51,7 +51,8 @@ def containment() -> Mode:
         description += f" (partial: {missing})"
     if missing:
         log.warning("worker containment is %s", description)
-    guardian.ensure_started(tree.path if tree else None)
+    if guardian.ensure_started() and tree is not None:
+        guardian.tell(f"cgroup {tree.path}")
     return Mode(tree is not None, not why_not_ns, not why_not_ns, description)
 
 

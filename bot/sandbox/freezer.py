@@ -50,8 +50,7 @@ def freeze_all_but(*keep: Frozen) -> float:
         for client in keep:
             client.running.thaw()
         for key, client in _live.items():
-            if (key not in kept and not client.trusted and not client.running.frozen
-                    and client.running.exit_code() is None):
+            if key not in kept and not client.trusted and not client.running.frozen:
                 client.running.freeze()
     return time.perf_counter() - began
 

@@ -22,17 +22,16 @@ from bot.sandbox.cgroup import kill_tree, sweep_dead_runs
 log = logging.getLogger(__name__)
 
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-        "from bot.sandbox.guardian import watch; watch(int(sys.argv[2]), sys.argv[3])")
+        "from bot.sandbox.guardian import watch; watch(int(sys.argv[2]))")
 
 _lock = threading.Lock()
 _writer: tuple[int, int] | None = None  # (bot pid, write end)
 
 
-def watch(fd: int, tree: str) -> None:
-    """The guardian's life: sweep, wait for EOF, kill and remove."""
-    run = Path(tree) if tree else None
-    if run is not None:
-        sweep_dead_runs(run.parent)
+def watch(fd: int) -> None:
+    """The guardian's life: learn what to watch ('cgroup <folder>', 'docker <run id>' lines),
+    wait for EOF, kill and remove."""
+    trees: set[Path] = set()
     docker_runs: set[str] = set()
     buffered = b""
     while True:
@@ -48,8 +47,11 @@ def watch(fd: int, tree: str) -> None:
             kind, _, value = line.decode(errors="replace").partition(" ")
             if kind == "docker" and value:
                 docker_runs.add(value)
-    if run is not None:
-        kill_tree(run)
+            elif kind == "cgroup" and value:
+                trees.add(Path(value))
+                sweep_dead_runs(Path(value).parent)
+    for tree in trees:
+        kill_tree(tree)
     for run_id in docker_runs:
         _remove_containers(run_id)
 
@@ -64,7 +66,7 @@ def _remove_containers(run_id: str) -> None:
         print(f"guardian: could not remove containers of {run_id}: {exc}", file=sys.stderr)
 
 
-def ensure_started(tree: Path | None) -> bool:
+def ensure_started() -> bool:
     """Start this bot process's guardian once; whether one watches it."""
     global _writer
     with _lock:
@@ -74,7 +76,7 @@ def ensure_started(tree: Path | None) -> bool:
         try:
             subprocess.Popen(
                 [sys.executable, "-I", "-c", BOOT, str(Path(__file__).resolve().parents[2]),
-                 str(read_end), str(tree or "")],
+                 str(read_end)],
                 pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 start_new_session=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
         except OSError as exc:
