@@ -21,6 +21,7 @@ from bot.sandbox.contained import containment
 from conftest import CANDIDATES, PROBLEMS
 
 REPO = Path(__file__).resolve().parents[1]
+BACKENDS = ["process", pytest.param("docker", marks=pytest.mark.docker)]
 pytestmark = pytest.mark.skipif(not containment().cgroups or not containment().namespaces,
                                 reason=f"containment here is {containment().description}")
 
@@ -94,9 +95,10 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_nothing_of_a_bot_killed_with_sigkill_survives_it():
+@pytest.mark.parametrize("sandbox", BACKENDS)
+def test_nothing_of_a_bot_killed_with_sigkill_survives_it(sandbox):
     bot = subprocess.Popen([sys.executable, "-m", "bot", "verify", str(PROBLEMS / "scale_add.py"),
-                            str(CANDIDATES / "cheat_daemon_then_hang.py")], cwd=REPO,
+                            str(CANDIDATES / "cheat_daemon_then_hang.py"), "--sandbox", sandbox], cwd=REPO,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not _pids_with("86392") and time.monotonic() < deadline:
@@ -105,7 +107,7 @@ def test_nothing_of_a_bot_killed_with_sigkill_survives_it():
     assert daemons, "the candidate's daemon never started"
     family = _descendants(bot.pid) | set(daemons)
     run_dirs = list((cgroup2_mount() / TOP).glob(f"{bot.pid}-*"))
-    assert run_dirs  # its workers' cgroups exist while it runs
+    assert run_dirs or sandbox == "docker"  # its workers' cgroups exist while it runs
     bot.send_signal(signal.SIGKILL)
     bot.wait()
     deadline = time.monotonic() + 5
@@ -113,6 +115,12 @@ def test_nothing_of_a_bot_killed_with_sigkill_survives_it():
         time.sleep(0.1)
     assert [p for p in family if _alive(p)] == []
     assert not any(d.exists() for d in run_dirs)
+    if sandbox == "docker":
+        import docker
+
+        from bot.sandbox.docker import PID_LABEL
+        left = docker.from_env().containers.list(all=True, filters={"label": f"{PID_LABEL}={bot.pid}"})
+        assert left == []
 
 
 SECRETS = {"GITHUB_TOKEN": "ghp_kernelbotTestToken0123456789", "OPENAI_API_KEY": "sk-kernelbot-test-0123456789",
@@ -120,16 +128,19 @@ SECRETS = {"GITHUB_TOKEN": "ghp_kernelbotTestToken0123456789", "OPENAI_API_KEY":
            "BAR_KEY": "canary-kernel-bot-7f3a9c"}  # the candidate prints this one: it must be redacted
 
 
-@pytest.mark.parametrize("command", ["verify", "bench"])
-def test_a_candidate_finds_no_secret_and_none_reaches_the_output(command):
+@pytest.mark.parametrize("command,sandbox", [("verify", "process"), ("bench", "process"),
+                                             pytest.param("verify", "docker", marks=pytest.mark.docker)])
+def test_a_candidate_finds_no_secret_and_none_reaches_the_output(command, sandbox):
     env = {**os.environ, **SECRETS}
     args = [sys.executable, "-m", "bot", command, str(PROBLEMS / "scale_add.py"),
-            str(CANDIDATES / "cheat_read_secrets.py"), "--json"]
+            str(CANDIDATES / "cheat_read_secrets.py"), "--json", "--sandbox", sandbox]
     if command == "bench":
         args += ["--time-cap-s", "0.2"]
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     out = done.stdout + done.stderr
     assert "FOUND []" in out, out[-3000:]  # the candidate's own search came back empty
+    expected = "container" if sandbox == "docker" else containment().description
+    assert f'"containment": "{expected}"' in out
     assert "[redacted]" in out  # what it printed that matched a secret was replaced
     for value in SECRETS.values():
         assert value not in out
