@@ -17,6 +17,7 @@ from bot.sandbox import process
 from bot.sandbox.base import BOT_ROOT, WorkerLaunch, worker_env
 from bot.sandbox.fork_server import ForkServer, _shut_nvml_down, cuda_driver_initialized
 from bot.sandbox.contained import containment
+from bot.sandbox.isolate import UID_BASE
 from conftest import CANDIDATES, PROBLEMS
 
 NAMESPACES = containment().namespaces  # root here and on CI: each worker in its own namespaces
@@ -36,6 +37,7 @@ raise RuntimeError("PROBE" + json.dumps({
     "home": os.environ.get("HOME") == os.getcwd() and "/kernel-bot-" in os.getcwd(),
     "iso": sys.flags.isolated, "leader": os.getsid(0) == os.getpid(), "sockets": sockets,
     "cap": resource.getrlimit(resource.RLIMIT_AS)[0] > 0, "ppid": os.getppid(), "pid": os.getpid(),
+    "uid": os.getuid(), "bot_writable": os.access(sys.path[0], os.W_OK),
     "compiler": "torch._inductor.compile_fx" in sys.modules}) + "PROBE")
 '''
 
@@ -67,6 +69,7 @@ def test_a_forked_worker_is_confined_like_a_fresh_process(tmp_path, quick_option
     seen = _probe(tmp_path, quick_options)
     if NAMESPACES:  # the first process of its own PID namespace: it sees no parent
         assert seen["pid"] == 1 and seen["ppid"] == 0 and not seen["leader"]
+        assert seen["uid"] > UID_BASE and not seen["bot_writable"]  # its own user: the bot's code is not its to change
     else:
         assert seen["ppid"] == server.proc.pid and seen["leader"]  # a fork of the server
     assert seen["secrets"] == 0

@@ -12,9 +12,9 @@ closed) and runs the worker on the channel the parent passed it, so a worker is 
 confined `python -I` process either way, only started without re-importing.
 
 The server is the forks' parent, so it reaps them and reports each exit status to the bot;
-its single thread forks only between requests. Like any process of the same user, a
-hostile candidate could reach the server, as it could reach other workers or the bot
-itself: the docker backend is the isolation for untrusted code on shared runners.
+its single thread forks only between requests. Where the bot is root, each fork enters its
+own cgroup leaf, namespaces and uid (bot.sandbox.isolate) before any candidate code, so no
+worker can reach the server, the bot or another worker.
 """
 
 from __future__ import annotations
