@@ -80,3 +80,15 @@ def test_frozen_workers_and_their_children_do_not_run_and_the_reference_is_never
         for client in (reference, burner, other):
             client.close()
     assert freezer.live() == []
+
+
+def test_without_root_the_containment_says_so_loudly(monkeypatch, caplog):
+    from bot.sandbox import contained
+
+    monkeypatch.setattr(contained, "run_tree", lambda: (None, "/sys/fs/cgroup is not writable (not root)"))
+    monkeypatch.setattr(contained, "probe", lambda: "not root")
+    with caplog.at_level("WARNING"):
+        mode = contained.containment.__wrapped__()
+    assert not (mode.cgroups or mode.namespaces or mode.uid)
+    assert mode.description == "none: /sys/fs/cgroup is not writable (not root); not root"
+    assert any("containment is none" in r.getMessage() for r in caplog.records)
