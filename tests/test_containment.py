@@ -150,10 +150,11 @@ HANG_LIMITS = Limits(memory_mb=4096, import_timeout_s=120, construct_timeout_s=6
                      first_call_timeout_s=600, stall_timeout_s=3.0)
 
 
-def test_hangs_are_rejected_within_the_stall_bound_and_a_busy_first_call_is_not(quick_options):
+@pytest.mark.parametrize("sandbox", BACKENDS)
+def test_hangs_are_rejected_within_the_stall_bound_and_a_busy_first_call_is_not(quick_options, sandbox):
     began = time.monotonic()
     verdicts = _verdicts(["hang_forever", "hang_deadlock", "hang_pipe_read", "slow_first_call_cpu"],
-                         quick_options, limits=HANG_LIMITS, parallel=4)
+                         quick_options, limits=HANG_LIMITS, parallel=4, sandbox=sandbox)
     took = time.monotonic() - began
     for name in ("hang_forever", "hang_deadlock", "hang_pipe_read"):
         reason = " ".join(verdicts[name].reasons)
