@@ -92,3 +92,33 @@ def test_without_root_the_containment_says_so_loudly(monkeypatch, caplog):
     assert not (mode.cgroups or mode.namespaces or mode.uid)
     assert mode.description == "none: /sys/fs/cgroup is not writable (not root); not root"
     assert any("containment is none" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.skipif(not containment().cgroups, reason=f"containment here is {containment().description}")
+def test_time_spent_frozen_counts_toward_neither_the_timeout_nor_the_stall_bound(tmp_path):
+    import threading
+
+    module = tmp_path / "busy_import.py"
+    module.write_text("import time\nend = time.monotonic() + 1.0\nwhile time.monotonic() < end:\n    pass\n"
+                      + (PROBLEMS.parent / "candidates" / "honest.py").read_text())
+    client = WorkerClient(_sandbox("process"), "frozen-mid-request", "cpu", tmp_path / "w", tmp_path / "cache",
+                          (PROBLEMS / "scale_add.py", PROBLEMS, module),
+                          Limits(memory_mb=4096, stall_timeout_s=3.0), threads=1)
+
+    def freeze_for_a_while():
+        time.sleep(0.3)
+        client.running.freeze()
+        time.sleep(7.0)  # longer than the request's 6 s and the 3 s stall bound
+        client.running.thaw()
+
+    helper = threading.Thread(target=freeze_for_a_while)
+    try:
+        began = time.monotonic()
+        helper.start()
+        reply = client.request({"op": "load", "problem": str(PROBLEMS / "scale_add.py"), "module": str(module),
+                                "class_name": "ModelNew", "precision": "native"}, 6.0, "import")
+        assert reply["ok"] and time.monotonic() - began > 7.0
+        assert client.running.frozen_seconds() >= 6.9
+    finally:
+        helper.join()
+        client.close()
