@@ -181,6 +181,7 @@ def _become_worker(request: dict[str, Any], fds: list[int], control: socket.sock
         from bot.sandbox.process import confine
         confine(request["memory_mb"], request["device"], set(request["cores"]),
                 Containment.from_dict(request.get("containment")))
+        _repoint_compiler_headers()
         sys.argv = ["-c", "--channel", f"fd:{channel_fd}"]
         from bot.worker import main
         main(sys.argv[1:])
@@ -197,6 +198,18 @@ def _become_worker(request: dict[str, Any], fds: list[int], control: socket.sock
             except BaseException:
                 pass
         os._exit(code)
+
+
+def _repoint_compiler_headers() -> None:
+    """Inductor fixed its precompiled-header folder at the server's import, under the server's
+    own temp folder: shared by every fork (one could plant headers for the others) and not
+    writable to a worker with its own uid. Each fork gets its own, under its TMPDIR."""
+    codecache = sys.modules.get("torch._inductor.codecache")
+    if codecache is None or not hasattr(codecache, "_HEADER_DIR"):
+        return
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    codecache._HEADER_DIR = os.path.join(default_cache_dir(), "precompiled_headers")
+    codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
 
 
 # --- the bot's side -----------------------------------------------------------------------
