@@ -247,11 +247,13 @@ class Environment:
     python: str
     clocks: Mapping[str, Any] = field(default_factory=dict)
     host: str = ""
+    containment: str = ""  # what kept the workers in, e.g. "cgroup+pidns+netns+uid", "none: not root"
 
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "device_name": self.device_name, "torch": self.torch,
                 "triton": self.triton, "cuda": self.cuda, "driver": self.driver,
-                "python": self.python, "clocks": dict(self.clocks), "host": self.host}
+                "python": self.python, "clocks": dict(self.clocks), "host": self.host,
+                "containment": self.containment}
 
     @property
     def key(self) -> str:

@@ -52,7 +52,8 @@ def _environment(env: dict[str, Any]) -> Environment:
     return Environment(device=env["device"], device_name=env.get("device_name", "?"),
                        torch=env["torch"], triton=env.get("triton"), cuda=env.get("cuda"),
                        driver=env.get("driver"), python=env["python"],
-                       clocks=env.get("clocks", {}), host=env.get("host", ""))
+                       clocks=env.get("clocks", {}), host=env.get("host", ""),
+                       containment=env.get("containment", ""))
 
 
 # The last alternative: when an allocation fails, torch's caching allocator asks NVML which

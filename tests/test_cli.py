@@ -81,14 +81,15 @@ import torch
 import torch.nn as nn
 
 MARK = Path(__file__).with_suffix(".pid")
+ME = os.urandom(8).hex()  # every worker is PID 1 of its own namespace: the pid tells none apart
 
 
 class ModelNew(nn.Module):
     def __init__(self, d):
         super().__init__()
-        if MARK.exists() and MARK.read_text() != str(os.getpid()):
+        if MARK.exists() and MARK.read_text() != ME:
             raise RuntimeError("not in this process")
-        MARK.write_text(str(os.getpid()))
+        MARK.write_text(ME)
         self.w = nn.Parameter(torch.randn(d))
         self.b = nn.Parameter(torch.randn(d))
 
@@ -100,6 +101,7 @@ class ModelNew(nn.Module):
 def test_a_candidate_whose_second_worker_fails_is_rejected_and_says_so(tmp_path):
     candidate = tmp_path / "first_process_only.py"
     candidate.write_text(SECOND_PROCESS_FAILS)
+    tmp_path.chmod(0o777)  # workers run as users of their own: the marker's folder must be theirs to write
     result = _invoke("bench", PROBLEM, str(candidate), str(CANDIDATES / "honest.py"), "--device", "cpu",
                      "--time-cap-s", "0.5", "--json")
     assert result.exit_code == 0, result.output

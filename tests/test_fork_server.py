@@ -16,7 +16,11 @@ from bot.problems import load_problem
 from bot.sandbox import process
 from bot.sandbox.base import BOT_ROOT, WorkerLaunch, worker_env
 from bot.sandbox.fork_server import ForkServer, _shut_nvml_down, cuda_driver_initialized
+from bot.sandbox.contained import containment
+from bot.sandbox.isolate import UID_BASE
 from conftest import CANDIDATES, PROBLEMS
+
+NAMESPACES = containment().namespaces  # root here and on CI: each worker in its own namespaces
 
 # A candidate that reports, as its import error, what its process looks like from inside.
 PROBE = '''
@@ -32,7 +36,8 @@ raise RuntimeError("PROBE" + json.dumps({
     "interp": os.environ.get("TRITON_INTERPRET"),
     "home": os.environ.get("HOME") == os.getcwd() and "/kernel-bot-" in os.getcwd(),
     "iso": sys.flags.isolated, "leader": os.getsid(0) == os.getpid(), "sockets": sockets,
-    "cap": resource.getrlimit(resource.RLIMIT_AS)[0] > 0, "ppid": os.getppid(),
+    "cap": resource.getrlimit(resource.RLIMIT_AS)[0] > 0, "ppid": os.getppid(), "pid": os.getpid(),
+    "uid": os.getuid(), "bot_writable": os.access(sys.path[0], os.W_OK),
     "compiler": "torch._inductor.compile_fx" in sys.modules}) + "PROBE")
 '''
 
@@ -62,11 +67,15 @@ def test_a_forked_worker_is_confined_like_a_fresh_process(tmp_path, quick_option
     server = process.fork_server_for(_cpu_launch(tmp_path))
     assert server is not None
     seen = _probe(tmp_path, quick_options)
-    assert seen["ppid"] == server.proc.pid  # it is a fork of the server, not a fresh process
+    if NAMESPACES:  # the first process of its own PID namespace: it sees no parent
+        assert seen["pid"] == 1 and seen["ppid"] == 0 and not seen["leader"]
+        assert seen["uid"] > UID_BASE and not seen["bot_writable"]  # its own user: the bot's code is not its to change
+    else:
+        assert seen["ppid"] == server.proc.pid and seen["leader"]  # a fork of the server
     assert seen["secrets"] == 0
     assert seen["interp"] == "1"  # its own environment, not the server's
     assert seen["home"]  # its private working directory, also its HOME
-    assert seen["iso"] == 1 and seen["leader"]
+    assert seen["iso"] == 1
     assert seen["sockets"] == 1  # its channel only, not the server's control socket
     assert seen["cap"]  # the CPU memory cap applies in the fork
     assert seen["compiler"]  # a CPU server imported torch.compile's machinery once, for every fork
@@ -84,8 +93,11 @@ def test_switched_off_workers_start_as_fresh_processes(tmp_path, quick_options, 
     monkeypatch.setenv("KERNEL_BOT_FORK_SERVER", "0")
     seen = _probe(tmp_path, quick_options)
     server = process._servers.get((sys.executable, "cpu"))
-    assert seen["ppid"] == os.getpid()  # started by the bot itself
-    assert server is None or seen["ppid"] != server.proc.pid
+    if NAMESPACES:
+        assert seen["pid"] == 1 and seen["ppid"] == 0
+    else:
+        assert seen["ppid"] == os.getpid()  # started by the bot itself
+        assert server is None or seen["ppid"] != server.proc.pid
     assert seen["sockets"] == 1 and seen["iso"] == 1 and seen["secrets"] == 0
     assert not seen["compiler"]  # a fresh worker imports it only for a candidate that compiles
 
@@ -93,7 +105,7 @@ def test_switched_off_workers_start_as_fresh_processes(tmp_path, quick_options, 
 def test_a_few_workers_do_not_start_a_server_and_many_do(tmp_path, quick_options, monkeypatch):
     monkeypatch.setattr(process, "_servers", {})
     seen = _probe(tmp_path, quick_options)  # the reference and one candidate: two workers
-    assert seen["ppid"] == os.getpid() and (sys.executable, "cpu") not in process._servers
+    assert (sys.executable, "cpu") not in process._servers and not seen["compiler"]
     verdicts = _evaluate(["honest", "slow2x", "crash_segfault"], quick_options)  # four workers
     assert verdicts["honest"].accepted
     server = process._servers[(sys.executable, "cpu")]
@@ -235,6 +247,6 @@ def test_a_server_whose_imports_initialised_the_driver_starts_again_without_the_
     server = process.fork_server_for(_cpu_launch(tmp_path))
     assert server is not None and not server.compiler
     seen = _probe(tmp_path, quick_options)
-    assert seen["ppid"] == server.proc.pid  # workers are still forks of it
+    assert seen["ppid"] == (0 if NAMESPACES else server.proc.pid)  # workers are still forks of it
     assert not seen["compiler"]
     server.close()

@@ -6,6 +6,7 @@ import os
 import re
 import socket
 import sys
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,10 @@ class Limits:
     first_call_timeout_s: float = 900.0  # torch.compile / Triton autotuning happen at the first call
     pids: int = 512
     cpus: float | None = None
+    # A request whose worker's whole tree used under `stall_cpu_s` of CPU in this long is
+    # stopped: it sleeps, deadlocks or waits (a compile keeps the CPU busy, and runs on).
+    stall_timeout_s: float = 60.0
+    stall_cpu_s: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -90,12 +95,24 @@ def proc_status(pid: int, field: str) -> int | None:
     return None
 
 
+def proc_cpu_seconds(pid: int) -> float | None:
+    """utime + stime (+ its waited-for children's) of one process, from /proc/<pid>/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class RunningWorker(ABC):
     """A started worker: the parent's end of the channel, and control over its life."""
 
     sock: socket.socket
     log_path: Path
     pid: int | None = None  # the worker's main thread as the bot sees it (for CPU pinning)
+    containment: str = ""  # what keeps it and its children in (e.g. "cgroup+pidns+netns+uid")
+    _frozen_since: float | None = None
+    _frozen_total_s: float = 0.0
 
     @abstractmethod
     def exit_code(self) -> int | None:
@@ -114,6 +131,39 @@ class RunningWorker(ABC):
         (a candidate can rebind the harness's own thread listing, not this), when the pid is
         this process's to read."""
         return None if self.pid is None else proc_status(self.pid, "Threads")
+
+    def processes(self) -> list[int] | None:
+        """Every process of the worker's unit as the kernel lists it (the worker's own
+        included), where the backend can tell; None where it cannot."""
+        return None
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time used by the worker's unit so far (its own process at least)."""
+        return None if self.pid is None else proc_cpu_seconds(self.pid)
+
+    def freeze(self) -> None:
+        """Stop everything of the worker from running (idempotent, cheap when frozen)."""
+        if self._frozen_since is None:
+            self._set_frozen(True)
+            self._frozen_since = time.monotonic()
+
+    def thaw(self) -> None:
+        if self._frozen_since is not None:
+            self._set_frozen(False)
+            self._frozen_total_s += time.monotonic() - self._frozen_since
+            self._frozen_since = None
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen_since is not None
+
+    def frozen_seconds(self) -> float:
+        """How long it has been frozen in all (it ran none of that time)."""
+        now = time.monotonic()
+        return self._frozen_total_s + (0.0 if self._frozen_since is None else now - self._frozen_since)
+
+    def _set_frozen(self, frozen: bool) -> None:
+        """Freeze or thaw the whole unit and return once it is so."""
 
     def exit_reason(self) -> str:
         """Why it ended, in words (backends add e.g. 'killed by the memory limit')."""

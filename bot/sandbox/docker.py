@@ -27,6 +27,8 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
 from bot.errors import BotError, HarnessError
+from bot.sandbox import guardian
+from bot.sandbox.container_cgroup import ContainerCgroup
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, worker_env
 from bot.sandbox.local_image import (HOST_MOUNTS_LABEL, LOCAL_IMAGE, PYTHON_LABEL,
                                      ensure_local_image, give_to, is_under, same_path_mounts,
@@ -112,6 +114,38 @@ class DockerWorker(RunningWorker):
         self.log_path, self.chan_dir = log_path, chan_dir
         self._state: dict | None = None  # the final state, once it has exited
         self._removed = False
+        self.containment = "container"
+        self._unit: ContainerCgroup | None = None
+
+    def unit(self) -> "ContainerCgroup | None":
+        """The container's cgroups as this process sees them (None where the engine's pids
+        are another namespace's)."""
+        if self._unit is None and self.pid is not None:
+            self._unit = ContainerCgroup.of(self.pid)
+        return self._unit
+
+    def processes(self) -> list[int] | None:
+        unit = self.unit()
+        return None if unit is None else unit.pids()
+
+    def thread_count(self) -> int | None:
+        unit = self.unit()
+        return super().thread_count() if unit is None else unit.thread_count()
+
+    def cpu_seconds(self) -> float | None:
+        unit = self.unit()
+        cpu = None if unit is None else unit.cpu_seconds()
+        return super().cpu_seconds() if cpu is None else cpu
+
+    def _set_frozen(self, frozen: bool) -> None:
+        """The container's freezer cgroup, else the engine's pause (the same freezer) or unpause."""
+        unit = self.unit()
+        if unit is not None and unit.set_frozen(frozen):
+            return
+        try:
+            (self.client.api.pause if frozen else self.client.api.unpause)(self.id)
+        except (APIError, NotFound):
+            pass  # exited or removed: nothing of it runs
 
     def _inspect(self) -> dict:
         if self._state is not None:
@@ -201,6 +235,8 @@ class DockerSandbox(Sandbox):
         self.host_interpreter = labels.get(HOST_MOUNTS_LABEL) == "1"
         self.image_python = labels.get(PYTHON_LABEL, "python")
         _install_cleanup()
+        if guardian.ensure_started():  # SIGKILL leaves no handler to run: the guardian removes them
+            guardian.tell(f"docker {RUN_ID}")
 
     def _environment(self, launch: WorkerLaunch) -> dict[str, str]:
         """`worker_env` with host paths replaced by the container's."""

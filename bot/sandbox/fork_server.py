@@ -12,9 +12,9 @@ closed) and runs the worker on the channel the parent passed it, so a worker is 
 confined `python -I` process either way, only started without re-importing.
 
 The server is the forks' parent, so it reaps them and reports each exit status to the bot;
-its single thread forks only between requests. Like any process of the same user, a
-hostile candidate could reach the server, as it could reach other workers or the bot
-itself: the docker backend is the isolation for untrusted code on shared runners.
+its single thread forks only between requests. Where the bot is root, each fork enters its
+own cgroup leaf, namespaces and uid (bot.sandbox.isolate) before any candidate code, so no
+worker can reach the server, the bot or another worker.
 """
 
 from __future__ import annotations
@@ -177,8 +177,11 @@ def _become_worker(request: dict[str, Any], fds: list[int], control: socket.sock
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # the server's TMPDIR must not outlive the environment swap
+        from bot.sandbox.isolate import Containment
         from bot.sandbox.process import confine
-        confine(request["memory_mb"], request["device"], set(request["cores"]))
+        confine(request["memory_mb"], request["device"], set(request["cores"]),
+                Containment.from_dict(request.get("containment")))
+        _repoint_compiler_headers()
         sys.argv = ["-c", "--channel", f"fd:{channel_fd}"]
         from bot.worker import main
         main(sys.argv[1:])
@@ -195,6 +198,18 @@ def _become_worker(request: dict[str, Any], fds: list[int], control: socket.sock
             except BaseException:
                 pass
         os._exit(code)
+
+
+def _repoint_compiler_headers() -> None:
+    """Inductor fixed its precompiled-header folder at the server's import, under the server's
+    own temp folder: shared by every fork (one could plant headers for the others) and not
+    writable to a worker with its own uid. Each fork gets its own, under its TMPDIR."""
+    codecache = sys.modules.get("torch._inductor.codecache")
+    if codecache is None or not hasattr(codecache, "_HEADER_DIR"):
+        return
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    codecache._HEADER_DIR = os.path.join(default_cache_dir(), "precompiled_headers")
+    codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
 
 
 # --- the bot's side -----------------------------------------------------------------------
@@ -235,14 +250,15 @@ class ForkServer:
         self.compiler: bool = bool(hello.get("compiler"))  # torch.compile's machinery is in every fork
 
     def spawn(self, channel: socket.socket, *, log: Path, cwd: Path, env: dict[str, str],
-              memory_mb: int, device: str, cores: set[int]) -> int:
+              memory_mb: int, device: str, cores: set[int], containment: dict | None = None) -> int:
         """A new worker on `channel` (the worker's end of its socket pair); its pid."""
         with self._lock:
             if self._dead:
                 raise ForkServerError("the fork server has stopped")
             self._next_id += 1
             request = {"id": self._next_id, "log": str(log), "cwd": str(cwd), "env": env,
-                       "memory_mb": memory_mb, "device": device, "cores": sorted(cores)}
+                       "memory_mb": memory_mb, "device": device, "cores": sorted(cores),
+                       "containment": containment}
             try:
                 socket.send_fds(self._sock, [json.dumps(request).encode()], [channel.fileno()])
             except OSError as exc:

@@ -24,26 +24,68 @@ from pathlib import Path
 
 from bot.cores import worker_cores
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, proc_status, worker_env
+from bot.sandbox.cgroup import Leaf
+from bot.sandbox.contained import containment, prepare
 from bot.sandbox.fork_server import DriverInitialized, ForkServer, ForkServerError
+from bot.sandbox.isolate import Containment, enter
 
 log = logging.getLogger(__name__)
 
 
 class _GroupWorker(RunningWorker):
-    """A worker leading its own process group, however it was started."""
+    """A worker leading its own process group, however it was started; with a cgroup leaf,
+    everything it starts is counted, frozen and killed through that leaf."""
 
-    def __init__(self, pid: int, sock: socket.socket, log_path: Path):
-        self.pid, self.sock, self.log_path = pid, sock, log_path
+    def __init__(self, launched: int, sock: socket.socket, log_path: Path, leaf: Leaf | None,
+                 containment: str):
+        self.launched, self.sock, self.log_path, self.leaf = launched, sock, log_path, leaf
+        self.containment = containment
+        self._main: int | None = None if leaf is not None else launched
         self._killed = False
 
+    @property
+    def pid(self) -> int | None:  # type: ignore[override]
+        """The worker's own process: in a PID namespace, the keeper's child."""
+        if self._main is None and self.leaf is not None:
+            for pid in self.leaf.pids():
+                if _parent_of(pid) == self.launched or pid == self.launched:
+                    self._main = pid
+                    break
+        return self._main
+
     def memory_bytes(self) -> int | None:
-        return _group_memory(self.pid)
+        if self.leaf is not None:
+            total = sum((proc_status(p, "VmRSS") or 0) * 1024 for p in self.leaf.pids())
+            return total or None
+        return _group_memory(self.launched)
+
+    def thread_count(self) -> int | None:
+        return self.leaf.thread_count() if self.leaf is not None else super().thread_count()
+
+    def processes(self) -> list[int] | None:
+        return self.leaf.pids() if self.leaf is not None else None
+
+    def cpu_seconds(self) -> float | None:
+        if self.leaf is not None:
+            return self.leaf.cpu_seconds()
+        return super().cpu_seconds()
+
+    def _set_frozen(self, frozen: bool) -> None:
+        if self.leaf is not None:
+            self.leaf.set_frozen(frozen)
+            return
+        try:  # no cgroup: the process group, which a `setsid` child has left
+            os.killpg(self.launched, signal.SIGSTOP if frozen else signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def kill(self) -> None:
         if not self._killed:
             self._killed = True
+            if self.leaf is not None:
+                self.leaf.kill()
             try:
-                os.killpg(self.pid, signal.SIGKILL)
+                os.killpg(self.launched, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         self._await_exit(10.0)
@@ -57,11 +99,19 @@ class _GroupWorker(RunningWorker):
         """Until the killed worker's exit is known, or `timeout_s`."""
 
 
+def _parent_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class ProcessWorker(_GroupWorker):
     """A worker started as a fresh process: the bot is its parent."""
 
-    def __init__(self, proc: subprocess.Popen, sock: socket.socket, log_path: Path):
-        super().__init__(proc.pid, sock, log_path)
+    def __init__(self, proc: subprocess.Popen, sock: socket.socket, log_path: Path,
+                 leaf: Leaf | None = None, containment: str = ""):
+        super().__init__(proc.pid, sock, log_path, leaf, containment)
         self.proc = proc
 
     def exit_code(self) -> int | None:
@@ -92,8 +142,11 @@ def _group_pids(pgid: int) -> list[int]:
     return pids
 
 
-def confine(memory_mb: int, device: str, cores: set[int]) -> None:
-    """In the worker, before it runs anything: its resource limits and cores."""
+def confine(memory_mb: int, device: str, cores: set[int], plan: Containment | None = None) -> None:
+    """In the worker, before it runs anything: its cgroup, namespaces and user
+    (bot.sandbox.isolate), resource limits and cores."""
+    if plan is not None:
+        enter(plan)
     # An address-space cap turns a huge allocation into a MemoryError at once. CUDA
     # reserves terabytes of virtual address space, so on GPUs only the parent's
     # resident-memory watchdog applies.
@@ -120,6 +173,8 @@ class ProcessSandbox(Sandbox):
         launch.cache_dir.mkdir(parents=True, exist_ok=True)
         parent_sock, child_sock = socket.socketpair()
         log_path = launch.workdir / "worker.log"
+        log_path.touch()
+        plan, leaf = prepare(launch, log_path)
         cores = worker_cores() if launch.device == "cuda" else set()
         env = worker_env(launch)
         server = fork_server_for(launch, start=self.start_fork_server)
@@ -127,8 +182,9 @@ class ProcessSandbox(Sandbox):
             if server is not None:
                 try:
                     pid = server.spawn(child_sock, log=log_path, cwd=launch.workdir, env=env,
-                                       memory_mb=launch.limits.memory_mb, device=launch.device, cores=cores)
-                    return ForkedWorker(server, pid, parent_sock, log_path)
+                                       memory_mb=launch.limits.memory_mb, device=launch.device, cores=cores,
+                                       containment=plan.as_dict())
+                    return ForkedWorker(server, pid, parent_sock, log_path, leaf, containment().description)
                 except ForkServerError as exc:
                     _give_up_on(server, exc)
             with open(log_path, "wb") as log:
@@ -138,8 +194,8 @@ class ProcessSandbox(Sandbox):
                     cwd=launch.workdir, env=env, stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
                     start_new_session=True,
-                    preexec_fn=lambda: confine(launch.limits.memory_mb, launch.device, cores))
-            return ProcessWorker(proc, parent_sock, log_path)
+                    preexec_fn=lambda: confine(launch.limits.memory_mb, launch.device, cores, plan))
+            return ProcessWorker(proc, parent_sock, log_path, leaf, containment().description)
         finally:
             child_sock.close()
 
@@ -147,12 +203,13 @@ class ProcessSandbox(Sandbox):
 class ForkedWorker(_GroupWorker):
     """A worker forked by the fork server: the server, its parent, reports its exit."""
 
-    def __init__(self, server: ForkServer, pid: int, sock: socket.socket, log_path: Path):
-        super().__init__(pid, sock, log_path)
+    def __init__(self, server: ForkServer, pid: int, sock: socket.socket, log_path: Path,
+                 leaf: Leaf | None = None, containment: str = ""):
+        super().__init__(pid, sock, log_path, leaf, containment)
         self.server = server
 
     def exit_code(self) -> int | None:
-        return self.server.exit_code(self.pid)
+        return self.server.exit_code(self.launched)
 
     def _await_exit(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

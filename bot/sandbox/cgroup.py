@@ -1,0 +1,196 @@
+"""Cgroup v2 units for workers: one leaf per worker under a subtree of this bot process.
+
+The kernel accounts for everything a worker starts (double forks and `setsid` included) in
+its leaf, so the parent can count its processes and threads, read its CPU time, freeze it and
+kill all of it, from outside and without trusting anything that runs there.
+Layout: <cgroup2 mount>/kernel-bot/<bot pid>-<random>/w<N>.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+TOP = "kernel-bot"
+FREEZE_WAIT_S = 5.0  # a frozen state is reached in well under a millisecond on an idle tree
+KILL_WAIT_S = 10.0
+
+
+def cgroup2_mount(mounts: str | None = None) -> Path | None:
+    """Where the unified (v2) hierarchy is mounted, from /proc/self/mounts."""
+    try:
+        text = Path("/proc/self/mounts").read_text() if mounts is None else mounts
+    except OSError:
+        return None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == "cgroup2":
+            return Path(parts[1])
+    return None
+
+
+def _read(path: Path) -> str:
+    return path.read_text()
+
+
+def _write(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One worker's cgroup."""
+
+    path: Path
+
+    def pids(self) -> list[int]:
+        """Processes in it, as the kernel lists them (empty once it is gone)."""
+        try:
+            return [int(p) for p in _read(self.path / "cgroup.procs").split()]
+        except (OSError, ValueError):
+            return []
+
+    def thread_count(self) -> int | None:
+        try:
+            return len(_read(self.path / "cgroup.threads").split())
+        except OSError:
+            return None
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time of everything that ran in it, exited children included."""
+        try:
+            for line in _read(self.path / "cpu.stat").splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / 1e6
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def frozen(self) -> bool:
+        try:
+            return "frozen 1" in _read(self.path / "cgroup.events")
+        except OSError:
+            return False
+
+    def set_frozen(self, frozen: bool) -> None:
+        """Freeze or thaw the whole tree, and wait until the kernel says it is so."""
+        try:
+            _write(self.path / "cgroup.freeze", "1" if frozen else "0")
+        except OSError:
+            return  # gone: nothing of it runs
+        deadline = time.monotonic() + FREEZE_WAIT_S
+        while self.frozen() != frozen and time.monotonic() < deadline and self.pids():
+            time.sleep(0.0002)
+
+    def kill(self) -> None:
+        """SIGKILL every process in it, then remove it (idempotent)."""
+        kill_tree(self.path)
+
+
+def kill_tree(path: Path) -> None:
+    """cgroup.kill (Linux 5.14+) or, before it, freeze and SIGKILL each process; then rmdir
+    the leaves and the folder itself."""
+    if not path.is_dir():
+        return
+    for child in [p for p in path.iterdir() if p.is_dir()]:
+        kill_tree(child)
+    try:
+        _write(path / "cgroup.kill", "1")
+    except OSError:
+        try:
+            _write(path / "cgroup.freeze", "1")
+        except OSError:
+            pass
+        for pid in Leaf(path).pids():
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+    deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # busy until the last process of it has exited
+            time.sleep(0.005)
+    log.warning("cgroup %s still busy after %.0f s", path, KILL_WAIT_S)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_dead_runs(top: Path) -> list[Path]:
+    """Kill and remove the subtrees of bot processes that no longer exist; those removed."""
+    removed = []
+    try:
+        runs = [p for p in top.iterdir() if p.is_dir()]
+    except OSError:
+        return removed
+    for run in runs:
+        pid = run.name.split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            kill_tree(run)
+            removed.append(run)
+    return removed
+
+
+class RunTree:
+    """This bot process's subtree; leaves are handed out one per worker."""
+
+    def __init__(self, root: Path):
+        self.path = root / TOP / f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.path.mkdir(parents=True)
+        self._numbers = itertools.count()
+
+    def leaf(self) -> Leaf:
+        path = self.path / f"w{next(self._numbers)}"
+        path.mkdir()
+        return Leaf(path)
+
+    def close(self) -> None:
+        kill_tree(self.path)
+
+
+_tree: RunTree | None = None
+_tree_reason = ""
+_tree_lock = threading.Lock()
+
+
+def run_tree() -> tuple[RunTree | None, str]:
+    """The process's subtree (made on first use), or None and why there is none."""
+    global _tree, _tree_reason
+    with _tree_lock:
+        if _tree is not None and _tree.path.is_dir() and _tree.path.name.startswith(f"{os.getpid()}-"):
+            return _tree, ""
+        root = cgroup2_mount()
+        if root is None:
+            _tree, _tree_reason = None, "no cgroup2 hierarchy mounted"
+        elif os.geteuid() != 0 and not os.access(root, os.W_OK):
+            _tree, _tree_reason = None, f"{root} is not writable (not root)"
+        else:
+            try:
+                _tree, _tree_reason = RunTree(root), ""
+            except OSError as exc:
+                _tree, _tree_reason = None, f"cannot create a cgroup under {root}: {exc}"
+        if _tree is None:
+            log.warning("workers run WITHOUT cgroup containment: %s; their child processes are "
+                        "neither counted nor reliably killed", _tree_reason)
+        return _tree, _tree_reason

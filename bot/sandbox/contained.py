@@ -1,0 +1,115 @@
+"""The process backend's containment of one worker, prepared by the parent.
+
+What is possible here is decided once per bot process and said loudly: `containment()` gives
+e.g. "cgroup+pidns+netns+uid" where the bot is root with cgroup v2 and namespaces, or
+"none: not root" where nothing of it is available (a warning is logged either way it falls
+short). `prepare` makes a worker's cgroup leaf, picks its uid (one per worker) and gid (one
+per candidate source, so replicas share its compile cache), and gives it its folders.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import stat
+import sys
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.sandbox import guardian
+from bot.sandbox.base import BOT_ROOT, WorkerLaunch
+from bot.sandbox.cgroup import Leaf, cgroup2_mount, run_tree
+from bot.sandbox.isolate import GID_BASE, UID_BASE, Containment, probe
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Mode:
+    cgroups: bool
+    namespaces: bool
+    uid: bool
+    description: str  # what the environment description and reports show
+
+
+@functools.cache
+def containment() -> Mode:
+    """What this bot process can do for its workers (logged once when it falls short)."""
+    tree, why_not_tree = run_tree()
+    why_not_ns = probe()
+    parts = []
+    if tree is not None:
+        parts.append("cgroup")
+    if not why_not_ns:
+        parts += ["pidns", "netns", "uid"]
+    missing = "; ".join(w for w in (why_not_tree, why_not_ns) if w)
+    description = "+".join(parts) if parts else f"none: {missing}"
+    if parts and missing:
+        description += f" (partial: {missing})"
+    if missing:
+        log.warning("worker containment is %s", description)
+    if guardian.ensure_started() and tree is not None:
+        guardian.tell(f"cgroup {tree.path}")
+    return Mode(tree is not None, not why_not_ns, not why_not_ns, description)
+
+
+_numbers = iter(range(1, 1 << 16))
+_numbers_lock = threading.Lock()
+_groups_done: set[str] = set()
+
+
+def prepare(launch: WorkerLaunch, log_path: Path) -> tuple[Containment, Leaf | None]:
+    """The plan for one worker, its leaf made and its folders given to it."""
+    mode = containment()
+    tree, _ = run_tree()
+    leaf = tree.leaf() if mode.cgroups and tree is not None else None
+    if not mode.uid:
+        return Containment(leaf=str(leaf.path) if leaf else None, namespaces=mode.namespaces,
+                           hide=_cgroup_mounts() if mode.namespaces else ()), leaf
+    with _numbers_lock:
+        uid = UID_BASE + next(_numbers)
+    gid = GID_BASE + zlib.crc32(str(launch.cache_dir).encode()) % (1 << 16)
+    os.chown(launch.workdir, uid, gid)
+    os.chmod(launch.workdir, 0o700)
+    if log_path.exists():
+        os.chown(log_path, uid, gid)
+    _share_with_group(launch.cache_dir, gid)
+    python = os.path.realpath(launch.python)
+    expose = tuple(dict.fromkeys([python, sys.base_prefix, sys.prefix, str(BOT_ROOT), str(launch.workdir),
+                                  str(launch.cache_dir)] + [str(p) for p in launch.readable]))
+    return Containment(leaf=str(leaf.path) if leaf else None, namespaces=True, uid=uid, gid=gid,
+                       expose=expose, hide=_cgroup_mounts()), leaf
+
+
+def _cgroup_mounts() -> tuple[str, ...]:
+    """Folders that hold the cgroup hierarchies (covered in the worker's mount namespace)."""
+    root = cgroup2_mount()
+    if root is None:
+        return ()
+    top = root.parent if root.parent.name == "cgroup" else root
+    return (str(top),)
+
+
+def _share_with_group(cache: Path, gid: int) -> None:
+    """The compile cache: the source's group owns it and may write it (setgid folders), once
+    per folder and process (a warm Triton cache holds thousands of files)."""
+    key = f"{cache}:{gid}"
+    if key in _groups_done:
+        return
+    os.chown(cache, -1, gid, follow_symlinks=False)
+    os.chmod(cache, 0o2770)
+    for _, dirs, files, fd in os.fwalk(cache, follow_symlinks=False):
+        for name in dirs + files:
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISLNK(info.st_mode):
+                    continue
+                os.chown(name, -1, gid, dir_fd=fd, follow_symlinks=False)
+                extra = 0o2070 if stat.S_ISDIR(info.st_mode) else 0o060
+                os.chmod(name, info.st_mode | extra, dir_fd=fd)
+            except OSError:
+                pass
+    _groups_done.add(key)

@@ -1,0 +1,181 @@
+"""In a worker's child, before any candidate code: its cgroup, namespaces and user.
+
+`enter` runs in the freshly forked child (Popen's preexec_fn, or the fork server's fork) while
+it is still root. It unshares a mount, network and PID namespace and forks once more: the
+forked process is PID 1 of a namespace of its own (it sees no other process of the machine,
+so it can signal, renice, re-pin or ptrace none of them; when it exits, the kernel kills
+everything left in it), joins the worker's cgroup leaf, mounts a /proc of that namespace
+(no /proc/<bot pid>/environ to read), hides the cgroup hierarchy, and drops to the worker's
+own uid with no supplementary groups and no way to gain privileges. The process in between
+(the "keeper", outside the cgroup) closes everything, waits, and exits as its child did, so
+the exit status reads as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import stat
+import sys
+from dataclasses import asdict, dataclass
+
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG = 38, 1
+UID_BASE = 0x6B620000  # "kb" << 16: far above any uid a distribution hands out
+GID_BASE = 0x6B630000
+
+
+@dataclass(frozen=True)
+class Containment:
+    """What `enter` does for one worker (sent to the fork server as a dict)."""
+
+    leaf: str | None = None  # the worker's cgroup folder
+    namespaces: bool = False
+    uid: int | None = None  # None: stays the bot's user
+    gid: int | None = None
+    expose: tuple[str, ...] = ()  # paths the worker must reach though an ancestor is closed
+    hide: tuple[str, ...] = ()  # folders covered by an empty read-only tmpfs (cgroup mounts)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(data: dict | None) -> "Containment":
+        if not data:
+            return Containment()
+        return Containment(**{**data, "expose": tuple(data["expose"]), "hide": tuple(data["hide"])})
+
+
+_libc = None
+
+
+def _c():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def unshare(flags: int) -> None:
+    _check(_c().unshare(ctypes.c_int(flags)), "unshare")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda s: None if s is None else s.encode())
+    _check(_c().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+           f"mount {target}")
+
+
+def prctl(option: int, arg: int) -> None:
+    _check(_c().prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0),
+                      ctypes.c_ulong(0), ctypes.c_ulong(0)), "prctl")
+
+
+def enter(plan: Containment) -> None:
+    """Apply `plan` to this (child) process; returns in the contained process."""
+    if plan.namespaces:
+        unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID)
+        _fork_behind_keeper()
+    if plan.leaf:
+        with open(os.path.join(plan.leaf, "cgroup.procs"), "w") as f:
+            f.write("0")
+    if plan.namespaces:
+        mount(None, "/", None, MS_REC | MS_PRIVATE)
+        if plan.uid is not None:
+            expose(plan.expose, plan.uid)
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        for folder in plan.hide:
+            mount("tmpfs", folder, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+    if plan.uid is not None:
+        os.setgroups([])
+        os.setresgid(plan.gid, plan.gid, plan.gid)
+        os.setresuid(plan.uid, plan.uid, plan.uid)
+        os.umask(0o002)  # the replicas of one source share its compile cache through the group
+    if plan.namespaces:  # after the uid change, which clears it: the keeper killed, so is this
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _fork_behind_keeper() -> None:
+    """Fork; the parent waits for the child and exits as it did, holding nothing."""
+    pid = os.fork()
+    if pid == 0:
+        return
+    os.closerange(0, os.sysconf("SC_OPEN_MAX"))  # incl. Popen's error pipe and the channel
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(1)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def closed_ancestors(paths: tuple[str, ...], uid: int) -> dict[str, set[str]]:
+    """For each folder on the way to `paths` that others may not enter: the names below it
+    that the worker needs."""
+    needed: dict[str, set[str]] = {}
+    for path in paths:
+        parts = os.path.realpath(path).strip("/").split("/")
+        for depth in range(len(parts) if parts != [""] else 0):
+            folder = "/" + "/".join(parts[:depth])
+            try:
+                info = os.stat(folder)
+            except OSError:
+                break
+            if not (info.st_mode & stat.S_IXOTH) and info.st_uid != uid:
+                needed.setdefault(folder, set()).add(parts[depth])
+    return needed
+
+
+def expose(paths: tuple[str, ...], uid: int) -> None:
+    """Cover each closed folder on the way to `paths` with a tmpfs that holds only the names
+    the worker needs, bind-mounted from the folder underneath: /root stays closed, its
+    .pyenv becomes reachable; a bot's 0700 temp folder shows this worker's folder only."""
+    for folder, names in sorted(closed_ancestors(paths, uid).items(), key=lambda kv: kv[0].count("/")):
+        under = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+        try:
+            mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+            for name in sorted(names):
+                source, target = f"/proc/self/fd/{under}/{name}", os.path.join(folder, name)
+                if os.path.isdir(source):
+                    os.mkdir(target)
+                else:
+                    open(target, "w").close()
+                mount(source, target, None, MS_BIND | MS_REC)
+        finally:
+            os.close(under)
+
+
+def probe() -> str:
+    """'' where a child can take all of `enter`'s steps here, else why not (checked once)."""
+    if sys.platform != "linux":
+        return "not Linux"
+    if os.geteuid() != 0:
+        return "not root"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return "" if os.waitstatus_to_exitcode(status) == 0 else "unshare(mount, net, pid) refused"
