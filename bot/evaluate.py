@@ -20,7 +20,7 @@ from bot.eval_workers import Replicas, construct_all, materialise, open_session,
 from bot.gpulock import device_key, gpu_exclusive, gpu_shared
 from bot.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.roofline import floor_us, peaks_for
-from bot.sandbox import Limits
+from bot.sandbox import Limits, freezer
 from bot.timing import TimingOptions, TimingRecord, time_interleaved
 from bot.trials import ReferenceInfo, TrialStats, failure_check, run_trials, tunes_on_first_call
 from bot.workers import WorkerClient, WorkerFailure
@@ -233,7 +233,8 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                 replicate=lambda chosen: replicas.ready(chosen, construct, checks, limits.construct_timeout_s,
                                                         progress),
                 exclusive=lambda: gpu_exclusive(lock_key),  # one measurement at a time per device
-                retire=lambda done: release_caches(done, lock_key, limits.call_timeout_s, options.parallel))
+                retire=lambda done: release_caches(done, lock_key, limits.call_timeout_s, options.parallel),
+                window=freezer.freeze_all_but, phase=freezer.timing_phase)
         except WorkerFailure as exc:
             raise _problem_failure(problem, exc) from None
         progress(f"{problem.name} [{shape.name}] timed: "

@@ -98,11 +98,11 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
     try:
         worker.request({"op": "stage", "seeds": seeds, "distribution": "standard"},
                        call_timeout_s * len(seeds), "call")
-        with window(worker):
-            started = time.perf_counter()
-            reply = worker.request({"op": "time", "fp_seed": fp_seed, "mode": options.mode},
-                                   call_timeout_s * len(seeds), "call")
-            wall_us = (time.perf_counter() - started) * 1e6
+        window(worker)  # every other contender's processes frozen from here on
+        started = time.perf_counter()
+        reply = worker.request({"op": "time", "fp_seed": fp_seed, "mode": options.mode},
+                               call_timeout_s * len(seeds), "call")
+        wall_us = (time.perf_counter() - started) * 1e6
         busy = harness.gpu_left_busy()
         # Picked after the batch, from calls the worker had to commit to (fingerprints) inside
         # the window: what it returns now cannot change what it computed then.
@@ -161,11 +161,13 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
 _DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
                 "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
-Window = Callable[[WorkerClient], ContextManager]  # around a timed batch (bot.sandbox freezing)
+# Called right before each timed batch with its worker: the sandbox freezes every other
+# contender's processes there (bot.sandbox.freezer), until the timing phase ends.
+Window = Callable[[WorkerClient], object]
 
 
-def _no_window(worker: WorkerClient) -> ContextManager:
-    return contextlib.nullcontext()
+def _no_window(worker: WorkerClient) -> None:
+    return None
 
 
 class HarnessCost:
@@ -255,7 +257,8 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
                      replicate: Replicate | None = None,
                      exclusive: Callable[[], ContextManager] = contextlib.nullcontext,
                      retire: Callable[[Sequence[WorkerClient]], None] | None = None,
-                     window: Window = _no_window) -> dict[str, TimingRecord]:
+                     window: Window = _no_window,
+                     phase: Callable[[], ContextManager] = contextlib.nullcontext) -> dict[str, TimingRecord]:
     """Time all contenders in one run; each round visits every worker of every contender
     once, in a fresh random order.
 
@@ -265,8 +268,10 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
     first one first). Timing phases run inside `exclusive()`; building replicas does not.
     `retire` gets each worker once, outside `exclusive()`, when it will not be timed again on
     this shape: the screened-out (and failed) ones when screening ends, the rest at the end,
-    so that their GPU memory is not held while others work. `window(worker)` is held around
-    each timed batch (the sandbox freezes every other worker there).
+    so that their GPU memory is not held while others work. `window(worker)` is called right
+    before each timed batch, inside `phase()`, which wraps each timing phase (the sandbox
+    freezes every other contender's processes for the batch, and thaws them all when the phase
+    ends).
     """
     dtypes = [m["dtype"] for m in info.meta]
     harness = HarnessCost(reference, info.meta, info.nbytes, options.mode, rng, call_timeout_s)
@@ -285,7 +290,7 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
             retire(leaving)
 
     if len(active) > options.finalists + len(keep & set(active)):
-        with exclusive(), _pinned(active):
+        with exclusive(), _pinned(active), phase():
             active = _warm_up(run, active, records, warmed)
             for _ in range(2):
                 active = _visit_all(run, active, records, keep=True)
@@ -296,7 +301,7 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
     if replicate is not None and active:
         active = replicate({n: workers[0] for n, workers in active.items()})
         everyone.update((id(w), w) for workers in active.values() for w in workers)
-    with exclusive(), _pinned(active):
+    with exclusive(), _pinned(active), phase():
         active = _warm_up(run, active, records, warmed)
         _time(run, active, progress, records)
     let_go({})
