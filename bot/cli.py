@@ -147,6 +147,9 @@ def tuning_options(func):
         click.option("--max-tokens", type=int, default=None, help="LLM token budget per problem."),
         click.option("--min-speedup", type=float, default=1.05, show_default=True,
                      help="Claim only when the 95% interval's lower bound clears this."),
+        click.option("--max-plausible-speedup", type=click.FloatRange(1, min_open=True), default=100.0,
+                     show_default=True, help="A speedup above this is flagged for a human "
+                     "('implausible; check the baseline') and never claimed."),
         click.option("--time-cap-s", type=float, default=None, help="Timing budget per shape."),
         TIMING,
         click.option("--exclude", multiple=True, metavar="PATTERN",
@@ -171,9 +174,9 @@ def tuning_options(func):
 @REPLICAS
 def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backend: str, samples: int,
              budget_s: float, max_rounds: int, max_tokens: int | None, min_speedup: float,
-             time_cap_s: float | None, timing: str, exclude: tuple[str, ...], device: str, sandbox: str,
-             as_json: bool, out: str | None, jobs: int, gpus: str | None, cache: bool,
-             shapes: str | None, replicas: int) -> None:
+             max_plausible_speedup: float, time_cap_s: float | None, timing: str, exclude: tuple[str, ...],
+             device: str, sandbox: str, as_json: bool, out: str | None, jobs: int, gpus: str | None,
+             cache: bool, shapes: str | None, replicas: int) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
     from bot.outputs import render_optimize
     from bot.pipeline import optimize_all, raise_if_any_failed
@@ -181,7 +184,7 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
 
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
                                max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache, timing,
-                               replicas)
+                               replicas, max_plausible_speedup)
     loaded = [only_shapes(load_problem(p), _names(shapes), options.evaluation.device) for p in problems]
     results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, _progress)
     payload = [r.to_json(min_speedup) for r in results]
@@ -217,9 +220,9 @@ def _explicit(ctx: click.Context, **values) -> dict:
 @click.pass_context
 def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all_problems: bool,
             strategy: str, model: str | None, backend: str, samples: int, budget_s: float,
-            max_rounds: int, max_tokens: int | None, min_speedup: float, time_cap_s: float | None,
-            timing: str, exclude: tuple[str, ...], device: str, sandbox: str, out: str, jobs: int,
-            gpus: str | None) -> None:
+            max_rounds: int, max_tokens: int | None, min_speedup: float, max_plausible_speedup: float,
+            time_cap_s: float | None, timing: str, exclude: tuple[str, ...], device: str, sandbox: str,
+            out: str, jobs: int, gpus: str | None) -> None:
     """The whole pipeline locally, then print the pull request it would open. No GitHub, no token.
 
     On the default branch with nothing changed, it runs every problem (the embedded default)."""
@@ -231,6 +234,7 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     repo = Path(repo_path).resolve()
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
                           budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
+                          max_plausible_speedup=max_plausible_speedup,
                           time_cap_s=time_cap_s, timing=timing, device=device, sandbox=sandbox)
     settings = load_settings(repo, overrides=overrides)
     changed = None
@@ -266,13 +270,14 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
 @click.pass_context
 def run(ctx: click.Context, results_dir: str, shard: str | None, strategy: str, model: str | None,
         backend: str, samples: int, budget_s: float, max_rounds: int, max_tokens: int | None,
-        min_speedup: float, time_cap_s: float | None, timing: str, exclude: tuple[str, ...],
-        device: str, sandbox: str, jobs: int, gpus: str | None) -> None:
+        min_speedup: float, max_plausible_speedup: float, time_cap_s: float | None, timing: str,
+        exclude: tuple[str, ...], device: str, sandbox: str, jobs: int, gpus: str | None) -> None:
     """Stage 1 of the Action (GPU runner, read-only token): event -> results directory."""
     from bot.actions import run_stage_one
 
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
                           budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
+                          max_plausible_speedup=max_plausible_speedup,
                           time_cap_s=time_cap_s, timing=timing, device=device, sandbox=sandbox)
     run_stage_one(Path(results_dir), overrides, shard, jobs, max_tokens, exclude, _progress, click.echo,
                   gpus=gpus)
