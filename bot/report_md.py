@@ -11,6 +11,8 @@ from typing import Any, Sequence
 from bot import report_data as rd
 from bot.problems import DISTRIBUTIONS
 
+FLAG = "implausible; check the baseline"  # equals bot.plausible.FLAG (not imported: stage 2 reads JSON)
+
 REPORT_MARKER = "<!-- kernel-bot:report -->"
 STICKY_MARKER = "<!-- kernel-bot:sticky -->"  # equals bot.github.STICKY_MARKER (not imported: PyGithub)
 GITHUB_BODY_MAX_CHARS = 65_536  # PR bodies and comments; GitHub answers 422 above it
@@ -84,7 +86,7 @@ def implausible_flags(problem: dict[str, Any]) -> str:
         return ""
     top = flags[0]
     more = f" ({len(flags)} candidates flagged)" if len(flags) > 1 else ""
-    return (f"implausible; check the baseline: `{rd.cell(top.get('name'))}` measured "
+    return (f"{FLAG}: `{rd.cell(top.get('name'))}` measured "
             f"{rd.fmt_speedup(top.get('speedup'), top.get('speedup_ci'))}: {rd.cell(top.get('evidence'), 400)}"
             f"{more}. Not claimed.")
 
@@ -231,8 +233,10 @@ def attempts_table(problem: dict[str, Any]) -> str:
         origin = (a.get("origin") or {}).get("detail") or (a.get("origin") or {}).get("strategy")
         if not a.get("accepted"):
             reason = a.get("reason") or "; ".join(rd.rejection_reasons(a))
-        elif a.get("not_timed"):
-            reason = f"correct; not timed: {rd.cell(a.get('not_timed'))}"
+        elif a.get("not_timed") or problem.get("not_timed"):
+            reason = f"correct; not timed: {rd.cell(a.get('not_timed') or problem.get('not_timed'))}"
+        elif not rd.plausible(problem, a):
+            reason = f"{FLAG} (not claimed)"
         elif a.get("slower_shapes"):
             reason = "significantly slower on " + ", ".join(rd.cell(s, 40) for s in a["slower_shapes"])
         elif a.get("speedup_ci"):
@@ -241,12 +245,19 @@ def attempts_table(problem: dict[str, Any]) -> str:
             reason = "verified, not timed against the baseline"
         lines.append(f"| {a.get('round', rd.MISSING)} | {rd.cell(a.get('name'), 80)} | {rd.cell(origin, 80)} "
                      f"| {rd.cell(a.get('status'))} "
-                     f"| {rd.fmt_speedup(a.get('speedup'), a.get('speedup_ci'))} "
+                     f"| {rd.fmt_speedup(*_shown(problem, a))} "
                      f"| {rd.fmt_us(a.get('median_us'))} | {rd.cell(reason, 300)} |")
     for s in problem.get("skipped") or ():
         lines.append(f"| {rd.MISSING} | {rd.cell(s.get('transformation'), 80)} | {rd.MISSING} | skipped "
                      f"| {rd.MISSING} | {rd.MISSING} | {rd.cell(s.get('reason'), 300)} |")
     return "\n".join(lines)
+
+
+def _shown(problem: dict[str, Any], attempt: dict[str, Any]) -> tuple[Any, Any]:
+    """An attempt's (speedup, interval) as a report may show them: none for a simulator's timing."""
+    if attempt.get("not_timed") or problem.get("not_timed"):
+        return None, None
+    return attempt.get("speedup"), attempt.get("speedup_ci")
 
 
 def _seconds(value: float | None) -> str:
