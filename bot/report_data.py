@@ -198,8 +198,36 @@ def device_label(results: dict[str, Any]) -> str:
     return str(environment(results).get("device_name") or "an unknown device")
 
 
+@dataclass(frozen=True)
+class ChartBar:
+    """One bar of the speedup chart: an operator on one shape, or a note where nothing was timed."""
+
+    problem: str
+    shape: str
+    speedup: float | None
+    ci: tuple[float, float] | None
+    claimed: bool  # the operator's best candidate, its whole interval over the threshold
+    note: str | None = None  # why there is no bar (not timed under a simulator)
+
+
+def chart_bars(results: dict[str, Any]) -> list[ChartBar]:
+    """Every operator's contender per shape (claimed or not, faster or slower), and a note for
+    each operator verified but not timed; implausible timings are never drawn."""
+    claimed = {id(p) for p in improved(results)}
+    bars = []
+    for p in problems(results):
+        name = str(p.get("problem"))
+        if p.get("not_timed"):
+            bars.append(ChartBar(name, "", None, None, False, f"not timed: {p['not_timed']}"))
+            continue
+        for r in shape_rows(p):
+            if r.speedup is not None and r.ci is not None:
+                bars.append(ChartBar(name, r.shape, r.speedup, r.ci, id(p) in claimed))
+    return bars
+
+
 def chart_rows(results: dict[str, Any]) -> list[tuple[str, float, float, float]]:
-    """(operator, speedup, ci_low, ci_high) for every problem with a timed contender."""
+    """(operator, speedup, ci_low, ci_high) for every problem with a plausible timed contender."""
     rows = []
     for p in problems(results):
         value, ci = best_speedup(p)
