@@ -41,11 +41,28 @@ REPLICAS = click.option("--replicas", type=click.IntRange(1, STEADY_REPLICAS), d
 
 
 _STARTED = time.monotonic()
+_QUIET = False  # -q: no progress at all (set by `main`)
 
 
 def _progress(message: str) -> None:
     # Seconds since the command started: where a long run spends its time, at a glance.
-    click.echo(f"... [{time.monotonic() - _STARTED:6.1f}s] {message}", err=True)
+    if not _QUIET:
+        click.echo(f"... [{time.monotonic() - _STARTED:6.1f}s] {message}", err=True)
+
+
+def _progress_view(problems, device: str):
+    """Live bars per problem on a terminal, the plain lines elsewhere, nothing with -q."""
+    from bot.progress_view import ProblemPlan, progress_view
+
+    plans = [ProblemPlan(p.name, len(p.shapes_for(device))) for p in problems]
+    return progress_view(plans, quiet=_QUIET, started=_STARTED)
+
+
+def _table(problems: list[dict]) -> bool:
+    """The outcome table, rendered as a table on a terminal (stdout); False where not shown."""
+    from bot.progress_view import results_table
+
+    return results_table(problems, sys.stdout)
 
 
 class BotGroup(click.Group):
@@ -59,8 +76,11 @@ class BotGroup(click.Group):
 
 @click.group(cls=BotGroup)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def main(verbose: bool) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="No progress output (bars or lines) on stderr.")
+def main(verbose: bool, quiet: bool) -> None:
     """kernel-bot: verified, honestly measured faster GPU kernels."""
+    global _QUIET
+    _QUIET = quiet
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
 
@@ -186,12 +206,14 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
                                max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache, timing,
                                replicas, max_plausible_speedup)
     loaded = [only_shapes(load_problem(p), _names(shapes), options.evaluation.device) for p in problems]
-    results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, _progress)
+    with _progress_view(loaded, options.evaluation.device) as progress:
+        results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, progress)
     payload = [r.to_json(min_speedup) for r in results]
     if as_json:
         click.echo(json.dumps(payload[0] if len(payload) == 1 else {"problems": payload}, indent=2))
     else:
         click.echo(render_optimize(results, min_speedup))
+        _table(payload)
     raise_if_any_failed(payload)
 
 
@@ -254,8 +276,10 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     trigger = Trigger(kind="cli", base_ref=base, head_ref=head)
     job = Job(repo, settings, trigger, job_options(settings, max_tokens=max_tokens, exclude=exclude),
               Path(out), jobs, gpus)
-    payload, plan = run_job(job, problems, _progress)
+    with _progress_view(problems, job.options.evaluation.device) as progress:
+        payload, plan = run_job(job, problems, progress)
     click.echo(describe_plan(plan))
+    _table(payload["problems"])
     click.echo(f"\nWrote results.json, report.md, junit.xml, patch.diff and candidates to {out}/")
     raise_if_any_failed(payload["problems"])
 
