@@ -22,6 +22,14 @@ def _names(cands):
     return {c.name for c in cands}
 
 
+def test_no_knob_variants_of_an_interpreted_kernel_on_cpu():
+    problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
+    cands, skipped = search_candidates(problem, bases_for(problem), "cpu")
+    assert not [c for c in cands if c.name.startswith("tune-")] and "eager-reference" in _names(cands)
+    reasons = {s.transformation: s.reason for s in skipped}
+    assert "no setting is timed" in reasons["Triton autotuning of target"]
+
+
 def test_catalogue_on_gpu_covers_compile_modes_graphs_and_tuning():
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
     cands, skipped = search_candidates(problem, bases_for(problem), "cuda")
