@@ -124,6 +124,15 @@ class LiveBars:
         return True
 
 
+def _have_rich() -> bool:
+    """rich is a dependency of the bot, but a GPU image may carry only torch, triton, numpy and click."""
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 @contextmanager
 def progress_view(plans: Sequence[ProblemPlan], quiet: bool = False, stream: IO[str] | None = None,
                   terminal: bool | None = None, started: float | None = None,
@@ -133,7 +142,7 @@ def progress_view(plans: Sequence[ProblemPlan], quiet: bool = False, stream: IO[
     if quiet:
         yield lambda _message: None
         return
-    live = stream.isatty() if terminal is None else terminal
+    live = (stream.isatty() if terminal is None else terminal) and _have_rich()
     if not live:
         yield _plain(stream, time.monotonic() if started is None else started)
         return
@@ -146,7 +155,7 @@ def progress_view(plans: Sequence[ProblemPlan], quiet: bool = False, stream: IO[
 def results_table(problems: Sequence[dict[str, Any]], stream: IO[str], terminal: bool | None = None,
                   width: int | None = None) -> bool:
     """The run's outcome per operator as a rich table on a terminal; False (nothing printed) elsewhere."""
-    if not (stream.isatty() if terminal is None else terminal):
+    if not (stream.isatty() if terminal is None else terminal) or not _have_rich():
         return False
     from rich.console import Console
     from rich.table import Table

@@ -27,5 +27,3 @@ def simulated_reason(source: str, device: str) -> str | None:
         return None
     return next((why for pattern, why in _SIMULATED_ON_CPU if pattern.search(source)), None)
 
-
-NOT_TIMED = "correct; not timed: {reason}"

@@ -4,7 +4,6 @@ implausible speedup, in any title, comment, check run or chart."""
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest

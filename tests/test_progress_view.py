@@ -99,3 +99,12 @@ def test_cli_quiet_flag_silences_progress_and_plain_lines_otherwise():
     assert loud.exit_code == 0 and re.search(r"^\.\.\. \[ *\d+\.\ds\] scale_add", loud.stderr, re.M)
     quiet = CliRunner().invoke(main, ["-q", *args], catch_exceptions=False)
     assert quiet.exit_code == 0 and quiet.stderr == "" and "ACCEPTED" in quiet.stdout
+
+
+def test_a_terminal_without_rich_gets_the_plain_lines(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "rich", None)  # as on a GPU image without it
+    stream = io.StringIO()
+    with progress_view(PLANS, stream=stream, terminal=True) as progress:
+        progress(RUN[1])
+    assert stream.getvalue().startswith("... [") and RUN[1] in stream.getvalue()
+    assert not results_table([], io.StringIO(), terminal=True)
