@@ -96,6 +96,9 @@ def test_interpreted_triton_candidate_is_verified_not_timed(quick_options):
     assert outcome.not_timed == INTERPRETER and outcome.speedup is None
     assert result.baseline.not_timed is None
     assert result.baseline.shapes[0].measurement is not None  # the plain baseline was timed
+    from bot.report import render_table
+
+    assert f"big_add_triton: correct; not timed: {INTERPRETER}" in render_table(result)
 
 
 @pytest.mark.slow
