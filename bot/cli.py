@@ -41,11 +41,28 @@ REPLICAS = click.option("--replicas", type=click.IntRange(1, STEADY_REPLICAS), d
 
 
 _STARTED = time.monotonic()
+_QUIET = False  # -q: no progress at all (set by `main`)
 
 
 def _progress(message: str) -> None:
     # Seconds since the command started: where a long run spends its time, at a glance.
-    click.echo(f"... [{time.monotonic() - _STARTED:6.1f}s] {message}", err=True)
+    if not _QUIET:
+        click.echo(f"... [{time.monotonic() - _STARTED:6.1f}s] {message}", err=True)
+
+
+def _progress_view(problems, device: str):
+    """Live bars per problem on a terminal, the plain lines elsewhere, nothing with -q."""
+    from bot.progress_view import ProblemPlan, progress_view
+
+    plans = [ProblemPlan(p.name, len(p.shapes_for(device))) for p in problems]
+    return progress_view(plans, quiet=_QUIET, started=_STARTED)
+
+
+def _table(problems: list[dict]) -> bool:
+    """The outcome table, rendered as a table on a terminal (stdout); False where not shown."""
+    from bot.progress_view import results_table
+
+    return results_table(problems, sys.stdout)
 
 
 class BotGroup(click.Group):
@@ -59,8 +76,11 @@ class BotGroup(click.Group):
 
 @click.group(cls=BotGroup)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def main(verbose: bool) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="No progress output (bars or lines) on stderr.")
+def main(verbose: bool, quiet: bool) -> None:
     """kernel-bot: verified, honestly measured faster GPU kernels."""
+    global _QUIET
+    _QUIET = quiet
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
 
@@ -147,6 +167,9 @@ def tuning_options(func):
         click.option("--max-tokens", type=int, default=None, help="LLM token budget per problem."),
         click.option("--min-speedup", type=float, default=1.05, show_default=True,
                      help="Claim only when the 95% interval's lower bound clears this."),
+        click.option("--max-plausible-speedup", type=click.FloatRange(1, min_open=True), default=100.0,
+                     show_default=True, help="A speedup above this is flagged for a human "
+                     "('implausible; check the baseline') and never claimed."),
         click.option("--time-cap-s", type=float, default=None, help="Timing budget per shape."),
         TIMING,
         click.option("--exclude", multiple=True, metavar="PATTERN",
@@ -171,9 +194,9 @@ def tuning_options(func):
 @REPLICAS
 def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backend: str, samples: int,
              budget_s: float, max_rounds: int, max_tokens: int | None, min_speedup: float,
-             time_cap_s: float | None, timing: str, exclude: tuple[str, ...], device: str, sandbox: str,
-             as_json: bool, out: str | None, jobs: int, gpus: str | None, cache: bool,
-             shapes: str | None, replicas: int) -> None:
+             max_plausible_speedup: float, time_cap_s: float | None, timing: str, exclude: tuple[str, ...],
+             device: str, sandbox: str, as_json: bool, out: str | None, jobs: int, gpus: str | None,
+             cache: bool, shapes: str | None, replicas: int) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
     from bot.outputs import render_optimize
     from bot.pipeline import optimize_all, raise_if_any_failed
@@ -181,14 +204,16 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
 
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
                                max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache, timing,
-                               replicas)
+                               replicas, max_plausible_speedup)
     loaded = [only_shapes(load_problem(p), _names(shapes), options.evaluation.device) for p in problems]
-    results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, _progress)
+    with _progress_view(loaded, options.evaluation.device) as progress:
+        results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, progress)
     payload = [r.to_json(min_speedup) for r in results]
     if as_json:
         click.echo(json.dumps(payload[0] if len(payload) == 1 else {"problems": payload}, indent=2))
     else:
         click.echo(render_optimize(results, min_speedup))
+        _table(payload)
     raise_if_any_failed(payload)
 
 
@@ -217,9 +242,9 @@ def _explicit(ctx: click.Context, **values) -> dict:
 @click.pass_context
 def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all_problems: bool,
             strategy: str, model: str | None, backend: str, samples: int, budget_s: float,
-            max_rounds: int, max_tokens: int | None, min_speedup: float, time_cap_s: float | None,
-            timing: str, exclude: tuple[str, ...], device: str, sandbox: str, out: str, jobs: int,
-            gpus: str | None) -> None:
+            max_rounds: int, max_tokens: int | None, min_speedup: float, max_plausible_speedup: float,
+            time_cap_s: float | None, timing: str, exclude: tuple[str, ...], device: str, sandbox: str,
+            out: str, jobs: int, gpus: str | None) -> None:
     """The whole pipeline locally, then print the pull request it would open. No GitHub, no token.
 
     On the default branch with nothing changed, it runs every problem (the embedded default)."""
@@ -231,6 +256,7 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     repo = Path(repo_path).resolve()
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
                           budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
+                          max_plausible_speedup=max_plausible_speedup,
                           time_cap_s=time_cap_s, timing=timing, device=device, sandbox=sandbox)
     settings = load_settings(repo, overrides=overrides)
     changed = None
@@ -250,8 +276,10 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     trigger = Trigger(kind="cli", base_ref=base, head_ref=head)
     job = Job(repo, settings, trigger, job_options(settings, max_tokens=max_tokens, exclude=exclude),
               Path(out), jobs, gpus)
-    payload, plan = run_job(job, problems, _progress)
+    with _progress_view(problems, job.options.evaluation.device) as progress:
+        payload, plan = run_job(job, problems, progress)
     click.echo(describe_plan(plan))
+    _table(payload["problems"])
     click.echo(f"\nWrote results.json, report.md, junit.xml, patch.diff and candidates to {out}/")
     raise_if_any_failed(payload["problems"])
 
@@ -266,13 +294,14 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
 @click.pass_context
 def run(ctx: click.Context, results_dir: str, shard: str | None, strategy: str, model: str | None,
         backend: str, samples: int, budget_s: float, max_rounds: int, max_tokens: int | None,
-        min_speedup: float, time_cap_s: float | None, timing: str, exclude: tuple[str, ...],
-        device: str, sandbox: str, jobs: int, gpus: str | None) -> None:
+        min_speedup: float, max_plausible_speedup: float, time_cap_s: float | None, timing: str,
+        exclude: tuple[str, ...], device: str, sandbox: str, jobs: int, gpus: str | None) -> None:
     """Stage 1 of the Action (GPU runner, read-only token): event -> results directory."""
     from bot.actions import run_stage_one
 
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
                           budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
+                          max_plausible_speedup=max_plausible_speedup,
                           time_cap_s=time_cap_s, timing=timing, device=device, sandbox=sandbox)
     run_stage_one(Path(results_dir), overrides, shard, jobs, max_tokens, exclude, _progress, click.echo,
                   gpus=gpus)

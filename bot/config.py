@@ -36,6 +36,8 @@ class Settings:
     max_rounds: int = 5
     samples: int = 2
     min_speedup: float = 1.05
+    # A speedup above it is flagged for a human and never claimed (bot.plausible).
+    max_plausible_speedup: float = 100.0
     model: str | None = None
     backend: str = "triton"  # "triton" | "cuda"
     sandbox: str = "process"  # "process" | "docker"
@@ -118,6 +120,7 @@ CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_rounds": _integer(1, "an integer >= 1"),
     "samples": _integer(1, "an integer >= 1"),
     "min_speedup": _number(1, True, "a number >= 1 (1.05 = 5% faster)"),
+    "max_plausible_speedup": _number(1, False, "a number > 1 (100 = a 100x speedup is flagged)"),
     "model": _string,
     "backend": _choice("triton", "cuda"),
     "sandbox": _choice("process", "docker"),

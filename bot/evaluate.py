@@ -21,6 +21,7 @@ from bot.gpulock import device_key, gpu_exclusive, gpu_shared
 from bot.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.roofline import floor_us, peaks_for
 from bot.sandbox import Limits, freezer
+from bot.simulated import simulated_reason
 from bot.timing import TimingOptions, TimingRecord, time_interleaved
 from bot.trials import ReferenceInfo, TrialStats, failure_check, run_trials, tunes_on_first_call
 from bot.workers import WorkerClient, WorkerFailure
@@ -86,7 +87,8 @@ def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: Cand
     With `options.use_cache`, candidates already judged against the same problem, baseline and
     machine stack are taken from the cache (bot.cache) instead of being run again."""
     if not options.use_cache:
-        return _evaluate_fresh(problem, candidates, baseline, options, progress)
+        return untimed_where_simulated(_evaluate_fresh(problem, candidates, baseline, options, progress),
+                                       options.device)
     from bot.cache import ResultCache, environment_key
 
     # The timing mode is part of what a cached time means (bot.timing.TimingOptions.mode).
@@ -102,7 +104,30 @@ def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: Cand
     for outcome in evaluation.candidates:
         cache.put(problem, baseline, outcome)
     merged = tuple(hit if hit is not None else by_candidate[id(c)] for c, hit in zip(candidates, cached))
-    return Evaluation(problem, evaluation.environment, evaluation.baseline, merged)
+    # A cache written before a contender was known to be simulated may still hold its speedup.
+    return untimed_where_simulated(Evaluation(problem, evaluation.environment, evaluation.baseline, merged),
+                                   options.device)
+
+
+def untimed_where_simulated(evaluation: Evaluation, device: str) -> Evaluation:
+    """Every contender that runs under a simulator on `device` marked not timed, its times and
+    speedups dropped; with a simulated baseline, no candidate keeps a speedup either."""
+    def mark(outcome: ContenderOutcome, reason: str | None) -> ContenderOutcome:
+        if reason is None:
+            return outcome
+        shapes = tuple(replace(s, measurement=None, speedup=None) for s in outcome.shapes)
+        return replace(outcome, shapes=shapes, not_timed=reason)
+
+    base = evaluation.baseline
+    base_reason = simulated_reason(base.candidate.source, device) if base is not None else None
+    candidates = tuple(mark(c, simulated_reason(c.candidate.source, device)) for c in evaluation.candidates)
+    if base_reason is not None:
+        # Correct or not, a candidate's ratio to a simulated baseline measures the simulator.
+        candidates = tuple(c if c.not_timed else replace(
+            c, shapes=tuple(replace(s, speedup=None) for s in c.shapes),
+            not_timed=f"its baseline {base_reason}") for c in candidates)
+    return replace(evaluation, baseline=mark(base, base_reason) if base is not None else None,
+                   candidates=candidates)
 
 
 def ran_out_of_gpu_memory(outcome: ContenderOutcome) -> bool:
@@ -188,9 +213,17 @@ def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline
         # On a GPU, code that picks its kernels by timing them does so with the GPU to itself.
         self_tuning = frozenset(n for n, c in zip(names, contenders)
                                 if options.device == "cuda" and tunes_on_first_call(c.source))
+        # Verified, not timed (bot.simulated); with a simulated baseline there is nothing to
+        # time against. rmsnorm's interpreted Triton baseline took 181 ms a call on 2 vCPUs.
+        simulated = {n for n, c in zip(names, contenders) if simulated_reason(c.source, options.device)}
+        untimed = frozenset(names if baseline is not None and names[0] in simulated else simulated)
+        if untimed:
+            progress(f"{problem.name}: {len(untimed)} contender(s) verified but not timed: "
+                     "they run under a simulator on this device")
         for shape in problem.shapes_for(options.device):
             _evaluate_shape(problem, shape, reference, workers, replicas, checks, per_shape, rng,
-                            options, environment, baseline is not None, names, progress, self_tuning)
+                            options, environment, baseline is not None, names, progress, self_tuning,
+                            untimed)
     outcomes = [ContenderOutcome(c, "baseline" if baseline is not None and i == 0 else "candidate",
                                  verify.judge(checks[n]), tuple(per_shape[n]))
                 for i, (n, c) in enumerate(zip(names, contenders))]
@@ -203,7 +236,8 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                     checks: dict[str, list[CheckResult]],
                     per_shape: dict[str, list[ShapeOutcome]], rng: random.Random,
                     options: EvalOptions, environment: Environment, has_baseline: bool,
-                    names: list[str], progress: Progress, self_tuning: frozenset[str]) -> None:
+                    names: list[str], progress: Progress, self_tuning: frozenset[str],
+                    untimed: frozenset[str] = frozenset()) -> None:
     limits = options.limits
     seed = rng.getrandbits(62)
     construct = {"op": "construct", "overrides": dict(shape.overrides), "seed": seed}
@@ -222,8 +256,9 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         raise _problem_failure(problem, exc) from None
     for name, found in trial_checks.items():
         checks[name].extend(found)
-    passed = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
-    progress(f"{problem.name} [{shape.name}] verified: {len(passed)} of {len(workers)} contender(s) pass")
+    verified = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
+    progress(f"{problem.name} [{shape.name}] verified: {len(verified)} of {len(workers)} contender(s) pass")
+    passed = {n: w for n, w in verified.items() if n not in untimed}
     records: dict[str, TimingRecord] = {}
     if passed:
         try:

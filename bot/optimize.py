@@ -12,6 +12,7 @@ from bot.domain import CandidateSource, Environment, Problem, Progress
 from bot.errors import BotError, ProblemError
 from bot.evaluate import EvalOptions, evaluate
 from bot.outcomes import ContenderOutcome, Evaluation
+from bot.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible, implausibility
 from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import path_of
@@ -32,6 +33,7 @@ class OptimizeOptions:
     max_rounds: int = 5
     max_total_tokens: int | None = None
     min_speedup: float = 1.05
+    max_plausible_speedup: float = DEFAULT_MAX_PLAUSIBLE_SPEEDUP  # above it: flagged, never claimed
     roofline_stop_pct: float = 90.0  # stop refining once the best reaches this % of the floor
     exclude: tuple[str, ...] = ()  # fnmatch patterns of search candidate names to leave out
     evaluation: EvalOptions = field(default_factory=EvalOptions)
@@ -50,6 +52,8 @@ class Attempt:
     def reason(self) -> str:
         if not self.outcome.verdict.accepted:
             return "; ".join(self.outcome.verdict.reasons)
+        if self.outcome.not_timed:
+            return f"correct; not timed: {self.outcome.not_timed}"
         ci = self.outcome.speedup_ci
         if ci is None:
             return "accepted (not timed against a baseline)"
@@ -74,6 +78,18 @@ class OptimizeResult:
     wall_s: float
     llm: dict[str, Any] = field(default_factory=dict)  # tokens, cost, transcript
     error: str | None = None  # the problem could not be evaluated (one clear line)
+    implausible: tuple[Implausible, ...] = ()  # timed, kept from a claim by the guard
+    max_plausible_speedup: float = DEFAULT_MAX_PLAUSIBLE_SPEEDUP
+
+    @property
+    def outcome(self) -> str:
+        if self.error:
+            return "failed"
+        if self.best:
+            return "improved"
+        if self.baseline is not None and self.baseline.not_timed:
+            return "not timed"
+        return "implausible" if self.implausible else "no significant improvement"
 
     def to_json(self, min_speedup: float) -> dict[str, Any]:
         best = None
@@ -86,9 +102,11 @@ class OptimizeResult:
                     "shapes": [s.to_json() for s in self.best.shapes]}
         return {"problem": self.problem.name, "problem_path": str(self.problem.path),
                 "target": self.problem.target_relpath, "best": best,
-                "outcome": "failed" if self.error else "improved" if best else "no significant improvement",
+                "outcome": self.outcome,
                 **({"error": self.error} if self.error else {}),
-                "min_speedup": min_speedup, "stopped": self.stopped, "wall_s": self.wall_s,
+                "not_timed": self.baseline.not_timed if self.baseline else None,
+                "implausible": [f.to_json() for f in self.implausible],
+                "min_speedup": min_speedup, "max_plausible_speedup": self.max_plausible_speedup, "stopped": self.stopped, "wall_s": self.wall_s,
                 "baseline": self.baseline.to_json() if self.baseline else None,
                 "attempts": [a.to_json(min_speedup) for a in self.attempts],
                 "skipped": [{"transformation": s.transformation, "reason": s.reason}
@@ -106,10 +124,20 @@ def failed_result(problem: Problem, error: str, device: str, wall_s: float = 0.0
     return OptimizeResult(problem, nowhere, None, None, (), (), "failed", wall_s, error=error)
 
 
-def select_best(attempts: list[Attempt], min_speedup: float) -> ContenderOutcome | None:
-    """The fastest accepted candidate whose whole confidence interval clears `min_speedup`."""
-    winners = [a.outcome for a in attempts if a.outcome.significant(min_speedup)]
+def select_best(attempts: list[Attempt], min_speedup: float,
+                max_plausible: float = DEFAULT_MAX_PLAUSIBLE_SPEEDUP) -> ContenderOutcome | None:
+    """The fastest accepted candidate whose whole confidence interval clears `min_speedup`,
+    and that the plausibility guard (bot.plausible) does not flag."""
+    winners = [a.outcome for a in attempts if a.outcome.significant(min_speedup)
+               and implausibility(a.outcome, max_plausible) is None]
     return max(winners, key=lambda o: (o.speedup_ci[0], o.speedup), default=None)
+
+
+def flagged(attempts: list[Attempt], max_plausible: float) -> tuple[Implausible, ...]:
+    """Accepted candidates the plausibility guard flags, the largest speedup first."""
+    found = [f for a in attempts if a.outcome.verdict.accepted
+             and (f := implausibility(a.outcome, max_plausible)) is not None]
+    return tuple(sorted(found, key=lambda f: -(f.speedup or 0.0)))
 
 
 def split_candidates(problem: Problem, baseline: CandidateSource, searched: list[Attempt],
@@ -257,7 +285,7 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
         stopped = _llm_rounds(problem, baseline, options, proposer, hardware, attempts, run,
                               deadline, progress, llm_info)
         best_llm = select_best([a for a in attempts if a.outcome.candidate.origin.strategy == "llm"],
-                               options.min_speedup)
+                               options.min_speedup, options.max_plausible_speedup)
         if best_llm is not None and time.monotonic() < deadline:
             llm_base = Base("llm", best_llm.candidate.source, "ModelNew")
             tuning_round = max(a.round for a in attempts) + 1
@@ -271,9 +299,11 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
         stopped = "budget"
     base = next((e.baseline for e in reversed(evaluations) if e.baseline), None)
     env = evaluations[-1].environment if evaluations else Environment(device, "?", "?", None, None, None, "?")
-    return OptimizeResult(problem, env, base, select_best(attempts, options.min_speedup),
+    bound = options.max_plausible_speedup
+    return OptimizeResult(problem, env, base, select_best(attempts, options.min_speedup, bound),
                           tuple(attempts), tuple(skipped), stopped,
-                          time.monotonic() - started, llm_info)
+                          time.monotonic() - started, llm_info,
+                          implausible=flagged(attempts, bound), max_plausible_speedup=bound)
 
 
 def _llm_rounds(problem: Problem, baseline: CandidateSource, options: OptimizeOptions, proposer: Any,

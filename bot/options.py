@@ -36,11 +36,13 @@ def evaluation_options(device: str, sandbox: str, time_cap_s: float | None = Non
 def optimize_options(device: str, sandbox: str, strategy: str, model: str | None, backend: str,
                      samples: int, budget_s: float, max_rounds: int, min_speedup: float,
                      time_cap_s: float | None, max_tokens: int | None, exclude: tuple[str, ...] = (),
-                     use_cache: bool = True, timing_mode: str = "latency", replicas: int = 2):
+                     use_cache: bool = True, timing_mode: str = "latency", replicas: int = 2,
+                     max_plausible_speedup: float = 100.0):
     from bot.optimize import OptimizeOptions
 
     return OptimizeOptions(strategy=strategy, model=model, backend=backend, samples=samples,
                            budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
+                           max_plausible_speedup=max_plausible_speedup,
                            max_total_tokens=max_tokens, exclude=tuple(exclude),
                            evaluation=evaluation_options(resolve_device(device), sandbox, time_cap_s, min_speedup,
                                                          use_cache, timing_mode, replicas))
@@ -55,4 +57,4 @@ def job_options(settings, device: str | None = None, max_tokens: int | None = No
     return optimize_options(resolved, settings.sandbox, settings.strategy, settings.model,
                             settings.backend, settings.samples, settings.budget_s, settings.max_rounds,
                             settings.min_speedup, settings.time_cap_s, max_tokens, exclude,
-                            timing_mode=settings.timing)
+                            timing_mode=settings.timing, max_plausible_speedup=settings.max_plausible_speedup)

@@ -41,6 +41,8 @@ class ContenderOutcome:
     role: str  # "baseline" | "candidate"
     verdict: Verdict
     shapes: tuple[ShapeOutcome, ...]
+    # Why its times say nothing of the code (bot.simulated): verified, never timed for a claim.
+    not_timed: str | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -80,7 +82,7 @@ class ContenderOutcome:
                 "origin": self.candidate.origin.to_json(), **self.verdict.to_json(),
                 "speedup": self.speedup, "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
                 "median_us": self.median_us, "slower_shapes": self.slower_shapes(),
-                "shapes": [s.to_json() for s in self.shapes]}
+                "not_timed": self.not_timed, "shapes": [s.to_json() for s in self.shapes]}
 
 
 @dataclass(frozen=True)

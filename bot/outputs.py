@@ -42,7 +42,12 @@ def render_optimize(results: Sequence[OptimizeResult], min_speedup: float) -> st
             lines.append(f"  r{a.round} {a.outcome.candidate.name:48s} {a.status:8s} {a.reason[:140]}")
         for s in r.skipped:
             lines.append(f"  skipped {s.transformation}: {s.reason}")
-        if r.best:
+        for flag in r.implausible[:1]:
+            lines.append(f"  IMPLAUSIBLE {flag.name}: {flag.evidence} (not claimed: check the baseline;"
+                         f" {len(r.implausible)} candidate(s) flagged)")
+        if r.baseline is not None and r.baseline.not_timed:
+            lines.append(f"  correct; not timed: {r.baseline.not_timed} (the baseline)")
+        elif r.best:
             lo, hi = r.best.speedup_ci
             lines.append(f"  BEST {r.best.candidate.name}: {r.best.speedup:.3f}x "
                          f"(95% CI [{lo:.3f}, {hi:.3f}], >= {min_speedup})")

@@ -108,6 +108,7 @@ def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | 
             if out is not None:
                 write_optimize_outputs(out, [done[str(p.path)] for p in problems if str(p.path) in done],
                                        options.min_speedup)
+        progress(f"{problem.name}: done, {result.outcome}")
         return result
 
     def work(problem: Problem, gpu: int | None, beside_others: bool) -> OptimizeResult:

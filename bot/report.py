@@ -57,6 +57,8 @@ def render_table(evaluation: Evaluation) -> str:
     for c in contenders:
         for reason in c.verdict.reasons:
             lines.append(f"  {c.candidate.name} rejected: {reason}")
+        if c.verdict.accepted and c.not_timed:
+            lines.append(f"  {c.candidate.name}: correct; not timed: {c.not_timed}")
     lines.extend(short_shape_notes(evaluation))
     return "\n".join(lines)
 

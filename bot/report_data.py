@@ -105,9 +105,28 @@ def failed_problem(problem: dict[str, Any]) -> bool:
     return problem.get("outcome") == "failed"
 
 
+DEFAULT_MAX_PLAUSIBLE_SPEEDUP = 100.0  # equals bot.plausible's (not imported: stage 2 reads JSON)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def plausible(problem: dict[str, Any], attempt: dict[str, Any]) -> bool:
+    """An attempt (or best) whose ratios may be shown as a speedup: timed, not under a simulator
+    (bot.simulated), no shape above the problem's plausibility bound (bot.plausible). Stage 2
+    reads results.json as untrusted data, so the renderers ask again rather than trust `best`."""
+    if attempt.get("not_timed") or problem.get("not_timed"):
+        return False
+    bound = _number(problem.get("max_plausible_speedup")) or DEFAULT_MAX_PLAUSIBLE_SPEEDUP
+    ratios = [_number(s.get("speedup")) for s in attempt.get("shapes") or () if isinstance(s, dict)]
+    ratios.append(_number(attempt.get("speedup")))
+    return all(r is None or r <= bound for r in ratios)
+
+
 def improved(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Problems whose best candidate's whole interval cleared the threshold."""
-    return [p for p in problems(results) if p.get("best")]
+    """Problems whose best candidate's whole interval cleared the threshold, and is plausible."""
+    return [p for p in problems(results) if isinstance(p.get("best"), dict) and plausible(p, p["best"])]
 
 
 def _ci(value: Any) -> tuple[float, float] | None:
@@ -122,13 +141,15 @@ def median_us(shape: dict[str, Any]) -> float | None:
 
 def runner_up(problem: dict[str, Any]) -> dict[str, Any] | None:
     """The accepted, timed attempt ranked as `optimize.select_best` ranks winners."""
-    timed = [a for a in problem.get("attempts") or () if a.get("accepted") and _ci(a.get("speedup_ci"))]
+    timed = [a for a in problem.get("attempts") or () if a.get("accepted") and _ci(a.get("speedup_ci"))
+             and plausible(problem, a)]
     return max(timed, key=lambda a: (a["speedup_ci"][0], a.get("speedup") or 0.0), default=None)
 
 
 def contender(problem: dict[str, Any]) -> dict[str, Any] | None:
     """The best candidate when one improved, else the runner-up (shown honestly as such)."""
-    return problem.get("best") or runner_up(problem)
+    best = problem.get("best")
+    return best if isinstance(best, dict) and plausible(problem, best) else runner_up(problem)
 
 
 def shape_rows(problem: dict[str, Any]) -> list[ShapeRow]:
@@ -177,8 +198,36 @@ def device_label(results: dict[str, Any]) -> str:
     return str(environment(results).get("device_name") or "an unknown device")
 
 
+@dataclass(frozen=True)
+class ChartBar:
+    """One bar of the speedup chart: an operator on one shape, or a note where nothing was timed."""
+
+    problem: str
+    shape: str
+    speedup: float | None
+    ci: tuple[float, float] | None
+    claimed: bool  # the operator's best candidate, its whole interval over the threshold
+    note: str | None = None  # why there is no bar (not timed under a simulator)
+
+
+def chart_bars(results: dict[str, Any]) -> list[ChartBar]:
+    """Every operator's contender per shape (claimed or not, faster or slower), and a note for
+    each operator verified but not timed; implausible timings are never drawn."""
+    claimed = {id(p) for p in improved(results)}
+    bars = []
+    for p in problems(results):
+        name = str(p.get("problem"))
+        if p.get("not_timed"):
+            bars.append(ChartBar(name, "", None, None, False, f"not timed: {p['not_timed']}"))
+            continue
+        for r in shape_rows(p):
+            if r.speedup is not None and r.ci is not None:
+                bars.append(ChartBar(name, r.shape, r.speedup, r.ci, id(p) in claimed))
+    return bars
+
+
 def chart_rows(results: dict[str, Any]) -> list[tuple[str, float, float, float]]:
-    """(operator, speedup, ci_low, ci_high) for every problem with a timed contender."""
+    """(operator, speedup, ci_low, ci_high) for every problem with a plausible timed contender."""
     rows = []
     for p in problems(results):
         value, ci = best_speedup(p)

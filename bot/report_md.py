@@ -11,6 +11,8 @@ from typing import Any, Sequence
 from bot import report_data as rd
 from bot.problems import DISTRIBUTIONS
 
+FLAG = "implausible; check the baseline"  # equals bot.plausible.FLAG (not imported: stage 2 reads JSON)
+
 REPORT_MARKER = "<!-- kernel-bot:report -->"
 STICKY_MARKER = "<!-- kernel-bot:sticky -->"  # equals bot.github.STICKY_MARKER (not imported: PyGithub)
 GITHUB_BODY_MAX_CHARS = 65_536  # PR bodies and comments; GitHub answers 422 above it
@@ -29,10 +31,13 @@ def _threshold(results: dict[str, Any]) -> float:
 def summary_line(results: dict[str, Any]) -> str:
     total, better = len(rd.problems(results)), len(rd.improved(results))
     failed = sum(map(rd.failed_problem, rd.problems(results)))
+    untimed = sum(1 for p in rd.problems(results) if p.get("not_timed"))
     return (f"**{better} of {total} operator{'s' if total != 1 else ''} improved** on "
             f"{rd.cell(rd.device_label(results))} (claimed only when the 95% confidence "
             f"interval's lower bound clears {rd.fmt_ratio(_threshold(results))}x)."
-            + (f" **{failed} could not be evaluated** (below)." if failed else ""))
+            + (f" **{failed} could not be evaluated** (below)." if failed else "")
+            + (f" {untimed} verified but not timed: they run under a simulator on this device (below)."
+               if untimed else ""))
 
 
 def results_table(results: dict[str, Any]) -> str:
@@ -52,12 +57,38 @@ def results_table(results: dict[str, Any]) -> str:
         origin = (best.get("origin") or {}).get("detail") or (best.get("origin") or {}).get("strategy")
         out.append(f"- **{rd.cell(p.get('problem'))}**: `{rd.cell(best.get('name'))}` "
                    f"({rd.cell(origin)}), {where}.")
+    claimed = {id(p) for p in rd.improved(results)}
     for p in rd.problems(results):
+        name = f"- **{rd.cell(p.get('problem'))}**"
         if rd.failed_problem(p):
-            out.append(f"- **{rd.cell(p.get('problem'))}**: failed: {rd.cell(p.get('error'), 500)}")
-        elif not p.get("best"):
-            out.append(f"- **{rd.cell(p.get('problem'))}**: {no_improvement(p)}")
+            out.append(f"{name}: failed: {rd.cell(p.get('error'), 500)}")
+        elif p.get("not_timed"):
+            out.append(f"{name}: {not_timed(p)}")
+        elif id(p) not in claimed:
+            out.append(f"{name}: {no_improvement(p)}")
+        if not rd.failed_problem(p) and implausible_flags(p):
+            out.append(f"{name}: {implausible_flags(p)}")
     return "\n".join(out)
+
+
+def not_timed(problem: dict[str, Any]) -> str:
+    """One line: the operator's contenders were verified, and why none was timed for a claim."""
+    tried, rejected, _ = rd.attempt_counts(problem)
+    return (f"correct; not timed: {rd.cell(problem.get('not_timed'))} (the baseline "
+            f"`{rd.cell((problem.get('baseline') or {}).get('name'))}`; {tried - rejected} of {tried} "
+            "candidates verified, none timed against it). Its times there measure the simulator, not the code.")
+
+
+def implausible_flags(problem: dict[str, Any]) -> str:
+    """The plausibility guard's flag with its evidence, for a human; empty when nothing was flagged."""
+    flags = [f for f in problem.get("implausible") or () if isinstance(f, dict)]
+    if not flags:
+        return ""
+    top = flags[0]
+    more = f" ({len(flags)} candidates flagged)" if len(flags) > 1 else ""
+    return (f"{FLAG}: `{rd.cell(top.get('name'))}` measured "
+            f"{rd.fmt_speedup(top.get('speedup'), top.get('speedup_ci'))}: {rd.cell(top.get('evidence'), 400)}"
+            f"{more}. Not claimed.")
 
 
 def no_improvement(problem: dict[str, Any]) -> str:
@@ -202,6 +233,10 @@ def attempts_table(problem: dict[str, Any]) -> str:
         origin = (a.get("origin") or {}).get("detail") or (a.get("origin") or {}).get("strategy")
         if not a.get("accepted"):
             reason = a.get("reason") or "; ".join(rd.rejection_reasons(a))
+        elif a.get("not_timed") or problem.get("not_timed"):
+            reason = f"correct; not timed: {rd.cell(a.get('not_timed') or problem.get('not_timed'))}"
+        elif not rd.plausible(problem, a):
+            reason = f"{FLAG} (not claimed)"
         elif a.get("slower_shapes"):
             reason = "significantly slower on " + ", ".join(rd.cell(s, 40) for s in a["slower_shapes"])
         elif a.get("speedup_ci"):
@@ -210,12 +245,19 @@ def attempts_table(problem: dict[str, Any]) -> str:
             reason = "verified, not timed against the baseline"
         lines.append(f"| {a.get('round', rd.MISSING)} | {rd.cell(a.get('name'), 80)} | {rd.cell(origin, 80)} "
                      f"| {rd.cell(a.get('status'))} "
-                     f"| {rd.fmt_speedup(a.get('speedup'), a.get('speedup_ci'))} "
+                     f"| {rd.fmt_speedup(*_shown(problem, a))} "
                      f"| {rd.fmt_us(a.get('median_us'))} | {rd.cell(reason, 300)} |")
     for s in problem.get("skipped") or ():
         lines.append(f"| {rd.MISSING} | {rd.cell(s.get('transformation'), 80)} | {rd.MISSING} | skipped "
                      f"| {rd.MISSING} | {rd.MISSING} | {rd.cell(s.get('reason'), 300)} |")
     return "\n".join(lines)
+
+
+def _shown(problem: dict[str, Any], attempt: dict[str, Any]) -> tuple[Any, Any]:
+    """An attempt's (speedup, interval) as a report may show them: none for a simulator's timing."""
+    if attempt.get("not_timed") or problem.get("not_timed"):
+        return None, None
+    return attempt.get("speedup"), attempt.get("speedup_ci")
 
 
 def _seconds(value: float | None) -> str:

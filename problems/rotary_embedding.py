@@ -19,6 +19,8 @@ SHAPES = {
     "decode": {"TOKENS": 64, "HEADS": 32, "HEAD_DIM": 128},
 }
 CPU_SHAPES = {"small": {"TOKENS": 64, "HEADS": 4, "HEAD_DIM": 64}}
+TARGET = "kernels/rotary_torch.py"
+WATCH = ["kernels/rotary*"]
 
 
 class Model(nn.Module):

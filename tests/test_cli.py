@@ -186,3 +186,14 @@ def test_optimize_fails_a_problem_whose_baseline_the_verifier_rejects(tmp_path):
     saved = json.loads((out / "results.json").read_text())
     entry = saved["problems"][0] if "problems" in saved else saved
     assert entry["outcome"] == "failed" and "rejected by the verifier" in entry["error"]
+
+
+def test_max_plausible_speedup_option_reaches_the_optimizer(monkeypatch):
+    import bot.pipeline as pipeline
+
+    seen = []
+    monkeypatch.setattr(pipeline, "optimize_all", lambda problems, options, *rest: seen.append(options) or [])
+    result = _invoke("-q", "optimize", PROBLEM, "--device", "cpu", "--max-plausible-speedup", "7", "--json")
+    assert result.exit_code == 0, result.output
+    assert seen[0].max_plausible_speedup == 7.0
+    assert _invoke("optimize", PROBLEM, "--device", "cpu", "--max-plausible-speedup", "1").exit_code == 2

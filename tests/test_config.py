@@ -63,6 +63,13 @@ def test_an_unknown_timing_mode_is_a_clear_error(tmp_path):
     assert "timing" in error(tmp_path) and "latency" in error(tmp_path)
 
 
+def test_plausibility_bound_defaults_to_100x_and_the_file_may_set_it(tmp_path):
+    assert load_settings(tmp_path, {}).max_plausible_speedup == 100.0
+    pyproject(tmp_path, "max-plausible-speedup = 400\n")
+    assert load_settings(tmp_path, {}).max_plausible_speedup == 400.0
+    assert load_settings(tmp_path, {}, {"max_plausible_speedup": 50.0}).max_plausible_speedup == 50.0
+
+
 def test_budget_given_as_toml_integer_becomes_float(tmp_path):
     pyproject(tmp_path, "budget-s = 60\n")
     budget = load_settings(tmp_path, {}).budget_s
@@ -114,6 +121,8 @@ def test_unknown_key_in_kernel_bot_toml(tmp_path):
     ("budget-s = nan", "budget-s: expected a positive number of seconds, got nan"),
     ("time-cap-s = -1.0", "time-cap-s: expected a positive number of seconds, got -1.0"),
     ("min-speedup = 0.9", "min-speedup: expected a number >= 1 (1.05 = 5% faster), got 0.9"),
+    ("max-plausible-speedup = 1", "max-plausible-speedup: expected a number > 1 (100 = a 100x speedup is "
+                                  "flagged), got 1"),
     ('strategy = "fast"', "strategy: expected one of 'search', 'llm', 'all', got 'fast'"),
     ('sandbox = "vm"', "sandbox: expected one of 'process', 'docker', got 'vm'"),
     ('backend = "rocm"', "backend: expected one of 'triton', 'cuda', got 'rocm'"),

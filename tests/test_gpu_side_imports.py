@@ -1,5 +1,6 @@
 """The GPU-side path (verify, bench, optimize) runs where only torch, triton, numpy and click
-are installed: PyGithub, openai, junit-xml and docker are for the GitHub and report edges."""
+are installed: PyGithub, openai, junit-xml, docker, rich and matplotlib are for the GitHub, report
+and terminal edges."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ BLOCKER = """
 import importlib.abc, sys
 class Absent(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in {"junit_xml", "github", "openai", "docker"}:
+        if name.split(".")[0] in {"junit_xml", "github", "openai", "docker", "rich", "matplotlib"}:
             raise ModuleNotFoundError(f"No module named {name!r} (absent on the GPU machine)")
 sys.meta_path.insert(0, Absent())
 from bot.cli import main

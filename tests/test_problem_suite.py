@@ -43,7 +43,8 @@ EXPECTED_OUTPUTS = {
     "fused_add_rmsnorm": (torch.bfloat16, torch.bfloat16),
 }
 NAMES = sorted(EXPECTED_OUTPUTS)
-TARGETS = {"rmsnorm": "kernels/rmsnorm_triton.py", "swiglu": "kernels/swiglu_torch.py"}
+TARGETS = {"rmsnorm": "kernels/rmsnorm_triton.py", "swiglu": "kernels/swiglu_torch.py",
+           "rotary_embedding": "kernels/rotary_torch.py"}
 
 METADATA_NAMES = ("SHAPES", "CPU_SHAPES", "TOLERANCE", "REFERENCE_PRECISION",
                   "DISTRIBUTIONS", "TARGET", "WATCH")
@@ -381,9 +382,10 @@ def test_problems_read_globals_at_call_time():
 # ---------------------------------------------------------------- TARGET kernels
 
 
-def test_swiglu_torch_target_matches_model():
+@pytest.mark.parametrize("name", ["swiglu", "rotary_embedding"])
+def test_torch_target_matches_model(name):
     for distribution in ALL_DISTRIBUTIONS:
-        module, meta, model, inputs = make_case("swiglu")
+        module, meta, model, inputs = make_case(name)
         target = load_module(ROOT / meta["TARGET"])
         torch.manual_seed(0)
         candidate = target.ModelNew(*module.get_init_inputs())
@@ -395,8 +397,8 @@ def test_swiglu_torch_target_matches_model():
         native = model(*inputs)
         assert out.dtype == native.dtype and out.shape == native.shape
         ref = upcast_model(model)(*upcast_inputs(inputs))
-        assert_close(out, ref, tolerance(meta, out.dtype), f"swiglu target [{distribution}]")
-        assert_close(out, native, tolerance(meta, out.dtype), "swiglu target vs native")
+        assert_close(out, ref, tolerance(meta, out.dtype), f"{name} target [{distribution}]")
+        assert_close(out, native, tolerance(meta, out.dtype), f"{name} target vs native")
 
 
 _TRITON_SCRIPT = textwrap.dedent(

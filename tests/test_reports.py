@@ -11,19 +11,15 @@ import copy
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-import zlib
 from pathlib import Path
 
 import pytest
 
-from bot.chart import FASTER, SLOWER, speedup_chart_png
 from bot.domain import Trigger
 from bot.plan import CHART_PATH, plan_pull_request
-from bot.report_data import chart_rows
 from bot.report_junit import render_junit
 from bot.report_md import (GITHUB_BODY_MAX_CHARS, REPORT_MARKER, STEP_SUMMARY_MAX_BYTES, STICKY_MARKER,
                            render_comment, render_pr_body, render_step_summary)
@@ -185,52 +181,6 @@ def test_junit_has_a_case_per_candidate_failures_and_skips(real, mixed):
     case_props = {p.get("name"): p.get("value") for p in winner.findall("properties/property")}
     assert case_props["speedup_text"] == "1.42x [1.38, 1.47]"
     assert float(winner.get("time")) == pytest.approx(36.68e-6)  # seconds, at ns resolution
-
-
-# -- chart -----------------------------------------------------------------------------------
-
-def _decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
-    """Check signature, chunk CRCs and IDAT length; return width, height and RGB rows."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, chunks = 8, []
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
-        assert crc == zlib.crc32(kind + body), kind
-        chunks.append((kind, body))
-        pos += 12 + length
-    assert [k for k, _ in chunks][0] == b"IHDR" and chunks[-1][0] == b"IEND"
-    width, height, depth, color, *_ = struct.unpack(">IIBBBBB", chunks[0][1])
-    assert (depth, color) == (8, 2)
-    raw = zlib.decompress(b"".join(b for k, b in chunks if k == b"IDAT"))
-    assert len(raw) == height * (1 + width * 3)
-    stride = 1 + width * 3
-    assert all(raw[y * stride] == 0 for y in range(height))  # filter type None
-    return width, height, [raw[y * stride + 1:(y + 1) * stride] for y in range(height)]
-
-
-def _count(row: bytes, color: tuple[int, int, int]) -> int:
-    return sum(1 for x in range(0, len(row), 3) if tuple(row[x:x + 3]) == color)
-
-
-def test_chart_is_a_valid_png_with_bars_proportional_to_speedup(mixed):
-    png = speedup_chart_png([("rmsnorm", 2.0, 1.9, 2.1), ("swiglu", 1.2, 1.1, 1.3),
-                             ("softmax", 0.5, 0.4, 0.6)], "kernel-bot speedups (95% CI)")
-    width, height, rows = _decode_png(png)
-    green = [_count(r, FASTER) for r in rows]
-    bands, current = [], []
-    for y, n in enumerate(green):  # contiguous runs of rows holding green pixels = the bars
-        if n:
-            current.append(n)
-        elif current:
-            bands.append(max(current))
-            current = []
-    assert len(bands) == 2 and bands[0] > bands[1] * 1.3  # 2.0x drawn longer than 1.2x
-    assert any(_count(r, SLOWER) for r in rows)
-    assert any(r != rows[0] for r in rows)
-    assert _decode_png(speedup_chart_png([], "empty"))[0] > 0
-    assert _decode_png(speedup_chart_png(chart_rows(mixed), "from results"))[1] > 0
 
 
 # -- plan ------------------------------------------------------------------------------------

@@ -109,11 +109,11 @@ def test_merge_combines_shards(tmp_path):
 def test_problems_optimised_at_once_share_the_verification_workers(monkeypatch):
     import bot.pipeline as pipeline
     from bot.evaluate import EvalOptions
-    from bot.optimize import OptimizeOptions
+    from bot.optimize import OptimizeOptions, failed_result
 
     seen = []
     monkeypatch.setattr(pipeline, "optimize", lambda problem, baseline, options, progress: seen.append(
-        (options.evaluation.parallel, options.evaluation.beside_others)))
+        (options.evaluation.parallel, options.evaluation.beside_others)) or failed_result(problem, "not run", "cpu"))
     problems = find_problems(ROOT / "problems", root=ROOT)[:4]
     options = OptimizeOptions(evaluation=EvalOptions(device="cpu", parallel=8))
     pipeline.optimize_all(problems, options, None, 4, None, lambda _: None)
