@@ -9,14 +9,12 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from bot import report_data as rd
-from bot.problems import DISTRIBUTIONS
+from bot.distributions import DESCRIPTIONS, DISTRIBUTIONS
 
 REPORT_MARKER = "<!-- kernel-bot:report -->"
 STICKY_MARKER = "<!-- kernel-bot:sticky -->"  # equals bot.github.STICKY_MARKER (not imported: PyGithub)
 GITHUB_BODY_MAX_CHARS = 65_536  # PR bodies and comments; GitHub answers 422 above it
 STEP_SUMMARY_MAX_BYTES = 1_000_000  # GitHub refuses step summaries over 1 MiB
-_DISTRIBUTION_WORDS = {"standard": "standard normal", "shifted": "shifted and scaled",
-                       "large": "large magnitude"}
 _TABLE_HEAD = ("| operator | shape | inputs | baseline µs | candidate µs | speedup [95% CI] "
                "| % of roofline floor | max abs err | normwise err |\n"
                "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -81,7 +79,7 @@ def verification(results: dict[str, Any]) -> str:
     lines = [
         "- **Inputs**: fresh for every trial, drawn from a secret seed after the candidate was "
         f"constructed, from {len(dists)} distributions "
-        f"({', '.join(_DISTRIBUTION_WORDS.get(d, rd.cell(d)) for d in dists)}).",
+        f"({', '.join(DESCRIPTIONS.get(d, rd.cell(d)) for d in dists)}).",
         f"- **Reference**: computed in {precision or 'float64 (unless the problem declares otherwise)'} "
         "in a separate process; candidates ran in their own sandboxed workers and the parent compared "
         "outputs the workers never saw.",

@@ -112,7 +112,8 @@ def test_pr_body_has_row_environment_verification_reproduce_and_marker(mixed):
     assert ("softmax**: no significant improvement: no candidate was both verified and timed "
             "(3 tried, 3 rejected)") in body
     assert "| softmax | 3 | 3 | values ×2, no new threads ×1 |" in body
-    assert "3 distributions (standard normal, shifted and scaled, large magnitude)" in body
+    assert ("6 distributions (standard normal, shifted and scaled, large magnitude, all zero, "
+            "rows of mixed scale from 0 to 128, near the dtype's range)") in body
     assert "CUDA-event time" in body and "roofline" in body
     assert body.rstrip().endswith(REPORT_MARKER) and body.count(REPORT_MARKER) == 1
 
