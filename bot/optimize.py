@@ -86,6 +86,8 @@ class OptimizeResult:
                     "shapes": [s.to_json() for s in self.best.shapes]}
         return {"problem": self.problem.name, "problem_path": str(self.problem.path),
                 "target": self.problem.target_relpath, "best": best,
+                "distributions": list(self.problem.distributions),
+                "skipped_distributions": dict(self.problem.skipped_distributions),
                 "outcome": "failed" if self.error else "improved" if best else "no significant improvement",
                 **({"error": self.error} if self.error else {}),
                 "min_speedup": min_speedup, "stopped": self.stopped, "wall_s": self.wall_s,

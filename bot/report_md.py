@@ -73,13 +73,16 @@ def verification(results: dict[str, Any]) -> str:
     env = rd.environment(results)
     cuda = env.get("device") == "cuda"
     ps = rd.problems(results)
-    dists = next((p["distributions"] for p in ps if p.get("distributions")), DISTRIBUTIONS)
+    drawn = {d for p in ps for d in p.get("distributions") or ()}
+    dists = [d for d in DISTRIBUTIONS if d in drawn] + sorted(drawn - set(DISTRIBUTIONS)) or DISTRIBUTIONS
     precision = next((p["reference_precision"] for p in ps if p.get("reference_precision")), None)
     has_floor = any(r.pct_of_floor is not None for p in ps for r in rd.shape_rows(p))
     lines = [
         "- **Inputs**: fresh for every trial, drawn from a secret seed after the candidate was "
         f"constructed, from {len(dists)} distributions "
-        f"({', '.join(DESCRIPTIONS.get(d, rd.cell(d)) for d in dists)}).",
+        f"({', '.join(DESCRIPTIONS.get(d, rd.cell(d)) for d in dists)})"
+        + "".join(f"; {rd.cell(p.get('problem'))} skips {DESCRIPTIONS.get(d, rd.cell(d))}: {rd.cell(why)}"
+                  for p in ps for d, why in (p.get("skipped_distributions") or {}).items()) + ".",
         f"- **Reference**: computed in {precision or 'float64 (unless the problem declares otherwise)'} "
         "in a separate process; candidates ran in their own sandboxed workers and the parent compared "
         "outputs the workers never saw.",

@@ -118,6 +118,14 @@ def test_pr_body_has_row_environment_verification_reproduce_and_marker(mixed):
     assert body.rstrip().endswith(REPORT_MARKER) and body.count(REPORT_MARKER) == 1
 
 
+def test_distributions_a_problem_skips_are_named_with_their_reason(mixed):
+    assert mixed["problems"][0]["distributions"] == ["standard", "shifted", "large", "zeros", "rows", "limits"]
+    results = copy.deepcopy(mixed)
+    results["problems"][2]["skipped_distributions"] = {"zeros": "log of the | inputs, @team: positive"}
+    body = render_pr_body(results, REPRO, None)
+    assert "; softmax skips all zero: log of the \\| inputs, @\u200bteam: positive." in body
+
+
 def test_real_cpu_run_is_reported_honestly(real):
     body, comment = render_pr_body(real, REPRO, None), render_comment(real, None, None)
     problem = real["problems"][0]
