@@ -94,10 +94,12 @@ def test_honest_rounding_passes_in_every_row_and_an_all_zero_output_matches_zero
         assert compare_values(ref, ref.to(dtype), name, None, "x").passed, name
     zeros = torch.zeros(16, 64, dtype=torch.float64)
     assert compare_values(zeros, zeros.float(), "float32", None, "x").passed
-    # Below float32's smallest normal (1.2e-38): within what the dtype resolves there.
-    assert compare_values(zeros, torch.full((16, 64), 1e-39), "float32", None, "x").passed
-    nonzero = compare_values(zeros, torch.full((16, 64), 1e-30), "float32", None, "zeros inputs")
+    # One step of float16's subnormals (6e-8) off an all-zero reference: what the dtype resolves.
+    step = torch.full((16, 64), 2.0 ** -24, dtype=torch.float16)
+    assert compare_values(zeros, step, "float16", None, "x").passed
+    nonzero = compare_values(zeros, step * 16, "float16", None, "zeros inputs")
     assert not nonzero.passed and "zeros inputs" in nonzero.evidence
+    assert not compare_values(zeros, torch.full((16, 64), 1e-30), "float32", None, "x").passed
 
 
 def test_rows_narrower_than_eight_are_judged_against_the_whole_output():
