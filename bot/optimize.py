@@ -102,6 +102,8 @@ class OptimizeResult:
                     "shapes": [s.to_json() for s in self.best.shapes]}
         return {"problem": self.problem.name, "problem_path": str(self.problem.path),
                 "target": self.problem.target_relpath, "best": best,
+                "distributions": list(self.problem.distributions),
+                "skipped_distributions": dict(self.problem.skipped_distributions),
                 "outcome": self.outcome,
                 **({"error": self.error} if self.error else {}),
                 "not_timed": self.baseline.not_timed if self.baseline else None,

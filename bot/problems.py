@@ -14,10 +14,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from bot.distributions import DistributionError, kept_distributions, skipped_distributions
 from bot.domain import Problem, Shape
 from bot.errors import ProblemError
 
-DISTRIBUTIONS = ("standard", "shifted", "large")
 PRECISIONS = ("float64", "float32", "native")
 TOLERANCE_KEYS = {"norm_rel", "elem_rtol", "elem_atol_rel"}
 REQUIRED = {"Model": ast.ClassDef, "get_inputs": ast.FunctionDef, "get_init_inputs": ast.FunctionDef}
@@ -86,7 +86,7 @@ def load_problem(path: str | Path, root: Path | None = None) -> Problem:
             raise ProblemError(f"{where}: not a KernelBench problem: no {what} {name} at module level")
     meta = {k: _literal(v, k, where) for k, v in assigns.items()
             if k in {"TARGET", "SHAPES", "CPU_SHAPES", "TOLERANCE", "DISTRIBUTIONS",
-                     "REFERENCE_PRECISION", "WATCH"}}
+                     "SKIP_DISTRIBUTIONS", "REFERENCE_PRECISION", "WATCH"}}
     root = (root or repo_root(path)).resolve()
     target = meta.get("TARGET")
     if target is not None:
@@ -101,9 +101,10 @@ def load_problem(path: str | Path, root: Path | None = None) -> Problem:
     tolerance = meta.get("TOLERANCE", {})
     if not isinstance(tolerance, dict) or set(tolerance) - TOLERANCE_KEYS:
         raise ProblemError(f"{where}: TOLERANCE must be a dict with keys from {sorted(TOLERANCE_KEYS)}")
-    dists = tuple(meta.get("DISTRIBUTIONS", DISTRIBUTIONS))
-    if not dists or set(dists) - set(DISTRIBUTIONS):
-        raise ProblemError(f"{where}: DISTRIBUTIONS must be a non-empty subset of {DISTRIBUTIONS}")
+    try:
+        skipped = skipped_distributions(meta.get("DISTRIBUTIONS"), meta.get("SKIP_DISTRIBUTIONS"))
+    except DistributionError as exc:
+        raise ProblemError(f"{where}: {exc}") from None
     precision = meta.get("REFERENCE_PRECISION", "float64")
     if precision not in PRECISIONS:
         raise ProblemError(f"{where}: REFERENCE_PRECISION must be one of {PRECISIONS}")
@@ -112,8 +113,9 @@ def load_problem(path: str | Path, root: Path | None = None) -> Problem:
         raise ProblemError(f"{where}: WATCH must be a list of path patterns")
     return Problem(path=path, name=path.stem, source=source, root=root,
                    target_relpath=target, gpu_shapes=gpu, cpu_shapes=cpu,
-                   tolerance={k: float(v) for k, v in tolerance.items()}, distributions=dists,
-                   reference_precision=precision, watch=tuple(watch))
+                   tolerance={k: float(v) for k, v in tolerance.items()},
+                   distributions=kept_distributions(skipped), reference_precision=precision,
+                   watch=tuple(watch), skipped_distributions=skipped)
 
 
 def find_problems(directory: str | Path, root: Path | None = None) -> list[Problem]:

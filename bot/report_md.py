@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from bot import report_data as rd
-from bot.problems import DISTRIBUTIONS
+from bot.distributions import DESCRIPTIONS, DISTRIBUTIONS
 
 FLAG = "implausible; check the baseline"  # equals bot.plausible.FLAG (not imported: stage 2 reads JSON)
 
@@ -17,8 +17,6 @@ REPORT_MARKER = "<!-- kernel-bot:report -->"
 STICKY_MARKER = "<!-- kernel-bot:sticky -->"  # equals bot.github.STICKY_MARKER (not imported: PyGithub)
 GITHUB_BODY_MAX_CHARS = 65_536  # PR bodies and comments; GitHub answers 422 above it
 STEP_SUMMARY_MAX_BYTES = 1_000_000  # GitHub refuses step summaries over 1 MiB
-_DISTRIBUTION_WORDS = {"standard": "standard normal", "shifted": "shifted and scaled",
-                       "large": "large magnitude"}
 _TABLE_HEAD = ("| operator | shape | inputs | baseline µs | candidate µs | speedup [95% CI] "
                "| % of roofline floor | max abs err | normwise err |\n"
                "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -106,13 +104,16 @@ def verification(results: dict[str, Any]) -> str:
     env = rd.environment(results)
     cuda = env.get("device") == "cuda"
     ps = rd.problems(results)
-    dists = next((p["distributions"] for p in ps if p.get("distributions")), DISTRIBUTIONS)
+    drawn = {d for p in ps for d in p.get("distributions") or ()}
+    dists = [d for d in DISTRIBUTIONS if d in drawn] + sorted(drawn - set(DISTRIBUTIONS)) or DISTRIBUTIONS
     precision = next((p["reference_precision"] for p in ps if p.get("reference_precision")), None)
     has_floor = any(r.pct_of_floor is not None for p in ps for r in rd.shape_rows(p))
     lines = [
         "- **Inputs**: fresh for every trial, drawn from a secret seed after the candidate was "
         f"constructed, from {len(dists)} distributions "
-        f"({', '.join(_DISTRIBUTION_WORDS.get(d, rd.cell(d)) for d in dists)}).",
+        f"({', '.join(DESCRIPTIONS.get(d, rd.cell(d)) for d in dists)})"
+        + "".join(f"; {rd.cell(p.get('problem'))} skips {DESCRIPTIONS.get(d, rd.cell(d))}: {rd.cell(why)}"
+                  for p in ps for d, why in (p.get("skipped_distributions") or {}).items()) + ".",
         f"- **Reference**: computed in {precision or 'float64 (unless the problem declares otherwise)'} "
         "in a separate process; candidates ran in their own sandboxed workers and the parent compared "
         "outputs the workers never saw.",

@@ -53,11 +53,20 @@ def failure_check(exc: WorkerFailure) -> CheckResult:
 
 
 def trial_plan(problem: Problem, rng: random.Random, per_distribution: int) -> list[tuple[str, int]]:
-    """Each distribution `per_distribution` times, plus one more standard draw so that every
-    contender is called at least twice with different inputs (no caching across calls)."""
+    """Each of the problem's distributions `per_distribution` times, in the order of
+    bot.distributions ("standard" first); where that makes a single trial, one more standard
+    draw, so that every contender is called at least twice with different inputs (no caching
+    across calls). Each trial is a call of every contender, so no draw is added beyond that."""
     plan = [(d, rng.getrandbits(62)) for d in problem.distributions for _ in range(per_distribution)]
-    plan.append(("standard", rng.getrandbits(62)))
+    if len(plan) < 2:
+        plan.append(("standard", rng.getrandbits(62)))
     return plan
+
+
+def skip_notes(problem: Problem) -> list[str]:
+    """One line per distribution the problem leaves out, with its stated reason."""
+    return [f"{problem.name}: no {name} inputs: {reason}"
+            for name, reason in problem.skipped_distributions.items()]
 
 
 # Code whose first call picks its kernels by timing them: Triton's autotuner, Inductor's
@@ -95,6 +104,8 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
     `timeouts` = (first call, later calls)."""
     info = ReferenceInfo()
     plan = trial_plan(problem, rng, per_distribution)
+    for note in skip_notes(problem):
+        progress(f"{note} (shape {shape.name})")
 
     def trials_of(worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
                   ) -> tuple[list[CheckResult], TrialStats]:

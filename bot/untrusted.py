@@ -108,6 +108,15 @@ def _problem(p: Any, where: str, allowed: Callable[[str], bool]) -> None:
         _contender(a, f"{where}.attempts[{i}]", with_source=False)
     env = p.get("environment", {})
     _need(isinstance(env, dict), f"{where}.environment", "expected an object")
+    dists = p.get("distributions", [])
+    _need(isinstance(dists, list) and len(dists) <= 16 and all(isinstance(d, str) and _NAME.match(d) for d in dists),
+          f"{where}.distributions", "expected a list of plain names")
+    skipped = p.get("skipped_distributions", {})
+    _need(isinstance(skipped, dict) and len(skipped) <= 16, f"{where}.skipped_distributions",
+          "expected an object of name -> reason")
+    for name, reason in skipped.items():
+        _need(bool(_NAME.match(name)), f"{where}.skipped_distributions", f"{name!r} is not a plain name")
+        _text(reason, f"{where}.skipped_distributions.{name}", 1000)
     for key in ("outcome", "error"):  # shown in the comment and the check run
         if p.get(key) is not None:
             _text(p[key], f"{where}.{key}", MAX_TEXT)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -75,6 +75,39 @@ def _index(flat_index: int, shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(idx))
 
 
+MIN_ROW_WIDTH = 8  # narrower last dimensions ([T, 1] scales) are judged against the whole output
+
+
+def _row_width(shape: Sequence[int]) -> int:
+    """The width of the rows an output's elementwise bound is scaled by; 0: the whole output.
+    A row is the last dimension, as in the "rows" inputs: a row of 1e-6 beside rows of 128 is
+    judged at its own scale, where a bound scaled by the whole output's max would pass anything
+    in it (an RMSNorm without eps is 1000x off there). Rows narrower than MIN_ROW_WIDTH are not:
+    one element near zero by cancellation would be judged against itself."""
+    return shape[-1] if len(shape) >= 2 and shape[-1] >= MIN_ROW_WIDTH else 0
+
+
+def _bound_in_place(allowed: torch.Tensor, ref: torch.Tensor, finite: torch.Tensor, all_finite: bool,
+                    shape: Sequence[int], tol: Tolerance, floor: float) -> Callable[[int], float]:
+    """Turn `allowed` (|ref| of the compared elements) into each element's bound
+    elem_rtol * |ref| + elem_atol_rel * max(max |ref| of its row (or the output), floor), in
+    place (no buffer the output's size where all values are finite); returns the scale of the
+    j-th compared element, for the evidence."""
+    width = _row_width(shape) if allowed.numel() else 0
+    if not width:
+        whole = max(float(allowed.max()) if allowed.numel() else 0.0, floor)
+        allowed.mul_(tol.elem_rtol).add_(tol.elem_atol_rel * whole)
+        return lambda j: whole
+    if all_finite:
+        rows = allowed.view(-1, width).amax(1).clamp_min_(floor)
+        allowed.mul_(tol.elem_rtol).view(-1, width).add_(rows[:, None], alpha=tol.elem_atol_rel)
+        return lambda j: float(rows[j // width])
+    full = torch.where(finite, ref.abs(), torch.zeros((), dtype=ref.dtype))
+    per = full.view(-1, width).amax(1).clamp_min_(floor).repeat_interleave(width)[finite]
+    allowed.mul_(tol.elem_rtol).add_(per, alpha=tol.elem_atol_rel)
+    return lambda j: float(per[j])
+
+
 def compare_values(expected: torch.Tensor, got: torch.Tensor, dtype: str,
                    overrides: Mapping[str, float] | None, label: str) -> CheckResult:
     """Values of one output against the upcast reference; evidence names the worst element."""
@@ -109,21 +142,25 @@ def compare_values(expected: torch.Tensor, got: torch.Tensor, dtype: str,
     ref_f, out_f = (ref, out) if all_finite else (ref[finite], out[finite])
     diff = out_f - ref_f
     ref_norm = float(ref_f.norm())
-    norm_err = float(diff.norm()) / max(ref_norm, 1e-300)
+    # Scales are at least the dtype's smallest normal: an all-zero reference (the "zeros" inputs)
+    # is matched within elem_atol_rel of it, for float16 6.1e-8, one step of its subnormals.
+    tiny = torch.finfo(getattr(torch, dtype)).tiny
+    norm_err = float(diff.norm()) / max(ref_norm, tiny * math.sqrt(max(ref_f.numel(), 1)))
     diff.abs_()
     allowed = ref_f.abs()
-    max_ref = float(allowed.max()) if allowed.numel() else 0.0
-    allowed.mul_(tol.elem_rtol).add_(tol.elem_atol_rel * max_ref)
+    scale_of = _bound_in_place(allowed, ref, finite, all_finite, shape, tol, tiny)
     details = {"max_abs_err": float(diff.max()) if diff.numel() else 0.0, "norm_rel_err": norm_err,
                "tolerance": tol.__dict__}
     excess = diff - allowed
     if diff.numel() and float(excess.max()) > 0:
         j = int(excess.argmax())
         i = j if all_finite else int(finite.nonzero()[j])
+        scope = "its row's" if _row_width(shape) else "the output's"
         return CheckResult(name, False, f"{label}: element {_index(i, shape)} got {out[i].item():.6g}, "
                            f"expected {ref[i].item():.6g} (abs err {diff[j].item():.3g} > allowed "
-                           f"{allowed[j].item():.3g}); max abs err {details['max_abs_err']:.3g}, "
-                           f"normwise rel err {norm_err:.3g}", details)
+                           f"{allowed[j].item():.3g}, {scope} max |ref| "
+                           f"{scale_of(j):.3g}); max abs err "
+                           f"{details['max_abs_err']:.3g}, normwise rel err {norm_err:.3g}", details)
     if norm_err > tol.norm_rel:
         return CheckResult(name, False, f"{label}: normwise rel err {norm_err:.3g} > {tol.norm_rel:g} "
                            f"(max abs err {details['max_abs_err']:.3g}); lower precision than the "

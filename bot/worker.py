@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from bot import triton_interp
+from bot import triton_interp, worker_inputs
 from bot import worker_shared as shared
 from bot.channel import Channel, ChannelClosed
 from bot.tuning_gate import TuningGate
@@ -183,14 +183,8 @@ class Harness(TimedCalls):
             inputs = self.get_inputs()
         if not isinstance(inputs, (list, tuple)):
             raise ProblemShapeError(f"get_inputs() returned {type(inputs).__name__}, expected a list")
-        out = []
-        for x in inputs:
-            if shared.is_tensor(x):
-                x = shared.to(x, self.device)
-                if x.is_floating_point() and distribution != "standard":
-                    x = x * 2.5 + 1.5 if distribution == "shifted" else x * 100.0
-            out.append(x)
-        return out
+        moved = [shared.to(x, self.device) if shared.is_tensor(x) else x for x in inputs]
+        return worker_inputs.transform(moved, distribution, seed)
 
     def _upcast(self, inputs: list[Any]) -> list[Any]:
         if self.precision == "native":

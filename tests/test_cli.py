@@ -116,7 +116,7 @@ def test_bench_human_table_with_progress():
     result = _invoke("bench", PROBLEM, str(CANDIDATES / "honest.py"), "--device", "cpu", "--time-cap-s", "0.5")
     assert result.exit_code == 0
     assert "contender" in result.stdout and "honest" in result.stdout and "95% CI" in result.stdout
-    assert "reference 1/4" in result.stderr and "4 trials on 2 contender(s)" in result.stderr
+    assert "reference 1/6" in result.stderr and "6 trials on 2 contender(s)" in result.stderr
     elapsed = [float(line.split("[")[1].split("s]")[0]) for line in result.stderr.splitlines()
                if line.startswith("... [")]
     assert len(elapsed) >= 3 and elapsed == sorted(elapsed)  # seconds since the start, in order

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from bot.verify import compare_values
@@ -84,3 +86,71 @@ def test_candidates_are_held_to_the_baselines_unexplained_time_and_the_baseline_
     assert abs(found["twin"].hidden_us) < 1.0 and found["twin"].counted_us == 0.0
     assert found["cheat"].hidden_us == 25.0 and found["cheat"].counted_us == 25.0
     assert hidden_time_checks({"x": record([])}, None) == {}
+
+
+def _rows_of_scales(scales, width=256, seed=2):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.cat([torch.randn(1, width, generator=gen, dtype=torch.float64) * s for s in scales])
+
+
+def test_a_tiny_row_is_judged_at_its_own_scale_not_the_outputs():
+    # GELU-like output: rows of 128 beside rows of 1e-6. Flushing the tiny rows to zero is
+    # 100 % wrong there, yet within 1 % of the output's max |ref|.
+    ref = _rows_of_scales([128.0, 2.0 ** -20, 1.0, 0.0] * 4)
+    flushed = ref.clone()
+    flushed[ref.abs() < 1e-4] = 0
+    result = compare_values(ref, flushed.to(torch.bfloat16), "bfloat16", None, "shape s, rows inputs")
+    assert not result.passed
+    assert "rows inputs" in result.evidence and "its row's max |ref|" in result.evidence
+    row = int(re.search(r"element \((\d+),", result.evidence).group(1))
+    assert row % 4 == 1, result.evidence  # one of the 1e-6 rows
+    # The same error judged against the whole output's max (a row of one element each) passes.
+    whole = compare_values(ref.reshape(-1, 1), flushed.reshape(-1, 1).to(torch.bfloat16), "bfloat16",
+                           None, "x")
+    assert whole.passed
+
+
+def test_honest_rounding_passes_in_every_row_and_an_all_zero_output_matches_zero():
+    ref = _rows_of_scales([128.0, 2.0 ** -20, 1.0, 2.0 ** -10, 0.0] * 4)
+    for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16"), (torch.float32, "float32")):
+        assert compare_values(ref, ref.to(dtype), name, None, "x").passed, name
+    zeros = torch.zeros(16, 64, dtype=torch.float64)
+    assert compare_values(zeros, zeros.float(), "float32", None, "x").passed
+    # One step of float16's subnormals (6e-8) off an all-zero reference: what the dtype resolves.
+    step = torch.full((16, 64), 2.0 ** -24, dtype=torch.float16)
+    assert compare_values(zeros, step, "float16", None, "x").passed
+    nonzero = compare_values(zeros, step * 16, "float16", None, "zeros inputs")
+    assert not nonzero.passed and "zeros inputs" in nonzero.evidence
+    assert not compare_values(zeros, torch.full((16, 64), 1e-30), "float32", None, "x").passed
+
+
+def test_rows_narrower_than_eight_are_judged_against_the_whole_output():
+    # A per-row scale ([T, 1]) near zero by cancellation: its error is relative to the others'.
+    ref = torch.tensor([[1.0], [2.0], [1e-6], [3.0]], dtype=torch.float64)
+    out = ref.float() + torch.tensor([[0.0], [0.0], [1e-6], [0.0]])
+    assert compare_values(ref, out, "float32", None, "x").passed
+    # Eight wide, a row of 1e-6 off by 100 % is judged at its own scale.
+    wide_ref = torch.cat([torch.full((1, 8), 3.0), torch.full((1, 8), 1e-6)]).double()
+    wide_out = wide_ref.float() * torch.tensor([[1.0], [2.0]])
+    assert not compare_values(wide_ref, wide_out, "float32", None, "x").passed
+    assert compare_values(wide_ref.reshape(16, 1), wide_out.reshape(16, 1), "float32", None, "x").passed
+
+
+def test_rmsnorm_without_eps_is_caught_on_tiny_rows():
+    from bot.worker_inputs import transform
+
+    gen = torch.Generator().manual_seed(3)
+    x = transform([torch.randn(64, 256, generator=gen).to(torch.bfloat16)], "rows", 11)[0]
+    nonzero = x.float().abs().amax(-1) > 0
+    x = x[nonzero]  # zero rows give NaN without eps, caught by position; here the 1e-3 rows
+    xf = x.double()
+    ref = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)
+    no_eps = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True))).to(torch.bfloat16)
+    with_eps = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).to(torch.bfloat16)
+    assert compare_values(ref, with_eps, "bfloat16", None, "x").passed
+    result = compare_values(ref, no_eps, "bfloat16", None, "shape small, rows inputs")
+    assert not result.passed and "rows inputs" in result.evidence
+    scale = x.float().abs().amax(-1)
+    tiny = (scale < 2e-2) & (scale > 1e-4)  # the 2^-10 rows
+    rel = ((no_eps.double() - ref).abs().amax(-1) / ref.abs().amax(-1))[tiny]
+    assert float(rel.min()) > 0.4, rel  # each of them is off by far more than bfloat16 allows

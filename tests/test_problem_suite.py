@@ -23,6 +23,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from bot.distributions import DISTRIBUTIONS  # noqa: E402
+from bot.worker_inputs import transform as worker_transform  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "problems"
 
@@ -47,8 +50,8 @@ TARGETS = {"rmsnorm": "kernels/rmsnorm_triton.py", "swiglu": "kernels/swiglu_tor
            "rotary_embedding": "kernels/rotary_torch.py"}
 
 METADATA_NAMES = ("SHAPES", "CPU_SHAPES", "TOLERANCE", "REFERENCE_PRECISION",
-                  "DISTRIBUTIONS", "TARGET", "WATCH")
-ALL_DISTRIBUTIONS = ("standard", "shifted", "large")
+                  "DISTRIBUTIONS", "SKIP_DISTRIBUTIONS", "TARGET", "WATCH")
+ALL_DISTRIBUTIONS = DISTRIBUTIONS
 DEFAULT_TOLERANCE = {  # norm_rel, elem_rtol, elem_atol_rel
     torch.float32: {"norm_rel": 1e-5, "elem_rtol": 1e-4, "elem_atol_rel": 1e-5},
     torch.bfloat16: {"norm_rel": 1e-2, "elem_rtol": 2e-2, "elem_atol_rel": 1e-2},
@@ -96,16 +99,14 @@ def as_tuple(out):
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
-def transform(inputs, distribution: str):
-    def one(x):
-        if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
-            return x
-        if distribution == "shifted":
-            return 2.5 * x + 1.5
-        if distribution == "large":
-            return 100 * x
-        return x
-    return [one(x) for x in inputs]
+def transform(inputs, distribution: str, seed: int = 0):
+    """The worker's own transformation (bot/worker_inputs.py), as the verifier applies it."""
+    return worker_transform(list(inputs), distribution, seed)
+
+
+def skipped(meta: dict) -> set:
+    kept = meta.get("DISTRIBUTIONS", ALL_DISTRIBUTIONS)
+    return set(meta.get("SKIP_DISTRIBUTIONS", {})) | (set(ALL_DISTRIBUTIONS) - set(kept))
 
 
 def upcast_model(model):
@@ -206,6 +207,8 @@ def test_metadata_is_literal_and_well_formed(name):
     assert meta.get("REFERENCE_PRECISION", "float64") in ("float64", "float32", "native")
     dists = meta.get("DISTRIBUTIONS", ALL_DISTRIBUTIONS)
     assert isinstance(dists, tuple) and dists and set(dists) <= set(ALL_DISTRIBUTIONS)
+    for dist, reason in meta.get("SKIP_DISTRIBUTIONS", {}).items():
+        assert dist in ALL_DISTRIBUTIONS and dist != "standard" and len(reason.split()) >= 3, (dist, reason)
     assert meta.get("TARGET") == TARGETS.get(name)
     if "TARGET" in meta:
         target = ROOT / meta["TARGET"]
@@ -306,7 +309,7 @@ def test_forward_native_on_cpu(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_float64_reference_agrees_with_native(name, distribution):
     module, meta, model, inputs = make_case(name)
-    if distribution not in meta.get("DISTRIBUTIONS", ALL_DISTRIBUTIONS):
+    if distribution in skipped(meta):
         pytest.skip(f"{name} excludes {distribution}")
     assert meta.get("REFERENCE_PRECISION", "float64") == "float64"
     inputs = transform(inputs, distribution)
@@ -405,6 +408,7 @@ _TRITON_SCRIPT = textwrap.dedent(
     """
     import importlib.util, json, sys
     import torch
+    from bot.worker_inputs import transform
 
     def load(path, name):
         spec = importlib.util.spec_from_file_location(name, path)
@@ -441,8 +445,7 @@ _TRITON_SCRIPT = textwrap.dedent(
         candidate.load_state_dict(model.state_dict(), strict=True)
         torch.manual_seed(0)
         (x,) = problem.get_inputs()
-        scale, shift = {"standard": (1, 0), "shifted": (2.5, 1.5), "large": (100, 0)}[case["dist"]]
-        x = scale * x + shift
+        (x,) = transform([x], case["dist"], 0)  # the verifier's own inputs
         before = x.clone()
         n0 = len(launches)
         out = candidate(x)

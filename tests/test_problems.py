@@ -38,8 +38,25 @@ def test_unchanged_kernelbench_file_loads_with_defaults(tmp_path):
     problem = load_problem(path)
     assert problem.target is None and problem.watch == ()
     assert [s.name for s in problem.gpu_shapes] == ["default"]
-    assert problem.distributions == ("standard", "shifted", "large")
+    assert problem.distributions == ("standard", "shifted", "large", "zeros", "rows", "limits")
+    assert problem.skipped_distributions == {}
     assert problem.reference_precision == "float64"
+
+
+def test_a_problem_skips_distributions_only_with_a_stated_reason(tmp_path):
+    path = tmp_path / "logs.py"
+    path.write_text(KERNELBENCH + 'SKIP_DISTRIBUTIONS = {"zeros": "log of the inputs:   must be positive",\n'
+                    '                      "limits": "exp of the product overflows"}\n')
+    problem = load_problem(path, root=tmp_path)
+    assert problem.distributions == ("standard", "shifted", "large", "rows")
+    assert problem.skipped_distributions == {"zeros": "log of the inputs: must be positive",
+                                             "limits": "exp of the product overflows"}
+    # The older DISTRIBUTIONS (the ones kept) still works; what it leaves out says so.
+    path.write_text(KERNELBENCH + 'DISTRIBUTIONS = ("standard", "large")\n')
+    problem = load_problem(path, root=tmp_path)
+    assert problem.distributions == ("standard", "large")
+    assert set(problem.skipped_distributions) == {"shifted", "zeros", "rows", "limits"}
+    assert "DISTRIBUTIONS" in problem.skipped_distributions["zeros"]
 
 
 def test_metadata_is_read_without_running_the_file(tmp_path):
@@ -64,7 +81,14 @@ def test_metadata_is_read_without_running_the_file(tmp_path):
     (KERNELBENCH + "SHAPES = make_shapes()\n", "must be a literal"),
     (KERNELBENCH + "TARGET = 'missing.py'\n", "is not a file inside"),
     (KERNELBENCH + "TARGET = '../../etc/passwd'\n", "is not a file inside"),
-    (KERNELBENCH + "DISTRIBUTIONS = ('zeros',)\n", "DISTRIBUTIONS"),
+    (KERNELBENCH + "DISTRIBUTIONS = ('zeros',)\n", "DISTRIBUTIONS leaves out 'standard'"),
+    (KERNELBENCH + "DISTRIBUTIONS = ('standard', 'uniform')\n", "'uniform', which is not a distribution"),
+    (KERNELBENCH + "SKIP_DISTRIBUTIONS = {'ones': 'no reason'}\n", "'ones', which is not a distribution"),
+    (KERNELBENCH + "SKIP_DISTRIBUTIONS = {'zeros': '  '}\n", "must state a reason"),
+    (KERNELBENCH + "SKIP_DISTRIBUTIONS = ('zeros',)\n", "dict of name -> reason"),
+    (KERNELBENCH + "SKIP_DISTRIBUTIONS = {'standard': 'slow'}\n", "cannot be skipped"),
+    (KERNELBENCH + "DISTRIBUTIONS = ('standard', 'zeros')\nSKIP_DISTRIBUTIONS = {'zeros': 'x'}\n",
+     "both kept by DISTRIBUTIONS and skipped"),
     (KERNELBENCH + "TOLERANCE = {'atol': 1}\n", "TOLERANCE"),
 ])
 def test_static_errors_are_one_clear_line(tmp_path, text, message):

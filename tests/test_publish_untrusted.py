@@ -38,6 +38,10 @@ def test_valid_results_pass():
     (lambda r: r.update(problems="all"), "expected a list"),
     (lambda r: r["problems"][0].update(outcome="failed", error={"html": "<b>"}), "error"),
     (lambda r: r["problems"][0].update(outcome="failed", error="x" * 30_000), "error"),
+    (lambda r: r["problems"][0].update(distributions=["standard", "<img>"]), "distributions"),
+    (lambda r: r["problems"][0].update(skipped_distributions={"zeros": 3}), "skipped_distributions.zeros"),
+    (lambda r: r["problems"][0].update(skipped_distributions={"a b": "why"}), "not a plain name"),
+    (lambda r: r["problems"][0].update(skipped_distributions=["zeros"]), "name -> reason"),
 ])
 def test_forged_or_malformed_results_are_refused(mutate, message):
     data = _results()

@@ -108,9 +108,18 @@ def test_pr_body_has_row_environment_verification_reproduce_and_marker(mixed):
     assert ("softmax**: no significant improvement: no candidate was both verified and timed "
             "(3 tried, 3 rejected)") in body
     assert "| softmax | 3 | 3 | values ×2, no new threads ×1 |" in body
-    assert "3 distributions (standard normal, shifted and scaled, large magnitude)" in body
+    assert ("6 distributions (standard normal, shifted and scaled, large magnitude, all zero, "
+            "rows of mixed scale from 0 to 128, near the dtype's range)") in body
     assert "CUDA-event time" in body and "roofline" in body
     assert body.rstrip().endswith(REPORT_MARKER) and body.count(REPORT_MARKER) == 1
+
+
+def test_distributions_a_problem_skips_are_named_with_their_reason(mixed):
+    assert mixed["problems"][0]["distributions"] == ["standard", "shifted", "large", "zeros", "rows", "limits"]
+    results = copy.deepcopy(mixed)
+    results["problems"][2]["skipped_distributions"] = {"zeros": "log of the | inputs, @team: positive"}
+    body = render_pr_body(results, REPRO, None)
+    assert "; softmax skips all zero: log of the \\| inputs, @\u200bteam: positive." in body
 
 
 def test_real_cpu_run_is_reported_honestly(real):

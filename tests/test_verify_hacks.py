@@ -30,6 +30,7 @@ REJECTED = {
     "cheat_low_precision": "values",
     "cheat_half_precision": "values",
     "cheat_distribution": "values",
+    "cheat_zero_shortcut": "values",
     "cheat_hardcoded_shape": "call",
     "cheat_detect_timing": "timed-call outputs",
     "cheat_patch_reference": "values",
@@ -112,5 +113,7 @@ def test_rejections_carry_evidence(outcomes):
     assert "normwise rel err" in values.evidence or "abs err" in values.evidence
     mutated = next(c for c in outcomes["cheat_mutate_input"].verdict.checks if c.name == "inputs unchanged")
     assert "input(s) [0] were modified" in mutated.evidence
+    shortcut = next(c for c in outcomes["cheat_zero_shortcut"].verdict.checks if c.name == "values")
+    assert "zeros inputs" in shortcut.evidence  # the all-zero trial: relu(b) expected, zeros given
     forged = next(c for c in outcomes["cheat_forge_stdout"].verdict.checks if c.name == "call")
     assert "exited with code 0 without a result" in forged.evidence

@@ -8,6 +8,7 @@ import contextlib
 
 import bot.worker as worker
 import bot.worker_shared as shared
+from bot.distributions import DISTRIBUTIONS
 from conftest import PROBLEMS
 
 
@@ -105,7 +106,7 @@ def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
     assert ("reference", "release") in log[:first_contender_call]
     for name in contenders:
         mine = [op for who, op in log if who == name]
-        assert mine.count("run") == 4 and mine[-1] == "release"
+        assert mine.count("run") == len(DISTRIBUTIONS) and mine[-1] == "release"  # a trial each
         # With one contender at a time (parallel=1), the first has let go before the second starts.
     assert log.index(("a", "release")) < log.index(("b", "run"))
 
@@ -165,15 +166,19 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
     assert all(c.passed for found in checks.values() for c in found)
     # The reference under a shared hold, each other trial call under one of its own; the
     # self-tuning contenders' workers cannot hook their timing (no channel here), so each
-    # one's trials (4 calls and its release) run afterwards under an exclusive hold of its own.
+    # one's trials (a call per distribution and its release) run afterwards under an exclusive
+    # hold of its own.
+    n = len(DISTRIBUTIONS)
     who = [w if w != "lock" else op for w, op in log]
-    assert who[:8] == ["shared taken"] + ["reference"] * 5 + ["shared given back"] + ["tuned1"]
-    assert who[8] == "tuned2"  # both asked to hook their timing first ("gate"), in vain
-    parallel = who[9:who.index("exclusive taken")]
-    assert parallel == (["shared taken", "a", "shared given back"] * 4 + ["a"]
-                        + ["shared taken", "b", "shared given back"] * 4 + ["b"])
-    assert who[len(parallel) + 9:] == (["exclusive taken"] + ["tuned1"] * 5 + ["exclusive given back"]
-                                       + ["exclusive taken"] + ["tuned2"] * 5 + ["exclusive given back"])
+    head = ["shared taken"] + ["reference"] * (n + 1) + ["shared given back"] + ["tuned1"]
+    assert who[:len(head)] == head
+    assert who[len(head)] == "tuned2"  # both asked to hook their timing first ("gate"), in vain
+    parallel = who[len(head) + 1:who.index("exclusive taken")]
+    assert parallel == (["shared taken", "a", "shared given back"] * n + ["a"]
+                        + ["shared taken", "b", "shared given back"] * n + ["b"])
+    assert who[len(parallel) + len(head) + 1:] == (
+        ["exclusive taken"] + ["tuned1"] * (n + 1) + ["exclusive given back"]
+        + ["exclusive taken"] + ["tuned2"] * (n + 1) + ["exclusive given back"])
     assert any("2 contender(s) that tune by timing" in line for line in seen)
 
 

@@ -34,6 +34,9 @@ environment variables or the network (compiling a kernel at import time is allow
 - No threads or processes.
 - No caching of outputs across calls: every call computes from its inputs (inputs are
   fresh random tensors from several distributions on each call).
+- Edge cases count: inputs include all-zero tensors, all-zero rows, rows of 1e-6 beside
+  rows of 128 (each row is judged at its own scale) and values near the dtype's range.
+  Keep every eps, subtract a softmax's row max, do not flush small values to zero.
 - Do not modify the inputs; do not return a view of an input.
 - No computing in lower precision than the tolerance allows (fp32 stays fp32: no bf16,
   no TF32 unless the tolerance says so).

@@ -1,0 +1,100 @@
+"""The input distributions (bot/worker_inputs.py): deterministic from the seed, integer inputs
+untouched, rows of every scale, and "limits" values an honest kernel keeps finite."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from bot.distributions import DISTRIBUTIONS
+from bot.problems import load_problem
+from bot.trials import skip_notes, trial_plan
+from bot.worker_inputs import ROW_SCALES, limit_scale, transform
+from conftest import PROBLEMS
+
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def draw(seed: int, dtype=torch.bfloat16, rows: int = 40, width: int = 64):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, width, generator=gen).to(dtype)
+    residual = torch.randn(rows, width, generator=gen).to(dtype)
+    positions = torch.randint(0, 1000, (rows,), generator=gen)
+    return [x, residual, positions, 7]
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_same_seed_same_bits_and_integers_untouched(distribution):
+    one, two = transform(draw(1), distribution, 123), transform(draw(1), distribution, 123)
+    for a, b in zip(one[:3], two[:3]):
+        assert a.dtype == b.dtype
+        assert torch.equal(a.float().view(torch.int32), b.float().view(torch.int32))  # bits, -0.0 too
+    original = draw(1)
+    assert torch.equal(one[2], original[2]) and one[3] == 7
+    assert one[0].shape == original[0].shape and one[0].dtype == original[0].dtype
+
+
+def test_rows_take_every_scale_exactly_with_the_pattern_drawn_from_the_seed():
+    original = draw(2, torch.float32)
+    x, residual, _, _ = transform(original, "rows", 5)
+    scales = []
+    for row, raw in zip(x, original[0]):
+        ratios = {float(r) for r in (row / raw)}  # exact: powers of two in float32
+        assert len(ratios) == 1, ratios
+        scales.append(ratios.pop())
+    assert sorted(set(scales)) == sorted(ROW_SCALES)
+    assert all(scales.count(s) == len(scales) // len(ROW_SCALES) for s in ROW_SCALES)
+    # The residual has as many rows: zero (and tiny) in the same rows as x.
+    assert torch.equal(residual.abs().amax(-1) == 0, x.abs().amax(-1) == 0)
+    other = transform(draw(2, torch.float32), "rows", 6)[0]
+    assert not torch.equal(other.abs().amax(-1) == 0, x.abs().amax(-1) == 0)
+
+
+def test_a_one_dimensional_tensor_is_cut_into_blocks_of_each_scale():
+    v = torch.randn(1003)
+    (out,) = transform([v], "rows", 9)
+    ratios = [float((out[i] / v[i])) for i in range(0, 1003, 201)]
+    assert sorted(ratios) == sorted(ROW_SCALES)
+    assert torch.equal(transform([torch.randn(0, 5)], "rows", 1)[0], torch.randn(0, 5))
+
+
+def test_zeros_are_zero_and_standard_is_the_draw_itself():
+    original = draw(3)
+    zeros = transform(original, "zeros", 1)
+    assert not zeros[0].any() and not zeros[1].any() and torch.equal(zeros[2], original[2])
+    assert all(a is b for a, b in zip(transform(original, "standard", 1), original))
+    with pytest.raises(ValueError, match="unknown input distribution"):
+        transform(original, "uniform", 1)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_limits_stay_finite_for_honest_kernels_in_their_own_precision(dtype):
+    """Near the dtype's range, yet: the sum of two inputs fits the dtype; a row's sum of squares
+    (RMSNorm, 2^17 elements) and x^3 (GELU's tanh form) fit the float32 accumulator of a half
+    or bfloat16 kernel; and exp(x) (softmax without its max subtracted) overflows."""
+    x, residual = transform(draw(4, dtype, 64, 2048), "limits", 1)[:2]
+    acc = torch.promote_types(dtype, torch.float32)
+    big = x.to(acc).abs().max()
+    assert torch.isfinite(x.to(acc)).all() and big >= limit_scale(dtype)
+    assert torch.isfinite(x + residual).all()
+    assert torch.isfinite(x.to(acc).pow(2).sum(-1) * (2 ** 17 / x.shape[-1])).all()
+    if dtype != torch.float16:
+        assert torch.isfinite(x.to(acc).pow(3)).all()
+    assert not torch.isfinite(torch.exp(x.to(torch.float64))).all()
+    # float16 arithmetic cannot hold a square of them: a kernel accumulating in float16 fails.
+    if dtype == torch.float16:
+        assert not torch.isfinite(x.pow(2)).all()
+
+
+def test_every_distribution_is_one_trial_and_standard_comes_first(tmp_path):
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    plan = trial_plan(problem, random.Random(0), 1)
+    assert [d for d, _ in plan] == list(DISTRIBUTIONS) and len({s for _, s in plan}) == len(plan)
+    only = tmp_path / "only.py"
+    only.write_text((PROBLEMS / "scale_add.py").read_text() + "DISTRIBUTIONS = ('standard',)\n")
+    single = load_problem(only, root=tmp_path)
+    plan = trial_plan(single, random.Random(0), 1)
+    assert [d for d, _ in plan] == ["standard", "standard"] and plan[0][1] != plan[1][1]
+    assert skip_notes(single)[0].startswith("only: no shifted inputs: not listed")
