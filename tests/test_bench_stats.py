@@ -19,7 +19,7 @@ def test_a_against_a_is_no_significant_difference():
     rng = random.Random(1)
     for trial in range(20):
         a, b = _noisy(100.0, 60, rng), _noisy(100.0, 60, rng)
-        result = speedup(a, b, min_speedup=1.05, seed=trial)
+        result = speedup(a, b, min_speedup=1.05)
         assert result.significance == "no significant difference"
         assert result.ci_low < 1.0 < result.ci_high or abs(result.ratio - 1) < 0.02
 
@@ -69,10 +69,10 @@ def test_correlated_batches_make_no_false_claims_where_calls_alone_would():
     false_as_batches = false_as_calls = 0
     for trial in range(20):
         a, b = _batched(100.0, 3, 50, rng, 0.08), _batched(100.0, 3, 50, rng, 0.08)
-        if speedup(a, b, seed=trial).significance != "no significant difference":
+        if speedup(a, b).significance != "no significant difference":
             false_as_batches += 1
         # The same samples, treated as independent calls: the interval is far too narrow.
-        flat = speedup(Measurement(a.samples_us), Measurement(b.samples_us), seed=trial)
+        flat = speedup(Measurement(a.samples_us), Measurement(b.samples_us))
         if flat.significance != "no significant difference":
             false_as_calls += 1
     assert false_as_batches <= 2
@@ -150,10 +150,10 @@ def test_per_worker_offsets_fool_one_worker_each_but_not_replicas_with_their_spr
     fooled_alone = fooled_with_replicas = 0
     for trial in range(20):
         a, b = _in_workers(5.0, [offset()], rng), _in_workers(5.0, [offset()], rng)
-        if speedup(a, b, seed=trial).significance != "no significant difference":
+        if speedup(a, b).significance != "no significant difference":
             fooled_alone += 1
         a, b = (_in_workers(5.0, [offset(), offset()], rng) for _ in range(2))
-        if speedup(a, b, seed=trial, spread=worker_spread([a, b])).significance != "no significant difference":
+        if speedup(a, b, spread=worker_spread([a, b])).significance != "no significant difference":
             fooled_with_replicas += 1
     assert fooled_alone >= 4  # why replicas matter: tight batches, wrong answer
     assert fooled_with_replicas == 0
@@ -167,7 +167,7 @@ def test_replicas_with_their_spread_still_detect_a_real_gain():
         # As in a run: the spread is pooled over every contender timed (here four, df 4).
         base, fast, *others = (_in_workers(m, [offset(), offset()], rng) for m in (7.5, 5.0, 6.0, 8.0))
         spread = worker_spread([base, fast, *others])
-        found += speedup(base, fast, seed=trial, spread=spread).significance == "faster"
+        found += speedup(base, fast, spread=spread).significance == "faster"
     assert found >= 18
 
 
