@@ -22,6 +22,13 @@ def source_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def source_sha256(text: str) -> str:
+    """The full SHA-256 of source code: what the publishing stage checks a written file against."""
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Shape:
     """One input set of a problem: module globals to override before get_inputs()."""
@@ -269,7 +276,7 @@ class Environment:
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "device_name": self.device_name, "torch": self.torch,
                 "triton": self.triton, "cuda": self.cuda, "driver": self.driver,
-                "python": self.python, "clocks": dict(self.clocks), "host": self.host}
+                "python": self.python, "clocks": dict(self.clocks)}  # never the host: it names the runner
 
     @property
     def key(self) -> str:
