@@ -53,6 +53,9 @@ ROUTES = (
     Route("POST", "/git/trees", "git/create-tree"),
     Route("POST", "/git/blobs", "git/create-blob"),
     Route("POST", "/check-runs", "checks/create"),
+    Route("GET", r"/commits/([0-9a-f]{40})/pulls", "repos/list-pull-requests-associated-with-commit",
+          paginated=True),
+    Route("GET", r"/contents/(.+)", "repos/get-content"),
 )
 
 
