@@ -137,6 +137,11 @@ class GitHubClient:
                              comment_id=comment_id, check_run_id=check_run_id, created=created,
                              updated=pr is not None and not created, skipped_reason=skipped)
 
+    def create_check_run(self, check: CheckRunPlan) -> int:
+        """A check run on its own (the failure one when nothing else is published)."""
+        return self._step("create check runs", lambda: self._create_check_run(check),
+                          permission="`checks: write`")
+
     def _publish_pull_request(self, plan: PullRequestPlan,
                               max_open: int) -> tuple[PullRequest | None, bool, str | None]:
         """(pull request, created?, reason when skipped)."""
