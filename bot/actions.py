@@ -119,9 +119,10 @@ def publish_stage_two(results_dir: Path, repo_root: Path | None, echo: Echo,
     else:  # run by hand on a downloaded artifact: the operator vouches for which run it is
         trigger = operator_trigger(results.get("trigger") or {}, env.repository or "", client)
     staged = stage_two_plan(results, trigger, client, settings, allowed)
-    if staged.failure is not None:
-        client.create_check_run(staged.failure)
-        raise BotError(f"nothing published: {staged.failure.title} ({staged.failure.summary.splitlines()[-1]})")
+    if staged.reason is not None:
+        if staged.failure is not None:
+            client.create_check_run(staged.failure)
+        raise BotError(f"nothing published: the results artifact is inconsistent ({staged.reason})")
     plan = staged.plan
     if plan is None:
         echo("kernel-bot: nothing to publish (no significant improvement, no pull request to comment on).")

@@ -30,6 +30,7 @@ class StagePlan:
 
     plan: PullRequestPlan | None
     failure: CheckRunPlan | None = None
+    reason: str | None = None  # why the artifact is inconsistent (for the error line)
 
 
 def inconsistent_check(trigger: Trigger, exc: InconsistentArtifact) -> CheckRunPlan | None:
@@ -56,7 +57,7 @@ def stage_two_plan(results: dict[str, Any], trigger: Trigger, reader: FileReader
     try:
         derived = rederive(results, settings.min_speedup)
     except InconsistentArtifact as exc:
-        return StagePlan(None, inconsistent_check(trigger, exc))
+        return StagePlan(None, inconsistent_check(trigger, exc), str(exc))
     if not trigger.head_sha:
         raise BotError("no head commit for this run: cannot tell which problem files to trust")
     changes = {c.path: c for c in scoped_changes(rd.improved(derived), trigger.head_sha, reader,

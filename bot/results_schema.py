@@ -18,12 +18,14 @@ MAX_ATTEMPTS = 2_000
 MAX_SHAPES = 64
 MAX_SAMPLES = 100_000  # per measurement; a converged one has tens to thousands
 MAX_DEPTH = 12  # results -> problems -> attempt -> checks -> details -> value is 9 deep
-NAME = r"^[^\x00-\x1f\x7f]{1,300}$"  # candidate, shape and check names: one line (escaped when shown)
-PROBLEM_NAME = r"^[A-Za-z0-9_.-]{1,100}$"
-REPO_PATH = r"^[A-Za-z0-9._/-]{1,300}$"
-SHA = r"^[0-9a-f]{40}$"
-SHA256 = r"^[0-9a-f]{64}$"
-HASH16 = r"^[0-9a-f]{16}$"
+# `$(?![\s\S])`: Python's `$` (which jsonschema uses) also matches before a final newline.
+END = r"$(?![\s\S])"
+NAME = r"^[^\x00-\x1f\x7f]{1,300}" + END  # candidate, shape and check names: one line (escaped when shown)
+PROBLEM_NAME = r"^[A-Za-z0-9_.-]{1,100}" + END
+REPO_PATH = r"^[A-Za-z0-9._/-]{1,300}" + END
+SHA = r"^[0-9a-f]{40}" + END
+SHA256 = r"^[0-9a-f]{64}" + END
+HASH16 = r"^[0-9a-f]{16}" + END
 
 
 def _text(limit: int = MAX_TEXT) -> dict[str, Any]:
@@ -108,7 +110,7 @@ BEST = _obj({"name": {"type": "string", "pattern": NAME}, "path": _nullable(_tex
             ("name", "source", "source_sha256", "speedup", "speedup_ci", "shapes"))
 
 ENVIRONMENT = _obj({"device": {"enum": ["cpu", "cuda"]},
-                    "device_name": {"type": "string", "pattern": r"^[A-Za-z0-9 ._()@+-]{0,100}$"},
+                    "device_name": {"type": "string", "pattern": r"^[A-Za-z0-9 ._()+-]{0,100}" + END},
                     "torch": _text(100), "triton": _nullable(_text(100)), "cuda": _nullable(_text(100)),
                     "driver": _nullable(_text(100)), "python": _text(100), "clocks": FLAT_MAP})
 

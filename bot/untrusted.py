@@ -46,6 +46,8 @@ def validate_results(data: Any, allowed: Callable[[str], bool]) -> dict[str, Any
     if error is not None:
         # The message quotes the offending value, which may be 500 KiB of forged text.
         message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
+        if error.validator == "pattern":  # the regular expression itself says little to a reader
+            message = f"{str(error.instance)[:200]!r} has characters or a length this field does not allow"
         raise refuse(_where(error.absolute_path), f"{error.validator}: {message}")
     for i, problem in enumerate(data["problems"]):
         target = problem.get("target")

@@ -25,9 +25,13 @@ KERNEL_SOURCE = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forwa
 FAST_SOURCE = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x  # fast\n"
 
 
-def measurement(center_us: float, seed: int, batches: int = 8, per_batch: int = 5, workers: int = 2) -> Measurement:
+def measurement(center_us: float, seed: int, batches: int = 8, per_batch: int = 5, workers: int = 2,
+                worker_offset: float = 0.04) -> Measurement:
+    """Samples within 3 % of `center_us`, each worker process `worker_offset` slower than the last
+    (fresh processes of one kernel differ so on the H200: docs/benchmark.md)."""
     rng = random.Random(seed)
-    samples = tuple(center_us * (1 + 0.03 * rng.random()) for _ in range(batches * per_batch))
+    samples = tuple(center_us * (1 + worker_offset * (b % workers)) * (1 + 0.03 * rng.random())
+                    for b in range(batches) for _ in range(per_batch))
     return Measurement(samples, (per_batch,) * batches, tuple(i % workers for i in range(batches)))
 
 
