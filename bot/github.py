@@ -303,7 +303,10 @@ def _as_bot_error(exc: Exception, what: str, permission: str | None, attempts: i
     if permission and exc.status == 403 and "resource not accessible" in message.lower():
         return BotError(f"the token cannot {what}: grant {permission} to the workflow job "
                         f"(or the GitHub App); GitHub answered {exc.status} {message!r}")
-    if exc.status == 404:  # a missing object, or one this token cannot see: not a grant to add
+    if exc.status == 404 and permission:  # a missing object, or a fine-grained token without the grant
+        return BotError(f"GitHub answered 404 {message!r} while trying to {what}: it does not exist, or the "
+                        f"token lacks {permission} (fine-grained tokens get 404, not 403, for a missing grant)")
+    if exc.status == 404:  # a read: the object is missing (or hidden from this token)
         return BotError(f"GitHub answered 404 {message!r} while trying to {what}: it does not exist, "
                         "or this token cannot see it")
     if exc.status == 403 and message.lower().startswith("api rate limit exceeded"):

@@ -254,14 +254,25 @@ def test_token_without_write_permission(double, source):
     assert not double.repo.comments and double.repo.branch_sha("kernel-bot/pr-1") is None
 
 
-def test_not_found_on_a_write_names_the_permission(double, source):
-    # Fine-grained tokens without a permission get 404 on writes, not 403.
+def test_not_found_on_a_write_names_both_causes(double, source):
+    # Fine-grained tokens without a permission get 404 on writes, not 403; so does a missing object.
     double.fail_next(Fault("hidden", 404, {"message": "Not Found", "documentation_url": "x"}),
                      methods=("POST",))
     head_sha = double.repo.head_sha(source)
     plan = replace(sample_plan(source.number, "main", fork=True, head_sha=head_sha), comment_body=None)
-    with pytest.raises(BotError, match=r"cannot create check runs: grant `checks: write`"):
+    with pytest.raises(BotError) as err:
         client_for(double).publish(plan, max_open=3)
+    assert str(err.value) == ("GitHub answered 404 'Not Found' while trying to create check runs: it does not "
+                              "exist, or the token lacks `checks: write` (fine-grained tokens get 404, not 403, "
+                              "for a missing grant)")
+
+
+def test_a_missing_pull_request_reads_as_missing(double):
+    double.fail_next(Fault("gone", 404, {"message": "Not Found", "documentation_url": "x"}), methods=("GET",))
+    with pytest.raises(BotError) as err:
+        client_for(double).pull_requests_for_commit("a" * 40)
+    assert str(err.value) == (f"GitHub answered 404 'Not Found' while trying to list the pull requests of commit "
+                              f"{'a' * 12}: it does not exist, or this token cannot see it")
 
 
 def test_bad_credentials(double):
