@@ -236,10 +236,19 @@ class GitHubClient:
         return issue.create_comment(body).id
 
     def _create_check_run(self, check: CheckRunPlan) -> int:
-        # Re-runs create a new run of the same name; GitHub shows the newest one per commit.
-        run = self._repo.create_check_run(
-            name=check.name, head_sha=check.head_sha, status="completed", conclusion=check.conclusion,
-            output={"title": check.title, "summary": check.summary[:_CHECK_SUMMARY_MAX_CHARS]})
+        output = {"title": check.title, "summary": check.summary[:_CHECK_SUMMARY_MAX_CHARS]}
+        # A re-run updates the newest run of this name on the commit rather than adding one.
+        # Only the app that created a check run may update it: another's refusal means create.
+        existing = next(iter(self._repo.get_commit(check.head_sha).get_check_runs(check_name=check.name)), None)
+        if existing is not None:
+            try:
+                existing.edit(status="completed", conclusion=check.conclusion, output=output)
+                return existing.id
+            except GithubException as exc:
+                if exc.status not in (403, 404):
+                    raise
+        run = self._repo.create_check_run(name=check.name, head_sha=check.head_sha, status="completed",
+                                          conclusion=check.conclusion, output=output)
         return run.id
 
     # -- plumbing ----------------------------------------------------------------------

@@ -105,6 +105,7 @@ def test_honest_artifact_opens_one_follow_up_and_a_rerun_duplicates_nothing(doub
     assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") == tip  # no new commit
     assert len([p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]) == 1
     assert len([c for c in double.repo.comments.values() if c.issue_number == pr.number]) == 1
+    assert len(double.repo.check_runs) == 1
 
 
 def test_a_failure_between_push_and_pull_request_is_repaired_by_a_rerun(double, tmp_path, root):

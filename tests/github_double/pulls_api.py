@@ -221,3 +221,20 @@ class PullsAPI:
                              stamp, stamp if status == "completed" else None)
         self.check_runs[run.id] = run
         return Response(201, self.check_run_json(run))
+
+    def op_checks_list_for_ref(self, req: Request) -> Response:
+        name = req.query.get("check_name")
+        runs = sorted((r for r in self.check_runs.values() if r.head_sha == req.params[0]
+                       and (name is None or r.name == name)), key=lambda r: r.id, reverse=True)
+        return Response(200, {"total_count": len(runs), "check_runs": [self.check_run_json(r) for r in runs]})
+
+    def op_checks_update(self, req: Request) -> Response:
+        run = self.check_runs.get(int(req.params[0]))
+        if run is None:
+            return not_found()
+        body = req.body if isinstance(req.body, dict) else {}
+        run.status = body.get("status", run.status)
+        run.conclusion = body.get("conclusion", run.conclusion)
+        run.output = {k: v for k, v in (body.get("output") or run.output).items() if k in ("title", "summary", "text")}
+        run.completed_at = now() if run.status == "completed" else None
+        return Response(200, self.check_run_json(run))

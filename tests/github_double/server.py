@@ -56,6 +56,8 @@ ROUTES = (
     Route("GET", r"/commits/([0-9a-f]{40})/pulls", "repos/list-pull-requests-associated-with-commit",
           paginated=True),
     Route("GET", r"/contents/(.+)", "repos/get-content"),
+    Route("GET", r"/commits/([0-9a-f]{40})/check-runs", "checks/list-for-ref"),
+    Route("PATCH", r"/check-runs/(\d+)", "checks/update"),
 )
 
 
