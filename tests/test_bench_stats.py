@@ -190,3 +190,56 @@ def test_batches_that_move_in_every_process_at_once_are_not_taken_for_a_process_
     m = Measurement(tuple(samples), tuple(sizes), tuple(workers))
     raw = abs(math.log(m.worker_medians[0] / m.worker_medians[1])) / math.sqrt(2)
     assert worker_spread([m]).log_sd < raw / 2
+
+
+def _numpy_interval(baseline: Measurement, candidate: Measurement, resamples: int = 2000) -> tuple[float, float]:
+    """The interval as bench.speedup computed it with numpy's generator (no worker spread)."""
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(0)
+
+    def medians(m: Measurement):
+        samples = np.asarray(m.samples_us, dtype=np.float64)
+        sizes = m.sizes if len(m.sizes) >= 2 else (1,) * m.n
+        order = np.argsort(samples, kind="stable")
+        batch_of = np.repeat(np.arange(len(sizes)), sizes)[order]
+        picks = rng.integers(0, len(sizes), size=(resamples, len(sizes)))
+        counts = np.zeros((resamples, len(sizes)), dtype=np.int32)
+        np.add.at(counts, (np.arange(resamples)[:, None], picks), 1)
+        cum = np.cumsum(counts[:, batch_of], axis=1)
+        return samples[order][(cum * 2 >= cum[:, -1:]).argmax(axis=1)]
+
+    boots = np.sort(medians(baseline) / medians(candidate))
+    return float(boots[int(math.floor(0.025 * (resamples - 1)))]), float(boots[int(math.ceil(0.975 * (resamples - 1)))])
+
+
+def test_the_pure_python_interval_matches_the_numpy_one_it_replaced():
+    # Different random streams, same estimator: bounds agree to Monte-Carlo error (a few % of the width).
+    rng = random.Random(7)
+    for trial in range(5):
+        base = Measurement(tuple(100 * (1 + rng.gauss(0, 0.03)) for _ in range(60)), (6,) * 10)
+        cand = Measurement(tuple(80 * (1 + rng.gauss(0, 0.03)) for _ in range(60)), (6,) * 10)
+        ours, theirs = speedup(base, cand), _numpy_interval(base, cand)
+        width = theirs[1] - theirs[0]
+        assert abs(ours.ci_low - theirs[0]) < 0.1 * width and abs(ours.ci_high - theirs[1]) < 0.1 * width, (ours, theirs)
+
+
+def test_the_interval_is_a_function_of_the_samples_alone(tmp_path):
+    """Stage 2 re-derives stage 1's interval in another process, bit for bit."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    rng = random.Random(3)
+    base = Measurement(tuple(100 * (1 + rng.gauss(0, 0.03)) for _ in range(40)), (5,) * 8, (0, 1) * 4)
+    cand = Measurement(tuple(70 * (1 + rng.gauss(0, 0.03)) for _ in range(40)), (5,) * 8, (0, 1) * 4)
+    spread = worker_spread([base, cand], trusted=base)
+    here = speedup(base, cand, spread=spread)
+    code = ("import json, sys; from bot.bench import speedup, WorkerSpread; from bot.domain import Measurement as M\n"
+            "b, c, s = json.loads(sys.argv[1])\n"
+            "r = speedup(M.from_samples_json(b), M.from_samples_json(c), spread=WorkerSpread(*s))\n"
+            "print(json.dumps([r.ratio, r.ci_low, r.ci_high, 'numpy' in sys.modules]))")
+    arg = json.dumps([base.samples_json(), cand.samples_json(), [spread.log_sd, spread.df]])
+    out = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
+    assert json.loads(out) == [here.ratio, here.ci_low, here.ci_high, False]
