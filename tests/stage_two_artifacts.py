@@ -41,20 +41,27 @@ def _outcome(name: str, source: str, role: str, shapes: tuple[ShapeOutcome, ...]
 
 
 def honest_results(speedup_factor: float = 2.0, target: str = "kernels/rmsnorm.py",
-                   min_speedup: float = 1.05, device_name: str = "NVIDIA H100 80GB HBM3") -> dict[str, Any]:
-    """results.json of one problem (rmsnorm) whose candidate is `speedup_factor` times faster."""
-    base_m = measurement(100.0, 1)
-    fast_m = measurement(100.0 / speedup_factor, 2)
-    spread = bench.worker_spread([base_m, fast_m], trusted=base_m)
+                   min_speedup: float = 1.05, device_name: str = "NVIDIA H100 80GB HBM3",
+                   slower_attempts: int = 0, batches: int = 8, per_batch: int = 5) -> dict[str, Any]:
+    """results.json of one problem (rmsnorm) whose candidate is `speedup_factor` times faster,
+    beside `slower_attempts` accepted candidates between it and the baseline."""
+    base_m = measurement(100.0, 1, batches, per_batch)
+    factors = [speedup_factor] + [1 + (speedup_factor - 1) * (k + 1) / (slower_attempts + 2)
+                                  for k in range(slower_attempts)]
+    timed = [measurement(100.0 / f, 2 + k, batches, per_batch) for k, f in enumerate(factors)]
+    spread = bench.worker_spread([base_m, *timed], trusted=base_m)
     shape = Shape("default")
-    sp = bench.speedup(base_m, fast_m, min_speedup, spread=spread)
     base_shape = ShapeOutcome(shape.name, "float32[8, 8]", "float32", base_m, None, None, 0.0, 0.0)
-    fast_shape = ShapeOutcome(shape.name, "float32[8, 8]", "float32", fast_m, sp, None, 0.0, 0.0)
     baseline = _outcome("eager-reference", KERNEL_SOURCE, "baseline", (base_shape,))
-    best = _outcome("fast-rmsnorm", FAST_SOURCE, "candidate", (fast_shape,))
+    outcomes = []
+    for k, m in enumerate(timed):
+        sp = bench.speedup(base_m, m, min_speedup, spread=spread)
+        name, source = ("fast-rmsnorm", FAST_SOURCE) if k == 0 else (f"tile-{k}", FAST_SOURCE + f"# {k}\n")
+        outcomes.append(_outcome(name, source, "candidate",
+                                 (ShapeOutcome(shape.name, "float32[8, 8]", "float32", m, sp, None, 0.0, 0.0),)))
     problem = Problem(Path("/repo/problems/rmsnorm.py"), "rmsnorm", PROBLEM_SOURCE, Path("/repo"), target,
                       (shape,), (shape,), {}, ("standard",), "float64", ())
     env = Environment("cuda", device_name, "2.13.0", "3.9.0", "12.8", "570.1", "3.11.7")
-    chosen = best if best.significant(min_speedup) else None
-    result = OptimizeResult(problem, env, baseline, chosen, (Attempt(0, best),), (), "done", 12.5)
+    chosen = outcomes[0] if outcomes[0].significant(min_speedup) else None
+    result = OptimizeResult(problem, env, baseline, chosen, tuple(Attempt(0, o) for o in outcomes), (), "done", 12.5)
     return results_payload([result], Trigger(kind="pull_request"), min_speedup)

@@ -38,6 +38,9 @@ REPO = "octo-org/octo-repo"
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--python", required=True, help="the publishing interpreter (no torch)")
+    parser.add_argument("--attempts", type=int, default=1, help="timed candidates in the artifact")
+    parser.add_argument("--batches", type=int, default=8, help="batches per measurement")
+    parser.add_argument("--per-batch", type=int, default=5, help="samples per batch")
     args = parser.parse_args()
     heavy = subprocess.run([args.python, "-c", "import importlib.util as u; print([m for m in "
                             "('torch', 'triton', 'numpy') if u.find_spec(m)])"],
@@ -51,7 +54,8 @@ def main() -> None:
         (work / "main").mkdir()
         (work / "main" / "pyproject.toml").write_text("[tool.kernel-bot]\nmin-speedup = 1.05\n")
         (work / "artifact").mkdir()
-        (work / "artifact" / "results.json").write_text(json.dumps(honest_results()))
+        (work / "artifact" / "results.json").write_text(json.dumps(honest_results(
+            slower_attempts=args.attempts - 1, batches=args.batches, per_batch=args.per_batch)))
         env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "GITHUB_REPOSITORY": REPO,
                "GITHUB_EVENT_NAME": "workflow_run", "GITHUB_TOKEN": "test-token",
                "GITHUB_EVENT_PATH": str(work / "event.json"), "GITHUB_API_URL": double.url}
@@ -64,7 +68,8 @@ def main() -> None:
                                "--repo", str(work / "main")], env=env, capture_output=True, text=True)
         took = time.monotonic() - began
         opened = [p.number for p in double.repo.open_pulls() if p.head_ref == f"kernel-bot/pr-{pr.number}"]
-        print(json.dumps({"event_to_pr_s": round(took, 2), "rc": proc.returncode, "pr_opened": bool(opened),
+        print(json.dumps({"event_to_pr_s": round(took, 2), "attempts": args.attempts,
+                          "samples_per_measurement": args.batches * args.per_batch, "rc": proc.returncode, "pr_opened": bool(opened),
                           "requests": len(double.exchanges), "heavy_modules_importable": json.loads(
                               heavy.replace("'", '"')), "stderr_tail": proc.stderr[-500:]}))
 
