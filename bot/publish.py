@@ -70,6 +70,7 @@ def stage_two_plan(results: dict[str, Any], trigger: Trigger, reader: FileReader
             raise BotError(f"refusing to write {path}: not a scoped TARGET")
         return changes[path].current
 
+    # No local checkout is read: `current` serves every file's text from the API at head_sha.
     plan = plan_pull_request(shown, trigger, Path("/nonexistent"), lambda path: path in changes, chart,
                              reproduce_command(shown, settings.problems_dir, settings.min_speedup),
                              settings.chart_path, current=current)

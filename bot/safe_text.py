@@ -25,7 +25,7 @@ _CHARS = str.maketrans({
     "|": "\u00a6",  # no table cell break
     "\\": "\u29f5",  # no escape of the replacements above
     "!": "\u01c3",
-    "*": "\u2217", "_": "_", "~": "\u223c",
+    "*": "\u2217", "~": "\u223c",
 })
 _URL = re.compile(r"(?i)(https?|ftp|file|mailto|javascript|data)(:)|(www)(\.)")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
