@@ -102,13 +102,13 @@ def scoped_changes(improved: list[dict[str, Any]], head_sha: str, reader: FileRe
         raw = reader.file_at(problem_path, head_sha)
         if raw is None:
             raise BotError(f"{name}: {problem_path} does not exist at {head_sha[:12]}; nothing is published")
-        target = declared_target(_text(raw, problem_path, head_sha))
-        if not target:
-            raise BotError(f"{name}: {problem_path} declares no TARGET at {head_sha[:12]}: a follow-up "
-                           "only replaces an existing kernel, it never adds a file; nothing is published")
+        target = declared_target(_text(raw, problem_path, head_sha)) or None
         if problem.get("target") != target:
+            declared = f"TARGET {target!r}" if target else "no TARGET"
             raise BotError(f"{name}: the results name target {problem.get('target')!r}, but {problem_path} "
-                           f"declares TARGET {target!r} at {head_sha[:12]}; nothing is published")
+                           f"declares {declared} at {head_sha[:12]}; nothing is published")
+        if target is None:  # nothing to replace, and a follow-up never adds a file: the plan notes it
+            continue
         why = target_refusal(target, problems_dir, chart_path, allowed)
         if why:
             raise BotError(f"{name}: TARGET {target!r} {why}; nothing is published")

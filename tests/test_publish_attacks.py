@@ -220,8 +220,19 @@ def test_a_new_file_a_mismatched_target_and_no_target_are_refused(double, tmp_pa
     pr2 = double.repo.open_pull_request("feature/no-target", {"problems/rmsnorm.py": no_target})
     sha2 = double.repo.head_sha(pr2)
     refused(double, tmp_path, root, honest_results(), run_event(sha2, pr2.head_ref, (pr2.number,)),
-            f"rmsnorm: problems/rmsnorm.py declares no TARGET at {sha2[:12]}: a follow-up only replaces an "
-            "existing kernel, it never adds a file; nothing is published")
+            f"rmsnorm: the results name target 'kernels/rmsnorm.py', but problems/rmsnorm.py declares no TARGET "
+            f"at {sha2[:12]}; nothing is published")
+
+
+def test_a_problem_without_target_gets_no_new_file_only_a_note(double, tmp_path, root):
+    no_target = PROBLEM_SOURCE.replace('TARGET = "kernels/rmsnorm.py"\n', "").encode()
+    pr, sha = same_repo_pr(double, {"problems/rmsnorm.py": no_target})
+    refs = snapshot(double)[0]
+    publish(double, tmp_path, root, honest_results(target=None), run_event(sha, pr.head_ref, (pr.number,)))
+    assert snapshot(double)[0] == refs
+    assert not [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
+    (comment,) = double.repo.comments.values()
+    assert "the candidate is in the run's artifact instead" in comment.body
 
 
 def test_content_other_than_the_verified_candidate_is_refused(double, tmp_path, root):
