@@ -98,24 +98,35 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
 
 def publish_stage_two(results_dir: Path, repo_root: Path | None, echo: Echo,
                       environ: Mapping[str, str] | None = None, client: Any = None) -> None:
-    from bot.publish import publish_plan, trusted_trigger
+    """Validate, re-derive and scope everything, then write: nothing is written to GitHub
+    before the whole plan stands (bot.publish)."""
+    from bot.identity import operator_trigger, trusted_trigger
+    from bot.publish import stage_two_plan
     from bot.untrusted import load_results
 
     env = github_env(environ, required=("GITHUB_REPOSITORY",))
     root = (repo_root or env.workspace or Path.cwd()).resolve()
-    settings = load_settings(root, environ if environ is not None else os.environ)
+    settings = load_settings(root, environ if environ is not None else os.environ)  # the default branch's
     allowed = lambda path: path_allowed(path, settings)  # noqa: E731 (the trusted allowlist)
     results = load_results(results_dir, allowed)
-    trigger = trusted_trigger(env.event_name, _read_event(env) if env.event_path else None,
-                              env.repository or "", results.get("trigger") or {})
-    plan = publish_plan(results, trigger, root, allowed, settings.problems_dir, settings.chart_path)
-    if plan is None:
-        echo("kernel-bot: nothing to publish (no significant improvement, no pull request to comment on).")
-        return
     if client is None:
         from bot.github import GitHubClient
 
         client = GitHubClient(env.token or "", env.repository or "", env.api_url)
+    event = _read_event(env) if env.event_path else None
+    if env.event_name == "workflow_run" and event:
+        trigger = trusted_trigger(event, env.repository or "", client)
+    else:  # run by hand on a downloaded artifact: the operator vouches for which run it is
+        trigger = operator_trigger(results.get("trigger") or {}, env.repository or "", client)
+    staged = stage_two_plan(results, trigger, client, settings, allowed)
+    if staged.reason is not None:
+        if staged.failure is not None:
+            client.create_check_run(staged.failure)
+        raise BotError(f"nothing published: the results artifact is inconsistent ({staged.reason})")
+    plan = staged.plan
+    if plan is None:
+        echo("kernel-bot: nothing to publish (no significant improvement, no pull request to comment on).")
+        return
     result = client.publish(plan, settings.max_open_prs)
     if result.pr_url:
         echo(f"kernel-bot: {'opened' if result.created else 'updated'} {result.pr_url}")

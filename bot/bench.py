@@ -1,13 +1,21 @@
-"""Timing statistics: pure functions over raw samples (the protocol lives in bot.timing)."""
+"""Timing statistics: pure functions over raw samples (the protocol lives in bot.timing).
+
+Standard library only: the publishing stage re-derives every speedup and interval it
+publishes from the artifact's raw samples with `speedup` itself, on a runner without torch
+or numpy.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import math
+import random
 import statistics
+from bisect import bisect_left
+from itertools import accumulate, repeat, starmap
+from operator import mul
 from dataclasses import dataclass
 from typing import Iterable, Sequence
-
-import numpy as np
 
 from bot.domain import Measurement, Speedup
 
@@ -16,23 +24,6 @@ def converged(m: Measurement, target_rel_se: float, min_samples: int, min_batche
     """Enough samples, spread over enough batches, that the median is known to within
     `target_rel_se`."""
     return m.n >= min_samples and len(m.sizes) >= min_batches and m.rel_se <= target_rel_se
-
-
-def _bootstrap_medians(m: Measurement, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """Medians of `resamples` block-bootstrap resamples: whole batches drawn with replacement
-    (a batch's calls are not independent of each other, its moment is)."""
-    samples = np.asarray(m.samples_us, dtype=np.float64)
-    # One batch says nothing about the spread between batches: then fall back to the calls.
-    sizes = m.sizes if len(m.sizes) >= 2 else (1,) * m.n
-    order = np.argsort(samples, kind="stable")
-    batch_of = np.repeat(np.arange(len(sizes)), sizes)[order]
-    picks = rng.integers(0, len(sizes), size=(resamples, len(sizes)))
-    counts = np.zeros((resamples, len(sizes)), dtype=np.int32)
-    np.add.at(counts, (np.arange(resamples)[:, None], picks), 1)
-    # Weighted median of the sorted samples, each weighted by how often its batch was drawn.
-    cum = np.cumsum(counts[:, batch_of], axis=1)
-    first_half = (cum * 2 >= cum[:, -1:]).argmax(axis=1)
-    return samples[order][first_half]
 
 
 @dataclass(frozen=True)
@@ -91,8 +82,79 @@ def _log_median_variance(batch_medians: list[float]) -> float:
     return statistics.variance(logs) / len(logs) if len(logs) >= 2 else 0.0
 
 
+def _seed_of(baseline: Measurement, candidate: Measurement, spread: WorkerSpread) -> int:
+    """A seed that is a function of the inputs alone: anyone holding the raw samples (the
+    publishing stage, a reviewer) re-derives the very same interval."""
+    text = repr((baseline.samples_us, baseline.batch_sizes, baseline.batch_workers,
+                 candidate.samples_us, candidate.batch_sizes, candidate.batch_workers,
+                 spread.log_sd, spread.df))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def _bootstrap_medians(m: Measurement, rng: random.Random, resamples: int) -> list[float]:
+    """Medians of `resamples` block-bootstrap resamples: whole batches drawn with replacement
+    (a batch's calls are not independent of each other, its moment is)."""
+    # One batch says nothing about the spread between batches: then fall back to the calls.
+    sizes = m.sizes if len(m.sizes) >= 2 else (1,) * m.n
+    batches = len(sizes)
+    batch_index = [b for b, size in enumerate(sizes) for _ in range(size)]
+    order = sorted(range(m.n), key=m.samples_us.__getitem__)  # stable, as a mergesort
+    ordered = [m.samples_us[i] for i in order]
+    batch_of = [batch_index[i] for i in order]
+    draw = rng.random
+    # Weighted median of the sorted samples, each weighted by how often its batch was drawn:
+    # the first sorted index whose cumulative weight reaches half the total. With prefix
+    # counts per batch, that is a binary search of ~log2(n) dot products of B counts instead
+    # of a running sum over all n samples (1,000 samples in 100 batches: 3x faster).
+    prefix = _prefix_counts(batch_of, batches) if m.n * batches <= 400_000 else None
+    out = []
+    for _ in range(resamples):
+        counts = [0] * batches
+        # int(draw() * batches), `batches` times, looped in C (2x faster than in bytecode).
+        for picked in map(int, map(mul, starmap(draw, repeat((), batches)), repeat(batches))):
+            counts[picked] += 1
+        if prefix is None:
+            cum = list(accumulate(map(counts.__getitem__, batch_of)))
+            out.append(ordered[bisect_left(cum, cum[-1] / 2)])
+            continue
+        half = sum(map(mul, counts, prefix[-1])) / 2
+        lo, hi = 0, m.n - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if sum(map(mul, counts, prefix[mid])) >= half:
+                hi = mid
+            else:
+                lo = mid + 1
+        out.append(ordered[lo])
+    return out
+
+
+def _prefix_counts(batch_of: list[int], batches: int) -> list[tuple[int, ...]]:
+    """For each sorted index i, how many samples of each batch are at or before i."""
+    running, out = [0] * batches, []
+    for b in batch_of:
+        running[b] += 1
+        out.append(tuple(running))
+    return out
+
+
+def _student_t(rng: random.Random, df: int) -> float:
+    """One draw of Student's t from `rng.random` alone (its stream is the same on every
+    Python): a normal over the root of a chi-square / df, the chi-square summed for small df
+    and by Wilson and Hilferty's cube above 30 (error under 1e-3 there)."""
+    def normal() -> float:
+        return math.sqrt(-2.0 * math.log(1.0 - rng.random())) * math.cos(2.0 * math.pi * rng.random())
+    z = normal()
+    if df <= 30:
+        chi2 = sum(normal() ** 2 for _ in range(df))
+    else:
+        c = 2.0 / (9.0 * df)
+        chi2 = df * max(1.0 - c + normal() * math.sqrt(c), 1e-6) ** 3
+    return z / math.sqrt(max(chi2, 1e-300) / df)
+
+
 def speedup(baseline: Measurement, candidate: Measurement, min_speedup: float = 1.05,
-            level: float = 0.95, resamples: int = 2000, seed: int = 0,
+            level: float = 0.95, resamples: int = 2000,
             spread: WorkerSpread = WorkerSpread()) -> Speedup:
     """Ratio of medians with a percentile (block-)bootstrap confidence interval.
 
@@ -107,17 +169,17 @@ def speedup(baseline: Measurement, candidate: Measurement, min_speedup: float = 
     `spread` measured between workers of the same code, with Student's t for its few
     degrees of freedom.
     """
-    rng = np.random.default_rng(seed)
+    rng = random.Random(_seed_of(baseline, candidate, spread))
     ratio = baseline.median_us / candidate.median_us
-    boots = (_bootstrap_medians(baseline, rng, resamples)
-             / _bootstrap_medians(candidate, rng, resamples))
+    boots = [b / c for b, c in zip(_bootstrap_medians(baseline, rng, resamples),
+                                   _bootstrap_medians(candidate, rng, resamples))]
     if spread.df > 0 and spread.log_sd > 0:
         scale = spread.log_sd * math.sqrt(1 / baseline.workers + 1 / candidate.workers)
-        boots = boots * np.exp(scale * rng.standard_t(spread.df, resamples))
-    boots = np.sort(boots)
+        boots = [b * math.exp(scale * _student_t(rng, spread.df)) for b in boots]
+    boots.sort()
     tail = (1 - level) / 2
-    low = float(boots[int(math.floor(tail * (resamples - 1)))])
-    high = float(boots[int(math.ceil((1 - tail) * (resamples - 1)))])
+    low = boots[int(math.floor(tail * (resamples - 1)))]
+    high = boots[int(math.ceil((1 - tail) * (resamples - 1)))]
     if min(baseline.n, candidate.n) < 2:
         verdict = "no significant difference"  # one call on a side bounds nothing
     elif low >= min_speedup:
@@ -126,7 +188,7 @@ def speedup(baseline: Measurement, candidate: Measurement, min_speedup: float = 
         verdict = "slower"
     else:
         verdict = "no significant difference"
-    return Speedup(ratio, low, high, level, verdict)
+    return Speedup(ratio, low, high, level, verdict, baseline, spread.log_sd, spread.df, resamples)
 
 
 def geomean(values: Sequence[float]) -> float | None:

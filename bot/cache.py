@@ -52,8 +52,12 @@ def _outcome_from_json(data: dict[str, Any], candidate: CandidateSource):
     shapes = []
     for s in data["shapes"]:
         m = s.get("measurement")
+        d = s.get("derivation") or {}  # what stage 2 re-derives the interval from: kept through the cache
         sp = (Speedup(s["speedup"], s["speedup_ci"][0], s["speedup_ci"][1], s.get("level", 0.95),
-                      s.get("significance", "")) if s.get("speedup") is not None else None)
+                      s.get("significance", ""),
+                      Measurement.from_samples_json(d["baseline"]) if d.get("baseline") else None,
+                      d.get("spread_log_sd", 0.0), d.get("spread_df", 0), d.get("resamples", 2000))
+              if s.get("speedup") is not None else None)
         shapes.append(ShapeOutcome(s["shape"], s.get("inputs", ""), s.get("output_dtype"),
                                    Measurement(tuple(m["samples_us"]), tuple(m.get("batch_sizes", ())),
                                                tuple(m.get("batch_workers", ())))

@@ -22,6 +22,13 @@ def source_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def source_sha256(text: str) -> str:
+    """The full SHA-256 of source code: what the publishing stage checks a written file against."""
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Shape:
     """One input set of a problem: module globals to override before get_inputs()."""
@@ -215,10 +222,18 @@ class Measurement:
                                "batches": len(self.sizes), "workers": self.workers,
                                "worker_medians_us": list(self.worker_medians)}
         if with_samples:
-            out["samples_us"] = list(self.samples_us)
-            out["batch_sizes"] = list(self.batch_sizes)
-            out["batch_workers"] = list(self.batch_workers)
+            out.update(self.samples_json())
         return out
+
+    def samples_json(self) -> dict[str, Any]:
+        """The raw samples alone: everything the statistics are derived from."""
+        return {"samples_us": list(self.samples_us), "batch_sizes": list(self.batch_sizes),
+                "batch_workers": list(self.batch_workers)}
+
+    @classmethod
+    def from_samples_json(cls, data: Mapping[str, Any]) -> Measurement:
+        return cls(tuple(float(v) for v in data["samples_us"]), tuple(int(v) for v in data["batch_sizes"]),
+                   tuple(int(v) for v in data["batch_workers"]))
 
 
 @dataclass(frozen=True)
@@ -230,10 +245,20 @@ class Speedup:
     ci_high: float
     level: float
     significance: str  # "faster" | "slower" | "no significant difference"
+    # What the interval was derived from besides the candidate's own samples: the publishing
+    # stage recomputes ratio and interval from these and refuses an artifact that disagrees.
+    baseline: Measurement | None = None
+    spread_log_sd: float = 0.0
+    spread_df: int = 0
+    resamples: int = 2000
 
     def to_json(self) -> dict[str, Any]:
-        return {"speedup": self.ratio, "speedup_ci": [self.ci_low, self.ci_high],
-                "level": self.level, "significance": self.significance}
+        out: dict[str, Any] = {"speedup": self.ratio, "speedup_ci": [self.ci_low, self.ci_high],
+                               "level": self.level, "significance": self.significance}
+        if self.baseline is not None:
+            out["derivation"] = {"baseline": self.baseline.samples_json(), "spread_log_sd": self.spread_log_sd,
+                                 "spread_df": self.spread_df, "resamples": self.resamples}
+        return out
 
 
 @dataclass(frozen=True)
@@ -254,7 +279,7 @@ class Environment:
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "device_name": self.device_name, "torch": self.torch,
                 "triton": self.triton, "cuda": self.cuda, "driver": self.driver,
-                "python": self.python, "clocks": dict(self.clocks), "host": self.host,
+                "python": self.python, "clocks": dict(self.clocks),  # never the host: it names the runner
                 "containment": self.containment}
 
     @property

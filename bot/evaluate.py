@@ -305,7 +305,7 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         m = rec.measurement() if rec and all(c.passed for c in checks[name]) else None
         sp = None
         if base_m is not None and m is not None and name != names[0]:
-            sp = bench.speedup(base_m, m, options.min_speedup, seed=rng.getrandbits(32), spread=spread)
+            sp = bench.speedup(base_m, m, options.min_speedup, spread=spread)
         st = stats.get(name, TrialStats())
         per_shape[name].append(ShapeOutcome(
             shape.name, _describe(info), info.meta[0]["dtype"] if info.meta else None, m, sp, floor,

@@ -21,6 +21,7 @@ from github.Repository import Repository
 
 from bot.domain import CheckRunPlan, FileChange, PullRequestPlan
 from bot.errors import BotError
+from bot.identity import PullFacts
 from bot.events import PULL_REQUEST_ACTIONS, trigger_from_event  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,34 @@ class GitHubClient:
         return self._step(f"list the files of pull request #{number}",
                           lambda: [f.filename for f in self._repo.get_pull(number).get_files()])
 
+    def pull_request(self, number: int) -> PullFacts | None:
+        """The pull request as GitHub has it; None when there is no such pull request."""
+        def step() -> PullFacts | None:
+            try:
+                return _facts(self._repo.get_pull(number))
+            except UnknownObjectException:
+                return None
+        return self._step(f"read pull request #{number}", step)
+
+    def pull_requests_for_commit(self, sha: str) -> list[PullFacts]:
+        """Pull requests whose head is commit `sha` (GitHub's commit -> pulls list)."""
+        return self._step(f"list the pull requests of commit {sha[:12]}",
+                          lambda: [_facts(p) for p in self._repo.get_commit(sha).get_pulls()])
+
+    def file_at(self, path: str, ref: str) -> bytes | None:
+        """A regular file's bytes at commit `ref`; None when no file is there. A directory,
+        symlink or submodule at `path` is refused: a follow-up only rewrites regular files."""
+        def step() -> bytes | None:
+            try:
+                found = self._repo.get_contents(path, ref=ref)
+            except UnknownObjectException:
+                return None
+            if isinstance(found, list) or found.type != "file":
+                raise BotError(f"{path} at {ref[:12]} is a {'directory' if isinstance(found, list) else found.type}, "
+                               "not a regular file")
+            return found.decoded_content
+        return self._step(f"read {path} at {ref[:12]}", step)
+
     def open_bot_pull_requests(self, prefix: str = BOT_BRANCH_PREFIX) -> list[int]:
         """Numbers of open pull requests whose head branch is ours (`prefix...` in this repo)."""
         def step() -> list[int]:
@@ -107,6 +136,11 @@ class GitHubClient:
         return PublishResult(pr_number=pr.number if pr else None, pr_url=pr.html_url if pr else None,
                              comment_id=comment_id, check_run_id=check_run_id, created=created,
                              updated=pr is not None and not created, skipped_reason=skipped)
+
+    def create_check_run(self, check: CheckRunPlan) -> int:
+        """A check run on its own (the failure one when nothing else is published)."""
+        return self._step("create check runs", lambda: self._create_check_run(check),
+                          permission="`checks: write`")
 
     def _publish_pull_request(self, plan: PullRequestPlan,
                               max_open: int) -> tuple[PullRequest | None, bool, str | None]:
@@ -202,10 +236,19 @@ class GitHubClient:
         return issue.create_comment(body).id
 
     def _create_check_run(self, check: CheckRunPlan) -> int:
-        # Re-runs create a new run of the same name; GitHub shows the newest one per commit.
-        run = self._repo.create_check_run(
-            name=check.name, head_sha=check.head_sha, status="completed", conclusion=check.conclusion,
-            output={"title": check.title, "summary": check.summary[:_CHECK_SUMMARY_MAX_CHARS]})
+        output = {"title": check.title, "summary": check.summary[:_CHECK_SUMMARY_MAX_CHARS]}
+        # A re-run updates the newest run of this name on the commit rather than adding one.
+        # Only the app that created a check run may update it: another's refusal means create.
+        existing = next(iter(self._repo.get_commit(check.head_sha).get_check_runs(check_name=check.name)), None)
+        if existing is not None:
+            try:
+                existing.edit(status="completed", conclusion=check.conclusion, output=output)
+                return existing.id
+            except GithubException as exc:
+                if exc.status not in (403, 404):
+                    raise
+        run = self._repo.create_check_run(name=check.name, head_sha=check.head_sha, status="completed",
+                                          conclusion=check.conclusion, output=output)
         return run.id
 
     # -- plumbing ----------------------------------------------------------------------
@@ -237,6 +280,12 @@ class GitHubClient:
         return None
 
 
+def _facts(pr: PullRequest) -> PullFacts:
+    head_repo = pr.head.repo  # None once the fork is deleted
+    return PullFacts(number=pr.number, state=pr.state, head_sha=pr.head.sha, head_ref=pr.head.ref,
+                     head_repo=head_repo.full_name if head_repo is not None else None, base_ref=pr.base.ref)
+
+
 def _check_path(path: str) -> None:
     parts = path.split("/")
     if not path or path.startswith("/") or any(p in ("", ".", "..", ".git") for p in parts):
@@ -260,9 +309,15 @@ def _as_bot_error(exc: Exception, what: str, permission: str | None, attempts: i
     message = _message(exc)
     if exc.status == 401:
         return BotError(f"GitHub rejected the token (bad credentials) while trying to {what}")
-    if permission and (exc.status == 404 or "resource not accessible" in message.lower()):
+    if permission and exc.status == 403 and "resource not accessible" in message.lower():
         return BotError(f"the token cannot {what}: grant {permission} to the workflow job "
                         f"(or the GitHub App); GitHub answered {exc.status} {message!r}")
+    if exc.status == 404 and permission:  # a missing object, or a fine-grained token without the grant
+        return BotError(f"GitHub answered 404 {message!r} while trying to {what}: it does not exist, or the "
+                        f"token lacks {permission} (fine-grained tokens get 404, not 403, for a missing grant)")
+    if exc.status == 404:  # a read: the object is missing (or hidden from this token)
+        return BotError(f"GitHub answered 404 {message!r} while trying to {what}: it does not exist, "
+                        "or this token cannot see it")
     if exc.status == 403 and message.lower().startswith("api rate limit exceeded"):
         return BotError(f"GitHub API rate limit exhausted while trying to {what}: {message}")
     if attempts > 1:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from bot.domain import CandidateSource, Environment, Problem, Progress
+from bot.domain import CandidateSource, Environment, Problem, Progress, source_sha256
 from bot.errors import BotError, ProblemError
 from bot.evaluate import EvalOptions, evaluate
 from bot.outcomes import ContenderOutcome, Evaluation
@@ -96,7 +96,8 @@ class OptimizeResult:
         if self.best is not None:
             best = {"name": self.best.candidate.name,
                     "path": str(self.best.candidate.path) if self.best.candidate.path else None,
-                    "source": self.best.candidate.source, "speedup": self.best.speedup,
+                    "source": self.best.candidate.source,
+                    "source_sha256": source_sha256(self.best.candidate.source), "speedup": self.best.speedup,
                     "speedup_ci": list(self.best.speedup_ci or ()),
                     "origin": self.best.candidate.origin.to_json(),
                     "shapes": [s.to_json() for s in self.best.shapes]}

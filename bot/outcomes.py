@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot import bench
-from bot.domain import CandidateSource, Environment, Measurement, Problem, Speedup, Verdict
+from bot.domain import CandidateSource, Environment, Measurement, Problem, Speedup, Verdict, source_sha256
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,8 @@ class ContenderOutcome:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.candidate.name,
                 "path": str(self.candidate.path) if self.candidate.path else None,
-                "source_hash": self.candidate.source_hash, "role": self.role,
+                "source_hash": self.candidate.source_hash,
+                "source_sha256": source_sha256(self.candidate.source), "role": self.role,
                 "origin": self.candidate.origin.to_json(), **self.verdict.to_json(),
                 "speedup": self.speedup, "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
                 "median_us": self.median_us, "slower_shapes": self.slower_shapes(),

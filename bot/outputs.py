@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Sequence
 
 from bot.optimize import OptimizeResult
+from bot.results_schema import RESULTS_SCHEMA_VERSION  # noqa: F401 (re-exported)
 
-RESULTS_SCHEMA_VERSION = 1
 
 
 def write_optimize_outputs(out: Path, results: Sequence[OptimizeResult], min_speedup: float) -> None:

@@ -16,6 +16,7 @@ from urllib.parse import quote
 from bot import report_data as rd
 from bot.domain import CheckRunPlan, FileChange, PullRequestPlan, Trigger
 from bot.report_md import render_comment, render_pr_body, render_step_summary
+from bot.safe_text import title
 
 NEW_KERNEL_DIR = "kernels/kernel_bot"  # where a winner goes when its problem names no TARGET
 CHART_PATH = "docs/kernel-bot/speedups.png"
@@ -76,7 +77,7 @@ def _title(better: list[dict[str, Any]], results: dict[str, Any]) -> str:
             f"{top.get('problem')}{more} (verified on {device})")
 
 
-def _changes(better: list[dict[str, Any]], repo_root: Path,
+def _changes(better: list[dict[str, Any]], current: Callable[[str], str | None],
              allowed: Callable[[str], bool]) -> tuple[list[FileChange], list[str], list[str]]:
     """(file changes, patch per change, notes about what was dropped and why)."""
     changes: list[FileChange] = []
@@ -98,7 +99,7 @@ def _changes(better: list[dict[str, Any]], repo_root: Path,
                          f"{rd.cell(claimed[path])} candidate; not written.")
             continue
         try:
-            old = _current_text(repo_root, path)
+            old = current(path)
         except ValueError as exc:
             notes.append(f"{rd.cell(name)}: `{rd.cell(path)}` {exc}; not written.")
             continue
@@ -113,9 +114,11 @@ def _changes(better: list[dict[str, Any]], repo_root: Path,
 
 def plan_pull_request(results: dict[str, Any], trigger: Trigger, repo_root: Path,
                       allowed: Callable[[str], bool], chart_png: bytes | None,
-                      reproduce_command: str, chart_path: str = CHART_PATH) -> PullRequestPlan | None:
+                      reproduce_command: str, chart_path: str = CHART_PATH,
+                      current: Callable[[str], str | None] | None = None) -> PullRequestPlan | None:
     """The follow-up PR (and sticky comment, check run) for `results`; None when there is
-    nothing to publish: no improvement and no pull request to comment on."""
+    nothing to publish: no improvement and no pull request to comment on. `current` gives a
+    file's text on the follow-up's base (default: as it is under `repo_root`)."""
     better = rd.improved(results)
     is_pr = trigger.kind == "pull_request" and trigger.pr_number is not None
     if not better and not is_pr:
@@ -131,7 +134,8 @@ def plan_pull_request(results: dict[str, Any], trigger: Trigger, repo_root: Path
         branch = "kernel-bot/nightly" if nightly else "kernel-bot/local"
         base, source_pr = trigger.default_branch or trigger.base_ref or "main", None
     # No candidate may land on the chart's path: that file is the chart's alone.
-    changes, patches, notes = _changes(better, repo_root, lambda path: allowed(path) and path != chart_path)
+    changes, patches, notes = _changes(better, current or (lambda path: _current_text(repo_root, path)),
+                                       lambda path: allowed(path) and path != chart_path)
     chart_url = None
     # A fork's patch travels in a comment: a PNG cannot ride in it and no branch would host it.
     if chart_png and changes and not trigger.fork and chart_path:
@@ -151,13 +155,13 @@ def plan_pull_request(results: dict[str, Any], trigger: Trigger, repo_root: Path
     sha = trigger.head_sha or trigger.base_sha
     check = None
     if sha:
-        title = "no significant improvement"
+        check_title = "no significant improvement"
         if better:
             top = max(better, key=lambda p: p["best"].get("speedup") or 0.0)
-            title = (f"{len(better)} of {len(rd.problems(results))} operators improved, "
-                     f"best {rd.fmt_speedup(*rd.best_speedup(top))}")
-        check = CheckRunPlan(CHECK_NAME, sha, "success" if better else "neutral", title,
+            check_title = (f"{len(better)} of {len(rd.problems(results))} operators improved, "
+                           f"best {rd.fmt_speedup(*rd.best_speedup(top))}")
+        check = CheckRunPlan(CHECK_NAME, sha, "success" if better else "neutral", title(check_title),
                              render_step_summary(results))
-    return PullRequestPlan(repo=repo, branch=branch, base=base, title=_title(better, results), body=body,
+    return PullRequestPlan(repo=repo, branch=branch, base=base, title=title(_title(better, results)), body=body,
                            files=tuple(changes), patch=patch, source_pr=source_pr, comment_body=comment,
                            fork=trigger.fork, check_run=check)

@@ -1,75 +1,96 @@
 """Stage 2: untrusted results in, a follow-up PR / sticky comment / check run out.
 
-Runs default-branch code with a write token. Where to publish comes from the trusted
-`workflow_run` event whenever there is one; the artifact's own claims are used only to fill
-gaps the event leaves (GitHub omits `pull_requests` for fork PRs) and only when they agree
-with it (same head commit).
+Runs default-branch code with a write token and trusts nothing in the artifact: where to
+publish comes from the `workflow_run` event and the API (bot.identity), which file each
+problem may change from the problem file at the measured commit (bot.scope), every number
+from the raw samples (bot.rederive), and all text is made inert (bot.safe_text). The whole
+plan is built and checked before the first write.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from bot import report_data as rd
 from bot.chart import results_chart
-from bot.domain import PullRequestPlan, Trigger
+from bot.config import Settings
+from bot.domain import CheckRunPlan, PullRequestPlan, Trigger
 from bot.errors import BotError
-from bot.plan import CHART_PATH, plan_pull_request
+from bot.plan import CHART_PATH, CHECK_NAME, plan_pull_request
+from bot.rederive import InconsistentArtifact, rederive
+from bot.safe_text import inert, inert_results
+from bot.scope import FileReader, scoped_changes
 
 
-def _from_results(claimed: dict[str, Any]) -> Trigger:
-    fields = {k: claimed.get(k) for k in ("kind", "repo", "action", "pr_number", "base_ref", "base_sha",
-                                          "head_ref", "head_sha", "head_repo", "label", "default_branch")}
-    fields["labels"] = tuple(str(x) for x in claimed.get("labels") or ())
-    if fields["kind"] not in ("pull_request", "schedule", "workflow_dispatch", "cli"):
-        raise BotError(f"untrusted results rejected: trigger kind {fields['kind']!r}")
-    if fields["pr_number"] is not None and not isinstance(fields["pr_number"], int):
-        raise BotError("untrusted results rejected: trigger.pr_number is not an integer")
-    return Trigger(**fields)
+@dataclass(frozen=True)
+class StagePlan:
+    """What stage 2 will write: the plan, or (for an inconsistent artifact) one failed check run."""
+
+    plan: PullRequestPlan | None
+    failure: CheckRunPlan | None = None
+    reason: str | None = None  # why the artifact is inconsistent (for the error line)
 
 
-def trusted_trigger(event_name: str | None, payload: dict[str, Any] | None, repo: str,
-                    claimed: dict[str, Any]) -> Trigger:
-    """The trigger stage 2 acts on: the workflow_run event wins over the artifact."""
-    if event_name != "workflow_run" or not payload:
-        # Run by hand (e.g. `bot publish` on a downloaded artifact): the operator vouches for it.
-        trigger = _from_results(claimed)
-        return Trigger(**{**trigger.__dict__, "repo": repo})
-    run = payload.get("workflow_run") or {}
-    kind = run.get("event")
-    head_repo = (run.get("head_repository") or {}).get("full_name")
-    default_branch = (payload.get("repository") or {}).get("default_branch")
-    if kind in ("schedule", "workflow_dispatch"):
-        return Trigger(kind=kind, repo=repo, head_ref=run.get("head_branch"), head_sha=run.get("head_sha"),
-                       default_branch=default_branch)
-    if kind != "pull_request":
-        raise BotError(f"workflow_run for a {kind!r} event: nothing to publish")
-    prs = run.get("pull_requests") or []
-    number = prs[0].get("number") if prs else None
-    if number is None:  # fork PRs: GitHub leaves pull_requests empty
-        if claimed.get("head_sha") != run.get("head_sha"):
-            raise BotError("the results claim another commit than the workflow run that made them")
-        number = claimed.get("pr_number")
-        if not isinstance(number, int):
-            raise BotError("cannot tell which pull request these results belong to")
-    return Trigger(kind="pull_request", repo=repo, pr_number=number, head_ref=run.get("head_branch"),
-                   head_sha=run.get("head_sha"), head_repo=head_repo, default_branch=default_branch,
-                   base_ref=(prs[0].get("base") or {}).get("ref") if prs else None)
+def inconsistent_check(trigger: Trigger, exc: InconsistentArtifact) -> CheckRunPlan | None:
+    """The failed check run that says why nothing was published."""
+    if not trigger.head_sha:
+        return None
+    return CheckRunPlan(CHECK_NAME, trigger.head_sha, "failure", "the results artifact is inconsistent",
+                        "kernel-bot published nothing: a number in the results artifact does not follow "
+                        f"from its own raw samples.\n\n{inert(str(exc))}")
+
+
+def reproduce_command(results: dict[str, Any], problems_dir: str, min_speedup: float) -> str:
+    paths = " ".join(f"{problems_dir}/{p['problem']}.py" for p in rd.problems(results))
+    # Untrusted text: only the two known device names reach the command.
+    on_cpu = bool(rd.problems(results)) and all((p.get("environment") or {}).get("device") == "cpu"
+                                                for p in rd.problems(results))
+    return f"bot optimize {paths} --min-speedup {min_speedup} --device {'cpu' if on_cpu else 'cuda'}"
+
+
+def stage_two_plan(results: dict[str, Any], trigger: Trigger, reader: FileReader, settings: Settings,
+                   allowed: Callable[[str], bool]) -> StagePlan:
+    """Validated results + trusted trigger -> the complete plan; BotError when something is out
+    of scope, a failure check run when the numbers do not follow from the samples."""
+    try:
+        derived = rederive(results, settings.min_speedup)
+    except InconsistentArtifact as exc:
+        return StagePlan(None, inconsistent_check(trigger, exc), str(exc))
+    if not trigger.head_sha:
+        raise BotError("no head commit for this run: cannot tell which problem files to trust")
+    changes = {c.path: c for c in scoped_changes(rd.improved(derived), trigger.head_sha, reader,
+                                                 settings.problems_dir, settings.chart_path, allowed)}
+    shown = inert_results(derived)
+    chart = results_chart(shown)
+
+    def current(path: str) -> str | None:
+        if path not in changes:  # every written path was scoped above: anything else is a bug
+            raise BotError(f"refusing to write {path}: not a scoped TARGET")
+        return changes[path].current
+
+    # No local checkout is read: `current` serves every file's text from the API at head_sha.
+    plan = plan_pull_request(shown, trigger, Path("/nonexistent"), lambda path: path in changes, chart,
+                             reproduce_command(shown, settings.problems_dir, settings.min_speedup),
+                             settings.chart_path, current=current)
+    for change in plan.files if plan else ():
+        scoped = changes.get(change.path)
+        drawn_here = bool(settings.chart_path) and change.path == settings.chart_path and change.content == chart
+        if not drawn_here and (scoped is None or change.content != scoped.source.encode()):
+            raise BotError(f"refusing to write {change.path}: not the verified candidate for a scoped TARGET")
+    return StagePlan(plan)
 
 
 def publish_plan(results: dict[str, Any], trigger: Trigger, repo_root: Path,
                  allowed: Callable[[str], bool], problems_dir: str = "problems",
                  chart_path: str = CHART_PATH) -> PullRequestPlan | None:
-    """The plan from validated results; every file it writes, but the chart drawn here, is
-    checked against `allowed` again."""
+    """The plan of a merged shard run on the runner itself (reports only; nothing is written
+    to GitHub from it): files come from `repo_root`, checked against `allowed`."""
     chart = results_chart(results)
-    problems = results.get("problems", [])
-    paths = " ".join(f"{problems_dir}/{p['problem']}.py" for p in problems)
-    # Untrusted text: only the two known device names reach the command.
-    on_cpu = bool(problems) and all((p.get("environment") or {}).get("device") == "cpu" for p in problems)
     plan = plan_pull_request(results, trigger, repo_root, allowed, chart,
-                             f"bot optimize {paths} --min-speedup {results.get('min_speedup', 1.05)} "
-                             f"--device {'cpu' if on_cpu else 'cuda'}", chart_path)
+                             reproduce_command(results, problems_dir, results.get("min_speedup", 1.05)),
+                             chart_path)
     for change in plan.files if plan else ():
         drawn_here = bool(chart_path) and change.path == chart_path and change.content == chart
         if not drawn_here and not allowed(change.path):

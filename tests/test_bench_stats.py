@@ -19,7 +19,7 @@ def test_a_against_a_is_no_significant_difference():
     rng = random.Random(1)
     for trial in range(20):
         a, b = _noisy(100.0, 60, rng), _noisy(100.0, 60, rng)
-        result = speedup(a, b, min_speedup=1.05, seed=trial)
+        result = speedup(a, b, min_speedup=1.05)
         assert result.significance == "no significant difference"
         assert result.ci_low < 1.0 < result.ci_high or abs(result.ratio - 1) < 0.02
 
@@ -69,10 +69,10 @@ def test_correlated_batches_make_no_false_claims_where_calls_alone_would():
     false_as_batches = false_as_calls = 0
     for trial in range(20):
         a, b = _batched(100.0, 3, 50, rng, 0.08), _batched(100.0, 3, 50, rng, 0.08)
-        if speedup(a, b, seed=trial).significance != "no significant difference":
+        if speedup(a, b).significance != "no significant difference":
             false_as_batches += 1
         # The same samples, treated as independent calls: the interval is far too narrow.
-        flat = speedup(Measurement(a.samples_us), Measurement(b.samples_us), seed=trial)
+        flat = speedup(Measurement(a.samples_us), Measurement(b.samples_us))
         if flat.significance != "no significant difference":
             false_as_calls += 1
     assert false_as_batches <= 2
@@ -150,10 +150,10 @@ def test_per_worker_offsets_fool_one_worker_each_but_not_replicas_with_their_spr
     fooled_alone = fooled_with_replicas = 0
     for trial in range(20):
         a, b = _in_workers(5.0, [offset()], rng), _in_workers(5.0, [offset()], rng)
-        if speedup(a, b, seed=trial).significance != "no significant difference":
+        if speedup(a, b).significance != "no significant difference":
             fooled_alone += 1
         a, b = (_in_workers(5.0, [offset(), offset()], rng) for _ in range(2))
-        if speedup(a, b, seed=trial, spread=worker_spread([a, b])).significance != "no significant difference":
+        if speedup(a, b, spread=worker_spread([a, b])).significance != "no significant difference":
             fooled_with_replicas += 1
     assert fooled_alone >= 4  # why replicas matter: tight batches, wrong answer
     assert fooled_with_replicas == 0
@@ -167,7 +167,7 @@ def test_replicas_with_their_spread_still_detect_a_real_gain():
         # As in a run: the spread is pooled over every contender timed (here four, df 4).
         base, fast, *others = (_in_workers(m, [offset(), offset()], rng) for m in (7.5, 5.0, 6.0, 8.0))
         spread = worker_spread([base, fast, *others])
-        found += speedup(base, fast, seed=trial, spread=spread).significance == "faster"
+        found += speedup(base, fast, spread=spread).significance == "faster"
     assert found >= 18
 
 
@@ -190,3 +190,56 @@ def test_batches_that_move_in_every_process_at_once_are_not_taken_for_a_process_
     m = Measurement(tuple(samples), tuple(sizes), tuple(workers))
     raw = abs(math.log(m.worker_medians[0] / m.worker_medians[1])) / math.sqrt(2)
     assert worker_spread([m]).log_sd < raw / 2
+
+
+def _numpy_interval(baseline: Measurement, candidate: Measurement, resamples: int = 2000) -> tuple[float, float]:
+    """The interval as bench.speedup computed it with numpy's generator (no worker spread)."""
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(0)
+
+    def medians(m: Measurement):
+        samples = np.asarray(m.samples_us, dtype=np.float64)
+        sizes = m.sizes if len(m.sizes) >= 2 else (1,) * m.n
+        order = np.argsort(samples, kind="stable")
+        batch_of = np.repeat(np.arange(len(sizes)), sizes)[order]
+        picks = rng.integers(0, len(sizes), size=(resamples, len(sizes)))
+        counts = np.zeros((resamples, len(sizes)), dtype=np.int32)
+        np.add.at(counts, (np.arange(resamples)[:, None], picks), 1)
+        cum = np.cumsum(counts[:, batch_of], axis=1)
+        return samples[order][(cum * 2 >= cum[:, -1:]).argmax(axis=1)]
+
+    boots = np.sort(medians(baseline) / medians(candidate))
+    return float(boots[int(math.floor(0.025 * (resamples - 1)))]), float(boots[int(math.ceil(0.975 * (resamples - 1)))])
+
+
+def test_the_pure_python_interval_matches_the_numpy_one_it_replaced():
+    # Different random streams, same estimator: bounds agree to Monte-Carlo error (a few % of the width).
+    rng = random.Random(7)
+    for trial in range(5):
+        base = Measurement(tuple(100 * (1 + rng.gauss(0, 0.03)) for _ in range(60)), (6,) * 10)
+        cand = Measurement(tuple(80 * (1 + rng.gauss(0, 0.03)) for _ in range(60)), (6,) * 10)
+        ours, theirs = speedup(base, cand), _numpy_interval(base, cand)
+        width = theirs[1] - theirs[0]
+        assert abs(ours.ci_low - theirs[0]) < 0.1 * width and abs(ours.ci_high - theirs[1]) < 0.1 * width, (ours, theirs)
+
+
+def test_the_interval_is_a_function_of_the_samples_alone(tmp_path):
+    """Stage 2 re-derives stage 1's interval in another process, bit for bit."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    rng = random.Random(3)
+    base = Measurement(tuple(100 * (1 + rng.gauss(0, 0.03)) for _ in range(40)), (5,) * 8, (0, 1) * 4)
+    cand = Measurement(tuple(70 * (1 + rng.gauss(0, 0.03)) for _ in range(40)), (5,) * 8, (0, 1) * 4)
+    spread = worker_spread([base, cand], trusted=base)
+    here = speedup(base, cand, spread=spread)
+    code = ("import json, sys; from bot.bench import speedup, WorkerSpread; from bot.domain import Measurement as M\n"
+            "b, c, s = json.loads(sys.argv[1])\n"
+            "r = speedup(M.from_samples_json(b), M.from_samples_json(c), spread=WorkerSpread(*s))\n"
+            "print(json.dumps([r.ratio, r.ci_low, r.ci_high, 'numpy' in sys.modules]))")
+    arg = json.dumps([base.samples_json(), cand.samples_json(), [spread.log_sd, spread.df]])
+    out = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
+    assert json.loads(out) == [here.ratio, here.ci_low, here.ci_high, False]

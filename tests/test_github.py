@@ -144,8 +144,8 @@ def test_second_publish_updates_instead_of_duplicating(double, source):
     assert first.comment_id == second.comment_id == comment.id
     assert comment.issue_number == source.number and comment.body.startswith(STICKY_MARKER)
     assert "1.6x" in comment.body
-    assert [r.name for r in double.repo.check_runs.values()] == ["kernel-bot"] * 3
-    assert second.check_run_id in double.repo.check_runs
+    [run] = double.repo.check_runs.values()  # updated by each re-run, never duplicated
+    assert first.check_run_id == second.check_run_id == run.id and run.name == "kernel-bot"
 
 
 def test_fork_plan_only_comments_with_the_patch(double):
@@ -254,14 +254,25 @@ def test_token_without_write_permission(double, source):
     assert not double.repo.comments and double.repo.branch_sha("kernel-bot/pr-1") is None
 
 
-def test_not_found_on_a_write_names_the_permission(double, source):
-    # Fine-grained tokens without a permission get 404 on writes, not 403.
+def test_not_found_on_a_write_names_both_causes(double, source):
+    # Fine-grained tokens without a permission get 404 on writes, not 403; so does a missing object.
     double.fail_next(Fault("hidden", 404, {"message": "Not Found", "documentation_url": "x"}),
                      methods=("POST",))
     head_sha = double.repo.head_sha(source)
     plan = replace(sample_plan(source.number, "main", fork=True, head_sha=head_sha), comment_body=None)
-    with pytest.raises(BotError, match=r"cannot create check runs: grant `checks: write`"):
+    with pytest.raises(BotError) as err:
         client_for(double).publish(plan, max_open=3)
+    assert str(err.value) == ("GitHub answered 404 'Not Found' while trying to create check runs: it does not "
+                              "exist, or the token lacks `checks: write` (fine-grained tokens get 404, not 403, "
+                              "for a missing grant)")
+
+
+def test_a_missing_pull_request_reads_as_missing(double):
+    double.fail_next(Fault("gone", 404, {"message": "Not Found", "documentation_url": "x"}), methods=("GET",))
+    with pytest.raises(BotError) as err:
+        client_for(double).pull_requests_for_commit("a" * 40)
+    assert str(err.value) == (f"GitHub answered 404 'Not Found' while trying to list the pull requests of commit "
+                              f"{'a' * 12}: it does not exist, or this token cannot see it")
 
 
 def test_bad_credentials(double):

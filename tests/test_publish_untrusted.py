@@ -1,4 +1,5 @@
-"""Stage 2 treats stage 1's results directory as untrusted data."""
+"""Stage 2 treats stage 1's results directory as untrusted data: the schema refuses every
+malformed field before anything reads it (and before any request to GitHub)."""
 
 from __future__ import annotations
 
@@ -7,79 +8,92 @@ import json
 import pytest
 
 from bot.errors import BotError
-from bot.publish import trusted_trigger
+from bot.results_schema import MAX_DEPTH
 from bot.untrusted import MAX_RESULTS_BYTES, load_results, validate_results
+from stage_two_artifacts import honest_results
 
 ALLOWED = lambda path: path.startswith("kernels/")  # noqa: E731
 
 
-def _results(**problem) -> dict:
-    base = {"problem": "rmsnorm", "target": "kernels/rmsnorm.py",
-            "best": {"name": "tune", "source": "class ModelNew: pass\n", "speedup": 1.4,
-                     "speedup_ci": [1.3, 1.5], "shapes": []},
-            "attempts": [], "environment": {}}
-    return {"schema_version": 1, "min_speedup": 1.05, "trigger": {"kind": "pull_request"},
-            "problems": [{**base, **problem}]}
+def _nested(levels: int) -> dict:
+    value: dict = {}
+    for _ in range(levels):
+        value = {"x": [value]}
+    return value
 
 
-def test_valid_results_pass():
-    assert validate_results(_results(), ALLOWED)["problems"][0]["problem"] == "rmsnorm"
+def test_an_honest_artifact_passes():
+    assert validate_results(honest_results(), ALLOWED)["problems"][0]["problem"] == "rmsnorm"
+
+
+P0 = "results.problems[0]"
 
 
 @pytest.mark.parametrize("mutate,message", [
-    (lambda r: r.update(schema_version=2), "schema_version"),
-    (lambda r: r["problems"][0].update(target="../../.github/workflows/x.yml"), "not a plain repository-relative path"),
-    (lambda r: r["problems"][0].update(target=".github/workflows/ci.yml"), "outside the configured kernel paths"),
-    (lambda r: r["problems"][0].update(target="/etc/passwd"), "not a plain"),
-    (lambda r: r["problems"][0].update(problem="../x"), "plain name"),
-    (lambda r: r["problems"][0]["best"].update(source="x" * (600 << 10)), "source code of at most"),
-    (lambda r: r["problems"][0]["best"].update(speedup="fast"), "finite number"),
-    (lambda r: r["problems"][0]["best"].update(speedup_ci=[float("nan"), 2]), "finite number"),
-    (lambda r: r.update(problems="all"), "expected a list"),
-    (lambda r: r["problems"][0].update(outcome="failed", error={"html": "<b>"}), "error"),
-    (lambda r: r["problems"][0].update(outcome="failed", error="x" * 30_000), "error"),
-    (lambda r: r["problems"][0].update(distributions=["standard", "<img>"]), "distributions"),
-    (lambda r: r["problems"][0].update(skipped_distributions={"zeros": 3}), "skipped_distributions.zeros"),
-    (lambda r: r["problems"][0].update(skipped_distributions={"a b": "why"}), "not a plain name"),
-    (lambda r: r["problems"][0].update(skipped_distributions=["zeros"]), "name -> reason"),
+    (lambda r: r.update(schema_version=1), "results.schema_version: expected 2, got '1'"),
+    (lambda r: r["problems"][0].update(wall_s="x"), f"{P0}.wall_s: type: 'x' is not of type 'number'"),
+    (lambda r: r["problems"][0].update(skipped="x"), f"{P0}.skipped: type: 'x' is not of type 'array'"),
+    (lambda r: r["problems"][0].update(min_speedup="x"), f"{P0}.min_speedup: type: 'x' is not of type 'number'"),
+    (lambda r: r["problems"][0].update(distributions=[1]),
+     f"{P0}.distributions[0]: enum: 1 is not one of ['standard', 'shifted', 'large']"),
+    (lambda r: r["problems"][0]["attempts"][0].update(speedup_ci="x"),
+     f"{P0}.attempts[0].speedup_ci: anyOf: 'x' is not valid under any of the given schemas"),
+    (lambda r: r["problems"][0]["attempts"][0].update(median_us="x"),
+     f"{P0}.attempts[0].median_us: anyOf: 'x' is not valid under any of the given schemas"),
+    (lambda r: r["problems"][0]["attempts"][0].update(round="1<script>"),
+     f"{P0}.attempts[0].round: type: '1<script>' is not of type 'integer'"),
+    (lambda r: r["problems"][0].update(reference_precision="float64 <img src=x>"),
+     f"{P0}.reference_precision: enum: 'float64 <img src=x>' is not one of ['float64', 'float32', 'native']"),
+    (lambda r: r["problems"][0].update(target="kernels/a.py\nkernels/b.py"),
+     f"{P0}.target: pattern: 'kernels/a.py\\nkernels/b.py' has characters or a length this field does not allow"),
+    (lambda r: r["problems"][0].update(target="kernels/a.py\n"), f"{P0}.target: pattern: 'kernels/a.py\\n' has characters or a length this field does not allow"),
+    (lambda r: r["problems"][0].update(target="../../.github/workflows/x.yml"),
+     f"{P0}.target: '../../.github/workflows/x.yml' is not a plain repository-relative path"),
+    (lambda r: r["problems"][0].update(target=".github/workflows/ci.py"),
+     f"{P0}.target: '.github/workflows/ci.py' is outside the configured kernel paths"),
+    (lambda r: r["problems"][0].update(problem="../x"), f"{P0}.problem: pattern: '../x' has characters or a length this field does not allow"),
+    (lambda r: r["problems"][0]["environment"].update(host="runner-7.internal"),
+     f"{P0}.environment: additionalProperties: Additional properties are not allowed ('host' was unexpected)"),
+    (lambda r: r.update(surprise=1), "results: additionalProperties: Additional properties are not allowed "
+     "('surprise' was unexpected)"),
+    (lambda r: r["problems"][0].update(llm=_nested(MAX_DEPTH)), f"results: nested deeper than {MAX_DEPTH} levels"),
+    (lambda r: r["problems"][0]["best"].update(source="x" * (600 << 10)),
+     f"{P0}.best.source: maxLength: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
+    (lambda r: r.update(problems="all"), "results.problems: type: 'all' is not of type 'array'"),
 ])
-def test_forged_or_malformed_results_are_refused(mutate, message):
-    data = _results()
+def test_malformed_fields_are_refused_with_the_field_named(mutate, message):
+    data = honest_results()
     mutate(data)
     with pytest.raises(BotError) as err:
         validate_results(data, ALLOWED)
-    assert message in str(err.value) and "untrusted results rejected" in str(err.value)
+    assert str(err.value).startswith(f"untrusted results rejected: {message}")
+    assert len(str(err.value)) < 500  # a 600 KiB forged value is not echoed back
 
 
-def test_size_cap_symlink_and_bad_json(tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "results.json").write_bytes(b" " * (MAX_RESULTS_BYTES + 1))
-    with pytest.raises(BotError, match="exceeds"):
-        load_results(tmp_path / "a", ALLOWED)
+def test_size_cap_symlink_nan_deep_json_and_bad_json(tmp_path):
+    cases = {"a": b" " * (MAX_RESULTS_BYTES + 1), "c": b"{not json",
+             "d": json.dumps(honest_results()).replace('"wall_s": 12.5', '"wall_s": NaN').encode(),
+             "e": b"[" * 100_000 + b"]" * 100_000, "f": json.dumps(honest_results()).encode()}
+    for name, raw in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_bytes(raw)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "results.json").symlink_to("/etc/hostname")
-    with pytest.raises(BotError, match="not a regular file"):
-        load_results(tmp_path / "b", ALLOWED)
-    (tmp_path / "c").mkdir()
-    (tmp_path / "c" / "results.json").write_text("{not json")
-    with pytest.raises(BotError, match="not valid JSON"):
-        load_results(tmp_path / "c", ALLOWED)
-    (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "results.json").write_text(json.dumps(_results()))
-    assert load_results(tmp_path / "d", ALLOWED)["schema_version"] == 1
+    expected = {"a": "exceeds the 16 MiB cap", "b": "not a regular file", "c": "not valid JSON",
+                "d": "not valid JSON (NaN is not a JSON number)",
+                "e": f"untrusted results rejected: results: nested deeper than {MAX_DEPTH} levels"}
+    for name, text in expected.items():
+        with pytest.raises(BotError) as err:
+            load_results(tmp_path / name, ALLOWED)
+        assert text in str(err.value), name
+    assert load_results(tmp_path / "f", ALLOWED)["schema_version"] == 2
 
 
-def test_the_workflow_run_event_decides_where_to_publish():
-    event = {"workflow_run": {"event": "pull_request", "head_branch": "feature", "head_sha": "abc",
-                              "head_repository": {"full_name": "o/r"},
-                              "pull_requests": [{"number": 7, "base": {"ref": "main"}}]},
-             "repository": {"default_branch": "main"}}
-    claimed = {"kind": "pull_request", "pr_number": 99, "head_ref": "evil", "head_sha": "abc"}
-    trigger = trusted_trigger("workflow_run", event, "o/r", claimed)
-    assert trigger.pr_number == 7 and trigger.head_ref == "feature" and not trigger.fork
-    fork_event = json.loads(json.dumps(event))
-    fork_event["workflow_run"].update(pull_requests=[], head_repository={"full_name": "x/r"})
-    trigger = trusted_trigger("workflow_run", fork_event, "o/r", claimed)
-    assert trigger.pr_number == 99 and trigger.fork  # filled from the results, same commit
-    with pytest.raises(BotError, match="another commit"):
-        trusted_trigger("workflow_run", fork_event, "o/r", {**claimed, "head_sha": "zzz"})
+def test_many_speedups_are_re_derived_over_processes_to_the_same_bits():
+    from bot.rederive import rederive
+
+    results = honest_results(slower_attempts=11)  # 12 speedups: the process pool's path
+    derived = rederive(results, 1.05)
+    claimed = [a["speedup_ci"] for a in results["problems"][0]["attempts"]]
+    assert [a["speedup_ci"] for a in derived["problems"][0]["attempts"]] == claimed
+    assert derived["problems"][0]["best"]["name"] == "fast-rmsnorm"

@@ -89,8 +89,9 @@ def test_dry_run_optimises_the_changed_operator_and_prints_the_pr(tmp_path):
 
 
 def test_merge_combines_shards(tmp_path):
-    shard = {"schema_version": 1, "min_speedup": 1.05, "trigger": {"kind": "schedule"},
-             "problems": [{"problem": "a", "target": None, "best": None, "attempts": [], "environment": {}}]}
+    shard = {"schema_version": 2, "min_speedup": 1.05, "trigger": {"kind": "schedule"},
+             "problems": [{"problem": "a", "target": None, "best": None, "outcome": "no significant improvement",
+                           "attempts": [], "environment": {}}]}
     (tmp_path / "s1").mkdir()
     (tmp_path / "s1" / "results.json").write_text(json.dumps(shard))
     shard["problems"][0]["problem"] = "b"

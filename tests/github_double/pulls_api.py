@@ -75,7 +75,8 @@ class PullsAPI:
             "milestone": None, "active_lock_reason": None, "created_at": P.iso(pr.created_at),
             "updated_at": P.iso(pr.updated_at), "closed_at": None, "merged_at": None,
             "merge_commit_sha": None, "assignee": None, "assignees": [], "requested_reviewers": [],
-            "requested_teams": [], "head": end(pr.head_ref, head_sha, pr.head_repo, head_owner),
+            "requested_teams": [], "head": {**end(pr.head_ref, head_sha, pr.head_repo, head_owner),
+                                            **({"repo": None} if pr.head_repo_deleted else {})},
             "base": end(pr.base_ref, base_sha, self.full_name, self.owner),
             "_links": {k: {"href": v} for k, v in links.items()},
             "author_association": "NONE" if pr.author.kind == "Bot" else "CONTRIBUTOR",
@@ -220,3 +221,20 @@ class PullsAPI:
                              stamp, stamp if status == "completed" else None)
         self.check_runs[run.id] = run
         return Response(201, self.check_run_json(run))
+
+    def op_checks_list_for_ref(self, req: Request) -> Response:
+        name = req.query.get("check_name")
+        runs = sorted((r for r in self.check_runs.values() if r.head_sha == req.params[0]
+                       and (name is None or r.name == name)), key=lambda r: r.id, reverse=True)
+        return Response(200, {"total_count": len(runs), "check_runs": [self.check_run_json(r) for r in runs]})
+
+    def op_checks_update(self, req: Request) -> Response:
+        run = self.check_runs.get(int(req.params[0]))
+        if run is None:
+            return not_found()
+        body = req.body if isinstance(req.body, dict) else {}
+        run.status = body.get("status", run.status)
+        run.conclusion = body.get("conclusion", run.conclusion)
+        run.output = {k: v for k, v in (body.get("output") or run.output).items() if k in ("title", "summary", "text")}
+        run.completed_at = now() if run.status == "completed" else None
+        return Response(200, self.check_run_json(run))

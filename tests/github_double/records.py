@@ -47,6 +47,7 @@ class PullRecord:
     updated_at: datetime
     labels: list[str] = field(default_factory=list)
     state: str = "open"
+    head_repo_deleted: bool = False  # a fork deleted after the PR was opened
 
 
 @dataclass

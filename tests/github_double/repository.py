@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import payloads as P
+from .contents_api import ContentsAPI
 from .git_api import GitDataAPI
 from .git_store import GitStore, Signature
 from .pulls_api import PullsAPI
@@ -11,7 +12,7 @@ from .records import CheckRunRecord, CommentRecord, Identity, PullRecord, now
 CONTRIBUTOR = Identity("octocat", 583_231, kind="User")
 
 
-class FakeRepository(PullsAPI, GitDataAPI):
+class FakeRepository(PullsAPI, GitDataAPI, ContentsAPI):
     """`full_name` served from `git`; a fork exists only as a pull request head (refs/pull/N/head)."""
 
     def __init__(self, api_url: str, full_name: str, git: GitStore, default_branch: str) -> None:
@@ -61,6 +62,11 @@ class FakeRepository(PullsAPI, GitDataAPI):
                         stamp, list(labels))
         self.pulls[number] = pr
         return pr
+
+    def delete_fork(self, pr: PullRecord) -> None:
+        """The contributor deleted the fork: GitHub then shows the PR's `head.repo` as null
+        (the OpenAPI description says otherwise; real responses do this)."""
+        pr.head_repo_deleted = True
 
     def branch_sha(self, branch: str) -> str | None:
         return self.git.resolve(f"refs/heads/{branch}")

@@ -53,6 +53,11 @@ ROUTES = (
     Route("POST", "/git/trees", "git/create-tree"),
     Route("POST", "/git/blobs", "git/create-blob"),
     Route("POST", "/check-runs", "checks/create"),
+    Route("GET", r"/commits/([0-9a-f]{40})/pulls", "repos/list-pull-requests-associated-with-commit",
+          paginated=True),
+    Route("GET", r"/contents/(.+)", "repos/get-content"),
+    Route("GET", r"/commits/([0-9a-f]{40})/check-runs", "checks/list-for-ref"),
+    Route("PATCH", r"/check-runs/(\d+)", "checks/update"),
 )
 
 
@@ -100,7 +105,7 @@ class GitHubDouble:
             "test-token": Identity("github-actions[bot]", 41_898_282),
             "read-only-token": Identity("github-actions[bot]", 41_898_282, can_write=False)}
         self.exchanges: list[Exchange] = []
-        self._faults: list[tuple[Fault, tuple[str, ...] | None]] = []
+        self._faults: list[tuple[Fault, tuple[str, ...] | None, str | None]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
@@ -117,9 +122,11 @@ class GitHubDouble:
         self._server.shutdown()
         self._server.server_close()
 
-    def fail_next(self, fault: Fault, times: int = 1, methods: tuple[str, ...] | None = None) -> None:
-        """Answer the next `times` requests (of `methods`, default any) with `fault`."""
-        self._faults.extend([(fault, methods)] * times)
+    def fail_next(self, fault: Fault, times: int = 1, methods: tuple[str, ...] | None = None,
+                  operation: str | None = None) -> None:
+        """Answer the next `times` requests (of `methods`, default any; of `operation`, an
+        operationId, default any) with `fault`."""
+        self._faults.extend([(fault, methods, operation)] * times)
 
     @property
     def pending_faults(self) -> int:
@@ -139,8 +146,8 @@ class GitHubDouble:
 
     def _answer(self, method: str, route: Route | None, params: tuple[str, ...], query: dict[str, str],
                 headers: dict[str, str], raw: bytes) -> tuple[Response, str | None]:
-        for i, (fault, methods) in enumerate(self._faults):
-            if methods is None or method in methods:
+        for i, (fault, methods, operation) in enumerate(self._faults):
+            if (methods is None or method in methods) and operation in (None, route and route.operation_id):
                 del self._faults[i]
                 return Response(fault.status, fault.body, dict(fault.headers)), fault.name
         scheme, _, token = headers.get("authorization", "").partition(" ")

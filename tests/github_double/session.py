@@ -67,6 +67,10 @@ def scripted_session(double: GitHubDouble) -> None:
     assert head_sha is not None
     client = client_for(double, per_page=2)  # 3 files on 2 pages: exercises Link pagination
     client.pull_request_files(source.number)
+    assert client.pull_request(source.number) is not None and client.pull_request(999) is None
+    assert [p.number for p in client.pull_requests_for_commit(head_sha)] == [source.number]
+    assert client.file_at("problems/op0.py", head_sha) == b"x = 1\n"
+    assert client.file_at("problems/missing.py", head_sha) is None
     plan = sample_plan(source.number, source.head_ref, head_sha=head_sha)
     client.publish(plan, max_open=3)  # blobs, tree, commit, create ref, create PR, comment, check run
     client.publish(replace(plan, title="kernel-bot: softmax 1.50x faster"), max_open=3)  # updates
