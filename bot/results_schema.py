@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.distributions import DISTRIBUTIONS
+
 RESULTS_SCHEMA_VERSION = 2
 
 MAX_SOURCE_CHARS = 512 << 10  # a kernel file; the largest in kernels/ is under 20 KiB
@@ -97,7 +99,7 @@ CONTENDER = {  # a baseline or an attempt, as bot.outcomes.ContenderOutcome writ
     "status": {"enum": ["accepted", "rejected"]}, "reasons": _array(_text(), 64),
     "checks": _array(CHECK, 256), "speedup": _nullable(POSITIVE), "speedup_ci": _nullable(INTERVAL),
     "median_us": _nullable(POSITIVE), "slower_shapes": _array({"type": "string", "pattern": NAME}, MAX_SHAPES),
-    "shapes": _array(SHAPE, MAX_SHAPES)}
+    "not_timed": _nullable(_text(300)), "shapes": _array(SHAPE, MAX_SHAPES)}
 
 ATTEMPT = _obj({**CONTENDER, "round": {"type": "integer", "minimum": 0, "maximum": 10_000},
                 "reason": _text(), "significant": {"type": "boolean"}},
@@ -112,18 +114,27 @@ BEST = _obj({"name": {"type": "string", "pattern": NAME}, "path": _nullable(_tex
 ENVIRONMENT = _obj({"device": {"enum": ["cpu", "cuda"]},
                     "device_name": {"type": "string", "pattern": r"^[A-Za-z0-9 ._()+-]{0,100}" + END},
                     "torch": _text(100), "triton": _nullable(_text(100)), "cuda": _nullable(_text(100)),
-                    "driver": _nullable(_text(100)), "python": _text(100), "clocks": FLAT_MAP})
+                    "driver": _nullable(_text(100)), "python": _text(100), "clocks": FLAT_MAP,
+                    "containment": _text(300)})
+
+IMPLAUSIBLE = _obj({"name": {"type": "string", "pattern": NAME}, "speedup": _nullable(POSITIVE),
+                    "speedup_ci": _nullable(INTERVAL), "evidence": _text()}, ("name",))
 
 PROBLEM = _obj({
     "problem": {"type": "string", "pattern": PROBLEM_NAME}, "problem_path": _text(300),
     "target": _nullable({"type": "string", "pattern": REPO_PATH}), "best": _nullable(BEST),
-    "outcome": {"enum": ["failed", "improved", "no significant improvement"]}, "error": _text(),
+    "outcome": {"enum": ["failed", "improved", "no significant improvement", "not timed", "implausible"]},
+    "error": _text(), "not_timed": _nullable(_text(300)),
+    "implausible": _array(IMPLAUSIBLE, MAX_ATTEMPTS),
+    "max_plausible_speedup": {"type": "number", "minimum": 1, "maximum": 1e6},
     "min_speedup": {"type": "number", "minimum": 1, "maximum": 100}, "stopped": _text(500),
     "wall_s": {"type": "number", "minimum": 0, "maximum": 1e7},
     "baseline": _nullable(_obj(CONTENDER, ("name",))), "attempts": _array(ATTEMPT, MAX_ATTEMPTS),
     "skipped": _array(_obj({"transformation": _text(300), "reason": _text()}, ("transformation", "reason")), 256),
     "environment": ENVIRONMENT, "llm": FLAT_MAP,
-    "distributions": _array({"enum": ["standard", "shifted", "large"]}, 3, 1),
+    "distributions": _array({"enum": list(DISTRIBUTIONS)}, len(DISTRIBUTIONS), 1),
+    "skipped_distributions": {"type": "object", "propertyNames": {"enum": list(DISTRIBUTIONS)},
+                              "additionalProperties": _text(500)},
     "reference_precision": {"enum": ["float64", "float32", "native"]}},
     ("problem", "outcome", "attempts"))
 

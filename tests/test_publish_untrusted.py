@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from bot.distributions import DISTRIBUTIONS
 from bot.errors import BotError
 from bot.results_schema import MAX_DEPTH
 from bot.untrusted import MAX_RESULTS_BYTES, load_results, validate_results
@@ -35,7 +36,7 @@ P0 = "results.problems[0]"
     (lambda r: r["problems"][0].update(skipped="x"), f"{P0}.skipped: type: 'x' is not of type 'array'"),
     (lambda r: r["problems"][0].update(min_speedup="x"), f"{P0}.min_speedup: type: 'x' is not of type 'number'"),
     (lambda r: r["problems"][0].update(distributions=[1]),
-     f"{P0}.distributions[0]: enum: 1 is not one of ['standard', 'shifted', 'large']"),
+     f"{P0}.distributions[0]: enum: 1 is not one of {list(DISTRIBUTIONS)}"),
     (lambda r: r["problems"][0]["attempts"][0].update(speedup_ci="x"),
      f"{P0}.attempts[0].speedup_ci: anyOf: 'x' is not valid under any of the given schemas"),
     (lambda r: r["problems"][0]["attempts"][0].update(median_us="x"),
