@@ -83,6 +83,17 @@ def worker_env(launch: WorkerLaunch, environ: Mapping[str, str] | None = None) -
     return env
 
 
+def alive(pid: int) -> bool:
+    """Whether a process of that id exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def proc_status(pid: int, field: str) -> int | None:
     """A number from the kernel's /proc/<pid>/status (e.g. "Threads", "VmRSS" in kB), or None
     where the process is gone or the field absent."""

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.sandbox.base import alive
+
 log = logging.getLogger(__name__)
 
 TOP = "kernel-bot"
@@ -127,15 +129,6 @@ def kill_tree(path: Path) -> None:
     log.warning("cgroup %s still busy after %.0f s", path, KILL_WAIT_S)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def sweep_dead_runs(top: Path) -> list[Path]:
     """Kill and remove the subtrees of bot processes that no longer exist; those removed."""
@@ -146,7 +139,7 @@ def sweep_dead_runs(top: Path) -> list[Path]:
         return removed
     for run in runs:
         pid = run.name.split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             kill_tree(run)
             removed.append(run)
     return removed

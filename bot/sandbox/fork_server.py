@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from bot.sandbox.base import BOT_ROOT
+from bot.sandbox.base import BOT_ROOT, alive
 
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
         "from bot.sandbox.fork_server import serve; serve(int(sys.argv[2]), sys.argv[3] == '1')")
@@ -281,7 +281,7 @@ class ForkServer:
                 pass
             if pid in self._exits:
                 return self._exits[pid]
-            if self._dead and not _alive(pid):
+            if self._dead and not alive(pid):
                 return -9  # its status went with the server; a worker that vanished was killed
             return None
 
@@ -329,12 +329,3 @@ class ForkServer:
         except OSError:
             return "(no log)"
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
