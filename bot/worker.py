@@ -325,7 +325,7 @@ class Harness(TimedCalls):
             if not reply.get("ok"):
                 return reply
             prints.append(reply.get("fingerprints"))
-            outputs.append(reply["outputs"])
+            outputs.append(reply.get("outputs"))
         return {"ok": True, "fingerprints": prints, "outputs": outputs}
 
     # --- helpers ----------------------------------------------------------------------

@@ -67,6 +67,10 @@ def worker_env(launch: WorkerLaunch, environ: Mapping[str, str] | None = None) -
     env.update({
         "HOME": str(launch.workdir),
         "TMPDIR": str(launch.workdir),
+        # A worker's own uid has no passwd entry: getpass.getuser() (Inductor's cache folder
+        # name; torch 2.11's raises KeyError without it) reads these first.
+        "USER": "kernel-bot-worker",
+        "LOGNAME": "kernel-bot-worker",
         "PYTHONDONTWRITEBYTECODE": "1",
         "TRITON_CACHE_DIR": f"{cache}/triton",
         "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
