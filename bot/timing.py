@@ -240,7 +240,10 @@ class HarnessCost:
             return None
         if self._idle_us is None:
             self._idle_us = statistics.median(self._probe() for _ in range(self.REPEATS))
-        return verify.check_gpu_idle(self._probe(), self._idle_us)
+        # The first probe after another process's batch pays the GPU's switch to this context
+        # (399 us on the H200); with that process's work still running every probe waits for a
+        # time slice (2.4 ms), so the faster of two is the one that tells.
+        return verify.check_gpu_idle(min(self._probe(), self._probe()), self._idle_us)
 
     def _probe(self) -> float:
         return float(self.reference.request({"op": "sentinel"}, self.timeout_s, "problem")["host_us"])

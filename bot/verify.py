@@ -320,9 +320,9 @@ def check_gpu_idle(probe_us: float, idle_us: float) -> CheckResult:
     """After a contender's batch, a tiny kernel of the (trusted) reference worker must run as
     fast as on an idle GPU: work the contender left running would land in the next window."""
     name = "GPU idle after batch"
-    # The first kernel of the reference's context after another process's batch waits for the
-    # GPU to switch contexts: on the H200 honest batches were followed by probes of 171-188 us
-    # against 19-34 us idle. Work left running longer than about half a millisecond is caught.
+    # `probe_us` is the faster of two probes (bot.timing.HarnessCost.gpu_left_busy): on the H200
+    # one with another process's kernel still running waited 2.4 ms for a time slice, against
+    # 20-40 us idle.
     allowed = 3 * idle_us + 500.0
     details = {"probe_us": probe_us, "idle_us": idle_us, "allowed_us": allowed}
     if probe_us > allowed:
