@@ -103,7 +103,6 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
         reply = worker.request({"op": "time", "fp_seed": fp_seed, "mode": options.mode},
                                call_timeout_s * len(seeds), "call")
         wall_us = (time.perf_counter() - started) * 1e6
-        busy = harness.gpu_left_busy()
         # Picked after the batch, from calls the worker had to commit to (fingerprints) inside
         # the window: what it returns now cannot change what it computed then.
         picked = rng.sample(range(len(seeds)), min(options.checks_per_batch, len(seeds)))
@@ -117,8 +116,6 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
                                           else reply["host_us"])
     results = [verify.check_wall_clock(sum(samples), wall_us),
                verify.check_threads(reply["new_threads"], "timed calls")]
-    if busy is not None:
-        results.append(busy)
     # On the CPU timed calls commit by digest: the reference's fingerprints are not needed.
     cuda = reference.device == "cuda"
     ref = reference.request({"op": "fingerprints", "seeds": [seeds[i] for i in picked],
@@ -177,8 +174,7 @@ class HarnessCost:
     process cannot inflate it: a fixed part once (one-call batches), and the part per call once
     in every round, interleaved with the contenders' batches, so that a machine that slows down
     or speeds up during the run moves the allowance with it. It does not grow with input
-    generation (staged before the window). On CUDA, also whether the GPU is left busy after a
-    batch (a trusted probe)."""
+    generation (staged before the window)."""
 
     REPEATS = 5
     ROUNDS_KEPT = 3
@@ -197,7 +193,6 @@ class HarnessCost:
         self._fixed_us: float | None = None
         self._fixed_spread_us = 0.0
         self._per_call_us: list[float] = []
-        self._idle_us: float | None = None
 
     def of(self, n: int) -> tuple[float, float]:
         """(expected, spread) in us of the harness's work around n calls: as measured in the
@@ -233,20 +228,6 @@ class HarnessCost:
         self.reference.request({"op": "outputs", "picks": []}, self.timeout_s, "problem")
         return wall_us - sum(reply["host_us"])
 
-    def gpu_left_busy(self) -> CheckResult | None:
-        """On CUDA: a failed check when the reference's probe kernel waited on other work after
-        the batch (a contender's GPU work left running into the next one's window); else None."""
-        if self.reference.device != "cuda":
-            return None
-        if self._idle_us is None:
-            self._idle_us = statistics.median(self._probe() for _ in range(self.REPEATS))
-        # The first probe after another process's batch pays the GPU's switch to this context
-        # (399 us on the H200); with that process's work still running every probe waits for a
-        # time slice (2.4 ms), so the faster of two is the one that tells.
-        return verify.check_gpu_idle(min(self._probe(), self._probe()), self._idle_us)
-
-    def _probe(self) -> float:
-        return float(self.reference.request({"op": "sentinel"}, self.timeout_s, "problem")["host_us"])
 
 
 Workers = Mapping[str, Sequence[WorkerClient]]  # each contender's worker processes (replicas)

@@ -316,22 +316,6 @@ def check_hidden_time(found: HiddenTime) -> CheckResult:
     return CheckResult(name, True, details=found.details())
 
 
-def check_gpu_idle(probe_us: float, idle_us: float) -> CheckResult:
-    """After a contender's batch, a tiny kernel of the (trusted) reference worker must run as
-    fast as on an idle GPU: work the contender left running would land in the next window."""
-    name = "GPU idle after batch"
-    # `probe_us` is the faster of two probes (bot.timing.HarnessCost.gpu_left_busy): on the H200
-    # one with another process's kernel still running waited 2.4 ms for a time slice, against
-    # 20-40 us idle.
-    allowed = 3 * idle_us + 500.0
-    details = {"probe_us": probe_us, "idle_us": idle_us, "allowed_us": allowed}
-    if probe_us > allowed:
-        return CheckResult(name, False, f"a probe kernel took {probe_us:.0f} us after this contender's "
-                           f"batch ({idle_us:.0f} us on an idle GPU): GPU work left running after its "
-                           "calls returned?", details)
-    return CheckResult(name, True, details=details)
-
-
 def check_commitment(committed: Sequence[Any], revealed: Sequence[Any], reference_prints: Sequence[Any],
                      dtypes: Sequence[str], overrides: Mapping[str, float] | None, label: str) -> CheckResult:
     """What a timed call committed to inside the parent's window binds what it reveals after:

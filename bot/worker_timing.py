@@ -111,19 +111,6 @@ class TimedCalls:
         # what it costs a contender (the same tensor each time ran 20 us a call cheaper on CPU).
         return [shared.clone(o) for o in self.stub_outputs or []]
 
-    def op_sentinel(self, msg: dict) -> dict:
-        """The reference's probe of an idle GPU: the host time of one tiny kernel, synchronised
-        on both sides. Work of another process still on the GPU (a contender's, left running
-        after its batch) delays it (bot.timing)."""
-        try:
-            shared.cuda_sync()
-            t0 = shared.perf_ns()
-            shared.gpu_sleep(int(msg.get("cycles", 1000)))
-            shared.cuda_sync()
-            return {"ok": True, "host_us": (shared.perf_ns() - t0) / 1e3}
-        except BaseException as exc:
-            return shared.failure("call", exc)
-
     def _time_back_to_back(self, msg: dict, model: Callable[..., Any]) -> dict:
         """Mode "throughput" (see op_time). The stream check moves to the whole batch: the
         device-synchronised wall time of the batch against its event span on this stream."""

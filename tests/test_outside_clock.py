@@ -44,7 +44,8 @@ def test_hiding_five_percent_of_a_compute_bound_call_from_the_workers_clock_is_c
     # The 5 % it hid is what the parent's clock saw, within noise.
     share = hidden.details["hidden_us_per_call"] / hidden.details["claimed_us"]
     assert 0.02 < share < 0.15, hidden.details
-    assert not cheat.significant(1.0), (cheat.speedup, cheat.speedup_ci)
+    # Never claimed at the default bar: what it hid is counted back (within the processes' scatter).
+    assert not cheat.significant(1.05), (cheat.speedup, cheat.speedup_ci)
     for outcome in (baseline, honest):  # honest twins: never rejected for hidden time
         assert outcome.verdict.status == "accepted", outcome.verdict.reasons
 
