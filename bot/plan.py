@@ -18,7 +18,6 @@ from bot.domain import CheckRunPlan, FileChange, PullRequestPlan, Trigger
 from bot.report_md import render_comment, render_pr_body, render_step_summary
 from bot.safe_text import title
 
-NEW_KERNEL_DIR = "kernels/kernel_bot"  # where a winner goes when its problem names no TARGET
 CHART_PATH = "docs/kernel-bot/speedups.png"
 CHECK_NAME = "kernel-bot"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -31,11 +30,10 @@ def _plain_relative(path: str) -> bool:
         p in ("", ".", "..", ".git") for p in parts)
 
 
-def destination(problem: dict[str, Any]) -> str:
-    """The file the problem's best candidate replaces (its TARGET) or is added as."""
-    if problem.get("target"):
-        return str(problem["target"])
-    return f"{NEW_KERNEL_DIR}/{_SAFE_NAME.sub('_', str(problem.get('problem')))}.py"
+def destination(problem: dict[str, Any]) -> str | None:
+    """The file the problem's best candidate replaces: its TARGET; None where it declares none
+    (a follow-up never adds a file: bot.scope)."""
+    return str(problem["target"]) if problem.get("target") else None
 
 
 def _current_text(repo_root: Path, path: str) -> str | None:
@@ -87,6 +85,10 @@ def _changes(better: list[dict[str, Any]], current: Callable[[str], str | None],
     # Fastest first: when two problems name the same TARGET, the faster candidate keeps it.
     for p in sorted(better, key=lambda p: -(p["best"].get("speedup") or 0.0)):
         name, path, source = str(p.get("problem")), destination(p), p["best"].get("source")
+        if path is None:
+            notes.append(f"{rd.cell(name)}: the problem declares no `TARGET`, so there is no file to "
+                         "replace; the candidate is in the run's artifact instead.")
+            continue
         if not isinstance(source, str) or not source:
             notes.append(f"{rd.cell(name)}: the best candidate's source is missing; nothing written.")
             continue

@@ -203,13 +203,14 @@ def repo(tmp_path) -> Path:
     return tmp_path
 
 
-def test_pr_plan_replaces_target_adds_new_module_and_chart(mixed, repo):
+def test_pr_plan_replaces_the_target_and_adds_the_chart_but_no_new_module(mixed, repo):
     plan = plan_pull_request(mixed, PR, repo, ALLOWED, b"\x89PNG fake", REPRO)
     assert (plan.branch, plan.base, plan.source_pr, plan.fork, plan.repo) == (
         "kernel-bot/pr-12", "feature/swiglu", 12, False, "acme/kernels")
     files = {f.path: f.content for f in plan.files}
     assert files["kernels/swiglu_torch.py"] == CANDIDATE_SOURCE.encode()
-    assert files["kernels/kernel_bot/gelu.py"] == CANDIDATE_SOURCE.encode()
+    assert set(files) == {"kernels/swiglu_torch.py", CHART_PATH}  # gelu declares no TARGET
+    assert "gelu: the problem declares no `TARGET`" in plan.body
     assert files[CHART_PATH] == b"\x89PNG fake"
     assert plan.title == "kernel-bot: 1.42x faster swiglu and 1 more (verified on NVIDIA H200)"
     assert ROW in plan.body and REPORT_MARKER in plan.body
@@ -222,8 +223,7 @@ def test_pr_plan_replaces_target_adds_new_module_and_chart(mixed, repo):
     (repo / "kernel-bot.patch").write_text(plan.patch)
     subprocess.run(["git", "apply", "--check", "kernel-bot.patch"], cwd=repo, check=True)
     subprocess.run(["git", "apply", "kernel-bot.patch"], cwd=repo, check=True)
-    for path in ("kernels/swiglu_torch.py", "kernels/kernel_bot/gelu.py"):
-        assert (repo / path).read_bytes() == files[path]
+    assert (repo / "kernels/swiglu_torch.py").read_bytes() == files["kernels/swiglu_torch.py"]
 
 
 def test_chart_path_is_configurable_never_a_candidates_and_can_be_off(mixed, repo):
@@ -236,9 +236,9 @@ def test_chart_path_is_configurable_never_a_candidates_and_can_be_off(mixed, rep
     plan = plan_pull_request(mixed, PR, repo, kernels_only, b"\x89PNG fake", REPRO, "")
     assert not any(f.path.endswith(".png") for f in plan.files) and "![speedups]" not in plan.body
     # A candidate whose TARGET is the chart's path never writes it.
+    # Then nothing is left to replace (gelu declares no TARGET), and a chart alone is no follow-up.
     plan = plan_pull_request(mixed, PR, repo, ALLOWED, b"\x89PNG fake", REPRO, "kernels/swiglu_torch.py")
-    assert {f.path: f.content for f in plan.files}["kernels/swiglu_torch.py"] == b"\x89PNG fake"
-    assert "swiglu_torch" not in plan.patch
+    assert plan.files == () and "swiglu_torch" not in plan.patch
 
 
 def test_patch_handles_files_without_a_final_newline(tmp_path):
@@ -254,7 +254,7 @@ def test_patch_handles_files_without_a_final_newline(tmp_path):
 
 def test_disallowed_and_symlinked_targets_are_dropped_with_a_note(mixed, repo):
     plan = plan_pull_request(mixed, PR, repo, lambda p: p != "kernels/swiglu_torch.py", None, REPRO)
-    assert [f.path for f in plan.files] == ["kernels/kernel_bot/gelu.py"]
+    assert [f.path for f in plan.files] == []
     assert "`kernels/swiglu_torch.py` is outside the paths kernel-bot may write" in plan.body
     assert "swiglu_torch" not in plan.patch
     (repo / "kernels" / "swiglu_torch.py").unlink()
