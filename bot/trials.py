@@ -79,7 +79,7 @@ def tunes_on_first_call(source: str) -> bool:
     """Whether a contender times kernel variants during its first call. Beside other
     contenders' trials it would time them on a busy GPU and keep a pick that only looked
     faster: on the H200, fp8_quant's prefill compiled with coordinate descent ran 62 µs in a
-    search and 40 µs compiled alone (fifteenth session, docs/results-h200.md)."""
+    search and 40 µs compiled alone (docs/results-h200.md)."""
     return bool(SELF_TUNING.search(source))
 
 

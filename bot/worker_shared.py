@@ -59,7 +59,7 @@ def flush_l2(words: torch.Tensor) -> torch.Tensor:
     """Read the whole flush buffer, so the L2 holds only its clean lines. Not a zeroing, as
     KernelBench and Triton's do_bench flush: that leaves the L2 full of dirty lines, whose
     write-back the next (timed) call pays as it reads; on the H200 it added 6.6 us (18 %) to
-    matmul_bias_gelu's 117 MB decode layer (docs/benchmark.md, "Fourteenth session"). Bound at
+    matmul_bias_gelu's 117 MB decode layer (docs/benchmark.md). Bound at
     import like the timers, so a candidate that patches `Tensor.sum` or `zero_` cannot take
     the flush away from its own timings."""
     return tensor_sum(words)

@@ -17,13 +17,13 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "ma
 # multi-kernel: a reduction gets both a persistent and a looped kernel, and the faster one on
 # this GPU and shape runs; coordinate descent: block sizes and warps tuned by timing. On the
 # H200 they beat torch.compile's default by 1.36x (fp8_quant prefill, multi-kernel) and 1.10x
-# (cross_entropy prefill, coordinate descent), and lost up to 15 % elsewhere (fifteenth
-# session's probe, docs/results-h200.md): which applies is a measurement, so both are tried.
+# (cross_entropy prefill, coordinate descent), and lost up to 15 % elsewhere (a probe on
+# the H200, docs/results-h200.md): which applies is a measurement, so both are tried.
 INDUCTOR_TUNING = {
     # Without Inductor's FX graph cache: on a cache hit (a replica, a later run) torch 2.11
     # rebuilds the multi-kernel call from deserialised Triton functions that have lost their
     # hash lock, and the call fails ("'NoneType' object does not support the context manager
-    # protocol", triton/runtime/jit.py cache_key; fifteenth session on the H200).
+    # protocol", triton/runtime/jit.py cache_key; seen on the H200).
     "multi-kernel": {"triton.multi_kernel": 1, "fx_graph_cache": False},
     "coordinate-descent": {"coordinate_descent_tuning": True},
 }
