@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot.candidates import default_baseline, load_candidate
-from bot.chart import results_chart, speedup_figure
+from bot.chart import results_chart
 from bot.domain import CandidateSource, Measurement, Origin, Speedup, Trigger, Verdict
 from bot.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
 from bot.outcomes import ContenderOutcome, ShapeOutcome
