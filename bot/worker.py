@@ -224,11 +224,16 @@ class Harness(TimedCalls):
                                  "inputs_after": after, "host_us": host_us,
                                  "new_threads": self._new_threads()}
         if all(m["type"] == "Tensor" for m in metas):
-            if msg.get("want") == "fingerprint":
-                reply["fingerprints"] = self._fingerprints(outputs, int(msg["fp_seed"]))
-            else:
-                reply["outputs"] = [shared.detach(o) for o in outputs]
+            self._answer(reply, [shared.detach(o) for o in outputs], msg)
         return reply
+
+    def _answer(self, reply: dict[str, Any], values: list[torch.Tensor], msg: dict) -> None:
+        """Outputs and/or fingerprints, as the request says it wants them (a reference of native
+        precision answers timed-call checks through op_run too)."""
+        if msg.get("want") in ("fingerprint", "both"):
+            reply["fingerprints"] = self._fingerprints(values, int(msg["fp_seed"]))
+        if msg.get("want") != "fingerprint":
+            reply["outputs"] = values
 
     def _reference_run(self, inputs: list[Any], before: list[str], msg: dict) -> dict:
         try:
@@ -257,10 +262,7 @@ class Harness(TimedCalls):
                  "flops": flops, "input_meta": [
                      f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x)
                      else repr(x) for x in inputs]}
-        if msg.get("want") in ("fingerprint", "both"):
-            reply["fingerprints"] = self._fingerprints(values, int(msg["fp_seed"]))
-        if msg.get("want") != "fingerprint":
-            reply["outputs"] = values
+        self._answer(reply, values, msg)
         return reply
 
     def op_stage(self, msg: dict) -> dict:
