@@ -200,10 +200,7 @@ class HarnessCost:
         fixed = self._fixed()
         recent = self._per_call_us[-self.ROUNDS_KEPT:] or [0.0]
         per_call = statistics.median(recent)
-        every = self._per_call_us or [0.0]
-        centre = statistics.median(every)
-        spread = statistics.median(abs(p - centre) for p in every) * 1.4826
-        return fixed + n * per_call, self._fixed_spread_us + n * spread
+        return fixed + n * per_call, self._fixed_spread_us + n * verify.spread(self._per_call_us or [0.0])
 
     def measure_round(self, n: int) -> None:
         """One batch of n calls that do nothing: the harness's per-call work in this round."""
@@ -213,7 +210,7 @@ class HarnessCost:
         if self._fixed_us is None:
             single = [self._stub_batch(1) for _ in range(self.REPEATS)]
             self._fixed_us = statistics.median(single)
-            self._fixed_spread_us = statistics.median(abs(u - self._fixed_us) for u in single) * 1.4826
+            self._fixed_spread_us = verify.spread(single)
         return self._fixed_us
 
     def _stub_batch(self, n: int) -> float:

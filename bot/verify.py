@@ -275,10 +275,15 @@ class HiddenTime:
                 "noise_us": self.noise_us, "counted_us": self.counted_us}
 
 
-def _scatter(values: Sequence[float]) -> float:
-    """How far the median of `values` may be off: their MAD-based spread over the root of their count."""
+def spread(values: Sequence[float]) -> float:
+    """A standard deviation robust to outliers: the median absolute deviation, scaled."""
     centre = statistics.median(values)
-    return statistics.median(abs(v - centre) for v in values) * 1.4826 / math.sqrt(len(values))
+    return statistics.median(abs(v - centre) for v in values) * 1.4826
+
+
+def _scatter(values: Sequence[float]) -> float:
+    """How far the median of `values` may be off: their spread over the root of their count."""
+    return spread(values) / math.sqrt(len(values))
 
 
 def hidden_time(unexplained_us: Sequence[float], reported_us: Sequence[float], harness_us: Sequence[float],
