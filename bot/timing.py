@@ -13,6 +13,7 @@ from typing import Callable, ContextManager, Iterator, Mapping, Sequence
 
 from bot import bench, verify
 from bot.domain import CheckResult, Measurement, Problem, Shape
+from bot.sandbox import memory
 from bot.trials import ReferenceInfo, failure_check
 from bot.workers import WorkerClient, WorkerFailure
 
@@ -96,9 +97,11 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
     seeds = [rng.getrandbits(62) for _ in range(record.batch)]
     fp_seed = rng.getrandbits(40)
     try:
-        worker.request({"op": "stage", "seeds": seeds, "distribution": "standard"},
-                       call_timeout_s * len(seeds), "call")
-        window(worker)  # every other contender's processes frozen from here on
+        # Every other contender's processes frozen from here on. The staging is inside this
+        # window too and on the parent's clock: the worker holds the inputs from then on, and
+        # work it does with them before the calls (their answers, ahead of time) counts.
+        window(worker)
+        staging_us = _stage(run, worker, seeds)
         started = time.perf_counter()
         reply = worker.request({"op": "time", "fp_seed": fp_seed, "mode": options.mode},
                                call_timeout_s * len(seeds), "call")
@@ -110,6 +113,11 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
         got = worker.request({"op": "outputs", "picks": picked if full else []}, call_timeout_s * 20, "call")
     except WorkerFailure as exc:
         record.checks.append(failure_check(exc))
+        record.failed = True
+        return
+    except StagingRefused as exc:
+        record.checks.append(CheckResult("staged inputs", False, f"the parent could not write the "
+                                         f"batch's inputs into the buffers this worker named: {exc}"))
         record.failed = True
         return
     samples = reply.get("samples_us") or (reply["event_us"] if reply["event_us"] is not None
@@ -145,14 +153,71 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
             record.event_us.extend(reply["event_us"] or [])
         reported = sum(reply["host_us"])
         usual, noise = harness.of(len(seeds))
+        unexplained = wall_us - reported - usual
+        if staging_us is not None:  # drawn in the worker: its staging is on the parent's clock too
+            usual_staging, staging_noise = harness.staging_of(len(seeds))
+            unexplained += staging_us - usual_staging
+            noise = math.hypot(noise, staging_noise)
         record.reported_us.append(reported / len(seeds))
-        record.unexplained_us.append((wall_us - reported - usual) / len(seeds))
+        record.unexplained_us.append(unexplained / len(seeds))
+        # The allowance grows with the window's harness work only, never with input generation.
         record.harness_us.append(usual / len(seeds))
         record.noise_us.append(noise / len(seeds))
     else:  # warm-up: also sizes the batches of the measured rounds
         per_call = max(sorted(samples)[len(samples) // 2], 1.0)
         record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch,
                                   harness.max_batch))
+
+
+def _wall_us(worker: WorkerClient, msg: dict, timeout_s: float, phase: str) -> tuple[dict, float]:
+    started = time.perf_counter()
+    reply = worker.request(msg, timeout_s, phase)
+    return reply, (time.perf_counter() - started) * 1e6
+
+
+def _stage(run: Run, worker: WorkerClient, seeds: list[int]) -> float | None:
+    """Stage a batch's inputs in `worker`, inside its window (every other contender frozen).
+    Filled from outside where it can be (the reference draws them; the parent copies them into
+    the worker's empty buffers while it is frozen): nothing to account for, None. Otherwise the
+    worker draws them itself and the parent's wall time of that is returned, to be accounted
+    for like the window's (work done with the inputs there, ahead of the calls, counts)."""
+    timeout_s = run.call_timeout_s * len(seeds)
+    drawn = {"op": "stage", "seeds": seeds, "distribution": "standard"}
+    if run.harness.fills_from_outside:
+        ref = run.reference.request({**drawn, "expose": True}, timeout_s, "problem")
+        if ref.get("layout") is None:
+            run.harness.stop_filling(f"inputs staged in each worker: {ref.get('why')}")
+        else:
+            got = worker.request({"op": "stage", "layout": ref["layout"]}, timeout_s, "call")
+            try:
+                _fill(run.reference, worker, ref["regions"], got.get("regions"))
+                return None
+            except PermissionError as exc:
+                run.harness.stop_filling(f"inputs staged in each worker: {exc}")
+    return _wall_us(worker, drawn, timeout_s, "call")[1]
+
+
+class StagingRefused(Exception):
+    """The worker's buffers do not take the batch's inputs (their sizes, or their addresses)."""
+
+
+def _fill(reference: WorkerClient, worker: WorkerClient, source: list, target: object) -> None:
+    """The reference's staged bytes into the worker's buffers, the worker frozen meanwhile."""
+    if not isinstance(target, list) or len(target) != len(source) or any(
+            not isinstance(t, list) or len(t) != len(s) or any(
+                not isinstance(r, list) or len(r) != 2 or r[1] != q[1] for r, q in zip(t, s))
+            for t, s in zip(target, source)):
+        raise StagingRefused("the worker's buffers are not the batch's layout")
+    regions = [(int(s[0]), int(t[0]), int(s[1])) for ts, ss in zip(target, source) for t, s in zip(ts, ss)]
+    if reference.running.pid is None or worker.running.pid is None:
+        raise PermissionError("no process id to copy between")
+    worker.running.freeze()
+    try:
+        memory.copy(reference.running.pid, worker.running.pid, regions)
+    except memory.MemoryCopyError as exc:
+        raise StagingRefused(str(exc)) from exc
+    finally:
+        worker.running.thaw()
 
 
 _DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
@@ -167,21 +232,48 @@ def _no_window(worker: WorkerClient) -> None:
     return None
 
 
+class Calibration:
+    """The expected time of one harness phase around n calls, from batches of calls that do
+    nothing: a fixed part (median of one-call batches) and a part per call, measured once in
+    every round so that a machine that slows down or speeds up moves it too."""
+
+    ROUNDS_KEPT = 3  # the per-call part is the median of the latest rounds' measurements
+
+    def __init__(self) -> None:
+        self.fixed_us: float | None = None
+        self.fixed_spread_us = 0.0
+        self.per_call_us: list[float] = []
+
+    def set_fixed(self, singles: Sequence[float]) -> None:
+        self.fixed_us = statistics.median(singles)
+        self.fixed_spread_us = verify.spread(singles)
+
+    def add_round(self, n: int, measured_us: float) -> None:
+        self.per_call_us.append(max(measured_us - (self.fixed_us or 0.0), 0.0) / n)
+
+    def of(self, n: int) -> tuple[float, float]:
+        """(expected, spread) in us around n calls: as measured in the latest rounds, and how
+        much one batch's measurement scatters over the whole run."""
+        recent = self.per_call_us[-self.ROUNDS_KEPT:] or [0.0]
+        return ((self.fixed_us or 0.0) + n * statistics.median(recent),
+                self.fixed_spread_us + n * verify.spread(self.per_call_us or [0.0]))
+
+
 class HarnessCost:
-    """What the harness's own work around n calls (the channel, clocks, L2 flushes, commitments to
-    outputs of this shape) costs the parent's clock: the part of a window the calls do not
-    explain. Measured on the reference worker with calls that do nothing, so the candidate's
-    process cannot inflate it: a fixed part once (one-call batches), and the part per call once
-    in every round, interleaved with the contenders' batches, so that a machine that slows down
-    or speeds up during the run moves the allowance with it. It does not grow with input
-    generation (staged before the window)."""
+    """What the harness's own work around n calls costs the parent's clock, per phase: the
+    window (the channel, clocks, L2 flushes, commitments to outputs of this shape: the part of a
+    window the calls do not explain) and the staging of the batch's inputs before it. Measured
+    on the reference worker with calls that do nothing, so the candidate's process cannot
+    inflate it, interleaved with the contenders' batches (Calibration). The window's part does
+    not grow with input generation (staged before the window); the staging's part is what
+    drawing the inputs costs, so that work a candidate moves into the staging (its answers
+    computed there, ahead of the window) is on the parent's clock too."""
 
     REPEATS = 5
-    ROUNDS_KEPT = 3
     # On CUDA, a picked call's outputs come back in full up to this size; larger ones are checked
     # by their committed fingerprints alone (gelu's prefill output, 235 MB in bf16, would cross
     # the channel twice a batch, the reference's in float32 besides). On the CPU always.
-    FULL_CHECK_BYTES = 64 << 20  # the per-call part is the median of the latest rounds' measurements
+    FULL_CHECK_BYTES = 64 << 20
     STAGE_BYTES = 1 << 30  # inputs and kept outputs of one batch at most; larger shapes: fewer calls
 
     def __init__(self, reference: WorkerClient, meta: list[dict], per_call_bytes: int, mode: str,
@@ -190,40 +282,50 @@ class HarnessCost:
         self.max_batch = max(1, self.STAGE_BYTES // max(per_call_bytes, 1))
         out_bytes = sum(math.prod(m["shape"]) * _DTYPE_BYTES.get(m["dtype"], 8) for m in meta)
         self.reveals_in_full = reference.device != "cuda" or out_bytes <= self.FULL_CHECK_BYTES
-        self._fixed_us: float | None = None
-        self._fixed_spread_us = 0.0
-        self._per_call_us: list[float] = []
+        self.window, self.staging = Calibration(), Calibration()
+        # On the CPU the parent fills each batch's inputs from outside (bot.timing._stage) until
+        # it cannot; then `staging_note` says why and each worker stages its own.
+        self.fills_from_outside = reference.device == "cpu" and memory.supported()
+        self.staging_note = "" if self.fills_from_outside else "inputs staged in each worker"
+
+    def stop_filling(self, why: str) -> None:
+        self.fills_from_outside, self.staging_note = False, why
 
     def of(self, n: int) -> tuple[float, float]:
-        """(expected, spread) in us of the harness's work around n calls: as measured in the
-        latest rounds, and how much one batch's measurement scatters over the whole run."""
-        fixed = self._fixed()
-        recent = self._per_call_us[-self.ROUNDS_KEPT:] or [0.0]
-        per_call = statistics.median(recent)
-        return fixed + n * per_call, self._fixed_spread_us + n * verify.spread(self._per_call_us or [0.0])
+        """(expected, spread) in us of the harness's work in the window around n calls."""
+        self._calibrate_fixed()
+        return self.window.of(n)
+
+    def staging_of(self, n: int) -> tuple[float, float]:
+        """(expected, spread) in us of staging n calls' inputs."""
+        self._calibrate_fixed()
+        return self.staging.of(n)
 
     def measure_round(self, n: int) -> None:
         """One batch of n calls that do nothing: the harness's per-call work in this round."""
-        self._per_call_us.append(max(self._stub_batch(n) - self._fixed(), 0.0) / n)
+        self._calibrate_fixed()
+        window_us, staging_us = self._stub_batch(n)
+        self.window.add_round(n, window_us)
+        self.staging.add_round(n, staging_us)
 
-    def _fixed(self) -> float:
-        if self._fixed_us is None:
-            single = [self._stub_batch(1) for _ in range(self.REPEATS)]
-            self._fixed_us = statistics.median(single)
-            self._fixed_spread_us = verify.spread(single)
-        return self._fixed_us
+    def _calibrate_fixed(self) -> None:
+        if self.window.fixed_us is None:
+            singles = [self._stub_batch(1) for _ in range(self.REPEATS)]
+            self.window.set_fixed([w for w, _ in singles])
+            self.staging.set_fixed([s for _, s in singles])
 
-    def _stub_batch(self, n: int) -> float:
-        """The parent's wall time of one calibration window, less the calls' reported time."""
+    def _stub_batch(self, n: int) -> tuple[float, float]:
+        """One calibration batch: the parent's wall time of its window less the calls' reported
+        time, and of its staging."""
         seeds = [self.rng.getrandbits(62) for _ in range(n)]
-        self.reference.request({"op": "stage", "seeds": seeds, "distribution": "standard",
-                                "stub": True, "meta": self.meta}, self.timeout_s * n, "problem")
+        _, staging_us = _wall_us(self.reference, {"op": "stage", "seeds": seeds, "distribution": "standard",
+                                                  "stub": True, "meta": self.meta}, self.timeout_s * n, "problem")
         started = time.perf_counter()
         reply = self.reference.request({"op": "time", "stub": True, "fp_seed": 1, "mode": self.mode},
                                        self.timeout_s * n, "problem")
         wall_us = (time.perf_counter() - started) * 1e6
         self.reference.request({"op": "outputs", "picks": []}, self.timeout_s, "problem")
-        return wall_us - sum(reply["host_us"])
+        return wall_us - sum(reply["host_us"]), staging_us
 
 
 
@@ -286,6 +388,8 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
         active = _warm_up(run, active, records, warmed)
         _time(run, active, progress, records)
     let_go({})
+    if reference.device == "cpu" and not harness.fills_from_outside:
+        progress(f"{problem.name} [{shape.name}]: {harness.staging_note}")
     return records
 
 

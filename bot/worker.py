@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from bot import triton_interp, worker_inputs
+from bot import triton_interp, worker_inputs, worker_staging
 from bot import worker_shared as shared
 from bot.channel import Channel, ChannelClosed
 from bot.tuning_gate import TuningGate
@@ -266,15 +266,31 @@ class Harness(TimedCalls):
         return reply
 
     def op_stage(self, msg: dict) -> dict:
-        """Draw a batch's inputs before the parent opens its timing window, so that the window
-        holds the calls and not the input generation (docs/verifier.md, "hidden time")."""
+        """A batch's inputs, before the parent opens its timing window (docs/verifier.md,
+        "timed calls"). With "layout": empty buffers of that layout, which the parent fills
+        from outside while this worker is frozen; their addresses come back. Otherwise drawn
+        here from the parent's seeds; with "expose" (the reference) described for the parent to
+        copy, where the layout can carry them."""
         self.staged, self.kept = None, []
+        if "layout" in msg:
+            try:
+                self.staged = worker_staging.allocate(msg["layout"])
+            except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+                return shared.failure("protocol", exc)
+            return {"ok": True, "regions": worker_staging.regions(self.staged)}
         try:
             self.staged = [self._inputs(int(seed), msg["distribution"]) for seed in msg["seeds"]]
         except Exception as exc:
             return shared.failure("problem", exc)
         if msg.get("stub"):
             self._make_stub(msg["meta"])
+        if msg.get("expose"):
+            self.staged = worker_staging.contiguous(self.staged)
+            try:
+                laid_out = worker_staging.layout(self.staged)
+            except worker_staging.NotLaidOut as exc:
+                return {"ok": True, "layout": None, "why": str(exc)}
+            return {"ok": True, "layout": laid_out, "regions": worker_staging.regions(self.staged)}
         return {"ok": True}
 
     def op_outputs(self, msg: dict) -> dict:

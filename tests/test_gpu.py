@@ -217,3 +217,20 @@ def test_hiding_five_percent_of_a_compute_bound_gpu_call_is_caught():
     assert not by_name["cheat_shave_clock"].significant(1.05)  # never claimed at the default bar
     assert by_name["tall_matmul_honest"].verdict.accepted, by_name["tall_matmul_honest"].verdict.reasons
     assert result.baseline.verdict.accepted, result.baseline.verdict.reasons
+
+
+def test_answers_computed_while_inputs_are_staged_are_on_the_parents_clock():
+    # On CUDA a worker draws its batch's inputs itself, inside its window: a candidate that
+    # computes the answers there (cheat_precompute_on_stage.py) has that time on the parent's
+    # clock, beside its calls' (bot.timing._stage).
+    problem = load_problem(PROBLEMS / "tall_matmul.py")
+    names = ("cheat_precompute_on_stage", "tall_matmul_honest")
+    result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names],
+                      default_baseline(problem), _options())
+    by_name = {o.candidate.name: o for o in result.candidates}
+    cheat = by_name["cheat_precompute_on_stage"]
+    hidden = next(c for c in cheat.verdict.checks if c.name == "hidden time")
+    assert not hidden.passed or hidden.details["counted_us"] > 10 * hidden.details["claimed_us"], hidden.details
+    assert not cheat.significant(1.05), (cheat.speedup, cheat.speedup_ci)
+    assert by_name["tall_matmul_honest"].verdict.accepted, by_name["tall_matmul_honest"].verdict.reasons
+    assert result.baseline.verdict.accepted, result.baseline.verdict.reasons

@@ -59,3 +59,43 @@ def test_work_moved_into_the_commitment_is_never_called_faster():
     else:
         assert "hidden time" in [c.name for c in cheat.verdict.checks if not c.passed]
     assert outcomes["honest"].verdict.status == "accepted", outcomes["honest"].verdict.reasons
+
+
+def test_answers_computed_while_inputs_are_staged_never_reach_the_timed_calls():
+    # The inputs a contender stages are empty buffers; the parent fills them from the reference's
+    # while the contender is frozen, so answers computed at staging are answers to nothing.
+    baseline, outcomes = _bench("tall_matmul.py", ["cheat_precompute_on_stage", "tall_matmul_honest"])
+    cheat = outcomes["cheat_precompute_on_stage"]
+    assert cheat.verdict.status == "rejected", (cheat.speedup, cheat.speedup_ci)
+    assert "timed-call outputs" in [c.name for c in cheat.verdict.checks if not c.passed]
+    for outcome in (baseline, outcomes["tall_matmul_honest"]):
+        assert outcome.verdict.status == "accepted", outcome.verdict.reasons
+
+
+OPAQUE_INPUT = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x, dtype):
+        return (x * 2).to(dtype)
+
+def get_inputs():
+    return [torch.randn(64, 128), torch.float64]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_inputs_the_parent_cannot_lay_out_are_staged_in_the_worker_and_said_so(tmp_path):
+    path = tmp_path / "opaque_input.py"
+    path.write_text(OPAQUE_INPUT)
+    problem = load_problem(path)
+    lines: list[str] = []
+    options = EvalOptions(device="cpu", limits=Limits(memory_mb=4096, call_timeout_s=30),
+                          timing=TimingOptions(time_cap_s=1.0, min_samples=5, min_batches=3))
+    result = evaluate(problem, [], default_baseline(problem), options, progress=lines.append)
+    assert result.baseline.verdict.status == "accepted", result.baseline.verdict.reasons
+    assert all(s.measurement is not None for s in result.baseline.shapes), "timed all the same"
+    assert any("inputs staged in each worker: an input of type dtype" in line for line in lines), lines

@@ -1,0 +1,90 @@
+"""Copying bytes from one worker's memory into another's, from outside both (Linux
+process_vm_readv/process_vm_writev, through a buffer of the parent's).
+
+The parent fills a contender's staged input buffers with inputs the trusted reference worker
+drew, while the contender is frozen (bot.timing): the contender never holds a timed call's
+inputs before the parent's window opens, so no answer can be computed ahead of it. The calls
+need the parent's right to trace both processes (root, or a descendant under Yama's default).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from typing import Sequence
+
+CHUNK_BYTES = 16 << 20  # the parent's buffer: a batch's inputs pass through it in pieces
+
+
+class MemoryCopyError(Exception):
+    """A region could not be read or written (a bad address: the worker named memory it
+    does not have, or that is not writable)."""
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _calls() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        for name in ("process_vm_readv", "process_vm_writev"):
+            fn = getattr(libc, name)
+            fn.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
+                           ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+            fn.restype = ctypes.c_ssize_t
+        _libc = libc
+    return _libc
+
+
+def supported() -> bool:
+    """Whether this system has the calls at all (Linux with glibc)."""
+    try:
+        _calls()
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def _transfer(write: bool, pid: int, local: int, remote: int, nbytes: int) -> None:
+    libc = _calls()
+    fn = libc.process_vm_writev if write else libc.process_vm_readv
+    done = 0
+    while done < nbytes:
+        liov = _IoVec(local + done, nbytes - done)
+        riov = _IoVec(remote + done, nbytes - done)
+        n = fn(pid, ctypes.byref(liov), 1, ctypes.byref(riov), 1, 0)
+        if n < 0:
+            err = ctypes.get_errno()
+            if err in (errno.EPERM, errno.ESRCH):
+                raise PermissionError(err, f"{'write to' if write else 'read from'} process {pid}: "
+                                      f"{os.strerror(err)}")
+            raise MemoryCopyError(f"{'write to' if write else 'read from'} process {pid} at "
+                                  f"{remote + done:#x} ({nbytes - done} bytes): {os.strerror(err)}")
+        if n == 0:
+            raise MemoryCopyError(f"process {pid} at {remote + done:#x}: nothing transferred")
+        done += n
+
+
+def copy(src_pid: int, dst_pid: int, regions: Sequence[tuple[int, int, int]]) -> int:
+    """Copy each (source address, destination address, bytes) from process `src_pid` to
+    process `dst_pid`; the bytes copied. PermissionError where the parent may not trace one
+    of them, MemoryCopyError for a bad region."""
+    buffer = ctypes.create_string_buffer(CHUNK_BYTES)
+    local = ctypes.addressof(buffer)
+    total = 0
+    for src, dst, nbytes in regions:
+        if nbytes < 0 or (nbytes and (src <= 0 or dst <= 0)):
+            raise MemoryCopyError(f"a region of {nbytes} bytes at {dst:#x} is not one to write")
+        for offset in range(0, nbytes, CHUNK_BYTES):
+            size = min(CHUNK_BYTES, nbytes - offset)
+            _transfer(False, src_pid, local, src + offset, size)
+            _transfer(True, dst_pid, local, dst + offset, size)
+            total += size
+    return total
