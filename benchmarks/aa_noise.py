@@ -1,6 +1,6 @@
-"""GPU evidence for docs/verifier.md and docs/benchmark.md (run on the H200).
+"""A/A noise of the timing protocol (docs/benchmark.md, "A/A"), on a GPU or the CPU.
 
-    PYTHONPATH=. python3 ci/evidence/verifier_benchmark.py --out $OUT [--aa-repeats 2] [--copies 3] \
+    PYTHONPATH=. python3 benchmarks/aa_noise.py --out $OUT [--aa-repeats 2] [--copies 3] \
         [--timing latency,throughput,graph]
 
 A/A: the reference as the baseline and identical copies of it as candidates, interleaved in
@@ -23,7 +23,7 @@ from bot.problems import load_problem, only_shapes
 from bot.sandbox import Limits
 from bot.timing import TimingOptions
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 STARTED = time.monotonic()
 
 
@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="", help="only these shapes, e.g. decode (default: all)")
     args = parser.parse_args()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)  # a fresh --out (on the H200 a missing one lost a run's JSON)
+    out.mkdir(parents=True, exist_ok=True)  # a missing --out folder would lose the run's JSON
     results = []
     for name in args.problems.split(","):
         t0 = time.time()

@@ -2,7 +2,7 @@
 # Search sweeps that fit one device call: each group of problems is its own `bot optimize` run
 # writing under $OUT/sweepN, so a call cut off at its limit still returns every finished group.
 #
-#   bash ci/evidence/sweep_groups.sh BUDGET_S "problems/a.py problems/b.py" "problems/c.py" ...
+#   bash benchmarks/search_sweep.sh BUDGET_S "problems/softmax.py problems/gelu.py" "problems/swiglu.py" ...
 #
 # DEVICE (default cuda), TIMING (default graph), CAP_S (default 3) and JOBS (default: the group's size) as for the sweep.
 set -u

@@ -1,6 +1,6 @@
 """Where a GPU worker's start-up goes, and how starting many at once scales.
 
-    PYTHONPATH=. python3 ci/evidence/worker_start_profile.py [--counts 1,8,16,29] [--device cuda]
+    PYTHONPATH=. python3 benchmarks/worker_start_time.py [--counts 1,8,16,29] [--device cuda]
 
 Prints one table per part: the cost of each start-up step in a fresh interpreter (each run
 three times, the median kept), then the wall time to start N real workers (bot.workers) at

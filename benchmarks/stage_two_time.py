@@ -9,7 +9,7 @@ fresh process of PYTHON, installed as kernel-bot-publish.yml installs it:
     python3 -m venv /tmp/publish-env
     python -c 'import tomllib; print("\\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["publish"]))' > /tmp/req.txt
     /tmp/publish-env/bin/pip install -r /tmp/req.txt && /tmp/publish-env/bin/pip install --no-deps .
-    PYTHONPATH=tests .venv/bin/python ci/evidence/stage_two_time.py --python /tmp/publish-env/bin/python
+    PYTHONPATH=tests .venv/bin/python benchmarks/stage_two_time.py --python /tmp/publish-env/bin/python
 
 Prints one JSON line: seconds from the event to the PR, requests made, whether torch, triton
 or numpy is importable by PYTHON. The double answers in about a millisecond; GitHub takes
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from github_double import GitHubDouble  # noqa: E402

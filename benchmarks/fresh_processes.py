@@ -1,4 +1,4 @@
-"""What the fresh-process probes share: each variant run as its own child process (a new
+"""What the fresh-process benchmarks share: each variant run as its own child process (a new
 CUDA context and new allocations, as a worker is), rounds in shuffled order so that no
 variant always runs first after a pause, results written after every child."""
 import json

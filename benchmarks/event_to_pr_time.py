@@ -6,9 +6,9 @@ repository) and labeled. Stage 1 (`bot run`, search strategy, on the GPU, read-o
 writes the results directory; stage 2 (`bot publish`, from a `workflow_run` event, write
 token) opens the follow-up PR. The clock runs from the event to the follow-up PR's existence.
 
-    PYTHONPATH=.:tests python3 ci/evidence/event_to_pr.py --out DIR [--device cuda]
+    PYTHONPATH=.:tests python3 benchmarks/event_to_pr_time.py --out DIR [--device cuda]
 
-On the H200 (PyGithub and junit-xml travel as wheels: docs/results-h200.md says how).
+A GPU machine without network needs PyGithub and junit-xml as wheels: benchmarks/README.md says how.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from github_double.server import GitHubDouble
@@ -55,7 +55,7 @@ def _bot(args: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
     # The bot as installed on the runner: this checkout first, then what PYTHONPATH adds (wheels).
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     full = {"PATH": os.environ["PATH"], "HOME": str(cwd), "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **env}
-    if "GIT_EXEC_PATH" in os.environ:  # a git unpacked beside the system's (h200_session.sh)
+    if "GIT_EXEC_PATH" in os.environ:  # a git unpacked beside the system's
         full["GIT_EXEC_PATH"] = os.environ["GIT_EXEC_PATH"]
     with log.open("w") as err:  # what the bot prints and its progress, in one log
         proc = subprocess.run([sys.executable, "-m", "bot", *args], cwd=cwd, env=full,

@@ -1,7 +1,7 @@
 """Throughput of the worker channel (bot/channel.py) for large tensors: signed frames of a
 128 MB float32 tensor over a socket pair, one thread writing, one reading.
 
-    PYTHONPATH=. python ci/bench_channel.py [--frames 20]
+    PYTHONPATH=. python benchmarks/channel_throughput.py [--frames 20]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ ATen's and torch.compile's. Each path's call captured as a CUDA graph and replay
 inputs copied in and the L2 flushed by reading 256 MB, as `--timing graph` does; medians of
 replays in µs, and each path's normwise error against a float64 reference.
 
-    python3 ci/evidence/probe_replacement_kernels.py [--replays N] [--only attention|gelu]
+    python3 benchmarks/replacement_kernels.py [--replays N] [--only attention|gelu]
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from graph_probe import DEV, flush_buffer, replay_median_us_sets, spin_cycles_per_us
+from graph_replay import DEV, flush_buffer, replay_median_us_sets, spin_cycles_per_us
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kernels_module import import_kernels  # noqa: E402  (ci/, beside this folder)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
+from kernels_module import import_kernels  # noqa: E402  (ci/kernels_module.py)
 
 # (batch, heads, sequence, head dim): causal_attention's decode first, then other short ones.
 ATTENTION_SHAPES = [(4, 32, 64, 128), (1, 32, 128, 128), (16, 32, 32, 128), (8, 8, 100, 64), (32, 32, 16, 128)]

@@ -1,10 +1,10 @@
-"""Across fresh runs of verifier_benchmark.py's A/A: how far the same kernel's median moves.
+"""Across fresh runs of aa_noise.py's A/A: how far the same kernel's median moves.
 
-    python3 ci/evidence/summarize_aa.py LABEL=aa.json[.gz] [LABEL=aa.json ...]
+    python3 benchmarks/summarize_aa.py LABEL=aa.json[.gz] [LABEL=aa.json ...]
 
 Runs with the same LABEL form one group (say, workers forked from one server against workers
 started plainly). Per group and shape: the baseline's median in each run, their spread (max −
-min over their median: the figure issue 2's 1 % target is about), the median of every worker
+min over their median: the figure the 1 % repeatability target is about), the median of every worker
 process of every contender in each run (a level the whole run shares shows here), and the spread
 of process medians within runs (what pooling the processes of one run averages: with k
 processes per contender, independent offsets of relative standard deviation sd give a pooled

@@ -7,7 +7,7 @@ Two measurements, backends interleaved run by run so drift hits both alike:
           starts two workers: the reference and the candidate).
 One untimed warm-up of each backend first (page cache, the local image).
 
-    /work/venv/bin/python ci/bench_sandbox_overhead.py --runs 10
+    PYTHONPATH=. python3 benchmarks/sandbox_overhead.py --runs 20 --json
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the graph-replay probes share: `--timing graph`'s set-up in a few lines (a call
+"""What the graph-replay benchmarks share: `--timing graph`'s set-up in a few lines (a call
 captured after warm-up on a side stream; per timed replay, fresh inputs copied in, the L2
 flushed, a spin kernel covering the host's launch, events around the replay)."""
 import statistics
@@ -59,15 +59,6 @@ def enqueue_replay(graph, static, fresh, flush_l2, cycles_per_us, cover_us=60.0)
 def elapsed_us(pairs) -> list[float]:
     torch.cuda.synchronize()
     return [a.elapsed_time(b) * 1e3 for a, b in pairs]
-
-
-def replay_median_us(fn, make_input, replays, flush_l2, cycles_per_us) -> float:
-    """Median of `replays` timed graph replays of fn, each on a fresh `make_input()`."""
-    g, static, out = capture(fn, make_input())
-    pend = [enqueue_replay(g, static, make_input(), flush_l2, cycles_per_us) for _ in range(replays)]
-    med = statistics.median(elapsed_us(pend))
-    del g, static, out
-    return med
 
 
 def replay_median_us_sets(fn, sets, replays, flush_words, cycles_per_us) -> float:

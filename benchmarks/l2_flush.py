@@ -1,19 +1,18 @@
-"""Session 13 probe: does flushing the L2 at a fresh place per replay, and rotating over more
-captured copies, make a fresh process's median of a few-µs kernel repeat within 1 %?
-Session 14 added flushes by reading (`read`: the 256 MB buffer summed, which leaves the L2
-holding clean lines; `zeroread`: zeroed, then summed) and a second workload, `linear`
-(matmul_bias_gelu's decode layer, 16 x 4096 -> 14336 bf16, whose 117 MB weight read showed a
-fixed ~10 us beside a 33 MB layer's: the dirty lines a zeroing flush leaves are written back
-during the timed call).
+"""How the L2 flush before each timed replay changes a fresh process's median (docs/benchmark.md,
+"Flushing the L2"). Each variant runs in fresh processes (a new CUDA context and new allocations,
+as a worker is), six by default, rounds in shuffled order; each process captures copies of the
+call as `--timing graph` does and times 3,000 replays in batches of 50.
 
-The eleventh session's probe (`probe_worker_offset.py`) found a fresh process timing gelu's
-5 µs decode at a level of its own: 5.0 % between six processes with the worker's flush (one
-256 MB buffer zeroed in place), 2.2 % when each replay zeroed 256 MB at a random 2 MB offset
-of 512 MB. Each variant here is "flush/copies": the flush's placement (fixed, shifted within
-512 MB, shifted within 2 GB) and how many captured copies the replays rotate over.
+A variant is "flush/copies[/workload]": the flush (`fixed`: a 256 MB buffer zeroed in place;
+`shift512` / `shift2g`: 256 MB zeroed at a random 2 MB offset of 512 MB / 2 GB per replay;
+`read`: the 256 MB buffer summed, which leaves the L2 holding clean lines, as the worker does;
+`zeroread`: zeroed, then summed), how many captured copies the replays rotate over, and the
+workload: gelu's decode (32 x 14336 bf16) by default, or `linear`, matmul_bias_gelu's decode
+layer (16 x 4096 -> 14336 bf16, then GELU), whose 117 MB weight read shows what a zeroing
+flush's dirty lines cost when they are written back during the timed call.
 
-    python3 ci/evidence/probe_flush_shift.py --rounds 6 --out $OUT/flush-shift.json
-    python3 ci/evidence/probe_flush_shift.py --rounds 6 --out $OUT/flush-read.json \
+    python3 benchmarks/l2_flush.py --rounds 6 --out $OUT/flush-placement.json
+    python3 benchmarks/l2_flush.py --rounds 6 --out $OUT/flush-read.json \
         --variants fixed/32,read/32,zeroread/32,fixed/32/linear,read/32/linear
 """
 import argparse
@@ -33,7 +32,7 @@ MB = 1 << 20
 def child(variant: str) -> dict:
     import torch
     import torch.nn.functional as F
-    from graph_probe import capture, elapsed_us, enqueue_replay, spin_cycles_per_us
+    from graph_replay import capture, elapsed_us, enqueue_replay, spin_cycles_per_us
 
     placement, copies, *workload = variant.split("/")
     window = {"fixed": 256, "read": 256, "zeroread": 256, "shift512": 512, "shift2g": 2048}[placement] * MB

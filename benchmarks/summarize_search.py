@@ -1,6 +1,6 @@
 """results.json of `bot optimize --strategy search` -> the tables of docs/results-h200.md.
 
-    python3 ci/evidence/summarize_search.py RESULTS.json[.gz]... [--wall-s SECONDS] [--reselect]
+    python3 benchmarks/summarize_search.py RESULTS.json[.gz]... [--wall-s SECONDS] [--reselect]
 
 Several files, oldest first, join into one table: each problem as the last file that holds it
 measured it (the table then says which file that was).
@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bot.bench import geomean, speedup
 from bot.domain import Measurement
