@@ -163,8 +163,8 @@ def speedup(baseline: Measurement, candidate: Measurement, min_speedup: float = 
     run of a kernel against itself lands there).
 
     Batches of one worker process share that process's offset, which no resampling of them
-    can see: on the H200, fresh processes timing one 5 us kernel had medians 5 % apart, and a
-    copy of a kernel was once called 1.10x faster than itself (docs/benchmark.md). So each
+    can see: on the H200 the processes of one run timing a 5 us kernel have medians 2 % apart
+    (docs/benchmark.md), enough to call a copy of a kernel faster than itself. So each
     resample is also moved by a draw of the offset between the two sides' workers, from the
     `spread` measured between workers of the same code, with Student's t for its few
     degrees of freedom.

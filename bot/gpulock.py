@@ -3,8 +3,8 @@
 Verification trials (which also compile lazily at the first call) hold the lock shared;
 timing holds it exclusively, so no other trial of this bot touches the GPU while a
 measurement runs. Writers are preferred: once a timing waits, new trials wait behind it.
-Timings go in the order they asked: on the H200 a problem whose verification finished
-first waited while three later ones timed, and the sweep's time limit came first.
+Timings go in the order they asked: otherwise a problem verified early can wait while
+later ones are timed, until a sweep's time limit comes first.
 Within one process this is a readers-writer lock; across processes of the bot (e.g. two
 `bot optimize` runs on one runner) an fcntl lock file per GPU does the same.
 """
@@ -90,7 +90,7 @@ def _file_lock(key: str, mode: int) -> Iterator[None]:
     """The same lock across processes of the bot, writers preferred there too.
 
     flock alone grants a shared lock while an exclusive one waits, so processes whose
-    verification overlaps (a test run beside a sweep did this on the H200) could hold a
+    verification overlaps (a test run beside a sweep, say) could hold a
     timing off for minutes. A writer first takes the intent file and keeps it until it holds
     the lock; readers pass through the intent file, so none starts while a writer waits."""
     with contextlib.ExitStack() as held:

@@ -217,8 +217,8 @@ def feedback_for(outcome: ContenderOutcome) -> Feedback:
 def refuse_rejected_baseline(problem: Problem, evaluation: Evaluation, first: bool,
                              progress: Progress) -> None:
     """Every speedup is against the baseline: one the verifier rejected leaves none to report.
-    On the H200 swiglu's baseline failed so (out of memory, unrecognised) and the sweep said "no
-    significant improvement", as if its candidates had lost; a wrong TARGET would read the same.
+    Without this a baseline rejected for a wrong TARGET or an unrecognised out-of-memory reads
+    "no significant improvement", as if its candidates had lost.
     After a round that accepted it, a rejection is the machine's (memory, a flake), not the
     code's: that round's candidates go without speedups, and the rounds before are kept."""
     base = evaluation.baseline

@@ -64,8 +64,8 @@ class ContenderOutcome:
     def slower_shapes(self) -> list[str]:
         """Shapes on which this contender is significantly slower than the baseline: the same
         rule as a slowdown claim (the interval under 1/min_speedup), so a loss must be as
-        clear as a gain. With "under 1" the H200 sweep refused cross_entropy's 4.7x-on-prefill
-        split for 0.93x [0.92, 0.96] on decode: the wrapper's few microseconds of Python."""
+        clear as a gain. "Under 1" would refuse a 4.7x-on-prefill split for 0.93x [0.92, 0.96]
+        on decode, where its wrapper costs a few microseconds of Python."""
         return [s.shape for s in self.shapes if s.speedup is not None and s.speedup.significance == "slower"]
 
     def significant(self, min_speedup: float) -> bool:

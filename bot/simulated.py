@@ -2,8 +2,8 @@
 
 On a CPU every Triton kernel runs through Triton's interpreter (the workers set
 TRITON_INTERPRET=1, bot/sandbox/base.py): a NumPy simulation of the GPU program. rmsnorm's
-Triton TARGET took 181 ms there against the eager reference's 39 us, and the first dry run
-claimed "4675x faster": true of the interpreter, meaningless for any machine. Decided here in
+Triton TARGET takes 181 ms there against the eager reference's 39 us, so a dry run timing it
+would claim "4675x faster": true of the interpreter, meaningless for any machine. Decided here in
 the parent, from the device and the contender's source, never from what the worker says.
 """
 

@@ -78,8 +78,7 @@ SELF_TUNING = re.compile(r"triton\.autotune|@autotune\b|max-autotune|coordinate_
 def tunes_on_first_call(source: str) -> bool:
     """Whether a contender times kernel variants during its first call. Beside other
     contenders' trials it would time them on a busy GPU and keep a pick that only looked
-    faster: on the H200, fp8_quant's prefill compiled with coordinate descent ran 62 µs in a
-    search and 40 µs compiled alone (docs/results-h200.md)."""
+    faster (docs/verifier.md)."""
     return bool(SELF_TUNING.search(source))
 
 
@@ -184,9 +183,9 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
 
 def release_cache(worker: WorkerClient, timeout_s: float) -> None:
     """On a GPU, a worker's cached memory goes back as soon as its part of the work is done
-    (its trials, or its timing of a shape), not when the last contender's is: on the H200 the
-    caches of 26 idle contenders, waiting for the others, ran a problem's 8192x8192 shape out
-    of memory beside another problem."""
+    (its trials, or its timing of a shape), not when the last contender's is: the caches of
+    idle contenders waiting for the others can run a large shape out of memory beside another
+    problem."""
     if worker.device != "cuda":
         return
     with contextlib.suppress(WorkerFailure):  # a dead worker has nothing cached; its failure is reported

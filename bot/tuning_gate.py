@@ -2,8 +2,7 @@
 
 Triton's autotuner and Inductor (max-autotune, coordinate descent, multi-kernel) pick their
 kernels at the first call by timing variants. Timed beside other contenders' trials they keep
-picks that only looked faster: on the H200, fp8_quant's prefill compiled with coordinate
-descent ran 62 µs in a search and 40 µs compiled alone (on the H200, docs/results-h200.md). Giving such a
+picks that only looked faster, their variants timed on a busy GPU (docs/verifier.md). Giving such a
 contender the GPU for its whole first call also queues its compilation (tracing, lowering,
 code generation: seconds of CPU each) behind the others'. So in a gated trial call the first
 timing of variants asks the parent over the worker's channel ("want") and runs once the parent

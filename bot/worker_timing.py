@@ -19,8 +19,8 @@ from bot import worker_shared as shared
 FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBench
 
 # Mode "graph" replays several captured copies of a call in turn, each with its own input and
-# output tensors: on the H200 a 4.8 us kernel's replays took 4.6 to 5.5 us depending on where
-# its tensors lay (docs/benchmark.md), so one copy per worker made a run's median hang on one
+# output tensors: a few-us kernel's replay time depends on where its tensors lie
+# (docs/benchmark.md), so one copy per worker would make a run's median hang on one
 # placement. (A per-process offset remains, with or without an L2 flush: bot.timing times each
 # contender in more than one worker for that.) As many copies as fit in GRAPH_SETS_BYTES, at
 # most GRAPH_SETS_MAX.

@@ -94,7 +94,7 @@ def test_beside_other_problems_a_rerun_that_fits_is_kept(setup):
     assert [o.verdict.accepted for o in result.candidates] == [True, True]
 
 
-# What the H200 printed for swiglu's contenders beside rmsnorm's 31 workers (nineteenth session).
+# What the H200 printed for swiglu's contenders out of memory beside rmsnorm's 31 workers.
 NVML_REPORT = ('call: RuntimeError: NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT '
                'FAILED at "/pytorch/c10/cuda/CUDACachingAllocator.cpp":1135, please report a bug to PyTorch. ')
 

@@ -1,4 +1,4 @@
-"""ci/evidence/summarize_search.py: the tables of docs/results-h200.md from results files."""
+"""benchmarks/summarize_search.py: the tables of docs/results-h200.md from results files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 from conftest import ROOT
 
-SCRIPT = ROOT / "ci" / "evidence" / "summarize_search.py"
+SCRIPT = ROOT / "benchmarks" / "summarize_search.py"
 
 
 def _contender(name: str, median_us: float) -> dict:

@@ -15,15 +15,15 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "ma
 
 # Inductor's own tuning of the Triton kernels it writes, each a static compile of its own.
 # multi-kernel: a reduction gets both a persistent and a looped kernel, and the faster one on
-# this GPU and shape runs; coordinate descent: block sizes and warps tuned by timing. On the
-# H200 they beat torch.compile's default by 1.36x (fp8_quant prefill, multi-kernel) and 1.10x
-# (cross_entropy prefill, coordinate descent), and lost up to 15 % elsewhere (a probe on
-# the H200, docs/results-h200.md): which applies is a measurement, so both are tried.
+# this GPU and shape runs; coordinate descent: block sizes and warps tuned by timing. Each
+# wins where a reduction's default launch settings are off and loses elsewhere (fp8_quant's
+# pick is multi-kernel, cross_entropy's coordinate descent, docs/results-h200.md): which
+# applies is a measurement, so both are tried.
 INDUCTOR_TUNING = {
     # Without Inductor's FX graph cache: on a cache hit (a replica, a later run) torch 2.11
     # rebuilds the multi-kernel call from deserialised Triton functions that have lost their
     # hash lock, and the call fails ("'NoneType' object does not support the context manager
-    # protocol", triton/runtime/jit.py cache_key; seen on the H200).
+    # protocol", triton/runtime/jit.py cache_key).
     "multi-kernel": {"triton.multi_kernel": 1, "fx_graph_cache": False},
     "coordinate-descent": {"coordinate_descent_tuning": True},
 }
@@ -118,8 +118,8 @@ def _compile_path(mode: str, dynamic: bool | None = None, tuning: str = "") -> P
     # dynamic=None is torch.compile's own rule: specialise to the first shapes, and compile
     # shape-generic kernels when other shapes arrive. Where a problem has prefill and decode
     # shapes, the order of calls then decides which kernels run. The static and dynamic
-    # variants take that choice out of the order: on the H200, softmax's prefill took 312 us
-    # specialised and 421 us generic, layernorm's 113 us and 99 us (docs/results-h200.md).
+    # variants take that choice out of the order: which policy is faster differs by problem
+    # (specialised kernels win some reductions, shape-generic ones others).
     suffix = {None: "", False: "static", True: "dynamic"}[dynamic]
     arg = "" if dynamic is None else f", dynamic={dynamic}"
     if tuning:

@@ -102,7 +102,7 @@ def search_candidates(problem: Problem, bases: list[Base], device: str, timing: 
             skipped.append(Skipped(f"{GELU_TANH.words} of {tag}", "no GELU with approximate='tanh' here"))
         if interpreted and tunable_constants(base.source):
             # Verified in the interpreter and never timed there (bot.simulated): on 2 vCPUs
-            # rmsnorm's 16 knob settings cost minutes of the first dry run and told nothing.
+            # rmsnorm's 16 knob settings would cost a CPU dry run minutes and tell nothing.
             skipped.append(Skipped(f"Triton autotuning of {tag}", "its Triton kernels run in Triton's CPU "
                                    "interpreter here, where no setting is timed: GPUs only"))
         else:

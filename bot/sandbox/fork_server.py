@@ -1,7 +1,7 @@
 """A fork server for the process backend: workers start as forks of one clean process.
 
 A worker spends most of its start-up importing torch (1.3 s on a 2-vCPU CI machine; on the
-H200 host, 29 workers took 12 s to start, docs/results-h200.md). The server is a `python -I`
+H200 host, 29 workers take 10 to 13 s to start, docs/sandbox.md). The server is a `python -I`
 process with a worker's allowlisted environment and no secrets; it imports torch and the
 worker harness once, and torch.compile's machinery too where that leaves the CUDA driver
 uninitialised (checked before the first fork; a fork of a process that ran cuInit cannot use
@@ -108,9 +108,9 @@ def _import_the_compiler() -> bool:
 def _shut_nvml_down(maps: str, load: Callable[[str], Any] | None = None) -> int:
     """Undo the NVML start-ups of the imports; how many. torch's NVML-based availability probe
     starts NVML and never shuts it down. A fork inherits NVML started, with its device files
-    closed (`_become_worker` closes every descriptor), and there NVML does not start again: on
-    the H200 torch's out-of-memory report then failed an assertion on it, and contenders out of
-    memory were rejected for that instead of being retried alone. Started twice, NVML needs
+    closed (`_become_worker` closes every descriptor), and there NVML does not start again:
+    torch's out-of-memory report then fails an assertion on it, and contenders out of memory
+    would be rejected for that instead of being retried alone. Started twice, NVML needs
     two shutdowns; it answers NVML_ERROR_UNINITIALIZED once it is down."""
     if "libnvidia-ml" not in maps:
         return 0
