@@ -101,11 +101,13 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
         # window too and on the parent's clock: the worker holds the inputs from then on, and
         # work it does with them before the calls (their answers, ahead of time) counts.
         window(worker)
+        _blame_work_left_running(run)
         staging_us = _stage(run, worker, seeds)
         started = time.perf_counter()
         reply = worker.request({"op": "time", "fp_seed": fp_seed, "mode": options.mode},
                                call_timeout_s * len(seeds), "call")
         wall_us = (time.perf_counter() - started) * 1e6
+        harness.last_timed = record
         # Picked after the batch, from calls the worker had to commit to (fingerprints) inside
         # the window: what it returns now cannot change what it computed then.
         picked = rng.sample(range(len(seeds)), min(options.checks_per_batch, len(seeds)))
@@ -167,6 +169,17 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
         per_call = max(sorted(samples)[len(samples) // 2], 1.0)
         record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch,
                                   harness.max_batch))
+
+
+def _blame_work_left_running(run: Run) -> None:
+    """On CUDA, before a window: GPU work still running is the last timed contender's, which
+    fails (its record; the contender about to be timed is not at fault)."""
+    found = run.harness.gpu_left_busy()
+    last = run.harness.last_timed
+    if found is not None and last is not None:
+        last.checks.append(found)
+        if not found.passed:
+            last.failed = True
 
 
 def _wall_us(worker: WorkerClient, msg: dict, timeout_s: float, phase: str) -> tuple[dict, float]:
@@ -283,10 +296,38 @@ class HarnessCost:
         out_bytes = sum(math.prod(m["shape"]) * _DTYPE_BYTES.get(m["dtype"], 8) for m in meta)
         self.reveals_in_full = reference.device != "cuda" or out_bytes <= self.FULL_CHECK_BYTES
         self.window, self.staging = Calibration(), Calibration()
+        self._idle_quiet_us: float | None = None
+        self.last_timed: TimingRecord | None = None  # whose batch ran last, for gpu_left_busy
         # On the CPU the parent fills each batch's inputs from outside (bot.timing._stage) until
         # it cannot; then `staging_note` says why and each worker stages its own.
         self.fills_from_outside = reference.device == "cpu" and memory.supported()
         self.staging_note = "" if self.fills_from_outside else "inputs staged in each worker"
+
+    QUIET_CHUNKS = 30  # the look at the GPU before each window on CUDA: longer than a time
+    QUIET_CHUNK_US = 100.0  # slice (2.4 ms on an H100), so work left running cannot hide in one
+
+    def gpu_left_busy(self) -> CheckResult | None:
+        """On CUDA, with every contender frozen: whether the GPU is the reference's (verify.
+        check_gpu_quiet), after waiting out what the look found; None on the CPU."""
+        if self.reference.device != "cuda":
+            return None
+        if self._idle_quiet_us is None:
+            self._idle_quiet_us = statistics.median(self._look()[0] for _ in range(3))
+        wall_us, gaps = self._look()
+        found = verify.check_gpu_quiet(wall_us, self._idle_quiet_us, gaps)
+        for _ in range(20):  # let it drain before the window opens, about 60 ms at most
+            if verify.check_gpu_quiet(*self._look_with_idle()).passed:
+                break
+        return found
+
+    def _look_with_idle(self) -> tuple[float, float, list[float]]:
+        wall_us, gaps = self._look()
+        return wall_us, self._idle_quiet_us or wall_us, gaps
+
+    def _look(self) -> tuple[float, list[float]]:
+        reply = self.reference.request({"op": "quiet", "chunks": self.QUIET_CHUNKS,
+                                        "chunk_us": self.QUIET_CHUNK_US}, self.timeout_s, "problem")
+        return float(reply["wall_us"]), [float(g) for g in reply["intervals_us"]]
 
     def stop_filling(self, why: str) -> None:
         self.fills_from_outside, self.staging_note = False, why

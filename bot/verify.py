@@ -247,6 +247,32 @@ def check_wall_clock(reported_us: float, parent_wall_us: float) -> CheckResult:
     return CheckResult(name, True)
 
 
+# A look at the GPU (the reference's row of spin kernels, bot.timing) may take this much longer
+# than on an idle GPU, or wait this much between two of its kernels, for the GPU's switch from
+# another process's context: on an H100, up to 250 us after an honest batch of memory-bound
+# work; a kernel left running costs a time slice instead (2.4 ms).
+GPU_SWITCH_US = 1500.0
+GPU_GAP_US = 1000.0
+
+
+def check_gpu_quiet(wall_us: float, idle_wall_us: float, intervals_us: Sequence[float]) -> CheckResult:
+    """Right before a window, with every contender frozen, the GPU must be the reference's: GPU
+    work a contender left running after its own window (a kernel on a stream of its own, its
+    synchronise rebound) would run on in the next contender's. Frozen processes queue no new
+    work, so what the look finds was left by the contender timed last."""
+    name = "GPU left busy"
+    typical = statistics.median(intervals_us) if intervals_us else 0.0
+    longest = max(intervals_us, default=0.0)
+    details = {"wall_us": wall_us, "idle_wall_us": idle_wall_us, "longest_gap_us": longest,
+               "typical_gap_us": typical}
+    if wall_us > idle_wall_us + GPU_SWITCH_US or longest > typical + GPU_GAP_US:
+        return CheckResult(name, False, f"after this contender's batch the GPU was still busy: a "
+                           f"look at it took {wall_us:.0f} us against {idle_wall_us:.0f} us idle, "
+                           f"waiting up to {longest:.0f} us between kernels: work left running "
+                           "into the next contender's window?", details)
+    return CheckResult(name, True, details=details)
+
+
 # Time per call the parent's clock saw beyond the report, the harness's measured work and the
 # yardstick's, before a contender is rejected for it: half its reported time, a quarter of the
 # harness's work (a real call leaves the caches colder for the work after it than the

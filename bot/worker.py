@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> None:
                   "overhead_us": timer_overhead_us(hello["device"]), "threads": len(harness.baseline_tids)})
     ops = {"load": harness.op_load, "construct": harness.op_construct, "run": harness.op_run,
            "time": harness.op_time, "fingerprints": harness.op_fingerprints,
-           "stage": harness.op_stage, "outputs": harness.op_outputs,
+           "stage": harness.op_stage, "outputs": harness.op_outputs, "quiet": harness.op_quiet,
            "release": harness.op_release, "gate": harness.op_gate}
     while True:
         try:

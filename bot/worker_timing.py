@@ -253,6 +253,27 @@ class TimedCalls:
             raise TypeError(wrong["error"])
         return Captured(graph, static, outputs)
 
+    def op_quiet(self, msg: dict) -> dict:
+        """The reference's look at the GPU right before a contender's window (bot.timing,
+        `HarnessCost.gpu_left_busy`): a row of short spin kernels with an event between each,
+        and the host's time for the whole row. Another process's work still on the GPU makes
+        the row wait for a time slice, before it starts or between its kernels."""
+        try:
+            shared.cuda_sync()
+            cycles = int(float(msg["chunk_us"]) * self._gpu_cycles_per_us())
+            events = [shared.Event(enable_timing=True) for _ in range(int(msg["chunks"]) + 1)]
+            t0 = shared.perf_ns()
+            shared.ev_record(events[0])
+            for event in events[1:]:
+                shared.gpu_sleep(cycles)
+                shared.ev_record(event)
+            shared.cuda_sync()
+            wall_us = (shared.perf_ns() - t0) / 1e3
+            gaps = [shared.ev_elapsed(a, b) * 1e3 for a, b in zip(events, events[1:])]
+        except BaseException as exc:
+            return shared.failure("call", exc)
+        return {"ok": True, "wall_us": wall_us, "intervals_us": gaps}
+
     def _gpu_cycles_per_us(self) -> float:
         """The spin kernel counts clock cycles; how many make a microsecond, measured once."""
         if self.cycles_per_us is None:

@@ -41,7 +41,7 @@ def _rel(path: Path) -> str:
 TOP = r"(?:bot|docs|benchmarks|ci|tests|problems|kernels|\.github|\.ci)"
 GLOB_CLASS = r"\[[\w-]+\]"  # `h200-2026-12-0[45]-...`: a glob's character class, not a link's bracket
 REPO_PATH = re.compile(rf"(?<![\w/.$~-]){TOP}/(?:[\w./*-]|{GLOB_CLASS})*(?:[\w*]|{GLOB_CLASS})")
-EVIDENCE_NAME = re.compile(rf"(?<![\w$-])(?:h200|cpu)-\d{{4}}-\d{{2}}-(?:\d|{GLOB_CLASS})+-(?:[\w.*-]|{GLOB_CLASS})*?"
+EVIDENCE_NAME = re.compile(rf"(?<![\w$-])(?:h100|h200|cpu)-\d{{4}}-\d{{2}}-(?:\d|{GLOB_CLASS})+-(?:[\w.*-]|{GLOB_CLASS})*?"
                            r"\.(?:log|txt|json|md)(?:\.gz)?\b")
 
 
@@ -102,7 +102,7 @@ CODE_DIARY = [
 ]
 # File names: run numbers anywhere; "session" in the docs, benchmarks and CI folders.
 NAME_RUN_NUMBER = re.compile(r"(?:^|[-_.])s\d{1,2}(?:[-_.]|$)")
-EVIDENCE_NAMING = re.compile(r"^(?:h200|cpu)-\d{4}-\d{2}-\d{2}-[a-z0-9_.-]+$")
+EVIDENCE_NAMING = re.compile(r"^(?:h100|h200|cpu)-\d{4}-\d{2}-\d{2}-[a-z0-9_.-]+$")
 SKIP_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", "kernel-bot-out"}
 
 

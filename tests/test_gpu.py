@@ -234,3 +234,17 @@ def test_answers_computed_while_inputs_are_staged_are_on_the_parents_clock():
     assert not cheat.significant(1.05), (cheat.speedup, cheat.speedup_ci)
     assert by_name["tall_matmul_honest"].verdict.accepted, by_name["tall_matmul_honest"].verdict.reasons
     assert result.baseline.verdict.accepted, result.baseline.verdict.reasons
+
+
+def test_gpu_work_left_running_after_a_batch_fails_the_contender_that_left_it():
+    # cuda_spill.py is right on every call, then leaves a spin kernel on a stream of its own with
+    # the harness's synchronise rebound: the reference's look at the GPU before the next window
+    # (every contender frozen) waits for a time slice, and the blame goes to the last one timed.
+    out = _verdicts("big_add.py", ["cuda_spill", "big_add_triton"])
+    spill = out["cuda_spill"].verdict
+    failed = {c.name: c for c in spill.checks if not c.passed}
+    assert not spill.accepted and "GPU left busy" in failed, spill.reasons
+    assert failed["GPU left busy"].details["wall_us"] > failed["GPU left busy"].details["idle_wall_us"] + 1500
+    for name in ("big_add_triton", "reference"):
+        if name in out:
+            assert out[name].verdict.accepted, out[name].verdict.reasons
