@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from bot.config import GitHubEnv, Settings, github_env, load_settings, path_allowed
-from bot.domain import Trigger
-from bot.errors import BotError
+from bot.core.domain import Trigger
+from bot.core.errors import BotError
 
 Echo = Callable[[str], None]
 
@@ -66,7 +66,7 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
     from bot.options import job_options
     from bot.events import trigger_from_event
     from bot.pipeline import Job, raise_if_any_failed, run_job, select_problems
-    from bot.shards import parse_shard, shard_problems
+    from bot.core.shards import parse_shard, shard_problems
 
     env = github_env(environ)
     workspace = env.workspace or Path.cwd()

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bot.domain import CandidateSource, CheckResult, Measurement, Problem, Speedup, Verdict, source_hash
+from bot.core.domain import CandidateSource, CheckResult, Measurement, Problem, Speedup, Verdict, source_hash
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def environment_key(device: str, gpu_index: int | None) -> str:
 
 
 def _outcome_from_json(data: dict[str, Any], candidate: CandidateSource):
-    from bot.outcomes import ContenderOutcome, ShapeOutcome
+    from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 
     checks = tuple(CheckResult(c["name"], c["passed"], c.get("evidence", ""), c.get("details", {}))
                    for c in data["checks"])

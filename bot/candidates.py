@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.domain import CandidateSource, Origin, Problem
-from bot.errors import BotError
+from bot.core.domain import CandidateSource, Origin, Problem
+from bot.core.errors import BotError
 
 
 def load_candidate(path: str | Path) -> CandidateSource:

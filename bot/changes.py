@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path, PurePosixPath
 
 from bot.config import path_matches
-from bot.domain import Problem
-from bot.errors import BotError
+from bot.core.domain import Problem
+from bot.core.errors import BotError
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 
 from bot.candidates import default_baseline, load_candidate  # noqa: F401 (re-exported)
-from bot.domain import STEADY_REPLICAS
-from bot.errors import BotError
+from bot.core.domain import STEADY_REPLICAS
+from bot.core.errors import BotError
 from bot.options import evaluation_options, job_options, optimize_options, resolve_device
 
 DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
@@ -250,7 +250,7 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     On the default branch with nothing changed, it runs every problem (the embedded default)."""
     from bot.changes import changed_files_git, default_base
     from bot.config import load_settings
-    from bot.domain import Trigger
+    from bot.core.domain import Trigger
     from bot.pipeline import Job, describe_plan, raise_if_any_failed, run_job, select_problems
 
     repo = Path(repo_path).resolve()
@@ -327,7 +327,7 @@ def plan_cmd(shards: int, repo_path: str, as_json: bool) -> None:
     """Print a GitHub Actions matrix that splits every problem over SHARDS runners."""
     from bot.config import load_settings
     from bot.pipeline import select_problems
-    from bot.shards import matrix
+    from bot.core.shards import matrix
 
     repo = Path(repo_path).resolve()
     problems = select_problems(repo, load_settings(repo), None)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Mapping, Sequence
 
-from bot.errors import BotError
+from bot.core.errors import BotError
 
 PYPROJECT = "pyproject.toml"
 KERNEL_BOT_TOML = "kernel-bot.toml"
@@ -36,7 +36,7 @@ class Settings:
     max_rounds: int = 5
     samples: int = 2
     min_speedup: float = 1.05
-    # A speedup above it is flagged for a human and never claimed (bot.plausible).
+    # A speedup above it is flagged for a human and never claimed (bot.core.plausible).
     max_plausible_speedup: float = 100.0
     model: str | None = None
     backend: str = "triton"  # "triton" | "cuda"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from bot import verify
-from bot.domain import CandidateSource, CheckResult, Problem, Progress
+from bot.core.domain import CandidateSource, CheckResult, Problem, Progress
 from bot.gpulock import gpu_shared
 from bot.sandbox import make_sandbox
 from bot.trials import failure_check, release_cache

@@ -13,13 +13,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bot import bench, verify
-from bot.domain import CandidateSource, CheckResult, Environment, Problem, Progress, Shape, source_hash
-from bot.errors import BotError, GpuOutOfMemory, HarnessError, ProblemError
+from bot import verify
+from bot.core import stats as bench
+from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Progress, Shape, source_hash
+from bot.core.errors import BotError, GpuOutOfMemory, HarnessError, ProblemError
 from bot.eval_workers import Replicas, construct_all, materialise, open_session, release_caches
 from bot.gpulock import device_key, gpu_exclusive, gpu_shared
-from bot.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
-from bot.roofline import floor_us, peaks_for
+from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
+from bot.core.roofline import floor_us, peaks_for
 from bot.sandbox import Limits, freezer
 from bot.simulated import simulated_reason
 from bot.timing import TimingOptions, TimingRecord, time_interleaved

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.domain import Trigger
-from bot.errors import BotError
+from bot.core.domain import Trigger
+from bot.core.errors import BotError
 
 PULL_REQUEST_ACTIONS = ("labeled", "synchronize", "opened", "reopened")
 

@@ -19,8 +19,8 @@ from github.GitRef import GitRef
 from github.PullRequest import PullRequest
 from github.Repository import Repository
 
-from bot.domain import CheckRunPlan, FileChange, PullRequestPlan
-from bot.errors import BotError
+from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan
+from bot.core.errors import BotError
 from bot.identity import PullFacts
 from bot.events import PULL_REQUEST_ACTIONS, trigger_from_event  # noqa: F401 (re-exported)
 

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bot.domain import Trigger
-from bot.errors import BotError
+from bot.core.domain import Trigger
+from bot.core.errors import BotError
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 DELETED_FORK = "(deleted fork)"  # never equal to a repository name, so Trigger.fork is True

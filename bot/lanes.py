@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
 from bot.cores import set_lanes
-from bot.domain import Problem
-from bot.errors import BotError, GpuOutOfMemory
+from bot.core.domain import Problem
+from bot.core.errors import BotError, GpuOutOfMemory
 
 T = TypeVar("T")
 

@@ -8,11 +8,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from bot.domain import CandidateSource, Environment, Problem, Progress, source_sha256
-from bot.errors import BotError, ProblemError
+from bot.core.domain import CandidateSource, Environment, Problem, Progress, source_sha256
+from bot.core.errors import BotError, ProblemError
 from bot.evaluate import EvalOptions, evaluate
-from bot.outcomes import ContenderOutcome, Evaluation
-from bot.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible, implausibility
+from bot.core.outcomes import ContenderOutcome, Evaluation
+from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible, implausibility
 from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import path_of
@@ -130,7 +130,7 @@ def failed_result(problem: Problem, error: str, device: str, wall_s: float = 0.0
 def select_best(attempts: list[Attempt], min_speedup: float,
                 max_plausible: float = DEFAULT_MAX_PLAUSIBLE_SPEEDUP) -> ContenderOutcome | None:
     """The fastest accepted candidate whose whole confidence interval clears `min_speedup`,
-    and that the plausibility guard (bot.plausible) does not flag."""
+    and that the plausibility guard (bot.core.plausible) does not flag."""
     winners = [a.outcome for a in attempts if a.outcome.significant(min_speedup)
                and implausibility(a.outcome, max_plausible) is None]
     return max(winners, key=lambda o: (o.speedup_ci[0], o.speedup), default=None)

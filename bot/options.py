@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.errors import BotError
+from bot.core.errors import BotError
 
 
 def resolve_device(device: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bot.optimize import OptimizeResult
-from bot.results_schema import RESULTS_SCHEMA_VERSION  # noqa: F401 (re-exported)
+from bot.core.results_schema import RESULTS_SCHEMA_VERSION  # noqa: F401 (re-exported)
 
 
 

@@ -15,11 +15,11 @@ from typing import Any
 from bot.changes import affected_problems
 from bot.chart import results_chart
 from bot.config import Settings, path_allowed
-from bot.domain import Problem, Progress, PullRequestPlan, Trigger
-from bot.errors import BotError
+from bot.core.domain import Problem, Progress, PullRequestPlan, Trigger
+from bot.core.errors import BotError
 from bot.optimize import OptimizeOptions, OptimizeResult, failed_result, optimize
 from bot.outputs import write_optimize_outputs
-from bot.results_schema import RESULTS_SCHEMA_VERSION
+from bot.core.results_schema import RESULTS_SCHEMA_VERSION
 from bot.plan import plan_pull_request
 from bot.problems import find_problems
 from bot.report_data import failed_problem

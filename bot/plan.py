@@ -14,9 +14,9 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 from bot import report_data as rd
-from bot.domain import CheckRunPlan, FileChange, PullRequestPlan, Trigger
+from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan, Trigger
 from bot.report_md import render_comment, render_pr_body, render_step_summary
-from bot.safe_text import title
+from bot.core.safe_text import title
 
 CHART_PATH = "docs/kernel-bot/speedups.png"
 CHECK_NAME = "kernel-bot"
@@ -32,7 +32,7 @@ def _plain_relative(path: str) -> bool:
 
 def destination(problem: dict[str, Any]) -> str | None:
     """The file the problem's best candidate replaces: its TARGET; None where it declares none
-    (a follow-up never adds a file: bot.scope)."""
+    (a follow-up never adds a file: bot.core.scope)."""
     return str(problem["target"]) if problem.get("target") else None
 
 

@@ -14,9 +14,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bot.distributions import DistributionError, kept_distributions, skipped_distributions
-from bot.domain import Problem, Shape
-from bot.errors import ProblemError
+from bot.core.distributions import DistributionError, kept_distributions, skipped_distributions
+from bot.core.domain import Problem, Shape
+from bot.core.errors import ProblemError
 
 PRECISIONS = ("float64", "float32", "native")
 TOLERANCE_KEYS = {"norm_rel", "elem_rtol", "elem_atol_rel"}

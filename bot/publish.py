@@ -2,8 +2,8 @@
 
 Runs default-branch code with a write token and trusts nothing in the artifact: where to
 publish comes from the `workflow_run` event and the API (bot.identity), which file each
-problem may change from the problem file at the measured commit (bot.scope), every number
-from the raw samples (bot.rederive), and all text is made inert (bot.safe_text). The whole
+problem may change from the problem file at the measured commit (bot.core.scope), every number
+from the raw samples (bot.rederive), and all text is made inert (bot.core.safe_text). The whole
 plan is built and checked before the first write.
 """
 
@@ -16,12 +16,12 @@ from typing import Any, Callable
 from bot import report_data as rd
 from bot.chart import results_chart
 from bot.config import Settings
-from bot.domain import CheckRunPlan, PullRequestPlan, Trigger
-from bot.errors import BotError
+from bot.core.domain import CheckRunPlan, PullRequestPlan, Trigger
+from bot.core.errors import BotError
 from bot.plan import CHART_PATH, CHECK_NAME, plan_pull_request
 from bot.rederive import InconsistentArtifact, rederive
-from bot.safe_text import inert, inert_results
-from bot.scope import FileReader, scoped_changes
+from bot.core.safe_text import inert, inert_results
+from bot.core.scope import FileReader, scoped_changes
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Every number stage 2 publishes, re-derived from the artifact's raw samples.
 
 The artifact's speedups and intervals are claims; its samples are the evidence. Each shape's
-ratio and interval are recomputed with `bot.bench.speedup` (the very function stage 1 used,
+ratio and interval are recomputed with `bot.core.stats.speedup` (the very function stage 1 used,
 seeded from its inputs, so honest artifacts agree to the last bit), significance and the
 choice of the best candidate are re-judged with the trusted `min-speedup`, and any claim that
 disagrees makes the whole artifact inconsistent: nothing of it is published.
@@ -15,8 +15,8 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from bot import bench
-from bot.domain import Measurement, Speedup
+from bot.core import stats as bench
+from bot.core.domain import Measurement, Speedup
 
 REL_TOLERANCE = 1e-9  # JSON round-trips floats exactly; this only absorbs summation order
 

@@ -105,7 +105,7 @@ def failed_problem(problem: dict[str, Any]) -> bool:
     return problem.get("outcome") == "failed"
 
 
-DEFAULT_MAX_PLAUSIBLE_SPEEDUP = 100.0  # equals bot.plausible's (not imported: stage 2 reads JSON)
+DEFAULT_MAX_PLAUSIBLE_SPEEDUP = 100.0  # equals bot.core.plausible's (not imported: stage 2 reads JSON)
 
 
 def _number(value: Any) -> float | None:
@@ -114,7 +114,7 @@ def _number(value: Any) -> float | None:
 
 def plausible(problem: dict[str, Any], attempt: dict[str, Any]) -> bool:
     """An attempt (or best) whose ratios may be shown as a speedup: timed, not under a simulator
-    (bot.simulated), no shape above the problem's plausibility bound (bot.plausible). Stage 2
+    (bot.simulated), no shape above the problem's plausibility bound (bot.core.plausible). Stage 2
     reads results.json as untrusted data, so the renderers ask again rather than trust `best`."""
     if attempt.get("not_timed") or problem.get("not_timed"):
         return False

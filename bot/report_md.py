@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from bot import report_data as rd
-from bot.distributions import DESCRIPTIONS, DISTRIBUTIONS
+from bot.core.distributions import DESCRIPTIONS, DISTRIBUTIONS
 
-FLAG = "implausible; check the baseline"  # equals bot.plausible.FLAG (not imported: stage 2 reads JSON)
+FLAG = "implausible; check the baseline"  # equals bot.core.plausible.FLAG (not imported: stage 2 reads JSON)
 
 REPORT_MARKER = "<!-- kernel-bot:report -->"
 STICKY_MARKER = "<!-- kernel-bot:sticky -->"  # equals bot.github.STICKY_MARKER (not imported: PyGithub)

@@ -11,8 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Iterator, Mapping, Sequence
 
-from bot import bench, verify
-from bot.domain import CheckResult, Measurement, Problem, Shape
+from bot import verify
+from bot.core import stats as bench
+from bot.core.domain import CheckResult, Measurement, Problem, Shape
 from bot.trials import ReferenceInfo, failure_check
 from bot.workers import WorkerClient, WorkerFailure
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from bot import verify
-from bot.domain import CheckResult, Problem, Shape
+from bot.core.domain import CheckResult, Problem, Shape
 from bot.gpulock import GpuHandover
 from bot.workers import WorkerClient, WorkerFailure
 
@@ -54,7 +54,7 @@ def failure_check(exc: WorkerFailure) -> CheckResult:
 
 def trial_plan(problem: Problem, rng: random.Random, per_distribution: int) -> list[tuple[str, int]]:
     """Each of the problem's distributions `per_distribution` times, in the order of
-    bot.distributions ("standard" first); where that makes a single trial, one more standard
+    bot.core.distributions ("standard" first); where that makes a single trial, one more standard
     draw, so that every contender is called at least twice with different inputs (no caching
     across calls). Each trial is a call of every contender, so no draw is added beyond that."""
     plan = [(d, rng.getrandbits(62)) for d in problem.distributions for _ in range(per_distribution)]

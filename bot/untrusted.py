@@ -2,7 +2,7 @@
 
 Stage 1 ran pull-request code on a GPU runner; whatever it wrote may have been forged. So
 `bot publish` reads only `results.json`, caps its size and nesting, refuses NaN and
-Infinity, and validates it against `bot.results_schema` (JSON Schema: every field typed
+Infinity, and validates it against `bot.core.results_schema` (JSON Schema: every field typed
 and bounded, unknown fields rejected) before any field is used.
 """
 
@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from bot.errors import BotError
-from bot.results_schema import MAX_DEPTH, RESULTS, RESULTS_SCHEMA_VERSION, depth
+from bot.core.errors import BotError
+from bot.core.results_schema import MAX_DEPTH, RESULTS, RESULTS_SCHEMA_VERSION, depth
 
 MAX_RESULTS_BYTES = 16 << 20
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from bot.domain import CheckResult, Verdict
+from bot.core.domain import CheckResult, Verdict
 from bot.worker_shared import hash_tensor
 
 

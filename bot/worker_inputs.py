@@ -1,4 +1,4 @@
-"""Inside a worker: one trial's inputs in a distribution (bot/distributions.py names them).
+"""Inside a worker: one trial's inputs in a distribution (bot/core/distributions.py names them).
 
 The reference (float64, in another process) and each contender transform the same
 `get_inputs()` draw with the same code, from the same seed, so their inputs are bit-identical
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from bot.distributions import DISTRIBUTIONS
+from bot.core.distributions import DISTRIBUTIONS
 
 # "rows": every row (the last dimension) takes one of these scales. 2^-10 and 2^-20 (about
 # 1e-3 and 1e-6) are rows where an RMSNorm that drops its eps of 1e-5 is 3.4x and 3300x too

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.domain import STEADY_REPLICAS, CandidateSource, Environment, Measurement, Origin, Verdict
-from bot.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
+from bot.core.domain import STEADY_REPLICAS, CandidateSource, Environment, Measurement, Origin, Verdict
+from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.problems import load_problem
 from bot.report import render_table
 from conftest import ROOT

@@ -10,7 +10,7 @@ import pytest
 
 from bot.changes import (affected_problems, changed_files_from_pr, changed_files_git,
                          default_base)
-from bot.errors import BotError
+from bot.core.errors import BotError
 from bot.problems import find_problems
 from conftest import ROOT
 

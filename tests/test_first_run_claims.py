@@ -10,12 +10,12 @@ import pytest
 
 from bot.candidates import default_baseline, load_candidate
 from bot.chart import results_chart
-from bot.domain import CandidateSource, Measurement, Origin, Speedup, Trigger, Verdict
+from bot.core.domain import CandidateSource, Measurement, Origin, Speedup, Trigger, Verdict
 from bot.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
-from bot.outcomes import ContenderOutcome, ShapeOutcome
+from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 from bot.pipeline import results_payload
 from bot.plan import plan_pull_request
-from bot.plausible import implausibility
+from bot.core.plausible import implausibility
 from bot.problems import load_problem
 from bot.report_data import chart_bars
 from bot.report_md import render_comment, render_step_summary

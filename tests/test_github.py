@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from bot.errors import BotError
+from bot.core.errors import BotError
 from bot.github import STICKY_MARKER, GitHubClient, trigger_from_event
 from github_double import SECONDARY_RATE_LIMIT, SERVER_ERROR, Fault, GitHubDouble, Identity
 from github_double.openapi import webhook_examples

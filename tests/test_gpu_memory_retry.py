@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 import bot.evaluate as ev
-from bot.errors import GpuOutOfMemory
-from bot.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
+from bot.core.errors import GpuOutOfMemory
+from bot.core.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
 from bot.evaluate import EvalOptions
-from bot.outcomes import ContenderOutcome, Evaluation
+from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.problems import load_problem
 from conftest import PROBLEMS
 
@@ -114,7 +114,7 @@ def test_an_allocation_failure_whose_memory_report_could_not_start_nvml_counts_a
 
 
 def test_a_baseline_rejected_after_a_round_that_accepted_it_keeps_the_rounds_before(setup):
-    from bot.errors import ProblemError
+    from bot.core.errors import ProblemError
     from bot.optimize import refuse_rejected_baseline
 
     problem, base, a, _b, _calls, _scripted = setup

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from bot.distributions import DISTRIBUTIONS
+from bot.core.distributions import DISTRIBUTIONS
 from bot.problems import load_problem
 from bot.trials import skip_notes, trial_plan
 from bot.worker_inputs import ROW_SCALES, limit_scale, transform

@@ -9,7 +9,7 @@ import pytest
 
 from bot import cores
 from bot.candidates import default_baseline, load_candidate
-from bot.errors import BotError, GpuOutOfMemory, ProblemError
+from bot.core.errors import BotError, GpuOutOfMemory, ProblemError
 from bot.evaluate import _problem_failure, evaluate
 from bot.lanes import Lanes, run_problems
 from bot.problems import load_problem

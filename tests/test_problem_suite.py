@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bot.distributions import DISTRIBUTIONS  # noqa: E402
+from bot.core.distributions import DISTRIBUTIONS  # noqa: E402
 from bot.worker_inputs import transform as worker_transform  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.errors import ProblemError
+from bot.core.errors import ProblemError
 from bot.evaluate import evaluate
 from bot.problems import find_problems, load_problem
 from conftest import PROBLEMS, ROOT

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from bot.distributions import DISTRIBUTIONS
-from bot.errors import BotError
-from bot.results_schema import MAX_DEPTH
+from bot.core.distributions import DISTRIBUTIONS
+from bot.core.errors import BotError
+from bot.core.results_schema import MAX_DEPTH
 from bot.untrusted import MAX_RESULTS_BYTES, load_results, validate_results
 from stage_two_artifacts import honest_results
 

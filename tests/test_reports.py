@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.domain import Trigger
+from bot.core.domain import Trigger
 from bot.plan import CHART_PATH, plan_pull_request
 from bot.report_junit import render_junit
 from bot.report_md import (GITHUB_BODY_MAX_CHARS, REPORT_MARKER, STEP_SUMMARY_MAX_BYTES, STICKY_MARKER,

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from bot.evaluate import evaluate
 from bot.problems import load_problem
-from bot.domain import source_hash
+from bot.core.domain import source_hash
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import PATHS, kernel_source, path_candidate, path_of
 from bot.propose.search import search_candidates
@@ -293,7 +293,7 @@ def test_autotune_variants_change_only_the_constants_and_are_verified(quick_opti
 
 def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_options, tmp_path):
     from bot.candidates import load_candidate
-    from bot.domain import CandidateSource, Origin
+    from bot.core.domain import CandidateSource, Origin
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     honest = load_candidate(CANDIDATES / "honest.py")
@@ -351,8 +351,8 @@ def test_autotuning_leaves_out_settings_already_tried():
 
 
 def _tuned_outcome(source: str, ratio: float, accepted: bool = True, parent: str = ""):
-    from bot.domain import CandidateSource, Origin, Speedup, Verdict
-    from bot.outcomes import ContenderOutcome, ShapeOutcome
+    from bot.core.domain import CandidateSource, Origin, Speedup, Verdict
+    from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 
     name = "tune-" + "-".join(f"{k.lower()}{v}" for k, v in tunable_constants(source).items())
     sp = Speedup(ratio, ratio * 0.98, ratio * 1.02, 0.95, "faster" if ratio * 0.98 > 1.05 else "no significant difference")
@@ -388,9 +388,9 @@ def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline(
 
 def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
     import bot.optimize as optimize_module
-    from bot.domain import CandidateSource, Environment, Origin
+    from bot.core.domain import CandidateSource, Environment, Origin
     from bot.evaluate import EvalOptions
-    from bot.outcomes import Evaluation
+    from bot.core.outcomes import Evaluation
     from bot.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
@@ -424,9 +424,9 @@ def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
 
 def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
     import bot.optimize as optimize_module
-    from bot.domain import CandidateSource, Environment, Origin
+    from bot.core.domain import CandidateSource, Environment, Origin
     from bot.evaluate import EvalOptions
-    from bot.outcomes import Evaluation
+    from bot.core.outcomes import Evaluation
     from bot.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)

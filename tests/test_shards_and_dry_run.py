@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
-from bot.errors import BotError
+from bot.core.errors import BotError
 from bot.problems import find_problems
-from bot.shards import assign, expected_cost, parse_shard
+from bot.core.shards import assign, expected_cost, parse_shard
 from conftest import FIXTURES, ROOT
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from bot.domain import CandidateSource, Environment, Origin, Speedup, Verdict
+from bot.core.domain import CandidateSource, Environment, Origin, Speedup, Verdict
 from bot.evaluate import EvalOptions, evaluate
-from bot.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
+from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.optimize import Attempt, split_candidates
 from bot.problems import load_problem
 from bot.propose.derive import Base

@@ -8,7 +8,7 @@ import contextlib
 
 import bot.worker as worker
 import bot.worker_shared as shared
-from bot.distributions import DISTRIBUTIONS
+from bot.core.distributions import DISTRIBUTIONS
 from conftest import PROBLEMS
 
 

@@ -3,7 +3,7 @@ kernel split over threads that other processes share is timed by its slowest thr
 
 from __future__ import annotations
 
-from bot.domain import CandidateSource, Origin
+from bot.core.domain import CandidateSource, Origin
 from bot.evaluate import EvalOptions, evaluate
 from bot.problems import load_problem
 from bot.timing import TimingOptions

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.domain import CandidateSource, Problem
+from bot.core.domain import CandidateSource, Problem
 from bot.propose.derive import Base, derived, uses
 from bot.propose.paths import GELU_TANH, SDPA_PATHS, path_candidate, paths_for
 from bot.propose.tuning import autotune_variants, tunable_constants

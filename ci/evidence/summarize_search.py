@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bot.bench import geomean, speedup
-from bot.domain import Measurement
+from bot.core.stats import geomean, speedup
+from bot.core.domain import Measurement
 
 
 def _measurements(contender: dict | None) -> dict[str, Measurement]:

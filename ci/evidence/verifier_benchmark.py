@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from bot.domain import CandidateSource, Origin
+from bot.core.domain import CandidateSource, Origin
 from bot.evaluate import EvalOptions, evaluate
 from bot.problems import load_problem, only_shapes
 from bot.sandbox import Limits

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from github import Auth, Github
 
-from bot.domain import CheckRunPlan, FileChange, PullRequestPlan
-from bot.errors import BotError
+from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan
+from bot.core.errors import BotError
 from bot.github import GitHubClient
 
 from .server import SECONDARY_RATE_LIMIT, SERVER_ERROR, GitHubDouble

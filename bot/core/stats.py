@@ -17,7 +17,7 @@ from operator import mul
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from bot.domain import Measurement, Speedup
+from bot.core.domain import Measurement, Speedup
 
 
 def converged(m: Measurement, target_rel_se: float, min_samples: int, min_batches: int = 1) -> bool:

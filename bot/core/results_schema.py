@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.distributions import DISTRIBUTIONS
+from bot.core.distributions import DISTRIBUTIONS
 
 RESULTS_SCHEMA_VERSION = 2
 
@@ -92,7 +92,7 @@ ORIGIN = _obj({"strategy": {"enum": ["file", "reference", "target", "search", "l
 CHECK = _obj({"name": {"type": "string", "pattern": NAME}, "passed": {"type": "boolean"},
               "evidence": _text(), "details": FLAT_MAP}, ("name", "passed"))
 
-CONTENDER = {  # a baseline or an attempt, as bot.outcomes.ContenderOutcome writes it
+CONTENDER = {  # a baseline or an attempt, as bot.core.outcomes.ContenderOutcome writes it
     "name": {"type": "string", "pattern": NAME}, "path": _nullable(_text(300)),
     "source_hash": {"type": "string", "pattern": HASH16}, "source_sha256": {"type": "string", "pattern": SHA256},
     "role": {"enum": ["baseline", "candidate"]}, "origin": ORIGIN, "accepted": {"type": "boolean"},

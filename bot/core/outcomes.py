@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bot import bench
-from bot.domain import CandidateSource, Environment, Measurement, Problem, Speedup, Verdict, source_sha256
+from bot.core import stats as bench
+from bot.core.domain import CandidateSource, Environment, Measurement, Problem, Speedup, Verdict, source_sha256
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bot.outcomes import ContenderOutcome
+from bot.core.outcomes import ContenderOutcome
 
 DEFAULT_MAX_PLAUSIBLE_SPEEDUP = 100.0
 FLAG = "implausible; check the baseline"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from bot.domain import Problem
-from bot.errors import BotError
+from bot.core.domain import Problem
+from bot.core.errors import BotError
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from bot.errors import BotError
+from bot.core.errors import BotError
 
 SAFE_PATH = re.compile(r"^[A-Za-z0-9._/-]{1,300}$")
 # Python packaging and test plumbing sit beside kernels but are not kernels: a candidate

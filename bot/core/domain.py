@@ -52,7 +52,7 @@ class Problem:
     distributions: tuple[str, ...]
     reference_precision: str  # "float64" | "float32" | "native"
     watch: tuple[str, ...]
-    # distribution -> the reason the problem states for leaving it out (bot/distributions.py)
+    # distribution -> the reason the problem states for leaving it out (bot/core/distributions.py)
     skipped_distributions: Mapping[str, str] = field(default_factory=dict)
 
     @property
