@@ -95,7 +95,7 @@ def verify(problem: str, candidate: str, device: str, sandbox: str, as_json: boo
     """Verify CANDIDATE (defines ModelNew) against PROBLEM. Exit 0 accepted, 1 rejected."""
     from bot.evaluate import evaluate
     from bot.problems import load_problem
-    from bot.report import verdict_json
+    from bot.report.tables import verdict_json
     from bot.timing import TimingOptions
 
     prob = load_problem(problem)
@@ -134,7 +134,7 @@ def bench(problem: str, candidates: tuple[str, ...], baseline: str | None, time_
     """Verify, then time CANDIDATES against the baseline in one interleaved run."""
     from bot.evaluate import evaluate
     from bot.problems import load_problem, only_shapes
-    from bot.report import bench_json, render_table
+    from bot.report.tables import bench_json, render_table
 
     dev = resolve_device(device)
     prob = only_shapes(load_problem(problem), _names(shapes), dev)

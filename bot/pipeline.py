@@ -13,17 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from bot.changes import affected_problems
-from bot.chart import results_chart
+from bot.report.chart import results_chart
 from bot.config import Settings, path_allowed
 from bot.core.domain import Problem, Progress, PullRequestPlan, Trigger
 from bot.core.errors import BotError
 from bot.optimize import OptimizeOptions, OptimizeResult, failed_result, optimize
 from bot.outputs import write_optimize_outputs
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION
-from bot.plan import plan_pull_request
+from bot.report.plan import plan_pull_request
 from bot.problems import find_problems
-from bot.report_data import failed_problem
-from bot.report_md import render_step_summary
+from bot.report.data import failed_problem
+from bot.report.markdown import render_step_summary
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def write_reports(out: Path, payload: dict[str, Any], plan: PullRequestPlan | No
     """report.md (the PR body, or the summary when there is no PR), junit.xml, chart, patch."""
     # Imported here: `bot optimize` reaches this module on GPU machines that carry only
     # torch, triton and numpy (the worker/verify/bench path), and junit-xml is for reports.
-    from bot.report_junit import render_junit
+    from bot.report.junit import render_junit
 
     (out / "results.json").write_text(json.dumps(payload, indent=1))
     (out / "junit.xml").write_text(render_junit(payload))

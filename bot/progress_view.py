@@ -160,7 +160,7 @@ def results_table(problems: Sequence[dict[str, Any]], stream: IO[str], terminal:
     from rich.console import Console
     from rich.table import Table
 
-    from bot import report_data as rd
+    from bot.report import data as rd
 
     table = Table(title="kernel-bot results", title_justify="left")
     for column, justify in (("operator", "left"), ("outcome", "left"), ("best candidate", "left"),

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bot import report_data as rd
-from bot.chart import results_chart
+from bot.report import data as rd
+from bot.report.chart import results_chart
 from bot.config import Settings
 from bot.core.domain import CheckRunPlan, PullRequestPlan, Trigger
 from bot.core.errors import BotError
-from bot.plan import CHART_PATH, CHECK_NAME, plan_pull_request
+from bot.report.plan import CHART_PATH, CHECK_NAME, plan_pull_request
 from bot.rederive import InconsistentArtifact, rederive
 from bot.core.safe_text import inert, inert_results
 from bot.core.scope import FileReader, scoped_changes

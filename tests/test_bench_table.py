@@ -5,7 +5,7 @@ from __future__ import annotations
 from bot.core.domain import STEADY_REPLICAS, CandidateSource, Environment, Measurement, Origin, Verdict
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.problems import load_problem
-from bot.report import render_table
+from bot.report.tables import render_table
 from conftest import ROOT
 
 

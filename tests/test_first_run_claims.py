@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from bot.candidates import default_baseline, load_candidate
-from bot.chart import results_chart
+from bot.report.chart import results_chart
 from bot.core.domain import CandidateSource, Measurement, Origin, Speedup, Trigger, Verdict
 from bot.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 from bot.pipeline import results_payload
-from bot.plan import plan_pull_request
+from bot.report.plan import plan_pull_request
 from bot.core.plausible import implausibility
 from bot.problems import load_problem
-from bot.report_data import chart_bars
-from bot.report_md import render_comment, render_step_summary
+from bot.report.data import chart_bars
+from bot.report.markdown import render_comment, render_step_summary
 from bot.simulated import simulated_reason
 from conftest import CANDIDATES, PROBLEMS
 
@@ -96,7 +96,7 @@ def test_interpreted_triton_candidate_is_verified_not_timed(quick_options):
     assert outcome.not_timed == INTERPRETER and outcome.speedup is None
     assert result.baseline.not_timed is None
     assert result.baseline.shapes[0].measurement is not None  # the plain baseline was timed
-    from bot.report import render_table
+    from bot.report.tables import render_table
 
     assert f"big_add_triton: correct; not timed: {INTERPRETER}" in render_table(result)
 

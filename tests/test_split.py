@@ -118,7 +118,7 @@ def test_a_gain_on_one_shape_does_not_pay_for_a_loss_on_another():
     assert select_best([Attempt(0, mixed)], 1.05) is None
     assert "significantly slower on prefill" in Attempt(0, mixed).reason
     assert Attempt(0, mixed).to_json(1.05)["slower_shapes"] == ["prefill"]
-    from bot.report_md import attempts_table
+    from bot.report.markdown import attempts_table
 
     table = attempts_table({"min_speedup": 1.05, "attempts": [Attempt(0, mixed).to_json(1.05)]})
     assert "significantly slower on prefill" in table and "interval clears" not in table

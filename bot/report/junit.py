@@ -12,7 +12,7 @@ from typing import Any
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
-from bot import report_data as rd
+from bot.report import data as rd
 
 _MESSAGE_MAX_CHARS = 500  # failure `message` is an attribute: reporters show it on one line
 

@@ -1,14 +1,14 @@
 """results.json -> markdown: the follow-up PR body, the sticky comment, the job step summary.
 
 Pure functions of the results payload (no timing, no network). Every number goes through the
-formats in `bot.report_data`, so a speedup reads `1.42x [1.38, 1.47]` everywhere.
+formats in `bot.report.data`, so a speedup reads `1.42x [1.38, 1.47]` everywhere.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from bot import report_data as rd
+from bot.report import data as rd
 from bot.core.distributions import DESCRIPTIONS, DISTRIBUTIONS
 
 FLAG = "implausible; check the baseline"  # equals bot.core.plausible.FLAG (not imported: stage 2 reads JSON)

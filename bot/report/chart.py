@@ -13,7 +13,7 @@ import io
 import math
 from typing import Any
 
-from bot.report_data import ChartBar, chart_bars, device_label
+from bot.report.data import ChartBar, chart_bars, device_label
 
 CLAIMED = "#1a7f37"  # claimed: the whole interval cleared the threshold
 FASTER = "#8fd19e"  # faster, not claimed (interval too wide, or under the threshold)

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote
 
-from bot import report_data as rd
+from bot.report import data as rd
 from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan, Trigger
-from bot.report_md import render_comment, render_pr_body, render_step_summary
+from bot.report.markdown import render_comment, render_pr_body, render_step_summary
 from bot.core.safe_text import title
 
 CHART_PATH = "docs/kernel-bot/speedups.png"
