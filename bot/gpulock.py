@@ -121,7 +121,7 @@ def device_key(device: str, gpu_index: int | None) -> str:
 
 
 class GpuHandover:
-    """A gated trial call's hold on the GPU (bot.tuning_gate): shared while the contender
+    """A gated trial call's hold on the GPU (bot.harness.tuning_gate): shared while the contender
     verifies and compiles; exclusive, as a measurement is, from the moment its worker asks
     to time kernel variants until the call ends. Called with what the worker said, it
     changes hands and returns the answer."""

@@ -31,7 +31,7 @@ class TimingOptions:
     finalists: int = 4
     # CUDA only: "latency" synchronises before each call (host launch path + GPU work, back
     # to back); "throughput" times back-to-back calls; "graph" times CUDA-graph replays of
-    # each call, the GPU's time alone (bot/worker.py, op_time).
+    # each call, the GPU's time alone (bot/harness/worker.py, op_time).
     mode: str = "latency"
     # Worker processes per contender when contenders are compared, visited in turn: each
     # process carries an offset of its own (on the H200, 5 % between fresh processes on a

@@ -96,7 +96,7 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
     parallel, each in its own worker, so compilation (torch.compile, Triton, nvcc) at the
     first call of many candidates overlaps; each call holds the device `shared`. Those named
     in `alone` tune by timing at their first call: where their worker can hook that timing
-    (bot.tuning_gate), they run beside the others too, and from a call's first timing of
+    (bot.harness.tuning_gate), they run beside the others too, and from a call's first timing of
     kernel variants to its end the device is held `exclusive`ly, as for a measurement; the
     others run their trials afterwards, one at a time, each holding the device exclusively
     throughout. Either way no other trial or timing of this bot, of this problem or another,

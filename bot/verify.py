@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from bot.core.domain import CheckResult, Verdict
-from bot.worker_shared import hash_tensor
+from bot.harness.shared import hash_tensor
 
 
 @dataclass(frozen=True)
@@ -309,7 +309,7 @@ def hidden_time(unexplained_us: Sequence[float], reported_us: Sequence[float], h
 def check_hidden_time(found: HiddenTime) -> CheckResult:
     """The parent's wall clock must account for a worker's calls. The harness reads clocks it
     captured before the candidate was imported, but the candidate runs in that process and can
-    rebind them (`bot.worker_shared.perf_ns`); the time it hides from its own report is still on
+    rebind them (`bot.harness.shared.perf_ns`); the time it hides from its own report is still on
     the parent's clock. Gross hiding rejects; what it hides below that bound is counted in its
     times (`HiddenTime.counted_us`)."""
     name = "hidden time"

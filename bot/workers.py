@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bot.cores import timing_core, worker_cores
-from bot.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
+from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
 from bot.sandbox import freezer
 from bot.sandbox.base import Limits, RunningWorker, Sandbox, WorkerLaunch
 from bot.sandbox.scrub import scrub
@@ -75,7 +75,7 @@ class WorkerClient:
     def request(self, message: dict[str, Any], timeout_s: float, phase: str,
                 gate: Callable[[str], str] | None = None) -> dict[str, Any]:
         """Send one op and wait for its reply; failures raise WorkerFailure. With `gate`, the
-        worker may ask for the GPU on the way (bot.tuning_gate): `gate` turns what it said
+        worker may ask for the GPU on the way (bot.harness.tuning_gate): `gate` turns what it said
         into the answer, and the time that took does not count against `timeout_s`."""
         if self.running.frozen:
             self.running.thaw()  # asked to work: it must run (the next `only()` freezes it again)

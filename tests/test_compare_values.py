@@ -137,7 +137,7 @@ def test_rows_narrower_than_eight_are_judged_against_the_whole_output():
 
 
 def test_rmsnorm_without_eps_is_caught_on_tiny_rows():
-    from bot.worker_inputs import transform
+    from bot.harness.inputs import transform
 
     gen = torch.Generator().manual_seed(3)
     x = transform([torch.randn(64, 256, generator=gen).to(torch.bfloat16)], "rows", 11)[0]

@@ -184,7 +184,7 @@ def test_short_attention_kernel_matches_float64_on_shapes_the_problem_does_not_h
 
     script = tmp_path / "shapes.py"
     script.write_text("import torch\n" + PATHS["sdpa:triton-short"].helper + """
-from bot.triton_interp import mend_bf16_dot
+from bot.harness.triton_interp import mend_bf16_dot
 assert mend_bf16_dot()
 F = torch.nn.functional
 torch.manual_seed(0)

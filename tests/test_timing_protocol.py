@@ -9,7 +9,7 @@ import time
 import torch
 
 from bot.problems import load_problem
-from bot.worker_shared import hash_tensor
+from bot.harness.shared import hash_tensor
 from bot.timing import TimingOptions, screened_out, time_interleaved
 from bot.trials import ReferenceInfo
 from conftest import PROBLEMS

@@ -1,5 +1,5 @@
 """Code that tunes by timing: its compilation beside other trials, its timing of kernel
-variants with the GPU to itself (bot.tuning_gate in the worker, bot.gpulock.GpuHandover and
+variants with the GPU to itself (bot.harness.tuning_gate in the worker, bot.gpulock.GpuHandover and
 bot.trials in the bot)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from bot.problems import load_problem
 from bot.sandbox import Limits
 from bot.sandbox.process import ProcessSandbox
 from bot.trials import run_trials
-from bot.tuning_gate import TuningGate
+from bot.harness.tuning_gate import TuningGate
 from bot.workers import WorkerClient, WorkerFailure
 from conftest import CANDIDATES, PROBLEMS
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import contextlib
 
-import bot.worker as worker
-import bot.worker_shared as shared
+import bot.harness.worker as worker
+import bot.harness.shared as shared
 from bot.core.distributions import DISTRIBUTIONS
 from conftest import PROBLEMS
 

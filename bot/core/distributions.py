@@ -1,7 +1,7 @@
 """The input distributions every trial draws from, and a problem's opt-outs (stdlib only).
 
 Each distribution transforms the floating-point tensors of one `get_inputs()` draw; integer
-tensors (indices, positions, labels) stay as drawn. The transforms are in bot/worker_inputs.py
+tensors (indices, positions, labels) stay as drawn. The transforms are in bot/harness/inputs.py
 (inside the workers); docs/verifier.md says why each exists and which test checks it.
 """
 

@@ -16,7 +16,7 @@ BOT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the `bot` p
 
 # The worker is started with `python -I -c BOOT`: no PYTHON* variables, no user site,
 # no current directory on sys.path, so a stray `torch.py` cannot shadow the real one.
-BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from bot.worker import main; main(sys.argv[2:])"
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from bot.harness.worker import main; main(sys.argv[2:])"
 
 # Variables a worker may inherit. Anything that looks like a credential is dropped even if
 # a pattern below would admit it.

@@ -6,10 +6,10 @@ fingerprints of outputs, input hashes, threads, clocks) and the parent judges th
 a reference computed in another process.
 
 Everything the harness relies on is captured at import time, before any candidate code is
-imported (bot/worker_shared.py), so a candidate that patches `time.perf_counter_ns`,
+imported (bot/harness/shared.py), so a candidate that patches `time.perf_counter_ns`,
 `torch.cuda.Event.elapsed_time` or `torch.Tensor.clone` changes what it sees, not what the
-harness measures. The timed calls are in bot/worker_timing.py, the machine's description in
-bot/worker_env.py. Only the standard library, torch, numpy and (optionally) triton are used.
+harness measures. The timed calls are in bot/harness/timing.py, the machine's description in
+bot/harness/env.py. Only the standard library, torch, numpy and (optionally) triton are used.
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ from typing import Any
 
 import torch
 
-from bot import triton_interp, worker_inputs
-from bot import worker_shared as shared
-from bot.channel import Channel, ChannelClosed
-from bot.tuning_gate import TuningGate
-from bot.worker_env import describe_environment, timer_overhead_us
-from bot.worker_timing import Rotation, TimedCalls
+from bot.harness import triton_interp
+from bot.harness import inputs as worker_inputs
+from bot.harness import shared
+from bot.protocol.channel import Channel, ChannelClosed
+from bot.harness.tuning_gate import TuningGate
+from bot.harness.env import describe_environment, timer_overhead_us
+from bot.harness.timing import Rotation, TimedCalls
 
 
 def _import_file(path: str, name: str):
@@ -299,7 +300,7 @@ class Harness(TimedCalls):
                                            getattr(torch, dtype)) for dtype, shape in wanted]
 
     def op_gate(self, msg: dict) -> dict:
-        """Hook the timing of kernel variants (bot.tuning_gate): in a call the bot marks as
+        """Hook the timing of kernel variants (bot.harness.tuning_gate): in a call the bot marks as
         gated, the first such timing asks it for the GPU. Replies with what could be hooked."""
         if self.gate is None:
             self.gate = TuningGate(self.ch, shared.cuda_sync if self.device == "cuda" else lambda: None)

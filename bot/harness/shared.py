@@ -1,4 +1,4 @@
-"""What the harness's parts share (bot/worker.py and its timing, bot/worker_timing.py).
+"""What the harness's parts share (bot/harness/worker.py and its timing, bot/harness/timing.py).
 
 Every function and class the harness relies on, taken from torch, time and os when the harness
 is imported, before any candidate code exists in the process: a candidate that patches

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from bot import worker_shared as shared
+from bot.harness import shared
 
 
 def describe_environment(device: str, describe: bool = True) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 ("throughput") and as CUDA-graph replays ("graph"), each on fresh inputs with the L2 flushed
 before it on CUDA, every output fingerprinted for the parent to check.
 
-A part of bot.worker.Harness, kept apart for size: the harness supplies the model, its device,
+A part of bot.harness.worker.Harness, kept apart for size: the harness supplies the model, its device,
 the inputs drawn from a seed (`_inputs`), the fingerprints (`_fingerprints`,
 `_fingerprint_tensors`) and the thread listing (`_new_threads`).
 """
@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from bot import worker_shared as shared
+from bot.harness import shared
 
 FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBench
 
@@ -29,7 +29,7 @@ GRAPH_SETS_BYTES = 64 << 20
 
 
 class TimedCalls:
-    """The timing ops; the state they keep lives on the harness (see bot.worker.Harness)."""
+    """The timing ops; the state they keep lives on the harness (see bot.harness.worker.Harness)."""
 
     device: str
     model: Any
