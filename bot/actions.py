@@ -44,7 +44,7 @@ def wants_run(trigger: Trigger, settings: Settings) -> str | None:
 
 def _changed_files(trigger: Trigger, env: GitHubEnv, workspace: Path, echo: Echo) -> list[str]:
     """From the PR files API (read-only token), else from git in the workspace."""
-    from bot.changes import changed_files_from_pr, changed_files_git
+    from bot.engine.changes import changed_files_from_pr, changed_files_git
 
     if env.token and trigger.pr_number is not None:
         from bot.github import GitHubClient
@@ -65,7 +65,7 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
                   gpus: str | None = None) -> dict[str, Any] | None:
     from bot.options import job_options
     from bot.events import trigger_from_event
-    from bot.pipeline import Job, raise_if_any_failed, run_job, select_problems
+    from bot.engine.pipeline import Job, raise_if_any_failed, run_job, select_problems
     from bot.core.shards import parse_shard, shard_problems
 
     env = github_env(environ)
@@ -138,7 +138,7 @@ def publish_stage_two(results_dir: Path, repo_root: Path | None, echo: Echo,
 
 def merge_results(dirs: list[Path], out: Path, repo_root: Path, echo: Echo) -> dict[str, Any]:
     """Shard results -> one results directory (the publish stage then treats it as one run)."""
-    from bot.pipeline import write_reports
+    from bot.engine.pipeline import write_reports
     from bot.publish import publish_plan
     from bot.untrusted import load_results
 

@@ -47,7 +47,7 @@ class Settings:
     # draws it from the validated numbers itself, so it is no file of the untrusted results.
     chart_path: str = "docs/kernel-bot/speedups.png"
     time_cap_s: float | None = None
-    timing: str = "latency"  # "latency" | "throughput" | "graph" (bot.timing.TimingOptions.mode)
+    timing: str = "latency"  # "latency" | "throughput" | "graph" (bot.engine.timing.TimingOptions.mode)
     device: str = "auto"  # "auto" | "cpu" | "cuda"
 
 

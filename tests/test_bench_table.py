@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bot.core.domain import STEADY_REPLICAS, CandidateSource, Environment, Measurement, Origin, Verdict
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
-from bot.problems import load_problem
+from bot.engine.problems import load_problem
 from bot.report.tables import render_table
 from conftest import ROOT
 

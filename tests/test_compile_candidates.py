@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from bot.candidates import load_candidate
-from bot.evaluate import evaluate
-from bot.problems import load_problem
+from bot.engine.candidates import load_candidate
+from bot.engine.evaluate import evaluate
+from bot.engine.problems import load_problem
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 

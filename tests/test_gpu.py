@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.candidates import default_baseline, load_candidate
-from bot.evaluate import EvalOptions, evaluate
-from bot.problems import find_problems, load_problem
+from bot.engine.candidates import default_baseline, load_candidate
+from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.problems import find_problems, load_problem
 from bot.sandbox import Limits
-from bot.timing import TimingOptions
+from bot.engine.timing import TimingOptions
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 pytestmark = pytest.mark.gpu

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from bot.core.distributions import DISTRIBUTIONS
-from bot.problems import load_problem
-from bot.trials import skip_notes, trial_plan
+from bot.engine.problems import load_problem
+from bot.engine.trials import skip_notes, trial_plan
 from bot.harness.inputs import ROW_SCALES, limit_scale, transform
 from conftest import PROBLEMS
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from bot.candidates import load_candidate
+from bot.engine.candidates import load_candidate
 from bot.core.errors import BotError
-from bot.evaluate import EvalOptions, evaluate
-from bot.problems import load_problem
+from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.problems import load_problem
 from bot.sandbox import Limits, WorkerLaunch
-from bot.timing import TimingOptions
-from bot.workers import WorkerClient
+from bot.engine.timing import TimingOptions
+from bot.engine.workers import WorkerClient
 
 pytestmark = pytest.mark.docker
 

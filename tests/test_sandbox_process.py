@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from bot.candidates import load_candidate
-from bot.evaluate import evaluate
-from bot.problems import load_problem
+from bot.engine.candidates import load_candidate
+from bot.engine.evaluate import evaluate
+from bot.engine.problems import load_problem
 from bot.sandbox import Limits
 from bot.sandbox.base import WorkerLaunch, worker_env
 from conftest import CANDIDATES, PROBLEMS

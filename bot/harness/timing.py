@@ -21,7 +21,7 @@ FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBenc
 # Mode "graph" replays several captured copies of a call in turn, each with its own input and
 # output tensors: on the H200 a 4.8 us kernel's replays took 4.6 to 5.5 us depending on where
 # its tensors lay (docs/benchmark.md), so one copy per worker made a run's median hang on one
-# placement. (A per-process offset remains, with or without an L2 flush: bot.timing times each
+# placement. (A per-process offset remains, with or without an L2 flush: bot.engine.timing times each
 # contender in more than one worker for that.) As many copies as fit in GRAPH_SETS_BYTES, at
 # most GRAPH_SETS_MAX.
 GRAPH_SETS_MAX = 32
@@ -55,7 +55,7 @@ class TimedCalls:
         GPU's, as in a pipelined loop, and counts only where it is the slower. Mode "graph"
         captures one call in a CUDA graph and times its replays: the GPU's time alone, as a
         serving engine that replays its decode step as a graph pays it. With "stub", the
-        reference's calibration: the same work around calls that do nothing (bot.timing).
+        reference's calibration: the same work around calls that do nothing (bot.engine.timing).
         """
         cuda = self.device == "cuda"
         if self.staged is None:

@@ -292,7 +292,7 @@ class Harness(TimedCalls):
     def _make_stub(self, metas: list[dict]) -> None:
         """The reference's stand-in for a contender in the calibration batches: a call that does
         nothing and returns outputs of the contender's dtypes and shapes, so that what remains on
-        the parent's clock is the harness's own work for such outputs (bot.timing)."""
+        the parent's clock is the harness's own work for such outputs (bot.engine.timing)."""
         wanted = [(m["dtype"], tuple(m["shape"])) for m in metas]
         have = [(str(o.dtype).removeprefix("torch."), tuple(o.shape)) for o in self.stub_outputs or []]
         if have != wanted:
@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> None:
     channel.key = bytes.fromhex(hello["key"])
     harness = Harness(channel, hello["device"], hello.get("threads"))
     # Sent before any candidate code exists here: the parent's count of this process's threads
-    # starts from it (bot.workers, WorkerClient.request).
+    # starts from it (bot.engine.workers, WorkerClient.request).
     channel.send({"ok": True, "env": describe_environment(hello["device"], bool(hello.get("describe", True))),
                   "overhead_us": timer_overhead_us(hello["device"]), "threads": len(harness.baseline_tids)})
     ops = {"load": harness.op_load, "construct": harness.op_construct, "run": harness.op_run,

@@ -114,8 +114,9 @@ def _number(value: Any) -> float | None:
 
 def plausible(problem: dict[str, Any], attempt: dict[str, Any]) -> bool:
     """An attempt (or best) whose ratios may be shown as a speedup: timed, not under a simulator
-    (bot.simulated), no shape above the problem's plausibility bound (bot.core.plausible). Stage 2
-    reads results.json as untrusted data, so the renderers ask again rather than trust `best`."""
+    (bot.engine.simulated), no shape above the problem's plausibility bound
+    (bot.core.plausible). Stage 2 reads results.json as untrusted data, so the renderers ask
+    again rather than trust `best`."""
     if attempt.get("not_timed") or problem.get("not_timed"):
         return False
     bound = _number(problem.get("max_plausible_speedup")) or DEFAULT_MAX_PLAUSIBLE_SPEEDUP

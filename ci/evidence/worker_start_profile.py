@@ -50,7 +50,7 @@ def steps_table() -> None:
 def _start_workers(n: int, at_once: int, device: str, server: bool) -> float:
     from bot.sandbox.base import Limits
     from bot.sandbox.process import ProcessSandbox
-    from bot.workers import WorkerClient
+    from bot.engine.workers import WorkerClient
 
     os.environ["KERNEL_BOT_FORK_SERVER"] = "1" if server else "0"
 

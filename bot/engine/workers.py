@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from bot.cores import timing_core, worker_cores
+from bot.sandbox.cores import timing_core, worker_cores
 from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
 from bot.sandbox import freezer
 from bot.sandbox.base import Limits, RunningWorker, Sandbox, WorkerLaunch
@@ -185,7 +185,7 @@ class WorkerClient:
     def pin(self, timed: bool) -> None:
         """Move the worker's launching thread onto the reserved timing core, or back off it.
 
-        Every contender is timed from the same, otherwise idle core (`bot.cores`), so a
+        Every contender is timed from the same, otherwise idle core (`bot.sandbox.cores`), so a
         difference between processes is not a difference between cores or neighbours."""
         pid = getattr(self.running, "pid", None)
         core = timing_core(self.gpu_index)

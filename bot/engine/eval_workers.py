@@ -13,15 +13,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from bot import verify
+from bot.engine import verify
 from bot.core.domain import CandidateSource, CheckResult, Problem, Progress
-from bot.gpulock import gpu_shared
+from bot.engine.gpulock import gpu_shared
 from bot.sandbox import make_sandbox
-from bot.trials import failure_check, release_cache
-from bot.workers import WorkerClient, WorkerFailure
+from bot.engine.trials import failure_check, release_cache
+from bot.engine.workers import WorkerClient, WorkerFailure
 
 if TYPE_CHECKING:
-    from bot.evaluate import EvalOptions
+    from bot.engine.evaluate import EvalOptions
 
 
 def materialise(candidate: CandidateSource, folder: Path) -> Path:

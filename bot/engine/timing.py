@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Iterator, Mapping, Sequence
 
-from bot import verify
+from bot.engine import verify
 from bot.core import stats as bench
 from bot.core.domain import CheckResult, Measurement, Problem, Shape
-from bot.trials import ReferenceInfo, failure_check
-from bot.workers import WorkerClient, WorkerFailure
+from bot.engine.trials import ReferenceInfo, failure_check
+from bot.engine.workers import WorkerClient, WorkerFailure
 
 
 @dataclass(frozen=True)

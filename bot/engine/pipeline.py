@@ -12,16 +12,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.changes import affected_problems
+from bot.engine.changes import affected_problems
 from bot.report.chart import results_chart
 from bot.config import Settings, path_allowed
 from bot.core.domain import Problem, Progress, PullRequestPlan, Trigger
 from bot.core.errors import BotError
-from bot.optimize import OptimizeOptions, OptimizeResult, failed_result, optimize
-from bot.outputs import write_optimize_outputs
+from bot.engine.optimize import OptimizeOptions, OptimizeResult, failed_result, optimize
+from bot.engine.outputs import write_optimize_outputs
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION
 from bot.report.plan import plan_pull_request
-from bot.problems import find_problems
+from bot.engine.problems import find_problems
 from bot.report.data import failed_problem
 from bot.report.markdown import render_step_summary
 
@@ -34,7 +34,7 @@ class Job:
     options: OptimizeOptions
     out: Path
     jobs: int = 1
-    gpus: str | None = None  # GPU lanes: "all" or "0,1" (see bot.lanes)
+    gpus: str | None = None  # GPU lanes: "all" or "0,1" (see bot.engine.lanes)
 
 
 def select_problems(repo_root: Path, settings: Settings, changed: list[str] | None) -> list[Problem]:
@@ -91,8 +91,8 @@ def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | 
     evaluated is a result with its error (callers exit 2 after writing everything)."""
     from dataclasses import replace
 
-    from bot.candidates import default_baseline
-    from bot.lanes import Lanes, run_problems, visible_gpus
+    from bot.engine.candidates import default_baseline
+    from bot.engine.lanes import Lanes, run_problems, visible_gpus
 
     done: dict[str, OptimizeResult] = {}
     lanes = Lanes(visible_gpus(gpus, options.evaluation.device))

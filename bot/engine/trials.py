@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from bot import verify
+from bot.engine import verify
 from bot.core.domain import CheckResult, Problem, Shape
-from bot.gpulock import GpuHandover
-from bot.workers import WorkerClient, WorkerFailure
+from bot.engine.gpulock import GpuHandover
+from bot.engine.workers import WorkerClient, WorkerFailure
 
 
 @dataclass

@@ -13,19 +13,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bot import verify
+from bot.engine import verify
 from bot.core import stats as bench
 from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Progress, Shape, source_hash
 from bot.core.errors import BotError, GpuOutOfMemory, HarnessError, ProblemError
-from bot.eval_workers import Replicas, construct_all, materialise, open_session, release_caches
-from bot.gpulock import device_key, gpu_exclusive, gpu_shared
+from bot.engine.eval_workers import Replicas, construct_all, materialise, open_session, release_caches
+from bot.engine.gpulock import device_key, gpu_exclusive, gpu_shared
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.core.roofline import floor_us, peaks_for
 from bot.sandbox import Limits, freezer
-from bot.simulated import simulated_reason
-from bot.timing import TimingOptions, TimingRecord, time_interleaved
-from bot.trials import ReferenceInfo, TrialStats, failure_check, run_trials, tunes_on_first_call
-from bot.workers import WorkerClient, WorkerFailure
+from bot.engine.simulated import simulated_reason
+from bot.engine.timing import TimingOptions, TimingRecord, time_interleaved
+from bot.engine.trials import ReferenceInfo, TrialStats, failure_check, run_trials, tunes_on_first_call
+from bot.engine.workers import WorkerClient, WorkerFailure
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,10 @@ class EvalOptions:
     gpu_index: int | None = None
     # Other problems may be evaluated on this GPU at the same time (`bot optimize --jobs N`).
     # A contender still short of memory when re-run alone is then not proven too big: the
-    # problem is raised as GpuOutOfMemory, for bot.lanes to run it again after the others.
+    # problem is raised as GpuOutOfMemory, for bot.engine.lanes to run it again after the others.
     beside_others: bool = False
     cache_root: Path = Path.home() / ".cache" / "kernel-bot"
-    use_cache: bool = False  # reuse verdicts and timings of candidates judged before (bot.cache)
+    use_cache: bool = False  # reuse verdicts and timings of candidates judged before (bot.engine.cache)
 
 
 def _environment(env: dict[str, Any]) -> Environment:
@@ -86,13 +86,13 @@ def evaluate(problem: Problem, candidates: list[CandidateSource], baseline: Cand
     """Verify every candidate (and the baseline) on every shape; time the accepted ones.
 
     With `options.use_cache`, candidates already judged against the same problem, baseline and
-    machine stack are taken from the cache (bot.cache) instead of being run again."""
+    machine stack are taken from the cache (bot.engine.cache) instead of being run again."""
     if not options.use_cache:
         return untimed_where_simulated(_evaluate_fresh(problem, candidates, baseline, options, progress),
                                        options.device)
-    from bot.cache import ResultCache, environment_key
+    from bot.engine.cache import ResultCache, environment_key
 
-    # The timing mode is part of what a cached time means (bot.timing.TimingOptions.mode).
+    # The timing mode is part of what a cached time means (bot.engine.timing.TimingOptions.mode).
     cache = ResultCache(options.cache_root, environment_key(options.device, options.gpu_index)
                         + f"|timing={options.timing.mode}|replicas={options.timing.replicas}",
                         options.min_speedup)
@@ -214,7 +214,7 @@ def _evaluate_once(problem: Problem, candidates: list[CandidateSource], baseline
         # On a GPU, code that picks its kernels by timing them does so with the GPU to itself.
         self_tuning = frozenset(n for n, c in zip(names, contenders)
                                 if options.device == "cuda" and tunes_on_first_call(c.source))
-        # Verified, not timed (bot.simulated); with a simulated baseline there is nothing to
+        # Verified, not timed (bot.engine.simulated); with a simulated baseline there is nothing to
         # time against. rmsnorm's interpreted Triton baseline took 181 ms a call on 2 vCPUs.
         simulated = {n for n, c in zip(names, contenders) if simulated_reason(c.source, options.device)}
         untimed = frozenset(names if baseline is not None and names[0] in simulated else simulated)

@@ -1,7 +1,7 @@
 """The check list: pure functions from observations to `CheckResult`s, and `judge`.
 
 Nothing here runs candidate code or times anything; the observations come from workers
-(see `bot.trials` and `bot.timing`), the reference from a different process.
+(see `bot.engine.trials` and `bot.engine.timing`), the reference from a different process.
 """
 
 from __future__ import annotations

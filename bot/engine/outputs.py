@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from bot.optimize import OptimizeResult
+from bot.engine.optimize import OptimizeResult
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION  # noqa: F401 (re-exported)
 
 

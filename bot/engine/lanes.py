@@ -2,7 +2,7 @@
 
 Problems are taken from one queue by `jobs` threads; each problem runs on the lane (GPU) with
 the fewest problems at that moment. Compilation and verification of all running problems
-overlap on the CPUs; timing is exclusive per lane (`bot.gpulock` keys its lock by GPU), so two
+overlap on the CPUs; timing is exclusive per lane (`bot.engine.gpulock` keys its lock by GPU), so two
 measurements never share a GPU, and a verdict does not depend on how many lanes there are.
 """
 
@@ -12,7 +12,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
-from bot.cores import set_lanes
+from bot.sandbox.cores import set_lanes
 from bot.core.domain import Problem
 from bot.core.errors import BotError, GpuOutOfMemory
 

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from bot.core.domain import CandidateSource, Environment, Problem, Progress, source_sha256
 from bot.core.errors import BotError, ProblemError
-from bot.evaluate import EvalOptions, evaluate
+from bot.engine.evaluate import EvalOptions, evaluate
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible, implausibility
 from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
