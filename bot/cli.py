@@ -297,7 +297,7 @@ def run(ctx: click.Context, results_dir: str, shard: str | None, strategy: str, 
         min_speedup: float, max_plausible_speedup: float, time_cap_s: float | None, timing: str,
         exclude: tuple[str, ...], device: str, sandbox: str, jobs: int, gpus: str | None) -> None:
     """Stage 1 of the Action (GPU runner, read-only token): event -> results directory."""
-    from bot.actions import run_stage_one
+    from bot.stage_one import run_stage_one
 
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
                           budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
@@ -314,7 +314,7 @@ def run(ctx: click.Context, results_dir: str, shard: str | None, strategy: str, 
               help="Checkout of the default branch (default: $GITHUB_WORKSPACE or .).")
 def publish(results_dir: str, repo_path: str | None) -> None:
     """Stage 2 of the Action (write token): open or update the follow-up PR, comment, check run."""
-    from bot.actions import publish_stage_two
+    from bot.github.stage_two import publish_stage_two
 
     publish_stage_two(Path(results_dir), Path(repo_path) if repo_path else None, click.echo)
 
@@ -345,6 +345,6 @@ def plan_cmd(shards: int, repo_path: str, as_json: bool) -> None:
 @click.option("--repo", "repo_path", default=".", type=click.Path(file_okay=False, exists=True))
 def merge(dirs: tuple[str, ...], out: str, repo_path: str) -> None:
     """Combine shard results directories into one results.json, report and PR plan."""
-    from bot.actions import merge_results
+    from bot.stage_one import merge_results
 
     merge_results([Path(d) for d in dirs], Path(out), Path(repo_path).resolve(), click.echo)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import json
 import math
 import os
 import re
@@ -316,3 +317,11 @@ def github_env(environ: Mapping[str, str] | None = None,
                      api_url=(get("GITHUB_API_URL") or "https://api.github.com").rstrip("/"),
                      step_summary=path("GITHUB_STEP_SUMMARY"), output=path("GITHUB_OUTPUT"),
                      sha=get("GITHUB_SHA"), run_id=get("GITHUB_RUN_ID"), token=get("GITHUB_TOKEN"))
+
+
+def read_event(env: GitHubEnv) -> dict[str, Any]:
+    """The event payload at GITHUB_EVENT_PATH ({} when unset); BotError when unreadable."""
+    try:
+        return json.loads(env.event_path.read_text()) if env.event_path else {}
+    except (OSError, ValueError) as exc:
+        raise BotError(f"GITHUB_EVENT_PATH={env.event_path}: unreadable event ({exc})") from None

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from bot.actions import publish_stage_two
+from bot.github.stage_two import publish_stage_two
 from bot.core.errors import BotError
 from github_double import Fault, GitHubDouble
 from github_double import payloads as P

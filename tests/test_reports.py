@@ -160,7 +160,7 @@ def test_step_summary_lists_every_attempt_and_stays_under_1_mib(mixed):
 
 
 def test_sticky_marker_matches_the_github_client():
-    github = pytest.importorskip("bot.github")
+    github = pytest.importorskip("bot.github.client")
     assert STICKY_MARKER == github.STICKY_MARKER
 
 

@@ -1,7 +1,7 @@
 """Which problems a change touches: changed files (git or the PR files API) -> `Problem`s.
 
 Local git only, never the network: in CI the checkout already holds both commits, and the
-PR files API list is fetched by `bot.github` and handed in as plain strings.
+PR files API list is fetched by `bot.github.client` and handed in as plain strings.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from bot.core.distributions import DESCRIPTIONS, DISTRIBUTIONS
 FLAG = "implausible; check the baseline"  # equals bot.core.plausible.FLAG (not imported: stage 2 reads JSON)
 
 REPORT_MARKER = "<!-- kernel-bot:report -->"
-STICKY_MARKER = "<!-- kernel-bot:sticky -->"  # equals bot.github.STICKY_MARKER (not imported: PyGithub)
+STICKY_MARKER = "<!-- kernel-bot:sticky -->"  # equals bot.github.client's (not imported: PyGithub)
 GITHUB_BODY_MAX_CHARS = 65_536  # PR bodies and comments; GitHub answers 422 above it
 STEP_SUMMARY_MAX_BYTES = 1_000_000  # GitHub refuses step summaries over 1 MiB
 _TABLE_HEAD = ("| operator | shape | inputs | baseline µs | candidate µs | speedup [95% CI] "

@@ -1,7 +1,7 @@
 """results.json + Trigger -> PullRequestPlan: which files, which branch, what text. No network.
 
 The only I/O is reading the current content of the files a plan replaces from `repo_root`, to
-build the patch; everything GitHub needs to publish is decided here, so `bot.github` only
+build the patch; everything GitHub needs to publish is decided here, so `bot.github.client` only
 executes a plan and tests can assert a whole plan.
 """
 

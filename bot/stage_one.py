@@ -1,28 +1,21 @@
-"""The two stages of the GitHub Action, reading the standard Actions environment.
+"""Stage 1 of the GitHub Action, reading the standard Actions environment.
 
-Stage 1 (`bot run`): event -> affected problems -> results directory, on the GPU runner with
-a read-only token. Stage 2 (`bot publish`): results directory (untrusted) -> GitHub writes.
+`bot run`: event -> affected problems -> results directory, on the GPU runner with a read-only
+token; `bot merge`: shard results -> one results directory. Stage 2 (`bot publish`: results
+directory, untrusted -> GitHub writes) is bot.github.stage_two and imports nothing of this.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from bot.config import GitHubEnv, Settings, github_env, load_settings, path_allowed
+from bot.config import GitHubEnv, Settings, github_env, load_settings, path_allowed, read_event
 from bot.core.domain import Trigger
 from bot.core.errors import BotError
 
 Echo = Callable[[str], None]
-
-
-def _read_event(env: GitHubEnv) -> dict[str, Any]:
-    try:
-        return json.loads(env.event_path.read_text()) if env.event_path else {}
-    except (OSError, ValueError) as exc:
-        raise BotError(f"GITHUB_EVENT_PATH={env.event_path}: unreadable event ({exc})") from None
 
 
 def _append(path: Path | None, text: str) -> None:
@@ -47,7 +40,7 @@ def _changed_files(trigger: Trigger, env: GitHubEnv, workspace: Path, echo: Echo
     from bot.engine.changes import changed_files_from_pr, changed_files_git
 
     if env.token and trigger.pr_number is not None:
-        from bot.github import GitHubClient
+        from bot.github.client import GitHubClient
 
         try:
             client = GitHubClient(env.token, env.repository or "", env.api_url)
@@ -64,14 +57,14 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
                   echo: Echo, environ: Mapping[str, str] | None = None,
                   gpus: str | None = None) -> dict[str, Any] | None:
     from bot.options import job_options
-    from bot.events import trigger_from_event
+    from bot.github.events import trigger_from_event
     from bot.engine.pipeline import Job, raise_if_any_failed, run_job, select_problems
     from bot.core.shards import parse_shard, shard_problems
 
     env = github_env(environ)
     workspace = env.workspace or Path.cwd()
     settings = load_settings(workspace, environ if environ is not None else os.environ, overrides)
-    trigger = trigger_from_event(env.event_name or "", _read_event(env), env.repository or "")
+    trigger = trigger_from_event(env.event_name or "", read_event(env), env.repository or "")
     skip = wants_run(trigger, settings)
     if skip:
         echo(f"kernel-bot: nothing to do ({skip}).")
@@ -96,51 +89,11 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
     return payload
 
 
-def publish_stage_two(results_dir: Path, repo_root: Path | None, echo: Echo,
-                      environ: Mapping[str, str] | None = None, client: Any = None) -> None:
-    """Validate, re-derive and scope everything, then write: nothing is written to GitHub
-    before the whole plan stands (bot.publish)."""
-    from bot.identity import operator_trigger, trusted_trigger
-    from bot.publish import stage_two_plan
-    from bot.untrusted import load_results
-
-    env = github_env(environ, required=("GITHUB_REPOSITORY",))
-    root = (repo_root or env.workspace or Path.cwd()).resolve()
-    settings = load_settings(root, environ if environ is not None else os.environ)  # the default branch's
-    allowed = lambda path: path_allowed(path, settings)  # noqa: E731 (the trusted allowlist)
-    results = load_results(results_dir, allowed)
-    if client is None:
-        from bot.github import GitHubClient
-
-        client = GitHubClient(env.token or "", env.repository or "", env.api_url)
-    event = _read_event(env) if env.event_path else None
-    if env.event_name == "workflow_run" and event:
-        trigger = trusted_trigger(event, env.repository or "", client)
-    else:  # run by hand on a downloaded artifact: the operator vouches for which run it is
-        trigger = operator_trigger(results.get("trigger") or {}, env.repository or "", client)
-    staged = stage_two_plan(results, trigger, client, settings, allowed)
-    if staged.reason is not None:
-        if staged.failure is not None:
-            client.create_check_run(staged.failure)
-        raise BotError(f"nothing published: the results artifact is inconsistent ({staged.reason})")
-    plan = staged.plan
-    if plan is None:
-        echo("kernel-bot: nothing to publish (no significant improvement, no pull request to comment on).")
-        return
-    result = client.publish(plan, settings.max_open_prs)
-    if result.pr_url:
-        echo(f"kernel-bot: {'opened' if result.created else 'updated'} {result.pr_url}")
-    if result.skipped_reason:
-        echo(f"kernel-bot: no pull request: {result.skipped_reason}")
-    if result.comment_id:
-        echo(f"kernel-bot: sticky comment {result.comment_id} on #{plan.source_pr}")
-
-
 def merge_results(dirs: list[Path], out: Path, repo_root: Path, echo: Echo) -> dict[str, Any]:
     """Shard results -> one results directory (the publish stage then treats it as one run)."""
     from bot.engine.pipeline import write_reports
-    from bot.publish import publish_plan
-    from bot.untrusted import load_results
+    from bot.github.publish import publish_plan
+    from bot.github.untrusted import load_results
 
     settings = load_settings(repo_root)
     allowed = lambda path: path_allowed(path, settings)  # noqa: E731

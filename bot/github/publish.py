@@ -1,10 +1,10 @@
 """Stage 2: untrusted results in, a follow-up PR / sticky comment / check run out.
 
 Runs default-branch code with a write token and trusts nothing in the artifact: where to
-publish comes from the `workflow_run` event and the API (bot.identity), which file each
+publish comes from the `workflow_run` event and the API (bot.github.identity), which file each
 problem may change from the problem file at the measured commit (bot.core.scope), every number
-from the raw samples (bot.rederive), and all text is made inert (bot.core.safe_text). The whole
-plan is built and checked before the first write.
+from the raw samples (bot.github.rederive), and all text is made inert (bot.core.safe_text).
+The whole plan is built and checked before the first write.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from bot.config import Settings
 from bot.core.domain import CheckRunPlan, PullRequestPlan, Trigger
 from bot.core.errors import BotError
 from bot.report.plan import CHART_PATH, CHECK_NAME, plan_pull_request
-from bot.rederive import InconsistentArtifact, rederive
+from bot.github.rederive import InconsistentArtifact, rederive
 from bot.core.safe_text import inert, inert_results
 from bot.core.scope import FileReader, scoped_changes
 

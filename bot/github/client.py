@@ -1,4 +1,4 @@
-"""The GitHub edge: `PullRequestPlan` -> branch, PR, comment, check run (events: bot.events).
+"""The GitHub edge: `PullRequestPlan` -> branch, PR, comment, check run (events: bot.github.events).
 
 The only module importing PyGithub. Every network step goes through `GitHubClient._step`,
 which retries transient failures and turns permission errors into one clear `BotError` line.
@@ -21,8 +21,8 @@ from github.Repository import Repository
 
 from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan
 from bot.core.errors import BotError
-from bot.identity import PullFacts
-from bot.events import PULL_REQUEST_ACTIONS, trigger_from_event  # noqa: F401 (re-exported)
+from bot.github.identity import PullFacts
+from bot.github.events import PULL_REQUEST_ACTIONS, trigger_from_event  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
