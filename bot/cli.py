@@ -11,7 +11,6 @@ from pathlib import Path
 
 import click
 
-from bot.engine.candidates import default_baseline, load_candidate  # noqa: F401 (re-exported)
 from bot.core.domain import STEADY_REPLICAS
 from bot.core.errors import BotError
 from bot.options import evaluation_options, job_options, optimize_options, resolve_device
@@ -93,6 +92,7 @@ def main(verbose: bool, quiet: bool) -> None:
 @JSON
 def verify(problem: str, candidate: str, device: str, sandbox: str, as_json: bool) -> None:
     """Verify CANDIDATE (defines ModelNew) against PROBLEM. Exit 0 accepted, 1 rejected."""
+    from bot.engine.candidates import load_candidate
     from bot.engine.evaluate import evaluate
     from bot.engine.problems import load_problem
     from bot.report.tables import verdict_json
@@ -132,6 +132,7 @@ def bench(problem: str, candidates: tuple[str, ...], baseline: str | None, time_
           min_speedup: float, device: str, sandbox: str, as_json: bool, timing: str, replicas: int,
           shapes: str | None) -> None:
     """Verify, then time CANDIDATES against the baseline in one interleaved run."""
+    from bot.engine.candidates import default_baseline, load_candidate
     from bot.engine.evaluate import evaluate
     from bot.engine.problems import load_problem, only_shapes
     from bot.report.tables import bench_json, render_table

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.cli import load_candidate  # noqa: E402
+from bot.engine.candidates import load_candidate  # noqa: E402
 from bot.engine.evaluate import EvalOptions, evaluate  # noqa: E402
 from bot.engine.problems import load_problem  # noqa: E402
 from bot.sandbox import Limits, make_sandbox  # noqa: E402
