@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-from bot.domain import CandidateSource, Origin
-from bot.evaluate import EvalOptions, evaluate
-from bot.problems import load_problem, only_shapes
+from bot.core.domain import CandidateSource, Origin
+from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.problems import load_problem, only_shapes
 from bot.sandbox import Limits
-from bot.timing import TimingOptions
+from bot.engine.timing import TimingOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTED = time.monotonic()

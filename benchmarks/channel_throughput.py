@@ -1,4 +1,4 @@
-"""Throughput of the worker channel (bot/channel.py) for large tensors: signed frames of a
+"""Throughput of the worker channel (bot/protocol/channel.py) for large tensors: signed frames of a
 128 MB float32 tensor over a socket pair, one thread writing, one reading.
 
     PYTHONPATH=. python benchmarks/channel_throughput.py [--frames 20]
@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from bot.channel import Channel
+from bot.protocol.channel import Channel
 
 
 def main() -> None:

@@ -24,12 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.cli import load_candidate  # noqa: E402
-from bot.evaluate import EvalOptions, evaluate  # noqa: E402
-from bot.problems import load_problem  # noqa: E402
+from bot.engine.candidates import load_candidate  # noqa: E402
+from bot.engine.evaluate import EvalOptions, evaluate  # noqa: E402
+from bot.engine.problems import load_problem  # noqa: E402
 from bot.sandbox import Limits, make_sandbox  # noqa: E402
-from bot.timing import TimingOptions  # noqa: E402
-from bot.workers import WorkerClient  # noqa: E402
+from bot.engine.timing import TimingOptions  # noqa: E402
+from bot.engine.workers import WorkerClient  # noqa: E402
 
 BACKENDS = ("process", "docker")
 

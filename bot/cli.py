@@ -11,9 +11,8 @@ from pathlib import Path
 
 import click
 
-from bot.candidates import default_baseline, load_candidate  # noqa: F401 (re-exported)
-from bot.domain import STEADY_REPLICAS
-from bot.errors import BotError
+from bot.core.domain import STEADY_REPLICAS
+from bot.core.errors import BotError
 from bot.options import evaluation_options, job_options, optimize_options, resolve_device
 
 DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
@@ -93,10 +92,11 @@ def main(verbose: bool, quiet: bool) -> None:
 @JSON
 def verify(problem: str, candidate: str, device: str, sandbox: str, as_json: bool) -> None:
     """Verify CANDIDATE (defines ModelNew) against PROBLEM. Exit 0 accepted, 1 rejected."""
-    from bot.evaluate import evaluate
-    from bot.problems import load_problem
-    from bot.report import verdict_json
-    from bot.timing import TimingOptions
+    from bot.engine.candidates import load_candidate
+    from bot.engine.evaluate import evaluate
+    from bot.engine.problems import load_problem
+    from bot.report.tables import verdict_json
+    from bot.engine.timing import TimingOptions
 
     prob = load_problem(problem)
     cand = load_candidate(candidate)
@@ -132,9 +132,10 @@ def bench(problem: str, candidates: tuple[str, ...], baseline: str | None, time_
           min_speedup: float, device: str, sandbox: str, as_json: bool, timing: str, replicas: int,
           shapes: str | None) -> None:
     """Verify, then time CANDIDATES against the baseline in one interleaved run."""
-    from bot.evaluate import evaluate
-    from bot.problems import load_problem, only_shapes
-    from bot.report import bench_json, render_table
+    from bot.engine.candidates import default_baseline, load_candidate
+    from bot.engine.evaluate import evaluate
+    from bot.engine.problems import load_problem, only_shapes
+    from bot.report.tables import bench_json, render_table
 
     dev = resolve_device(device)
     prob = only_shapes(load_problem(problem), _names(shapes), dev)
@@ -198,9 +199,9 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
              device: str, sandbox: str, as_json: bool, out: str | None, jobs: int, gpus: str | None,
              cache: bool, shapes: str | None, replicas: int) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
-    from bot.outputs import render_optimize
-    from bot.pipeline import optimize_all, raise_if_any_failed
-    from bot.problems import load_problem, only_shapes
+    from bot.engine.outputs import render_optimize
+    from bot.engine.pipeline import optimize_all, raise_if_any_failed
+    from bot.engine.problems import load_problem, only_shapes
 
     options = optimize_options(device, sandbox, strategy, model, backend, samples, budget_s,
                                max_rounds, min_speedup, time_cap_s, max_tokens, exclude, cache, timing,
@@ -248,10 +249,10 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     """The whole pipeline locally, then print the pull request it would open. No GitHub, no token.
 
     On the default branch with nothing changed, it runs every problem (the embedded default)."""
-    from bot.changes import changed_files_git, default_base
+    from bot.engine.changes import changed_files_git, default_base
     from bot.config import load_settings
-    from bot.domain import Trigger
-    from bot.pipeline import Job, describe_plan, raise_if_any_failed, run_job, select_problems
+    from bot.core.domain import Trigger
+    from bot.engine.pipeline import Job, describe_plan, raise_if_any_failed, run_job, select_problems
 
     repo = Path(repo_path).resolve()
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
@@ -297,7 +298,7 @@ def run(ctx: click.Context, results_dir: str, shard: str | None, strategy: str, 
         min_speedup: float, max_plausible_speedup: float, time_cap_s: float | None, timing: str,
         exclude: tuple[str, ...], device: str, sandbox: str, jobs: int, gpus: str | None) -> None:
     """Stage 1 of the Action (GPU runner, read-only token): event -> results directory."""
-    from bot.actions import run_stage_one
+    from bot.stage_one import run_stage_one
 
     overrides = _explicit(ctx, strategy=strategy, model=model, backend=backend, samples=samples,
                           budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,
@@ -314,7 +315,7 @@ def run(ctx: click.Context, results_dir: str, shard: str | None, strategy: str, 
               help="Checkout of the default branch (default: $GITHUB_WORKSPACE or .).")
 def publish(results_dir: str, repo_path: str | None) -> None:
     """Stage 2 of the Action (write token): open or update the follow-up PR, comment, check run."""
-    from bot.actions import publish_stage_two
+    from bot.github.stage_two import publish_stage_two
 
     publish_stage_two(Path(results_dir), Path(repo_path) if repo_path else None, click.echo)
 
@@ -326,8 +327,8 @@ def publish(results_dir: str, repo_path: str | None) -> None:
 def plan_cmd(shards: int, repo_path: str, as_json: bool) -> None:
     """Print a GitHub Actions matrix that splits every problem over SHARDS runners."""
     from bot.config import load_settings
-    from bot.pipeline import select_problems
-    from bot.shards import matrix
+    from bot.engine.pipeline import select_problems
+    from bot.core.shards import matrix
 
     repo = Path(repo_path).resolve()
     problems = select_problems(repo, load_settings(repo), None)
@@ -345,6 +346,6 @@ def plan_cmd(shards: int, repo_path: str, as_json: bool) -> None:
 @click.option("--repo", "repo_path", default=".", type=click.Path(file_okay=False, exists=True))
 def merge(dirs: tuple[str, ...], out: str, repo_path: str) -> None:
     """Combine shard results directories into one results.json, report and PR plan."""
-    from bot.actions import merge_results
+    from bot.stage_one import merge_results
 
     merge_results([Path(d) for d in dirs], Path(out), Path(repo_path).resolve(), click.echo)

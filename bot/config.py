@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import json
 import math
 import os
 import re
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Mapping, Sequence
 
-from bot.errors import BotError
+from bot.core.errors import BotError
 
 PYPROJECT = "pyproject.toml"
 KERNEL_BOT_TOML = "kernel-bot.toml"
@@ -36,7 +37,7 @@ class Settings:
     max_rounds: int = 5
     samples: int = 2
     min_speedup: float = 1.05
-    # A speedup above it is flagged for a human and never claimed (bot.plausible).
+    # A speedup above it is flagged for a human and never claimed (bot.core.plausible).
     max_plausible_speedup: float = 100.0
     model: str | None = None
     backend: str = "triton"  # "triton" | "cuda"
@@ -47,7 +48,7 @@ class Settings:
     # draws it from the validated numbers itself, so it is no file of the untrusted results.
     chart_path: str = "docs/kernel-bot/speedups.png"
     time_cap_s: float | None = None
-    timing: str = "latency"  # "latency" | "throughput" | "graph" (bot.timing.TimingOptions.mode)
+    timing: str = "latency"  # "latency" | "throughput" | "graph" (bot.engine.timing.TimingOptions.mode)
     device: str = "auto"  # "auto" | "cpu" | "cuda"
 
 
@@ -316,3 +317,11 @@ def github_env(environ: Mapping[str, str] | None = None,
                      api_url=(get("GITHUB_API_URL") or "https://api.github.com").rstrip("/"),
                      step_summary=path("GITHUB_STEP_SUMMARY"), output=path("GITHUB_OUTPUT"),
                      sha=get("GITHUB_SHA"), run_id=get("GITHUB_RUN_ID"), token=get("GITHUB_TOKEN"))
+
+
+def read_event(env: GitHubEnv) -> dict[str, Any]:
+    """The event payload at GITHUB_EVENT_PATH ({} when unset); BotError when unreadable."""
+    try:
+        return json.loads(env.event_path.read_text()) if env.event_path else {}
+    except (OSError, ValueError) as exc:
+        raise BotError(f"GITHUB_EVENT_PATH={env.event_path}: unreadable event ({exc})") from None

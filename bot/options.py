@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.errors import BotError
+from bot.core.errors import BotError
 
 
 def resolve_device(device: str) -> str:
@@ -22,8 +22,8 @@ def resolve_device(device: str) -> str:
 def evaluation_options(device: str, sandbox: str, time_cap_s: float | None = None,
                        min_speedup: float = 1.05, use_cache: bool = False, timing_mode: str = "latency",
                        replicas: int = 2):
-    from bot.evaluate import EvalOptions
-    from bot.timing import TimingOptions
+    from bot.engine.evaluate import EvalOptions
+    from bot.engine.timing import TimingOptions
 
     # The modes differ only in how GPU work is timed; a CPU is timed by its host clock in every
     # mode, so the options (and the cache key made from them) say so.
@@ -38,7 +38,7 @@ def optimize_options(device: str, sandbox: str, strategy: str, model: str | None
                      time_cap_s: float | None, max_tokens: int | None, exclude: tuple[str, ...] = (),
                      use_cache: bool = True, timing_mode: str = "latency", replicas: int = 2,
                      max_plausible_speedup: float = 100.0):
-    from bot.optimize import OptimizeOptions
+    from bot.engine.optimize import OptimizeOptions
 
     return OptimizeOptions(strategy=strategy, model=model, backend=backend, samples=samples,
                            budget_s=budget_s, max_rounds=max_rounds, min_speedup=min_speedup,

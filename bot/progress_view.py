@@ -1,6 +1,6 @@
 """How progress reaches the person watching: live bars on a terminal, plain lines in CI logs.
 
-The pipeline reports progress as lines (bot.domain.Progress). On a terminal those lines drive one
+The pipeline reports progress as lines (bot.core.domain.Progress). On a terminal those lines drive one
 rich bar per problem, through its phases (construct: starting workers; verify: reference and
 trials per shape; time: interleaved rounds per shape), with counts and elapsed and remaining
 time; lines that are not phase steps (failures, notes) print above the bars. Elsewhere (CI logs,
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any, Iterator, Sequence
 
-from bot.domain import Progress
+from bot.core.domain import Progress
 
 # "rmsnorm [small] verified: 3 of 3 contender(s) pass", "rmsnorm: search round, ..."
 _LINE = re.compile(r"^(?P<name>[\w.-]+)(?: \[(?P<shape>[^\]]+)\])?:? (?P<rest>.*)$")
@@ -160,7 +160,7 @@ def results_table(problems: Sequence[dict[str, Any]], stream: IO[str], terminal:
     from rich.console import Console
     from rich.table import Table
 
-    from bot import report_data as rd
+    from bot.report import data as rd
 
     table = Table(title="kernel-bot results", title_justify="left")
     for column, justify in (("operator", "left"), ("outcome", "left"), ("best candidate", "left"),

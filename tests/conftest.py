@@ -33,9 +33,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def quick_options():
     """Evaluation options sized for CPU tests: short timing, strict call timeouts."""
-    from bot.evaluate import EvalOptions
+    from bot.engine.evaluate import EvalOptions
     from bot.sandbox import Limits
-    from bot.timing import TimingOptions
+    from bot.engine.timing import TimingOptions
 
     def make(**overrides):
         limits = overrides.pop("limits", Limits(memory_mb=4096, import_timeout_s=120,

@@ -1,7 +1,7 @@
 """Stage-1 artifacts for stage-2 tests, serialised by stage 1's own code (no GPU, no workers).
 
-The measurements are synthetic, but the speedups and intervals come from `bot.bench` and the
-JSON from `bot.pipeline.results_payload`, exactly as `bot run` writes them.
+The measurements are synthetic, but the speedups and intervals come from `bot.core.stats` and the
+JSON from `bot.engine.pipeline.results_payload`, exactly as `bot run` writes them.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import random
 from pathlib import Path
 from typing import Any
 
-from bot import bench
-from bot.domain import (CandidateSource, CheckResult, Environment, Measurement, Origin, Problem, Shape,
+from bot.core import stats as bench
+from bot.core.domain import (CandidateSource, CheckResult, Environment, Measurement, Origin, Problem, Shape,
                         Trigger, Verdict)
-from bot.optimize import Attempt, OptimizeResult
-from bot.outcomes import ContenderOutcome, ShapeOutcome
-from bot.pipeline import results_payload
+from bot.engine.optimize import Attempt, OptimizeResult
+from bot.core.outcomes import ContenderOutcome, ShapeOutcome
+from bot.engine.pipeline import results_payload
 
 PROBLEM_SOURCE = ('import torch\n\nTARGET = "kernels/rmsnorm.py"\n\n'
                   "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n"

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from bot.bench import WorkerSpread, converged, geomean, speedup, worker_spread
-from bot.domain import Measurement
+from bot.core.stats import WorkerSpread, converged, geomean, speedup, worker_spread
+from bot.core.domain import Measurement
 
 
 def _noisy(median: float, n: int, rng: random.Random, spread: float = 0.03) -> Measurement:
@@ -235,7 +235,7 @@ def test_the_interval_is_a_function_of_the_samples_alone(tmp_path):
     cand = Measurement(tuple(70 * (1 + rng.gauss(0, 0.03)) for _ in range(40)), (5,) * 8, (0, 1) * 4)
     spread = worker_spread([base, cand], trusted=base)
     here = speedup(base, cand, spread=spread)
-    code = ("import json, sys; from bot.bench import speedup, WorkerSpread; from bot.domain import Measurement as M\n"
+    code = ("import json, sys; from bot.core.stats import speedup, WorkerSpread; from bot.core.domain import Measurement as M\n"
             "b, c, s = json.loads(sys.argv[1])\n"
             "r = speedup(M.from_samples_json(b), M.from_samples_json(c), spread=WorkerSpread(*s))\n"
             "print(json.dumps([r.ratio, r.ci_low, r.ci_high, 'numpy' in sys.modules]))")

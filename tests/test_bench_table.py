@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from bot.domain import STEADY_REPLICAS, CandidateSource, Environment, Measurement, Origin, Verdict
-from bot.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
-from bot.problems import load_problem
-from bot.report import render_table
+from bot.core.domain import STEADY_REPLICAS, CandidateSource, Environment, Measurement, Origin, Verdict
+from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
+from bot.engine.problems import load_problem
+from bot.report.tables import render_table
 from conftest import ROOT
 
 

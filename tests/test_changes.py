@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.changes import (affected_problems, changed_files_from_pr, changed_files_git,
+from bot.engine.changes import (affected_problems, changed_files_from_pr, changed_files_git,
                          default_base)
-from bot.errors import BotError
-from bot.problems import find_problems
+from bot.core.errors import BotError
+from bot.engine.problems import find_problems
 from conftest import ROOT
 
 PROBLEM = '''import torch

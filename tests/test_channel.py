@@ -7,7 +7,7 @@ import socket
 import pytest
 import torch
 
-from bot.channel import Channel, ChannelTampered, decode, encode
+from bot.protocol.channel import Channel, ChannelTampered, decode, encode
 
 
 def _pair(key=b"k" * 32):

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from bot.chart import CLAIMED, PARITY, SLOWER, chart_title, results_chart, speedup_figure
-from bot.report_data import chart_bars
+from bot.report.chart import CLAIMED, PARITY, SLOWER, chart_title, results_chart, speedup_figure
+from bot.report.data import chart_bars
 
 CPU = {"device": "cpu", "device_name": "AMD EPYC"}
 

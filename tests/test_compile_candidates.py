@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from bot.candidates import load_candidate
-from bot.evaluate import evaluate
-from bot.problems import load_problem
+from bot.engine.candidates import load_candidate
+from bot.engine.evaluate import evaluate
+from bot.engine.problems import load_problem
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 
@@ -38,7 +38,7 @@ def test_bundled_triton_target_is_accepted_on_cpu(quick_options):
 
 
 @pytest.mark.parametrize("problem_name, candidate", [
-    ("matmul_bias_gelu", "matmul_bias_gelu_triton.py"),  # bf16 tl.dot: see bot/triton_interp.py
+    ("matmul_bias_gelu", "matmul_bias_gelu_triton.py"),  # bf16 tl.dot: see bot/harness/triton_interp.py
     ("gelu", "gelu_tanh_triton.py"),
 ])
 def test_bf16_triton_candidates_are_accepted_through_the_interpreter(quick_options, problem_name, candidate):
@@ -56,7 +56,7 @@ def test_mended_interpreter_computes_bf16_dots_like_float32(tmp_path):
     script = tmp_path / "dot.py"
     script.write_text(
         "import torch, triton, triton.language as tl\n"
-        "from bot import triton_interp\n"
+        "from bot.harness import triton_interp\n"
         "@triton.jit\n"
         "def k(a_ptr, b_ptr, c_ptr):\n"
         "    r = tl.arange(0, 16)\n"

@@ -6,7 +6,7 @@ import pytest
 
 from bot.config import (GitHubEnv, Settings, github_env, load_settings, path_allowed,
                         path_matches)
-from bot.errors import BotError
+from bot.core.errors import BotError
 from conftest import ROOT
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.candidates import load_candidate
-from bot.evaluate import evaluate
-from bot.problems import load_problem
+from bot.engine.candidates import load_candidate
+from bot.engine.evaluate import evaluate
+from bot.engine.problems import load_problem
 from bot.sandbox import Limits
 from bot.sandbox.cgroup import TOP, cgroup2_mount
 from bot.sandbox.contained import containment

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from bot.candidates import default_baseline, load_candidate
-from bot.chart import results_chart
-from bot.domain import CandidateSource, Measurement, Origin, Speedup, Trigger, Verdict
-from bot.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
-from bot.outcomes import ContenderOutcome, ShapeOutcome
-from bot.pipeline import results_payload
-from bot.plan import plan_pull_request
-from bot.plausible import implausibility
-from bot.problems import load_problem
-from bot.report_data import chart_bars
-from bot.report_md import render_comment, render_step_summary
-from bot.simulated import simulated_reason
+from bot.engine.candidates import default_baseline, load_candidate
+from bot.report.chart import results_chart
+from bot.core.domain import CandidateSource, Measurement, Origin, Speedup, Trigger, Verdict
+from bot.engine.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
+from bot.core.outcomes import ContenderOutcome, ShapeOutcome
+from bot.engine.pipeline import results_payload
+from bot.report.plan import plan_pull_request
+from bot.core.plausible import implausibility
+from bot.engine.problems import load_problem
+from bot.report.data import chart_bars
+from bot.report.markdown import render_comment, render_step_summary
+from bot.engine.simulated import simulated_reason
 from conftest import CANDIDATES, PROBLEMS
 
 PR = Trigger(kind="pull_request", repo="acme/kernels", action="labeled", pr_number=7, base_ref="main",
@@ -86,7 +86,7 @@ def test_interpreted_triton_baseline_yields_no_claim_on_cpu(tmp_path, quick_opti
 
 @pytest.mark.slow
 def test_interpreted_triton_candidate_is_verified_not_timed(quick_options):
-    from bot.evaluate import evaluate
+    from bot.engine.evaluate import evaluate
 
     problem = load_problem(PROBLEMS / "big_add.py")
     base = default_baseline(problem)
@@ -96,7 +96,7 @@ def test_interpreted_triton_candidate_is_verified_not_timed(quick_options):
     assert outcome.not_timed == INTERPRETER and outcome.speedup is None
     assert result.baseline.not_timed is None
     assert result.baseline.shapes[0].measurement is not None  # the plain baseline was timed
-    from bot.report import render_table
+    from bot.report.tables import render_table
 
     assert f"big_add_triton: correct; not timed: {INTERPRETER}" in render_table(result)
 

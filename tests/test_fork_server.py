@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bot.candidates import load_candidate
-from bot.evaluate import evaluate
-from bot.problems import load_problem
+from bot.engine.candidates import load_candidate
+from bot.engine.evaluate import evaluate
+from bot.engine.problems import load_problem
 from bot.sandbox import process
 from bot.sandbox.base import BOT_ROOT, WorkerLaunch, worker_env
 from bot.sandbox.fork_server import ForkServer, _shut_nvml_down, cuda_driver_initialized

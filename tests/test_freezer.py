@@ -10,7 +10,7 @@ import pytest
 from bot.sandbox import Limits, freezer
 from bot.sandbox.contained import containment
 from bot.sandbox.process import ProcessSandbox
-from bot.workers import WorkerClient
+from bot.engine.workers import WorkerClient
 from conftest import PROBLEMS
 
 # At import: a child that burns CPU for as long as it is let run.

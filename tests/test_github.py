@@ -1,4 +1,5 @@
-"""bot.github through PyGithub, over HTTP, against the GitHub double (a real bare git repo behind it)."""
+"""bot.github.client through PyGithub, over HTTP, against the GitHub double (a real bare git
+repo behind it)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from bot.errors import BotError
-from bot.github import STICKY_MARKER, GitHubClient, trigger_from_event
+from bot.core.errors import BotError
+from bot.github.client import STICKY_MARKER, GitHubClient, trigger_from_event
 from github_double import SECONDARY_RATE_LIMIT, SERVER_ERROR, Fault, GitHubDouble, Identity
 from github_double.openapi import webhook_examples
 from github_double.records import CommentRecord, now
@@ -23,7 +24,7 @@ def double(tmp_path):
     with GitHubDouble(tmp_path, repo=REPO) as d:
         yield d
     unrouted = [(e.method, e.path) for e in d.exchanges if e.operation_id is None]
-    assert not unrouted, f"bot.github called operations the double does not implement: {unrouted}"
+    assert not unrouted, f"bot.github.client called operations the double does not implement: {unrouted}"
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.candidates import default_baseline, load_candidate
-from bot.evaluate import EvalOptions, evaluate
-from bot.problems import find_problems, load_problem
+from bot.engine.candidates import default_baseline, load_candidate
+from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.problems import find_problems, load_problem
 from bot.sandbox import Limits
-from bot.timing import TimingOptions
+from bot.engine.timing import TimingOptions
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 pytestmark = pytest.mark.gpu
@@ -222,7 +222,7 @@ def test_hiding_five_percent_of_a_compute_bound_gpu_call_is_caught():
 def test_answers_computed_while_inputs_are_staged_are_on_the_parents_clock():
     # On CUDA a worker draws its batch's inputs itself, inside its window: a candidate that
     # computes the answers there (cheat_precompute_on_stage.py) has that time on the parent's
-    # clock, beside its calls' (bot.timing._stage).
+    # clock, beside its calls' (bot.engine.timing._stage).
     problem = load_problem(PROBLEMS / "tall_matmul.py")
     names = ("cheat_precompute_on_stage", "tall_matmul_honest")
     result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names],

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-import bot.evaluate as ev
-from bot.errors import GpuOutOfMemory
-from bot.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
-from bot.evaluate import EvalOptions
-from bot.outcomes import ContenderOutcome, Evaluation
-from bot.problems import load_problem
+import bot.engine.evaluate as ev
+from bot.core.errors import GpuOutOfMemory
+from bot.core.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
+from bot.engine.evaluate import EvalOptions
+from bot.core.outcomes import ContenderOutcome, Evaluation
+from bot.engine.problems import load_problem
 from conftest import PROBLEMS
 
 OOM = CheckResult("call", False, "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB.")
@@ -72,7 +72,7 @@ def test_no_second_evaluation_on_cpu(setup):
 def test_still_short_beside_other_problems_hands_the_problem_back_to_run_alone(setup):
     # On the H200 swiglu's contenders ran out of memory beside three other problems; re-run
     # one at a time they were still beside them, and a rejection there would blame them for
-    # the others' memory. bot.lanes runs a GpuOutOfMemory problem again after the rest, alone.
+    # the others' memory. bot.engine.lanes runs a GpuOutOfMemory problem again after the rest, alone.
     problem, base, a, b, calls, scripted = setup
     scripted += [{"b"}, {"b"}]
     with pytest.raises(GpuOutOfMemory, match=r"1 contender\(s\) ran out of GPU memory even one at a time.*\(b\)"):
@@ -114,8 +114,8 @@ def test_an_allocation_failure_whose_memory_report_could_not_start_nvml_counts_a
 
 
 def test_a_baseline_rejected_after_a_round_that_accepted_it_keeps_the_rounds_before(setup):
-    from bot.errors import ProblemError
-    from bot.optimize import refuse_rejected_baseline
+    from bot.core.errors import ProblemError
+    from bot.engine.optimize import refuse_rejected_baseline
 
     problem, base, a, _b, _calls, _scripted = setup
     rejected = Evaluation(problem, ENV, _outcome(base, False, "baseline"), (_outcome(a, True),))

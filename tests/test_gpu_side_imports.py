@@ -1,6 +1,6 @@
 """The GPU-side path (verify, bench, optimize) runs where only torch, triton, numpy and click
 are installed: PyGithub, openai, junit-xml, docker, rich and matplotlib are for the GitHub, report
-and terminal edges."""
+and terminal edges, and the bot's own GitHub edge (bot.github) is not needed either."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ BLOCKER = """
 import importlib.abc, sys
 class Absent(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in {"junit_xml", "github", "openai", "docker", "rich", "matplotlib"}:
+        if (name.split(".")[0] in {"junit_xml", "github", "openai", "docker", "rich", "matplotlib"}
+                or name == "bot.github" or name.startswith("bot.github.")):
             raise ModuleNotFoundError(f"No module named {name!r} (absent on the GPU machine)")
 sys.meta_path.insert(0, Absent())
 from bot.cli import main

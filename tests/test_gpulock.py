@@ -10,7 +10,7 @@ import textwrap
 import threading
 import time
 
-from bot.gpulock import _lock_for, gpu_exclusive, gpu_shared
+from bot.engine.gpulock import _lock_for, gpu_exclusive, gpu_shared
 
 KEY = f"test-starve-{time.time_ns()}"
 
@@ -18,7 +18,7 @@ KEY = f"test-starve-{time.time_ns()}"
 # at every moment one of them holds it.
 READERS = textwrap.dedent("""
     import sys, threading, time
-    from bot.gpulock import gpu_shared, _lock_file
+    from bot.engine.gpulock import gpu_shared, _lock_file
     key, seconds = sys.argv[1], float(sys.argv[2])
     end = time.monotonic() + seconds
     def reader(offset):

@@ -1,4 +1,4 @@
-"""The input distributions (bot/worker_inputs.py): deterministic from the seed, integer inputs
+"""The input distributions (bot/harness/inputs.py): deterministic from the seed, integer inputs
 untouched, rows of every scale, and "limits" values an honest kernel keeps finite."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 
-from bot.distributions import DISTRIBUTIONS
-from bot.problems import load_problem
-from bot.trials import skip_notes, trial_plan
-from bot.worker_inputs import ROW_SCALES, limit_scale, transform
+from bot.core.distributions import DISTRIBUTIONS
+from bot.engine.problems import load_problem
+from bot.engine.trials import skip_notes, trial_plan
+from bot.harness.inputs import ROW_SCALES, limit_scale, transform
 from conftest import PROBLEMS
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from bot import cores
-from bot.candidates import default_baseline, load_candidate
-from bot.errors import BotError, GpuOutOfMemory, ProblemError
-from bot.evaluate import _problem_failure, evaluate
-from bot.lanes import Lanes, run_problems
-from bot.problems import load_problem
-from bot.workers import WorkerFailure
+from bot.sandbox import cores
+from bot.engine.candidates import default_baseline, load_candidate
+from bot.core.errors import BotError, GpuOutOfMemory, ProblemError
+from bot.engine.evaluate import _problem_failure, evaluate
+from bot.engine.lanes import Lanes, run_problems
+from bot.engine.problems import load_problem
+from bot.engine.workers import WorkerFailure
 from conftest import CANDIDATES, PROBLEMS
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from bot.domain import CandidateSource, Origin, Problem, Shape
+from bot.core.domain import CandidateSource, Origin, Problem, Shape
 from bot.propose.base import H200, BudgetExhausted, Feedback, ProposalRequest
 from bot.propose.llm import LlmError, LlmProposer, redact
 from bot.propose.parse import parse_answer, split_think

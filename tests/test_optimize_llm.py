@@ -8,13 +8,13 @@ import json
 import subprocess
 import sys
 
-from bot.candidates import default_baseline
-from bot.evaluate import EvalOptions
-from bot.optimize import OptimizeOptions, optimize
-from bot.problems import load_problem
+from bot.engine.candidates import default_baseline
+from bot.engine.evaluate import EvalOptions
+from bot.engine.optimize import OptimizeOptions, optimize
+from bot.engine.problems import load_problem
 from bot.propose.llm import LlmProposer
 from bot.sandbox import Limits
-from bot.timing import TimingOptions
+from bot.engine.timing import TimingOptions
 from conftest import CANDIDATES, PROBLEMS, ROOT
 from openai_double import Answer, Delay, Malformed, OpenAIDouble, Status
 

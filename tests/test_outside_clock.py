@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from bot.candidates import default_baseline, load_candidate
-from bot.evaluate import EvalOptions, evaluate
-from bot.problems import load_problem
+from bot.engine.candidates import default_baseline, load_candidate
+from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.problems import load_problem
 from bot.sandbox import Limits
-from bot.timing import TimingOptions
+from bot.engine.timing import TimingOptions
 from conftest import CANDIDATES, PROBLEMS
 
 pytestmark = pytest.mark.slow

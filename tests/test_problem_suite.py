@@ -23,8 +23,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bot.distributions import DISTRIBUTIONS  # noqa: E402
-from bot.worker_inputs import transform as worker_transform  # noqa: E402
+from bot.core.distributions import DISTRIBUTIONS  # noqa: E402
+from bot.harness.inputs import transform as worker_transform  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "problems"
@@ -100,7 +100,7 @@ def as_tuple(out):
 
 
 def transform(inputs, distribution: str, seed: int = 0):
-    """The worker's own transformation (bot/worker_inputs.py), as the verifier applies it."""
+    """The worker's own transformation (bot/harness/inputs.py), as the verifier applies it."""
     return worker_transform(list(inputs), distribution, seed)
 
 
@@ -408,7 +408,7 @@ _TRITON_SCRIPT = textwrap.dedent(
     """
     import importlib.util, json, sys
     import torch
-    from bot.worker_inputs import transform
+    from bot.harness.inputs import transform
 
     def load(path, name):
         spec = importlib.util.spec_from_file_location(name, path)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bot.errors import ProblemError
-from bot.evaluate import evaluate
-from bot.problems import find_problems, load_problem
+from bot.core.errors import ProblemError
+from bot.engine.evaluate import evaluate
+from bot.engine.problems import find_problems, load_problem
 from conftest import PROBLEMS, ROOT
 
 KERNELBENCH = '''import torch

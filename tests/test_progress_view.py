@@ -11,7 +11,7 @@ from bot.cli import main
 from bot.progress_view import ProblemPlan, progress_view, results_table
 from conftest import CANDIDATES, PROBLEMS
 
-# What one problem's evaluation reports, in order (bot.evaluate, bot.trials, bot.timing, bot.pipeline).
+# What one problem's evaluation reports, in order (bot.engine: evaluate, trials, timing, pipeline).
 RUN = ["[1/2] rotary_embedding",
        "rotary_embedding: search round, 3 candidate(s), 24 skipped",
        "rotary_embedding: starting 4 worker(s)",

@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from bot.actions import publish_stage_two
-from bot.errors import BotError
+from bot.github.stage_two import publish_stage_two
+from bot.core.errors import BotError
 from github_double import Fault, GitHubDouble
 from github_double import payloads as P
 from github_double.session import client_for

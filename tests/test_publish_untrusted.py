@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from bot.distributions import DISTRIBUTIONS
-from bot.errors import BotError
-from bot.results_schema import MAX_DEPTH
-from bot.untrusted import MAX_RESULTS_BYTES, load_results, validate_results
+from bot.core.distributions import DISTRIBUTIONS
+from bot.core.errors import BotError
+from bot.core.results_schema import MAX_DEPTH
+from bot.github.untrusted import MAX_RESULTS_BYTES, load_results, validate_results
 from stage_two_artifacts import honest_results
 
 ALLOWED = lambda path: path.startswith("kernels/")  # noqa: E731
@@ -91,7 +91,7 @@ def test_size_cap_symlink_nan_deep_json_and_bad_json(tmp_path):
 
 
 def test_many_speedups_are_re_derived_over_processes_to_the_same_bits():
-    from bot.rederive import rederive
+    from bot.github.rederive import rederive
 
     results = honest_results(slower_attempts=11)  # 12 speedups: the process pool's path
     derived = rederive(results, 1.05)

@@ -1,5 +1,7 @@
-"""`bot publish` runs with torch, triton, docker, openai and the sandbox unimportable:
-the job holding the write token installs none of them."""
+"""`bot publish` runs with torch, triton, docker, openai and the bot's stage 1 packages
+(bot.engine, bot.harness, bot.sandbox, ...) unimportable: the job holding the write token
+installs none of those libraries, and stage 2 needs none of the bot's code that runs
+candidates."""
 
 from __future__ import annotations
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.domain import Trigger
-from bot.plan import CHART_PATH, plan_pull_request
-from bot.report_junit import render_junit
-from bot.report_md import (GITHUB_BODY_MAX_CHARS, REPORT_MARKER, STEP_SUMMARY_MAX_BYTES, STICKY_MARKER,
+from bot.core.domain import Trigger
+from bot.report.plan import CHART_PATH, plan_pull_request
+from bot.report.junit import render_junit
+from bot.report.markdown import (GITHUB_BODY_MAX_CHARS, REPORT_MARKER, STEP_SUMMARY_MAX_BYTES, STICKY_MARKER,
                            render_comment, render_pr_body, render_step_summary)
 from conftest import ROOT
 
@@ -160,7 +160,7 @@ def test_step_summary_lists_every_attempt_and_stays_under_1_mib(mixed):
 
 
 def test_sticky_marker_matches_the_github_client():
-    github = pytest.importorskip("bot.github")
+    github = pytest.importorskip("bot.github.client")
     assert STICKY_MARKER == github.STICKY_MARKER
 
 
@@ -242,7 +242,7 @@ def test_chart_path_is_configurable_never_a_candidates_and_can_be_off(mixed, rep
 
 
 def test_patch_handles_files_without_a_final_newline(tmp_path):
-    from bot.plan import unified_patch
+    from bot.report.plan import unified_patch
 
     (tmp_path / "k.py").write_text("a = 1\nb = 2")
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
@@ -295,7 +295,7 @@ def test_no_improvement_is_none_at_night_and_a_comment_on_a_pr(real, mixed, repo
 
 
 def test_report_modules_do_not_import_matplotlib_or_pygithub():
-    code = ("import sys; import bot.report_md, bot.report_junit, bot.chart, bot.plan; "
+    code = ("import sys; import bot.report.markdown, bot.report.junit, bot.report.chart, bot.report.plan; "
             "bad = {'matplotlib', 'github', 'torch'} & set(sys.modules); assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 

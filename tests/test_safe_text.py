@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.safe_text import inert, inert_results, title
+from bot.core.safe_text import inert, inert_results, title
 
 
 @pytest.mark.parametrize("text,gone", [

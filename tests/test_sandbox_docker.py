@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from bot.candidates import load_candidate
-from bot.errors import BotError
-from bot.evaluate import EvalOptions, evaluate
-from bot.problems import load_problem
+from bot.engine.candidates import load_candidate
+from bot.core.errors import BotError
+from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.problems import load_problem
 from bot.sandbox import Limits, WorkerLaunch
-from bot.timing import TimingOptions
-from bot.workers import WorkerClient
+from bot.engine.timing import TimingOptions
+from bot.engine.workers import WorkerClient
 
 pytestmark = pytest.mark.docker
 
@@ -257,7 +257,7 @@ def test_missing_image_names_how_to_build_it(engine, monkeypatch):
 def test_gpu_worker_requests_exactly_one_gpu(engine, tmp_path, monkeypatch):
     """The device request names the one GPU. Without the NVIDIA toolkit the engine refuses
     to start it: a clear error and no container left; with it, the worker starts."""
-    from bot.errors import HarnessError
+    from bot.core.errors import HarnessError
     from bot.sandbox.docker import DockerSandbox
 
     from docker.models.containers import ContainerCollection

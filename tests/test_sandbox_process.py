@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from bot.candidates import load_candidate
-from bot.evaluate import evaluate
-from bot.problems import load_problem
+from bot.engine.candidates import load_candidate
+from bot.engine.evaluate import evaluate
+from bot.engine.problems import load_problem
 from bot.sandbox import Limits
 from bot.sandbox.base import WorkerLaunch, worker_env
 from conftest import CANDIDATES, PROBLEMS
@@ -56,7 +56,7 @@ def test_a_fake_torch_on_the_path_cannot_shadow_the_real_one(quick_options, tmp_
 def test_contenders_built_side_by_side_each_keep_their_own_verdict(quick_options):
     # Builds run `parallel` at a time: a failing build and one that starts a thread must
     # still fail only themselves, and the honest one between them pass.
-    from bot.domain import CandidateSource, Origin
+    from bot.core.domain import CandidateSource, Origin
 
     honest = load_candidate(CANDIDATES / "honest.py")
     broken = CandidateSource("broken-build", honest.source + (

@@ -6,15 +6,15 @@ import ast
 import re
 from dataclasses import replace
 
-from bot.evaluate import evaluate
-from bot.problems import load_problem
-from bot.domain import source_hash
+from bot.engine.evaluate import evaluate
+from bot.engine.problems import load_problem
+from bot.core.domain import source_hash
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import PATHS, kernel_source, path_candidate, path_of
 from bot.propose.search import search_candidates
 from bot.propose.split import Split, split_candidate
 from bot.propose.tuning import TUNABLES, autotune_variants, setting_of, tunable_constants
-from bot.trials import tunes_on_first_call
+from bot.engine.trials import tunes_on_first_call
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 
@@ -184,7 +184,7 @@ def test_short_attention_kernel_matches_float64_on_shapes_the_problem_does_not_h
 
     script = tmp_path / "shapes.py"
     script.write_text("import torch\n" + PATHS["sdpa:triton-short"].helper + """
-from bot.triton_interp import mend_bf16_dot
+from bot.harness.triton_interp import mend_bf16_dot
 assert mend_bf16_dot()
 F = torch.nn.functional
 torch.manual_seed(0)
@@ -292,8 +292,8 @@ def test_autotune_variants_change_only_the_constants_and_are_verified(quick_opti
 
 
 def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_options, tmp_path):
-    from bot.candidates import load_candidate
-    from bot.domain import CandidateSource, Origin
+    from bot.engine.candidates import load_candidate
+    from bot.core.domain import CandidateSource, Origin
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     honest = load_candidate(CANDIDATES / "honest.py")
@@ -351,8 +351,8 @@ def test_autotuning_leaves_out_settings_already_tried():
 
 
 def _tuned_outcome(source: str, ratio: float, accepted: bool = True, parent: str = ""):
-    from bot.domain import CandidateSource, Origin, Speedup, Verdict
-    from bot.outcomes import ContenderOutcome, ShapeOutcome
+    from bot.core.domain import CandidateSource, Origin, Speedup, Verdict
+    from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 
     name = "tune-" + "-".join(f"{k.lower()}{v}" for k, v in tunable_constants(source).items())
     sp = Speedup(ratio, ratio * 0.98, ratio * 1.02, 0.95, "faster" if ratio * 0.98 > 1.05 else "no significant difference")
@@ -362,7 +362,7 @@ def _tuned_outcome(source: str, ratio: float, accepted: bool = True, parent: str
 
 
 def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline():
-    from bot.optimize import Attempt, tuning_step
+    from bot.engine.optimize import Attempt, tuning_step
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
     target = next(b for b in bases_for(problem) if b.label == "target")
@@ -387,11 +387,11 @@ def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline(
 
 
 def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
-    import bot.optimize as optimize_module
-    from bot.domain import CandidateSource, Environment, Origin
-    from bot.evaluate import EvalOptions
-    from bot.outcomes import Evaluation
-    from bot.optimize import OptimizeOptions
+    import bot.engine.optimize as optimize_module
+    from bot.core.domain import CandidateSource, Environment, Origin
+    from bot.engine.evaluate import EvalOptions
+    from bot.core.outcomes import Evaluation
+    from bot.engine.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
     target = next(b for b in bases_for(problem) if b.label == "target")
@@ -423,11 +423,11 @@ def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
 
 
 def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
-    import bot.optimize as optimize_module
-    from bot.domain import CandidateSource, Environment, Origin
-    from bot.evaluate import EvalOptions
-    from bot.outcomes import Evaluation
-    from bot.optimize import OptimizeOptions
+    import bot.engine.optimize as optimize_module
+    from bot.core.domain import CandidateSource, Environment, Origin
+    from bot.engine.evaluate import EvalOptions
+    from bot.core.outcomes import Evaluation
+    from bot.engine.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
     kernel = problem.target.read_text()  # stands in for an LLM's Triton kernel with knobs

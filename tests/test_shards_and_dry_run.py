@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
-from bot.errors import BotError
-from bot.problems import find_problems
-from bot.shards import assign, expected_cost, parse_shard
+from bot.core.errors import BotError
+from bot.engine.problems import find_problems
+from bot.core.shards import assign, expected_cost, parse_shard
 from conftest import FIXTURES, ROOT
 
 
@@ -108,9 +108,9 @@ def test_merge_combines_shards(tmp_path):
 
 
 def test_problems_optimised_at_once_share_the_verification_workers(monkeypatch):
-    import bot.pipeline as pipeline
-    from bot.evaluate import EvalOptions
-    from bot.optimize import OptimizeOptions, failed_result
+    import bot.engine.pipeline as pipeline
+    from bot.engine.evaluate import EvalOptions
+    from bot.engine.optimize import OptimizeOptions, failed_result
 
     seen = []
     monkeypatch.setattr(pipeline, "optimize", lambda problem, baseline, options, progress: seen.append(

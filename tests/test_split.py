@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from bot.domain import CandidateSource, Environment, Origin, Speedup, Verdict
-from bot.evaluate import EvalOptions, evaluate
-from bot.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
-from bot.optimize import Attempt, split_candidates
-from bot.problems import load_problem
+from bot.core.domain import CandidateSource, Environment, Origin, Speedup, Verdict
+from bot.engine.evaluate import EvalOptions, evaluate
+from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
+from bot.engine.optimize import Attempt, split_candidates
+from bot.engine.problems import load_problem
 from bot.propose.derive import Base
 from bot.propose.split import Split, input_bytes, plan_split, split_candidate
-from bot.timing import TimingOptions
+from bot.engine.timing import TimingOptions
 from conftest import ROOT
 
 DECODE, PREFILL = "bfloat16[32, 4096], bfloat16[4096]", "bfloat16[8192, 4096], bfloat16[4096]"
@@ -108,7 +108,7 @@ def test_split_candidate_is_accepted_by_the_verifier(tmp_path):
 def test_a_gain_on_one_shape_does_not_pay_for_a_loss_on_another():
     # What the H200 PR-flow run picked: 4.1x on decode, 0.92x on both prefill shapes. The
     # geometric mean clears 1.05x, yet a PR that slows prefill down is no improvement.
-    from bot.optimize import select_best
+    from bot.engine.optimize import select_best
 
     mixed = _outcome("tune-a", [4.1, 0.92])
     steady = _outcome("tune-b", [1.3, 1.1])
@@ -118,7 +118,7 @@ def test_a_gain_on_one_shape_does_not_pay_for_a_loss_on_another():
     assert select_best([Attempt(0, mixed)], 1.05) is None
     assert "significantly slower on prefill" in Attempt(0, mixed).reason
     assert Attempt(0, mixed).to_json(1.05)["slower_shapes"] == ["prefill"]
-    from bot.report_md import attempts_table
+    from bot.report.markdown import attempts_table
 
     table = attempts_table({"min_speedup": 1.05, "attempts": [Attempt(0, mixed).to_json(1.05)]})
     assert "significantly slower on prefill" in table and "interval clears" not in table
@@ -127,7 +127,7 @@ def test_a_gain_on_one_shape_does_not_pay_for_a_loss_on_another():
 def test_a_loss_is_refused_only_when_as_clear_as_a_gain_must_be():
     # cross_entropy on the H200: the split took torch.compile on prefill (4.7x) and eager on
     # decode, where its wrapper cost 0.93x [0.92, 0.96]: inside the 1/1.05 a slowdown needs.
-    from bot.optimize import select_best
+    from bot.engine.optimize import select_best
 
     split = _outcome("split-reference", [0.94, 4.7], spread=0.015)
     assert split.shapes[0].speedup.ci_high > 1 / 1.05 and split.shapes[0].speedup.ci_high < 1

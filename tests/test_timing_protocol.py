@@ -8,10 +8,10 @@ import time
 
 import torch
 
-from bot.problems import load_problem
-from bot.worker_shared import hash_tensor
-from bot.timing import TimingOptions, screened_out, time_interleaved
-from bot.trials import ReferenceInfo
+from bot.engine.problems import load_problem
+from bot.harness.shared import hash_tensor
+from bot.engine.timing import TimingOptions, screened_out, time_interleaved
+from bot.engine.trials import ReferenceInfo
 from conftest import PROBLEMS
 
 
@@ -229,7 +229,7 @@ def test_few_contenders_are_retired_together_when_timing_ends():
 
 
 def test_the_parents_clock_shows_the_time_a_worker_leaves_out_of_its_report():
-    from bot import verify
+    from bot.engine import verify
 
     for mode in ("latency", "throughput"):  # calls timed one by one, and batches back to back
         options = TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=4_000, mode=mode)

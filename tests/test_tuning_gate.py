@@ -1,6 +1,6 @@
 """Code that tunes by timing: its compilation beside other trials, its timing of kernel
-variants with the GPU to itself (bot.tuning_gate in the worker, bot.gpulock.GpuHandover and
-bot.trials in the bot)."""
+variants with the GPU to itself (bot.harness.tuning_gate in the worker,
+bot.engine.gpulock.GpuHandover and bot.engine.trials in the bot)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import threading
 
 import pytest
 
-from bot.gpulock import GpuHandover, _RWLock
-from bot.problems import load_problem
+from bot.engine.gpulock import GpuHandover, _RWLock
+from bot.engine.problems import load_problem
 from bot.sandbox import Limits
 from bot.sandbox.process import ProcessSandbox
-from bot.trials import run_trials
-from bot.tuning_gate import TuningGate
-from bot.workers import WorkerClient, WorkerFailure
+from bot.engine.trials import run_trials
+from bot.harness.tuning_gate import TuningGate
+from bot.engine.workers import WorkerClient, WorkerFailure
 from conftest import CANDIDATES, PROBLEMS
 
 PROBLEM = PROBLEMS / "scale_add.py"

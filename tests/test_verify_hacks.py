@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from bot.candidates import load_candidate
-from bot.evaluate import evaluate
-from bot.problems import load_problem
+from bot.engine.candidates import load_candidate
+from bot.engine.evaluate import evaluate
+from bot.engine.problems import load_problem
 from conftest import CANDIDATES, PROBLEMS
 
 # cheat file -> the check that must reject it
@@ -50,9 +50,9 @@ ACCEPTED = ["honest", "fallback_reference", "cheat_patch_timers", "cheat_env_sec
 def outcomes(request):
     import os
 
-    from bot.evaluate import EvalOptions
+    from bot.engine.evaluate import EvalOptions
     from bot.sandbox import Limits
-    from bot.timing import TimingOptions
+    from bot.engine.timing import TimingOptions
 
     # Credentials in the bot's environment must never reach a worker.
     os.environ["GITHUB_TOKEN"] = "ghp_secret_for_tests"

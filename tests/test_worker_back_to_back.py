@@ -9,9 +9,9 @@ import time
 
 import torch
 
-import bot.worker as worker
-import bot.worker_shared as shared
-import bot.worker_timing as worker_timing
+import bot.harness.worker as worker
+import bot.harness.shared as shared
+import bot.harness.timing as worker_timing
 from conftest import PROBLEMS
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import contextlib
 
-import bot.worker as worker
-import bot.worker_shared as shared
-from bot.distributions import DISTRIBUTIONS
+import bot.harness.worker as worker
+import bot.harness.shared as shared
+from bot.core.distributions import DISTRIBUTIONS
 from conftest import PROBLEMS
 
 
@@ -44,10 +44,10 @@ def test_release_drops_the_fingerprint_vectors_and_they_come_back_the_same(monke
 
 def test_only_the_reference_worker_describes_the_machine(monkeypatch, quick_options):
     # nvidia-smi is a subprocess per worker; 29 workers started it at once on the H200.
-    import bot.workers as workers
-    from bot.candidates import load_candidate
-    from bot.evaluate import evaluate
-    from bot.problems import load_problem
+    import bot.engine.workers as workers
+    from bot.engine.candidates import load_candidate
+    from bot.engine.evaluate import evaluate
+    from bot.engine.problems import load_problem
     from conftest import CANDIDATES
 
     hellos: list[tuple[str, bool]] = []
@@ -90,8 +90,8 @@ def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
     # rmsnorm's 8192x8192 shape out of memory beside another problem.
     import random
 
-    from bot.problems import load_problem
-    from bot.trials import run_trials
+    from bot.engine.problems import load_problem
+    from bot.engine.trials import run_trials
     from conftest import CANDIDATES
 
     problem = load_problem(PROBLEMS / "scale_add.py")
@@ -112,11 +112,11 @@ def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
 
 
 def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_timed(monkeypatch, quick_options):
-    import bot.eval_workers as eval_workers
-    import bot.evaluate as evaluate_module
-    from bot.candidates import load_candidate
-    from bot.problems import load_problem
-    from bot.timing import TimingOptions
+    import bot.engine.eval_workers as eval_workers
+    import bot.engine.evaluate as evaluate_module
+    from bot.engine.candidates import load_candidate
+    from bot.engine.problems import load_problem
+    from bot.engine.timing import TimingOptions
     from conftest import CANDIDATES
 
     released: list[str] = []
@@ -140,8 +140,8 @@ def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_time
 def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others():
     import random
 
-    from bot.problems import load_problem
-    from bot.trials import run_trials
+    from bot.engine.problems import load_problem
+    from bot.engine.trials import run_trials
     from conftest import CANDIDATES
 
     problem = load_problem(PROBLEMS / "scale_add.py")
@@ -183,7 +183,7 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
 
 
 def test_code_that_times_its_own_kernel_variants_is_recognised():
-    from bot.trials import tunes_on_first_call
+    from bot.engine.trials import tunes_on_first_call
 
     assert tunes_on_first_call("@triton.autotune(configs=[...], key=['n'])\n@triton.jit\ndef k(): pass")
     assert tunes_on_first_call("torch.compile(f, mode='max-autotune-no-cudagraphs')")

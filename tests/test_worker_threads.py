@@ -3,10 +3,10 @@ kernel split over threads that other processes share is timed by its slowest thr
 
 from __future__ import annotations
 
-from bot.domain import CandidateSource, Origin
-from bot.evaluate import EvalOptions, evaluate
-from bot.problems import load_problem
-from bot.timing import TimingOptions
+from bot.core.domain import CandidateSource, Origin
+from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.problems import load_problem
+from bot.engine.timing import TimingOptions
 from conftest import PROBLEMS
 
 REPORTER = '''

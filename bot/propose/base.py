@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.domain import CandidateSource, Problem
+from bot.core.domain import CandidateSource, Problem
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from bot.domain import CandidateSource, Origin, Problem, source_hash
+from bot.core.domain import CandidateSource, Origin, Problem, source_hash
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import openai
 
-from bot.domain import CandidateSource, Origin
-from bot.errors import BotError
+from bot.core.domain import CandidateSource, Origin
+from bot.core.errors import BotError
 from bot.propose.base import BudgetExhausted, Feedback, ProposalRequest
 from bot.propose.parse import parse_answer
 from bot.propose.prompt import MAX_FEEDBACK_CHARS, build_messages

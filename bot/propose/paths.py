@@ -8,7 +8,7 @@ import importlib.resources
 import re
 from dataclasses import dataclass
 
-from bot.domain import CandidateSource
+from bot.core.domain import CandidateSource
 from bot.propose.derive import Base, derived, uses
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.domain import CandidateSource, Problem
+from bot.core.domain import CandidateSource, Problem
 from bot.propose.derive import Base, derived, uses
 from bot.propose.paths import GELU_TANH, SDPA_PATHS, path_candidate, paths_for
 from bot.propose.tuning import autotune_variants, tunable_constants
@@ -101,7 +101,7 @@ def search_candidates(problem: Problem, bases: list[Base], device: str, timing: 
         if GELU_TANH not in paths:
             skipped.append(Skipped(f"{GELU_TANH.words} of {tag}", "no GELU with approximate='tanh' here"))
         if interpreted and tunable_constants(base.source):
-            # Verified in the interpreter and never timed there (bot.simulated): on 2 vCPUs
+            # Verified in the interpreter and never timed there (bot.engine.simulated): on 2 vCPUs
             # rmsnorm's 16 knob settings would cost a CPU dry run minutes and tell nothing.
             skipped.append(Skipped(f"Triton autotuning of {tag}", "its Triton kernels run in Triton's CPU "
                                    "interpreter here, where no setting is timed: GPUs only"))

@@ -7,8 +7,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from bot.bench import geomean
-from bot.domain import CandidateSource
+from bot.core.stats import geomean
+from bot.core.domain import CandidateSource
 from bot.propose.derive import Base, derived
 from bot.propose.paths import PATHS
 

@@ -7,7 +7,7 @@ import ast
 import itertools
 import re
 
-from bot.domain import CandidateSource, Origin
+from bot.core.domain import CandidateSource, Origin
 from bot.propose.derive import Base
 
 # Module-level constants a Triton implementation exposes for tuning, and values to try.

@@ -6,6 +6,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ BOT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the `bot` p
 
 # The worker is started with `python -I -c BOOT`: no PYTHON* variables, no user site,
 # no current directory on sys.path, so a stray `torch.py` cannot shadow the real one.
-BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from bot.worker import main; main(sys.argv[2:])"
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from bot.harness.worker import main; main(sys.argv[2:])"
 
 # Variables a worker may inherit. Anything that looks like a credential is dropped even if
 # a pattern below would admit it.
@@ -119,6 +120,9 @@ def proc_cpu_seconds(pid: int) -> float | None:
         return None
 
 
+_FREEZING = threading.RLock()  # freeze and thaw of any worker, one at a time
+
+
 class RunningWorker(ABC):
     """A started worker: the parent's end of the channel, and control over its life."""
 
@@ -158,15 +162,19 @@ class RunningWorker(ABC):
 
     def freeze(self) -> None:
         """Stop everything of the worker from running (idempotent, cheap when frozen)."""
-        if self._frozen_since is None:
-            self._set_frozen(True)
-            self._frozen_since = time.monotonic()
+        with _FREEZING:
+            if self._frozen_since is None:
+                self._set_frozen(True)
+                self._frozen_since = time.monotonic()
 
     def thaw(self) -> None:
-        if self._frozen_since is not None:
-            self._set_frozen(False)
-            self._frozen_total_s += time.monotonic() - self._frozen_since
-            self._frozen_since = None
+        # Under one lock with freeze: a request's own thaw (bot.engine.workers) and the end of
+        # another GPU lane's timing phase (freezer.thaw_all) can meet on one worker.
+        with _FREEZING:
+            if self._frozen_since is not None:
+                self._set_frozen(False)
+                self._frozen_total_s += time.monotonic() - self._frozen_since
+                self._frozen_since = None
 
     @property
     def frozen(self) -> bool:

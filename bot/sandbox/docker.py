@@ -26,7 +26,7 @@ import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
-from bot.errors import BotError, HarnessError
+from bot.core.errors import BotError, HarnessError
 from bot.sandbox import guardian
 from bot.sandbox.container_cgroup import ContainerCgroup
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, worker_env

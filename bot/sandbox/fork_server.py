@@ -54,7 +54,7 @@ class DriverInitialized(ForkServerError):
 # --- the server (runs in its own `python -I` process) ---------------------------------------
 
 def serve(control_fd: int, compiler: bool = True) -> None:
-    import bot.worker  # noqa: F401  torch and the harness, imported once for every fork
+    import bot.harness.worker  # noqa: F401  torch and the harness, imported once for every fork
 
     compiler = compiler and _import_the_compiler()
     maps = _mapped_libraries()
@@ -183,7 +183,7 @@ def _become_worker(request: dict[str, Any], fds: list[int], control: socket.sock
                 Containment.from_dict(request.get("containment")))
         _repoint_compiler_headers()
         sys.argv = ["-c", "--channel", f"fd:{channel_fd}"]
-        from bot.worker import main
+        from bot.harness.worker import main
         main(sys.argv[1:])
         code = 0
     except SystemExit as exc:  # a candidate's sys.exit(): the parent sees the code, and no result

@@ -20,7 +20,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from bot.errors import BotError
+from bot.core.errors import BotError
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import time
 from abc import abstractmethod
 from pathlib import Path
 
-from bot.cores import worker_cores
+from bot.sandbox.cores import worker_cores
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, proc_status, worker_env
 from bot.sandbox.cgroup import Leaf
 from bot.sandbox.contained import containment, prepare

@@ -33,7 +33,7 @@ class Route:
     paginated: bool = False
 
 
-# Exactly the operations bot/github.py uses.
+# Exactly the operations bot/github/client.py uses.
 ROUTES = (
     Route("GET", "", "repos/get"),
     Route("GET", "/pulls", "pulls/list", paginated=True),

@@ -1,4 +1,5 @@
-"""Helpers to drive `bot.github` against the double, and one scripted session touching every route."""
+"""Helpers to drive `bot.github.client` against the double, and one scripted session touching
+every route."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from dataclasses import replace
 
 from github import Auth, Github
 
-from bot.domain import CheckRunPlan, FileChange, PullRequestPlan
-from bot.errors import BotError
-from bot.github import GitHubClient
+from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan
+from bot.core.errors import BotError
+from bot.github.client import GitHubClient
 
 from .server import SECONDARY_RATE_LIMIT, SERVER_ERROR, GitHubDouble
 

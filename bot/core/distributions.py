@@ -1,0 +1,73 @@
+"""The input distributions every trial draws from, and a problem's opt-outs (stdlib only).
+
+Each distribution transforms the floating-point tensors of one `get_inputs()` draw; integer
+tensors (indices, positions, labels) stay as drawn. The transforms are in bot/harness/inputs.py
+(inside the workers); docs/verifier.md says why each exists and which test checks it.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+# In trial order: the first trial (which may compile) is "standard", as timed calls are.
+DISTRIBUTIONS: tuple[str, ...] = ("standard", "shifted", "large", "zeros", "rows", "limits")
+
+DESCRIPTIONS: Mapping[str, str] = {
+    "standard": "standard normal",
+    "shifted": "shifted and scaled",
+    "large": "large magnitude",
+    "zeros": "all zero",
+    "rows": "rows of mixed scale from 0 to 128",
+    "limits": "near the dtype's range",
+}
+
+# Timed calls draw "standard" inputs (never zeros: on the H200 a bf16 matmul ran 13 % faster
+# on zeros), and the report's max abs err speaks of them: no problem may skip it.
+REQUIRED = "standard"
+
+
+class DistributionError(ValueError):
+    """A problem's distribution metadata that cannot be used (one line, for ProblemError)."""
+
+
+def skipped_distributions(declared: object, skips: object) -> dict[str, str]:
+    """Each distribution a problem leaves out, with the reason it states.
+
+    `declared` is its DISTRIBUTIONS (the ones it keeps; None: all), `skips` its
+    SKIP_DISTRIBUTIONS ({name: reason}; None: none)."""
+    found: dict[str, str] = {}
+    if skips is not None:
+        if not isinstance(skips, dict) or not skips:
+            raise DistributionError("SKIP_DISTRIBUTIONS must be a non-empty dict of name -> reason")
+        for name, reason in skips.items():
+            _known(name, "SKIP_DISTRIBUTIONS")
+            if not isinstance(reason, str) or not reason.strip():
+                raise DistributionError(f"SKIP_DISTRIBUTIONS[{name!r}] must state a reason (a non-empty string)")
+            found[name] = " ".join(reason.split())
+    if declared is not None:
+        if not isinstance(declared, (tuple, list)) or not declared:
+            raise DistributionError(f"DISTRIBUTIONS must be a non-empty subset of {DISTRIBUTIONS}")
+        for name in declared:
+            _known(name, "DISTRIBUTIONS")
+        both = sorted(set(declared) & set(found))
+        if both:
+            raise DistributionError(f"{both} both kept by DISTRIBUTIONS and skipped by SKIP_DISTRIBUTIONS")
+        for name in DISTRIBUTIONS:
+            if name not in declared:
+                found.setdefault(name, "not listed in the problem's DISTRIBUTIONS")
+    if REQUIRED in found:
+        where = "SKIP_DISTRIBUTIONS" if skips and REQUIRED in skips else "DISTRIBUTIONS"
+        raise DistributionError(f"{where} leaves out {REQUIRED!r}, which cannot be skipped: "
+                                "timed calls draw from it")
+    return {name: found[name] for name in DISTRIBUTIONS if name in found}
+
+
+def kept_distributions(skipped: Mapping[str, str]) -> tuple[str, ...]:
+    """The distributions a problem's trials draw from, in trial order."""
+    return tuple(name for name in DISTRIBUTIONS if name not in skipped)
+
+
+def _known(name: object, where: str) -> None:
+    if name not in DISTRIBUTIONS:
+        raise DistributionError(f"{where} names {name!r}, which is not a distribution "
+                                f"(known: {', '.join(DISTRIBUTIONS)})")

@@ -1,0 +1,94 @@
+"""What an evaluation found: per contender its verdict and, per shape, its measurement,
+speedup against the baseline and distance to the roofline floor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bot.core import stats as bench
+from bot.core.domain import CandidateSource, Environment, Measurement, Problem, Speedup, Verdict, source_sha256
+
+
+@dataclass(frozen=True)
+class ShapeOutcome:
+    shape: str
+    inputs: str  # e.g. "bfloat16[8192, 4096], bfloat16[4096]"
+    output_dtype: str | None
+    measurement: Measurement | None
+    speedup: Speedup | None
+    floor_us: float | None
+    max_abs_err: float | None
+    norm_rel_err: float | None
+
+    @property
+    def pct_of_floor(self) -> float | None:
+        if self.floor_us is None or self.measurement is None:
+            return None
+        return 100.0 * self.floor_us / self.measurement.median_us
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": self.shape, "inputs": self.inputs, "output_dtype": self.output_dtype,
+                "measurement": self.measurement.to_json() if self.measurement else None,
+                **(self.speedup.to_json() if self.speedup else {"speedup": None, "speedup_ci": None}),
+                "floor_us": self.floor_us, "pct_of_floor": self.pct_of_floor,
+                "max_abs_err": self.max_abs_err, "norm_rel_err": self.norm_rel_err}
+
+
+@dataclass(frozen=True)
+class ContenderOutcome:
+    candidate: CandidateSource
+    role: str  # "baseline" | "candidate"
+    verdict: Verdict
+    shapes: tuple[ShapeOutcome, ...]
+    # Why its times say nothing of the code (bot.engine.simulated): verified, never timed for a claim.
+    not_timed: str | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        ratios = [s.speedup.ratio for s in self.shapes if s.speedup]
+        return bench.geomean(ratios) if ratios and len(ratios) == len(self.shapes) else None
+
+    @property
+    def speedup_ci(self) -> tuple[float, float] | None:
+        """Geometric mean of the per-shape bounds (each shape counts equally)."""
+        if self.speedup is None:
+            return None
+        return (bench.geomean([s.speedup.ci_low for s in self.shapes]),
+                bench.geomean([s.speedup.ci_high for s in self.shapes]))
+
+    @property
+    def median_us(self) -> float | None:
+        return self.shapes[0].measurement.median_us if self.shapes and self.shapes[0].measurement else None
+
+    def slower_shapes(self) -> list[str]:
+        """Shapes on which this contender is significantly slower than the baseline: the same
+        rule as a slowdown claim (the interval under 1/min_speedup), so a loss must be as
+        clear as a gain. "Under 1" would refuse a 4.7x-on-prefill split for 0.93x [0.92, 0.96]
+        on decode, where its wrapper costs a few microseconds of Python."""
+        return [s.shape for s in self.shapes if s.speedup is not None and s.speedup.significance == "slower"]
+
+    def significant(self, min_speedup: float) -> bool:
+        """Its interval (over shapes) clears `min_speedup`, and no shape got slower: a gain on
+        decode does not pay for a loss on prefill (one path per size is a split candidate)."""
+        ci = self.speedup_ci
+        return (self.verdict.accepted and ci is not None and ci[0] >= min_speedup
+                and not self.slower_shapes())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.candidate.name,
+                "path": str(self.candidate.path) if self.candidate.path else None,
+                "source_hash": self.candidate.source_hash,
+                "source_sha256": source_sha256(self.candidate.source), "role": self.role,
+                "origin": self.candidate.origin.to_json(), **self.verdict.to_json(),
+                "speedup": self.speedup, "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
+                "median_us": self.median_us, "slower_shapes": self.slower_shapes(),
+                "not_timed": self.not_timed, "shapes": [s.to_json() for s in self.shapes]}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    problem: Problem
+    environment: Environment
+    baseline: ContenderOutcome | None
+    candidates: tuple[ContenderOutcome, ...]

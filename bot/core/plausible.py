@@ -1,0 +1,53 @@
+"""The plausibility guard: a speedup no honest change makes is flagged for a human, never claimed.
+
+A ratio far above what kernel work gives (the default bound is 100x; the largest honest win
+on the H200 sweep was rmsnorm's 9.81x) says more about the baseline (a simulator, a debug
+path, a sleep) or the measurement than about the candidate. So does a median under the
+roofline floor: no kernel moves its bytes faster than the memory can.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bot.core.outcomes import ContenderOutcome
+
+DEFAULT_MAX_PLAUSIBLE_SPEEDUP = 100.0
+FLAG = "implausible; check the baseline"
+
+
+@dataclass(frozen=True)
+class Implausible:
+    """A timed candidate the guard kept from being claimed, with the numbers that say why."""
+
+    name: str
+    speedup: float | None
+    speedup_ci: tuple[float, float] | None
+    evidence: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "speedup": self.speedup,
+                "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None, "evidence": self.evidence}
+
+
+def _us(value: float) -> str:
+    return f"{value:.4g} us" if value < 10_000 else f"{value / 1000:,.1f} ms"
+
+
+def implausibility(outcome: ContenderOutcome, max_speedup: float) -> Implausible | None:
+    """Why `outcome`'s timing cannot be claimed as it stands, or None where it can."""
+    reasons = []
+    for s in outcome.shapes:
+        if s.speedup is None or s.measurement is None:
+            continue
+        if s.speedup.ratio > max_speedup:
+            base_us = s.measurement.median_us * s.speedup.ratio
+            reasons.append(f"{s.shape}: {s.speedup.ratio:,.1f}x is above the {max_speedup:g}x bound "
+                           f"(baseline {_us(base_us)}, candidate {_us(s.measurement.median_us)})")
+        if s.floor_us is not None and s.measurement.median_us < s.floor_us:
+            reasons.append(f"{s.shape}: {_us(s.measurement.median_us)} is below the roofline floor "
+                           f"of {_us(s.floor_us)}")
+    if not reasons:
+        return None
+    return Implausible(outcome.candidate.name, outcome.speedup, outcome.speedup_ci, "; ".join(reasons))

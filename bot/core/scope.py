@@ -1,0 +1,120 @@
+"""Exactly which file a follow-up may change for each problem, decided by stage 2 itself.
+
+A follow-up replaces one file per improved problem: the `TARGET` that problem's file declares
+at the commit the run measured, read through the contents API (never the artifact's word),
+an existing kernel module inside `kernel-paths`, never a problem file, and only with the
+bytes of the candidate the artifact says was verified (its SHA-256 is checked).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from bot.core.errors import BotError
+
+SAFE_PATH = re.compile(r"^[A-Za-z0-9._/-]{1,300}$")
+# Python packaging and test plumbing sit beside kernels but are not kernels: a candidate
+# written there would run on import or in every test session.
+NEVER_TARGETS = frozenset({"__init__.py", "conftest.py", "setup.py", "__main__.py", "sitecustomize.py"})
+
+
+class FileReader(Protocol):
+    def file_at(self, path: str, ref: str) -> bytes | None: ...
+
+
+@dataclass(frozen=True)
+class ScopedChange:
+    """One problem's follow-up file: where, what it holds today at the commit, what replaces it."""
+
+    problem: str
+    path: str
+    current: str
+    source: str
+
+
+def declared_target(source: str) -> str | None:
+    """The literal `TARGET = "..."` at module level of a problem file, read without running it."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        names = ([t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign)
+                 else [node.target.id] if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                 else [])
+        if "TARGET" in names and node.value is not None:
+            value = node.value
+            return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else ""
+    return None
+
+
+def target_refusal(path: str, problems_dir: str, chart_path: str, allowed: Callable[[str], bool]) -> str | None:
+    """Why `path` may not be a follow-up's file; None when it may."""
+    parts = path.split("/")
+    if not SAFE_PATH.match(path):
+        return "has characters outside [A-Za-z0-9._/-]"
+    if any(p in ("", ".", "..", ".git") for p in parts):
+        return "is not a plain repository-relative path"
+    if parts[: len(problems_dir.strip("/").split("/"))] == problems_dir.strip("/").split("/"):
+        return f"is under {problems_dir}/, where the problems (the definition of correct) live"
+    if path == chart_path:
+        return "is the chart's path"
+    if not path.endswith(".py") or parts[-1] in NEVER_TARGETS or parts[-1].startswith("."):
+        return "is not a kernel module (a .py file other than package and test plumbing)"
+    if not allowed(path):
+        return "is outside the configured kernel paths"
+    return None
+
+
+def _verified_source(problem: dict[str, Any]) -> str:
+    best = problem["best"]
+    name = problem["problem"]
+    digest = hashlib.sha256(best["source"].encode()).hexdigest()
+    if digest != best["source_sha256"]:
+        raise BotError(f"{name}: the best candidate's source does not hash to its recorded SHA-256; "
+                       "nothing is published")
+    if not any(a.get("name") == best["name"] and a.get("source_sha256") == digest and a.get("status") == "accepted"
+               for a in problem.get("attempts") or ()):
+        raise BotError(f"{name}: the best candidate {best['name']!r} is not an accepted attempt with the same "
+                       "SHA-256; nothing is published")
+    return best["source"]
+
+
+def _text(data: bytes, path: str, sha: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BotError(f"{path} at {sha[:12]} is not UTF-8 text; nothing is published") from None
+
+
+def scoped_changes(improved: list[dict[str, Any]], head_sha: str, reader: FileReader, problems_dir: str,
+                   chart_path: str, allowed: Callable[[str], bool]) -> list[ScopedChange]:
+    """The one file per improved problem, checked against the problem file at `head_sha`;
+    BotError (before anything is written) for the first problem that falls outside."""
+    changes = []
+    for problem in improved:
+        name = problem["problem"]
+        problem_path = f"{problems_dir.strip('/')}/{name}.py"
+        raw = reader.file_at(problem_path, head_sha)
+        if raw is None:
+            raise BotError(f"{name}: {problem_path} does not exist at {head_sha[:12]}; nothing is published")
+        target = declared_target(_text(raw, problem_path, head_sha)) or None
+        if problem.get("target") != target:
+            declared = f"TARGET {target!r}" if target else "no TARGET"
+            raise BotError(f"{name}: the results name target {problem.get('target')!r}, but {problem_path} "
+                           f"declares {declared} at {head_sha[:12]}; nothing is published")
+        if target is None:  # nothing to replace, and a follow-up never adds a file: the plan notes it
+            continue
+        why = target_refusal(target, problems_dir, chart_path, allowed)
+        if why:
+            raise BotError(f"{name}: TARGET {target!r} {why}; nothing is published")
+        current = reader.file_at(target, head_sha)
+        if current is None:
+            raise BotError(f"{name}: TARGET {target!r} does not exist at {head_sha[:12]}: a follow-up never "
+                           "adds a file; nothing is published")
+        changes.append(ScopedChange(name, target, _text(current, target, head_sha), _verified_source(problem)))
+    return changes

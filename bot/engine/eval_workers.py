@@ -1,0 +1,161 @@
+"""The worker processes of one evaluation: each contender's module written out and started
+in the sandbox, built for each shape, replicated for timing, and given their GPU memory back;
+all of them killed when the evaluation ends."""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+from bot.engine import verify
+from bot.core.domain import CandidateSource, CheckResult, Problem, Progress
+from bot.engine.gpulock import gpu_shared
+from bot.sandbox import make_sandbox
+from bot.engine.trials import failure_check, release_cache
+from bot.engine.workers import WorkerClient, WorkerFailure
+
+if TYPE_CHECKING:
+    from bot.engine.evaluate import EvalOptions
+
+
+def materialise(candidate: CandidateSource, folder: Path) -> Path:
+    """The file a worker imports: the candidate's own path, or its source written out."""
+    if candidate.path is not None:
+        return candidate.path
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{candidate.name}-{candidate.source_hash}.py"
+    path.write_text(candidate.source)
+    return path
+
+
+class Session:
+    """Workers of one evaluation; all of them are killed when it closes."""
+
+    def __init__(self, problem: Problem, options: EvalOptions, root: Path, workers: int):
+        self.problem, self.options, self.root = problem, options, root
+        self.sandbox = make_sandbox(options.sandbox, workers)
+        self.workers: list[WorkerClient] = []
+
+    @property
+    def worker_threads(self) -> int | None:
+        if self.options.threads is not None:
+            return self.options.threads
+        return 1 if self.options.device == "cpu" else None
+
+    def start(self, label: str, module: Path | None, class_name: str, precision: str,
+              source_hash: str) -> WorkerClient:
+        readable = (self.problem.path, self.problem.root) + ((module,) if module else ())
+        worker = WorkerClient(self.sandbox, label, self.options.device,
+                              self.root / f"w-{label}"[:80],
+                              self.options.cache_root / "compile" / source_hash, readable,
+                              self.options.limits, self.options.gpu_index, self.worker_threads,
+                              describe=label == "reference")
+        self.workers.append(worker)
+        began = time.monotonic()
+        worker.request({"op": "load", "problem": str(self.problem.path),
+                        "module": str(module) if module else None, "class_name": class_name,
+                        "precision": precision}, self.options.limits.import_timeout_s, "import")
+        worker.start_seconds["import"] = time.monotonic() - began
+        return worker
+
+    def start_summary(self, wall_s: float) -> str:
+        """One line on where the workers' start-up went (medians over the workers)."""
+        # Only workers whose import finished (the reference's always has, or the run stops).
+        timed = [w.start_seconds for w in self.workers if "import" in w.start_seconds]
+        parts = ", ".join(f"{step} {statistics.median(t[step] for t in timed):.1f} s"
+                          for step in ("process", "hello", "import"))
+        return f"{len(timed)} worker(s) started in {wall_s:.1f} s (each: {parts}; medians)"
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+
+
+@contextlib.contextmanager
+def open_session(problem: Problem, options: EvalOptions, workers: int) -> Iterator[Session]:
+    with tempfile.TemporaryDirectory(prefix="kernel-bot-") as tmp:
+        session = Session(problem, options, Path(tmp), workers)
+        try:
+            yield session
+        finally:
+            session.close()
+
+
+def release_caches(workers: Sequence[WorkerClient], lock_key: str, timeout_s: float, parallel: int) -> None:
+    """Workers done with a shape's timing (and the reference, done checking its calls) give
+    their GPU memory back (captured graphs, the allocator's cache) before the next shape's
+    trials: on the H200, swiglu's finished prefill timing, held by 15 workers, ran its decode
+    trials out of memory beside another problem."""
+    with gpu_shared(lock_key), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        list(pool.map(lambda w: release_cache(w, timeout_s), workers))
+
+
+def construct_all(workers: dict[str, WorkerClient], construct: dict[str, Any],
+                   checks: dict[str, list[CheckResult]], timeout_s: float, parallel: int
+                   ) -> dict[str, WorkerClient]:
+    """Every contender still in the running built for a shape, `parallel` at a time (each in
+    its own process); those built without new threads, in their order. One after another,
+    32 contenders' builds (torch.compile's import among them) took 28 s of a 60 s search of
+    rmsnorm's decode shape on the H200, longer than their verification and timing."""
+    todo = [(n, w) for n, w in workers.items() if all(c.passed for c in checks[n])]
+
+    def build(item: tuple[str, WorkerClient]) -> CheckResult:
+        name, worker = item
+        try:
+            reply = worker.request(construct, timeout_s, "construct")
+        except WorkerFailure as exc:
+            return failure_check(exc)
+        return verify.check_threads(reply["new_threads"], "import and construction")
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        built = list(pool.map(build, todo))
+    for (name, _), check in zip(todo, built):
+        checks[name].append(check)
+    return {name: worker for (name, worker), check in zip(todo, built) if check.passed}
+
+
+class Replicas:
+    """More worker processes for contenders that are timed against each other
+    (TimingOptions.replicas): started at the first shape that times them, built again for
+    each shape, closed with the session."""
+
+    def __init__(self, session: Session, count: int, parallel: int):
+        self.session, self.count, self.parallel = session, max(1, count), parallel
+        self.modules: dict[str, tuple[Path, CandidateSource]] = {}
+        self.extra: dict[str, list[WorkerClient]] = {}
+
+    def ready(self, passed: dict[str, WorkerClient], construct: dict[str, Any],
+              checks: dict[str, list[CheckResult]], timeout_s: float,
+              progress: Progress) -> dict[str, tuple[WorkerClient, ...]]:
+        """Each passed contender's workers for this shape, its first one first. A replica that
+        fails to start or build fails its contender: it is the same code, so the contender
+        itself is what does not work reliably."""
+        if self.count == 1 or len(passed) < 2:
+            return {n: (w,) for n, w in passed.items()}
+        progress(f"{self.session.problem.name}: starting {self.count - 1} more worker(s) for each of "
+                 f"{len(passed)} contender(s)")
+
+        def build(name: str) -> None:
+            module, cand = self.modules[name]
+            extra = self.extra.setdefault(name, [])
+            try:
+                while len(extra) < self.count - 1:
+                    extra.append(self.session.start(f"{name}-r{len(extra) + 2}", module,
+                                                    cand.class_name, "native", cand.source_hash))
+                for worker in extra:
+                    reply = worker.request(construct, timeout_s, "construct")
+                    checks[name].append(verify.check_threads(reply["new_threads"],
+                                                             "import and construction (replica)"))
+            except WorkerFailure as exc:
+                failed = failure_check(exc)
+                checks[name].append(replace(failed, evidence=f"a second worker of the same code: {failed.evidence}"))
+
+        with ThreadPoolExecutor(max_workers=max(1, self.parallel)) as pool:
+            list(pool.map(build, passed))
+        return {n: (w, *self.extra[n]) for n, w in passed.items() if all(c.passed for c in checks[n])}

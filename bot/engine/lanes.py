@@ -1,0 +1,106 @@
+"""GPU lanes: on a runner with N GPUs, N exclusive timing lanes fed from one work queue.
+
+Problems are taken from one queue by `jobs` threads; each problem runs on the lane (GPU) with
+the fewest problems at that moment. Compilation and verification of all running problems
+overlap on the CPUs; timing is exclusive per lane (`bot.engine.gpulock` keys its lock by GPU), so two
+measurements never share a GPU, and a verdict does not depend on how many lanes there are.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence, TypeVar
+
+from bot.sandbox.cores import set_lanes
+from bot.core.domain import Problem
+from bot.core.errors import BotError, GpuOutOfMemory
+
+T = TypeVar("T")
+
+
+class Lanes:
+    def __init__(self, devices: Sequence[int | None]):
+        if not devices:
+            raise ValueError("at least one lane")
+        self.devices = list(devices)
+        set_lanes(self.devices)
+        self._active = [0] * len(self.devices)
+        self._lock = threading.Lock()
+        self.history: list[tuple[str, int | None]] = []  # (problem, device), in start order
+
+    def acquire(self, name: str) -> int:
+        with self._lock:
+            i = min(range(len(self.devices)), key=lambda k: (self._active[k], k))
+            self._active[i] += 1
+            self.history.append((name, self.devices[i]))
+            return i
+
+    def release(self, i: int) -> None:
+        with self._lock:
+            self._active[i] -= 1
+
+
+def visible_gpus(spec: str | None, device: str) -> list[int | None]:
+    """`--gpus`: 'all' (default on CUDA: every visible GPU), or a comma list of indices."""
+    if device != "cuda":
+        return [None]
+    if spec in (None, "", "all"):
+        import torch
+
+        return list(range(torch.cuda.device_count())) or [None]
+    try:
+        return [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise BotError(f"--gpus {spec!r}: expected 'all' or a comma list like 0,1") from None
+
+
+def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | None, bool], T], jobs: int,
+                 lanes: Lanes, progress: Callable[[str], None],
+                 on_error: Callable[[Problem, BotError], T] | None = None) -> list[T]:
+    """`work(problem, gpu, beside_others)` for every problem, `jobs` at a time; results in
+    input order. `beside_others`: other problems may run at the same time.
+
+    One problem's failure never costs the others theirs: a problem that ran out of GPU memory
+    beside the others is run again after them, alone; any other input error becomes that
+    problem's result through `on_error`, or, without it, is raised once every problem has
+    had its turn. A bug (not a BotError) is raised as itself."""
+    def one(item: tuple[int, Problem], beside_others: bool) -> T:
+        n, problem = item
+        lane = lanes.acquire(problem.name)
+        gpu = lanes.devices[lane]
+        progress(f"[{n}/{len(problems)}] {problem.name}" + (f" on GPU {gpu}" if gpu is not None else ""))
+        try:
+            return work(problem, gpu, beside_others)
+        except BotError as exc:  # said now, not only at the end: a long sweep may be cut off first
+            again = isinstance(exc, GpuOutOfMemory) and beside_others
+            said = str(exc) if str(exc).startswith(problem.name) else f"{problem.name}: {exc}"
+            progress(f"[{n}/{len(problems)}] failed: {said}"
+                     + (" (it runs again alone after the others)" if again else ""))
+            raise
+        finally:
+            lanes.release(lane)
+
+    def each(items: list[tuple[int, Problem]], at_once: int) -> dict[int, T | BaseException]:
+        beside_others = at_once > 1 and len(items) > 1
+        with ThreadPoolExecutor(max_workers=max(1, at_once)) as pool:
+            futures = {n: pool.submit(one, (n, p), beside_others) for n, p in items}
+            return {n: f.exception() or f.result() for n, f in futures.items()}
+
+    outcome = each(list(enumerate(problems, 1)), jobs)
+    short = [(n, problems[n - 1]) for n, r in outcome.items() if isinstance(r, GpuOutOfMemory)]
+    if short and jobs > 1:
+        progress(f"{len(short)} problem(s) ran out of GPU memory beside others: "
+                 "running them again, one at a time")
+        outcome.update(each(short, 1))
+    failed = [r for r in outcome.values() if isinstance(r, BaseException)]
+    if any(not isinstance(r, BotError) for r in failed):
+        raise next(r for r in failed if not isinstance(r, BotError))  # a bug: its own traceback
+    if on_error is not None:
+        return [on_error(problems[n - 1], r) if isinstance(r, BotError) else r  # type: ignore[misc]
+                for n, r in sorted(outcome.items())]
+    if len(failed) == 1:
+        raise failed[0]
+    if failed:
+        raise BotError(f"{len(failed)} of {len(problems)} problems failed: " + "; ".join(map(str, failed)))
+    return [outcome[n] for n in range(1, len(problems) + 1)]  # type: ignore[misc]

@@ -1,0 +1,56 @@
+"""Optimisation results on disk and on the terminal: candidates, transcript, results.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from bot.engine.optimize import OptimizeResult
+from bot.core.results_schema import RESULTS_SCHEMA_VERSION  # noqa: F401 (re-exported)
+
+
+
+def write_optimize_outputs(out: Path, results: Sequence[OptimizeResult], min_speedup: float) -> None:
+    """Every candidate's source, the key-free LLM transcript, and results.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    for result in results:
+        folder = out / "candidates" / result.problem.name
+        folder.mkdir(parents=True, exist_ok=True)
+        for attempt in result.attempts:
+            cand = attempt.outcome.candidate
+            (folder / f"r{attempt.round}-{cand.name}-{cand.source_hash}.py").write_text(cand.source)
+        transcript = result.llm.get("transcript") or []
+        if transcript:
+            with open(out / f"transcript-{result.problem.name}.jsonl", "w") as fh:
+                for entry in transcript:
+                    fh.write(json.dumps(entry) + "\n")
+    payload = {"schema_version": RESULTS_SCHEMA_VERSION,
+               "problems": [r.to_json(min_speedup) for r in results]}
+    (out / "results.json").write_text(json.dumps(payload, indent=1))
+
+
+def render_optimize(results: Sequence[OptimizeResult], min_speedup: float) -> str:
+    """One block per problem: every attempt with its verdict, then the honest outcome."""
+    lines = []
+    for r in results:
+        if r.error:
+            lines.append(f"== {r.problem.name}: FAILED: {r.error}")
+            continue
+        lines.append(f"== {r.problem.name} on {r.environment.device_name} ({r.wall_s:.0f} s, stopped: {r.stopped})")
+        for a in sorted(r.attempts, key=lambda a: -(a.outcome.speedup or 0)):
+            lines.append(f"  r{a.round} {a.outcome.candidate.name:48s} {a.status:8s} {a.reason[:140]}")
+        for s in r.skipped:
+            lines.append(f"  skipped {s.transformation}: {s.reason}")
+        for flag in r.implausible[:1]:
+            lines.append(f"  IMPLAUSIBLE {flag.name}: {flag.evidence} (not claimed: check the baseline;"
+                         f" {len(r.implausible)} candidate(s) flagged)")
+        if r.baseline is not None and r.baseline.not_timed:
+            lines.append(f"  correct; not timed: {r.baseline.not_timed} (the baseline)")
+        elif r.best:
+            lo, hi = r.best.speedup_ci
+            lines.append(f"  BEST {r.best.candidate.name}: {r.best.speedup:.3f}x "
+                         f"(95% CI [{lo:.3f}, {hi:.3f}], >= {min_speedup})")
+        else:
+            lines.append(f"  no significant improvement (no candidate's interval clears {min_speedup}x)")
+    return "\n".join(lines)

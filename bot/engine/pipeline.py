@@ -1,0 +1,146 @@
+"""The whole job between a trigger and a results directory: pick the affected problems,
+optimise each, write results.json, reports, chart and patch. Shared by `bot dry-run`
+(locally, no GitHub) and `bot run` (stage 1 of the Action)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shlex
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.engine.changes import affected_problems
+from bot.report.chart import results_chart
+from bot.config import Settings, path_allowed
+from bot.core.domain import Problem, Progress, PullRequestPlan, Trigger
+from bot.core.errors import BotError
+from bot.engine.optimize import OptimizeOptions, OptimizeResult, failed_result, optimize
+from bot.engine.outputs import write_optimize_outputs
+from bot.core.results_schema import RESULTS_SCHEMA_VERSION
+from bot.report.plan import plan_pull_request
+from bot.engine.problems import find_problems
+from bot.report.data import failed_problem
+from bot.report.markdown import render_step_summary
+
+
+@dataclass(frozen=True)
+class Job:
+    repo_root: Path
+    settings: Settings
+    trigger: Trigger
+    options: OptimizeOptions
+    out: Path
+    jobs: int = 1
+    gpus: str | None = None  # GPU lanes: "all" or "0,1" (see bot.engine.lanes)
+
+
+def select_problems(repo_root: Path, settings: Settings, changed: list[str] | None) -> list[Problem]:
+    """All problems (nightly, or `changed` None), else those the changed paths touch."""
+    problems = find_problems(repo_root / settings.problems_dir, root=repo_root)
+    return problems if changed is None else affected_problems(problems, changed)
+
+
+def reproduce_command(problems: list[Problem], options: OptimizeOptions, repo_root: Path) -> str:
+    paths = " ".join(shlex.quote(str(p.path.relative_to(repo_root))) for p in problems)
+    # The device the numbers came from: a CPU dry run's table is reproduced on a CPU.
+    return (f"bot optimize {paths} --strategy {options.strategy} --min-speedup {options.min_speedup}"
+            f" --device {options.evaluation.device}")
+
+
+def results_payload(results: list[OptimizeResult], trigger: Trigger, min_speedup: float) -> dict[str, Any]:
+    """results.json, version 1: what stage 2 reads back as untrusted data."""
+    return {"schema_version": RESULTS_SCHEMA_VERSION, "kind": "kernel-bot-results",
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "trigger": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(trigger).items()},
+            "min_speedup": min_speedup,
+            "problems": [r.to_json(min_speedup) for r in results]}
+
+
+def raise_if_any_failed(problems: list[dict[str, Any]]) -> None:
+    """One BotError (exit 2) naming the problems that could not be evaluated; the commands
+    call it after they have written and printed everything else."""
+    failed = [p for p in problems if failed_problem(p)]
+    if failed:
+        raise BotError(f"{len(failed)} of {len(problems)} problem(s) failed (the others' results are "
+                       "complete): " + "; ".join(str(p.get("error")) for p in failed))
+
+
+def write_reports(out: Path, payload: dict[str, Any], plan: PullRequestPlan | None,
+                  chart: bytes | None) -> None:
+    """report.md (the PR body, or the summary when there is no PR), junit.xml, chart, patch."""
+    # Imported here: `bot optimize` reaches this module on GPU machines that carry only
+    # torch, triton and numpy (the worker/verify/bench path), and junit-xml is for reports.
+    from bot.report.junit import render_junit
+
+    (out / "results.json").write_text(json.dumps(payload, indent=1))
+    (out / "junit.xml").write_text(render_junit(payload))
+    (out / "summary.md").write_text(render_step_summary(payload))
+    (out / "report.md").write_text(plan.body if plan else render_step_summary(payload))
+    if chart:
+        (out / "chart.png").write_bytes(chart)
+    (out / "patch.diff").write_text(plan.patch if plan else "")
+
+
+def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | None, jobs: int,
+                 out: Path | None, progress: Progress) -> list[OptimizeResult]:
+    """Optimise every problem over the GPU lanes; with `out`, results are written after each
+    problem, so a sweep that is cancelled keeps what it finished. A problem that cannot be
+    evaluated is a result with its error (callers exit 2 after writing everything)."""
+    from dataclasses import replace
+
+    from bot.engine.candidates import default_baseline
+    from bot.engine.lanes import Lanes, run_problems, visible_gpus
+
+    done: dict[str, OptimizeResult] = {}
+    lanes = Lanes(visible_gpus(gpus, options.evaluation.device))
+    at_once = max(jobs, len(lanes.devices), 1)
+    # Problems optimised at once share the machine's cores (and a lane's GPU memory): each
+    # gets its share of the workers that verify in parallel, not all of them.
+    parallel = max(2, options.evaluation.parallel // at_once)
+
+    writing = threading.Lock()  # problems finish on several threads; one results.json
+
+    def keep(problem: Problem, result: OptimizeResult) -> OptimizeResult:
+        with writing:
+            done[str(problem.path)] = result
+            if out is not None:
+                write_optimize_outputs(out, [done[str(p.path)] for p in problems if str(p.path) in done],
+                                       options.min_speedup)
+        progress(f"{problem.name}: done, {result.outcome}")
+        return result
+
+    def work(problem: Problem, gpu: int | None, beside_others: bool) -> OptimizeResult:
+        lane = replace(options, evaluation=replace(options.evaluation, gpu_index=gpu, parallel=parallel,
+                                                   beside_others=beside_others))
+        return keep(problem, optimize(problem, default_baseline(problem), lane, progress))
+
+    def failed(problem: Problem, error: BotError) -> OptimizeResult:
+        progress(f"{problem.name}: failed: {error}")
+        return keep(problem, failed_result(problem, str(error), options.evaluation.device))
+    return run_problems(problems, work, at_once, lanes, progress, on_error=failed)
+
+
+def run_job(job: Job, problems: list[Problem], progress: Progress
+            ) -> tuple[dict[str, Any], PullRequestPlan | None]:
+    """Optimise every problem, then write the results directory; returns (results, plan)."""
+    job.out.mkdir(parents=True, exist_ok=True)
+    results = optimize_all(problems, job.options, job.gpus, job.jobs, job.out, progress)
+    payload = results_payload(results, job.trigger, job.options.min_speedup)
+    chart = results_chart(payload)
+    plan = plan_pull_request(payload, job.trigger, job.repo_root,
+                             lambda path: path_allowed(path, job.settings), chart,
+                             reproduce_command(problems, job.options, job.repo_root), job.settings.chart_path)
+    write_reports(job.out, payload, plan, chart)
+    return payload, plan
+
+
+def describe_plan(plan: PullRequestPlan | None) -> str:
+    """What a dry run shows: the pull request the bot would open."""
+    if plan is None:
+        return "No pull request: no candidate was significantly faster than the baseline."
+    files = "\n".join(f"  {c.path} ({len(c.content)} bytes)" for c in plan.files) or "  (none)"
+    return (f"Would open a pull request\n  repository: {plan.repo or '(local)'}\n  branch: {plan.branch}\n"
+            f"  base: {plan.base}\n  title: {plan.title}\nFiles:\n{files}\n\n{plan.body}")

@@ -1,0 +1,192 @@
+"""Correctness trials: fresh secret-seeded inputs, full outputs compared in the parent."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from bot.engine import verify
+from bot.core.domain import CheckResult, Problem, Shape
+from bot.engine.gpulock import GpuHandover
+from bot.engine.workers import WorkerClient, WorkerFailure
+
+
+@dataclass
+class ReferenceInfo:
+    """What the reference worker told us about one shape (for roofline and reports)."""
+
+    meta: list[dict[str, Any]] = field(default_factory=list)
+    nbytes: int = 0
+    flops: int | None = None
+    inputs: list[str] = field(default_factory=list)  # e.g. "bfloat16[8192, 4096]"
+
+
+@dataclass
+class TrialStats:
+    max_abs_err: float = 0.0
+    norm_rel_err: float = 0.0
+
+    def add(self, details: Mapping[str, Any], standard_inputs: bool) -> None:
+        # Absolute errors on the x100 'large' inputs are 100x larger by construction: the
+        # report's "max abs err" speaks of standard inputs; the normwise error of all of them.
+        if standard_inputs:
+            self.max_abs_err = max(self.max_abs_err, float(details.get("max_abs_err", 0.0)))
+        self.norm_rel_err = max(self.norm_rel_err, float(details.get("norm_rel_err", 0.0)))
+
+
+def failure_check(exc: WorkerFailure) -> CheckResult:
+    """A worker failure as a check result; the log tail is the evidence a human needs."""
+    names = {"import": "import", "construct": "construction", "call": "call", "start": "start",
+             "channel": "result channel"}
+    name = names.get(exc.phase, exc.phase)
+    reason = exc.reason
+    # A compiler's complaint (nvcc, g++, Triton) is the evidence a kernel author needs.
+    errors = [line.strip() for line in exc.log_tail.splitlines() if "error" in line.lower()
+              and not line.lstrip().startswith(("File ", "Traceback", "raise "))]
+    if exc.phase == "import" and errors:
+        reason += "\n" + "\n".join(errors[:6])
+    return CheckResult(name, False, reason, {"log_tail": exc.log_tail})
+
+
+def trial_plan(problem: Problem, rng: random.Random, per_distribution: int) -> list[tuple[str, int]]:
+    """Each of the problem's distributions `per_distribution` times, in the order of
+    bot.core.distributions ("standard" first); where that makes a single trial, one more standard
+    draw, so that every contender is called at least twice with different inputs (no caching
+    across calls). Each trial is a call of every contender, so no draw is added beyond that."""
+    plan = [(d, rng.getrandbits(62)) for d in problem.distributions for _ in range(per_distribution)]
+    if len(plan) < 2:
+        plan.append(("standard", rng.getrandbits(62)))
+    return plan
+
+
+def skip_notes(problem: Problem) -> list[str]:
+    """One line per distribution the problem leaves out, with its stated reason."""
+    return [f"{problem.name}: no {name} inputs: {reason}"
+            for name, reason in problem.skipped_distributions.items()]
+
+
+# Code whose first call picks its kernels by timing them: Triton's autotuner, Inductor's
+# max-autotune, coordinate descent and multi-kernel reductions.
+SELF_TUNING = re.compile(r"triton\.autotune|@autotune\b|max-autotune|coordinate_descent_tuning|"
+                         r"multi_kernel")
+
+
+def tunes_on_first_call(source: str) -> bool:
+    """Whether a contender times kernel variants during its first call. Beside other
+    contenders' trials it would time them on a busy GPU and keep a pick that only looked
+    faster (docs/verifier.md)."""
+    return bool(SELF_TUNING.search(source))
+
+
+def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
+               contenders: Mapping[str, WorkerClient], rng: random.Random, per_distribution: int,
+               timeouts: tuple[float, float], parallel: int, progress: Callable[[str], None],
+               alone: frozenset[str] = frozenset(),
+               shared: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+               exclusive: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+               ) -> tuple[ReferenceInfo, dict[str, list[CheckResult]], dict[str, TrialStats]]:
+    """Run every trial on every contender; a contender stops at its first failed check.
+
+    References are computed first (one process); then contenders run their trials in
+    parallel, each in its own worker, so compilation (torch.compile, Triton, nvcc) at the
+    first call of many candidates overlaps; each call holds the device `shared`. Those named
+    in `alone` tune by timing at their first call: where their worker can hook that timing
+    (bot.harness.tuning_gate), they run beside the others too, and from a call's first timing of
+    kernel variants to its end the device is held `exclusive`ly, as for a measurement; the
+    others run their trials afterwards, one at a time, each holding the device exclusively
+    throughout. Either way no other trial or timing of this bot, of this problem or another,
+    runs beside their tuning.
+    `timeouts` = (first call, later calls)."""
+    info = ReferenceInfo()
+    plan = trial_plan(problem, rng, per_distribution)
+    for note in skip_notes(problem):
+        progress(f"{note} (shape {shape.name})")
+
+    def trials_of(worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
+                  ) -> tuple[list[CheckResult], TrialStats]:
+        try:
+            return checked(worker, hold)
+        finally:
+            release_cache(worker, timeouts[1])
+
+    def checked(worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
+                ) -> tuple[list[CheckResult], TrialStats]:
+        found: list[CheckResult] = []
+        stats = TrialStats()
+        for n, ((dist, seed), ref) in enumerate(zip(plan, refs)):
+            label = f"shape {shape.name}, {dist} inputs"
+            held = hold()
+            gate = held if isinstance(held, GpuHandover) else None
+            try:
+                with held:
+                    got = worker.request({"op": "run", "seed": seed, "distribution": dist, "gate": gate is not None},
+                                         timeouts[0] if n == 0 else timeouts[1], "call", gate=gate)
+            except WorkerFailure as exc:
+                return found + [failure_check(exc)], stats
+            results = [verify.check_output_meta(ref["meta"], got["meta"]),
+                       verify.check_inputs_unchanged(ref["inputs_before"], got["inputs_before"],
+                                                     got["inputs_after"], label),
+                       verify.check_threads(got["new_threads"], "a call")]
+            if all(r.passed for r in results):
+                for i, (expected, actual) in enumerate(zip(ref["outputs"], got["outputs"])):
+                    out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
+                    result = verify.compare_values(expected, actual, dtypes[i], problem.tolerance,
+                                                   out_label)
+                    stats.add(result.details, dist == "standard")
+                    results.append(result)
+            found.extend(results)
+            if not all(r.passed for r in results):
+                break
+        return found, stats
+
+    checks: dict[str, list[CheckResult]] = {}
+    stats: dict[str, TrialStats] = {}
+    with shared():
+        refs = []
+        for n, (dist, seed) in enumerate(plan, 1):
+            progress(f"{problem.name} [{shape.name}] reference {n}/{len(plan)} ({dist})")
+            refs.append(reference.request({"op": "run", "seed": seed, "distribution": dist},
+                                          timeouts[1] * 20, "problem"))  # float64 runs are slower
+        info.meta, info.nbytes, info.flops = refs[0]["meta"], refs[0]["bytes"], refs[0]["flops"]
+        info.inputs = refs[0]["input_meta"]
+        dtypes = [m["dtype"] for m in info.meta]
+        release_cache(reference, timeouts[1])
+    gated: set[str] = set()
+    for name in (n for n in contenders if n in alone):
+        try:
+            if contenders[name].request({"op": "gate"}, timeouts[1], "call").get("hooks"):
+                gated.add(name)
+        except WorkerFailure as exc:
+            checks[name], stats[name] = [failure_check(exc)], TrialStats()
+    beside = [name for name in contenders if (name not in alone or name in gated) and name not in checks]
+    progress(f"{problem.name} [{shape.name}] {len(plan)} trials on {len(beside)} contender(s)"
+             + (f", {len(gated)} of them timing their kernel variants with the GPU to themselves" if gated else ""))
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        futures = {name: pool.submit(trials_of, contenders[name],
+                                     (lambda: GpuHandover(shared, exclusive)) if name in gated else shared)
+                   for name in beside}
+        for name, future in futures.items():
+            checks[name], stats[name] = future.result()
+    tuning = [name for name in contenders if name not in checks]
+    if tuning:
+        progress(f"{problem.name} [{shape.name}] {len(tuning)} contender(s) that tune by timing: "
+                 "their trials one at a time, the GPU to each alone")
+    for name in tuning:
+        with exclusive():
+            checks[name], stats[name] = trials_of(contenders[name], contextlib.nullcontext)
+    return info, {name: checks[name] for name in contenders}, {name: stats[name] for name in contenders}
+
+
+def release_cache(worker: WorkerClient, timeout_s: float) -> None:
+    """On a GPU, a worker's cached memory goes back as soon as its part of the work is done
+    (its trials, or its timing of a shape), not when the last contender's is: the caches of
+    idle contenders waiting for the others can run a large shape out of memory beside another
+    problem."""
+    if worker.device != "cuda":
+        return
+    with contextlib.suppress(WorkerFailure):  # a dead worker has nothing cached; its failure is reported
+        worker.request({"op": "release"}, timeout_s, "call")

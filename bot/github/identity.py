@@ -1,0 +1,129 @@
+"""Which pull request a stage-2 run publishes for: from the workflow_run event and GitHub's
+API, never from the artifact (stage 1 ran untrusted code that could have written it)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from bot.core.domain import Trigger
+from bot.core.errors import BotError
+
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+DELETED_FORK = "(deleted fork)"  # never equal to a repository name, so Trigger.fork is True
+
+
+@dataclass(frozen=True)
+class PullFacts:
+    """A pull request as the API shows it; `head_repo` None once its fork was deleted."""
+
+    number: int
+    state: str
+    head_sha: str
+    head_ref: str
+    head_repo: str | None
+    base_ref: str
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the `workflow_run` event says about the run that made the artifact."""
+
+    event: str
+    head_sha: str
+    head_branch: str | None
+    head_repo: str | None  # None: the run's head repository is gone (a deleted fork)
+    pr_numbers: tuple[int, ...]  # GitHub lists them for same-repository pull requests only
+    default_branch: str | None
+
+
+class PullReader(Protocol):
+    def pull_request(self, number: int) -> PullFacts | None: ...
+
+    def pull_requests_for_commit(self, sha: str) -> list[PullFacts]: ...
+
+
+def run_facts(payload: dict[str, Any]) -> RunFacts:
+    """The event's fields stage 2 relies on, checked for shape."""
+    run = payload.get("workflow_run")
+    if not isinstance(run, dict):
+        raise BotError("workflow_run event without a workflow_run object")
+    sha = run.get("head_sha")
+    if not isinstance(sha, str) or not _SHA.match(sha):
+        raise BotError(f"workflow_run event with head_sha {str(sha)[:60]!r}: expected a commit SHA")
+    head_repo = (run.get("head_repository") or {}).get("full_name")
+    numbers = tuple(p.get("number") for p in run.get("pull_requests") or () if isinstance(p, dict))
+    if not all(isinstance(n, int) for n in numbers):
+        raise BotError("workflow_run event lists a pull request without a number")
+    return RunFacts(str(run.get("event")), sha, run.get("head_branch"),
+                    head_repo if isinstance(head_repo, str) else None, numbers,
+                    (payload.get("repository") or {}).get("default_branch"))
+
+
+def _matching(pulls: list[PullFacts], run: RunFacts) -> list[PullFacts]:
+    return [p for p in pulls if p.state == "open" and p.head_sha == run.head_sha and p.head_repo == run.head_repo]
+
+
+def pull_request_trigger(run: RunFacts, repo: str, reader: PullReader) -> Trigger:
+    """The run's pull request, read through the API: same head commit, same head repository,
+    open. A same-repository run names its PR; a fork's run does not, so the PRs whose head is
+    the run's commit are listed instead."""
+    if run.pr_numbers:
+        pulls = []
+        for number in run.pr_numbers:
+            found = reader.pull_request(number)
+            if found is None:
+                raise BotError(f"pull request #{number} named by the workflow run does not exist in {repo}")
+            pulls.append(found)
+    else:
+        pulls = reader.pull_requests_for_commit(run.head_sha)
+    matching = _matching(pulls, run)
+    if not matching:
+        seen = ", ".join(f"#{p.number} ({p.state}, head {p.head_sha[:12]} from {p.head_repo or DELETED_FORK})"
+                         for p in pulls) or "none"
+        raise BotError(f"no open pull request in {repo} has head commit {run.head_sha[:12]} from "
+                       f"{run.head_repo or DELETED_FORK} (found: {seen}); nothing is published")
+    if len(matching) > 1:
+        raise BotError(f"pull requests {', '.join(f'#{p.number}' for p in matching)} all have head commit "
+                       f"{run.head_sha[:12]}; refusing to pick one")
+    pr = matching[0]
+    if pr.head_repo == repo and pr.head_ref != run.head_branch:
+        raise BotError(f"pull request #{pr.number}'s branch {pr.head_ref!r} is not the run's "
+                       f"{run.head_branch!r}; nothing is published")
+    return Trigger(kind="pull_request", repo=repo, pr_number=pr.number, head_ref=pr.head_ref,
+                   head_sha=pr.head_sha, head_repo=pr.head_repo or DELETED_FORK, base_ref=pr.base_ref,
+                   default_branch=run.default_branch)
+
+
+def trusted_trigger(payload: dict[str, Any], repo: str, reader: PullReader) -> Trigger:
+    """The trigger of a `workflow_run` event. Nightly and manual runs publish only from the
+    default branch of this repository: a run from any other branch ran code nobody reviewed."""
+    run = run_facts(payload)
+    if run.event == "pull_request":
+        return pull_request_trigger(run, repo, reader)
+    if run.event not in ("schedule", "workflow_dispatch"):
+        raise BotError(f"workflow_run for a {run.event!r} event: nothing to publish")
+    if run.head_repo != repo or not run.default_branch or run.head_branch != run.default_branch:
+        raise BotError(f"a {run.event} run on {run.head_repo or DELETED_FORK}:{run.head_branch}, not on "
+                       f"{repo}'s default branch {run.default_branch!r}: nothing is published")
+    return Trigger(kind=run.event, repo=repo, head_ref=run.head_branch, head_sha=run.head_sha,
+                   default_branch=run.default_branch)
+
+
+def operator_trigger(claimed: dict[str, Any], repo: str, reader: PullReader) -> Trigger:
+    """`bot publish` run by hand on a downloaded artifact: the operator vouches for which
+    run it is, but a pull request's branch, base and fork status still come from the API."""
+    kind = claimed.get("kind")
+    sha = claimed.get("head_sha")
+    if kind != "pull_request":
+        return Trigger(kind=str(kind), repo=repo, head_ref=claimed.get("head_ref"), head_sha=sha,
+                       base_sha=claimed.get("base_sha"), default_branch=claimed.get("default_branch"))
+    number = claimed.get("pr_number")
+    if not isinstance(number, int) or not isinstance(sha, str):
+        raise BotError("the results name no pull request number and head commit")
+    found = reader.pull_request(number)
+    if found is None:
+        raise BotError(f"pull request #{number} does not exist in {repo}")
+    run = RunFacts("pull_request", sha, found.head_ref, found.head_repo, (number,), claimed.get("default_branch"))
+    return pull_request_trigger(run, repo, reader)

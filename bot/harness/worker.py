@@ -1,0 +1,463 @@
+"""The program that runs *inside* the sandbox: load, build, run, time, report.
+
+It serves one contender (a candidate, the baseline, or the reference) for the parent, over
+the private channel. It never decides a verdict: it reports observations (outputs or
+fingerprints of outputs, input hashes, threads, clocks) and the parent judges them against
+a reference computed in another process.
+
+Everything the harness relies on is captured at import time, before any candidate code is
+imported (bot/harness/shared.py), so a candidate that patches `time.perf_counter_ns`,
+`torch.cuda.Event.elapsed_time` or `torch.Tensor.clone` changes what it sees, not what the
+harness measures. The timed calls are in bot/harness/timing.py, the machine's description in
+bot/harness/env.py. Only the standard library, torch, numpy and (optionally) triton are used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import socket
+import sys
+import threading
+from typing import Any
+
+import torch
+
+from bot.harness import triton_interp
+from bot.harness import inputs as worker_inputs
+from bot.harness import shared, staging
+from bot.protocol.channel import Channel, ChannelClosed
+from bot.harness.tuning_gate import TuningGate
+from bot.harness.env import describe_environment, timer_overhead_us
+from bot.harness.timing import Rotation, TimedCalls
+
+
+def _import_file(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _meta(out: Any) -> dict[str, Any]:
+    if type(out) is not shared.Tensor:  # exact type: subclasses (lazy tensors) are refused
+        return {"type": type(out).__name__}
+    return {"type": "Tensor", "dtype": str(out.dtype).removeprefix("torch."),
+            "shape": list(out.shape), "device": out.device.type}
+
+
+def _transfer_dtype(native: torch.dtype) -> torch.dtype | None:
+    """Reference values travel in float64 for fp32/fp64 outputs, float32 for lower precision."""
+    if not native.is_floating_point:
+        return None
+    return torch.float64 if native in (torch.float32, torch.float64) else torch.float32
+
+
+class Harness(TimedCalls):
+    def __init__(self, channel: Channel, device: str, threads: int | None):
+        self.ch = channel
+        self.device = device
+        self.problem = None
+        self.cls = None
+        self.precision = "native"
+        self.model = None
+        self.native_model = None
+        self.get_inputs = None
+        self.get_init_inputs = None
+        self.roofline_flops = None
+        self.flush_buf = None
+        self.captured: Rotation | None = None  # mode "graph": this shape's captured calls
+        self.replays = 0  # mode "graph": which captured copy replays next
+        self.gate: TuningGate | None = None  # set up by op_gate, for code that tunes by timing
+        self.cycles_per_us: float | None = None
+        self.weights: dict[tuple, torch.Tensor] = {}
+        # One batch at a time (ops "stage", "time", "outputs"): its inputs, drawn before the
+        # parent's clock starts, and every call's outputs, kept until the parent has picked
+        # the calls it checks in full.
+        self.staged: list[list[Any]] | None = None
+        self.kept: list[list[torch.Tensor]] = []
+        self.stub_outputs: list[torch.Tensor] | None = None  # the reference's calibration stub
+        if threads:
+            torch.set_num_threads(threads)
+        self._warm_up()
+        self.baseline_tids = shared.tids()
+
+    # --- set-up -----------------------------------------------------------------------
+    def _warm_up(self) -> None:
+        """Start torch's own thread pools and the CUDA context before the thread snapshot."""
+        a = torch.randn(256, 256)
+        (a @ a).sum().item()
+        try:
+            import triton  # noqa: F401  (its import-time threads, if any, are the harness's)
+        except Exception:
+            pass
+        try:
+            # torch.compile reports progress through tqdm, whose monitor thread would (rightly)
+            # fail the thread check; it only polices slow progress bars, so switch it off.
+            import tqdm
+
+            tqdm.tqdm.monitor_interval = 0
+        except Exception:
+            pass
+        if self.device == "cuda":
+            torch.cuda.init()
+            b = torch.randn(512, 512, device="cuda")
+            (b @ b).sum().item()
+            (b.to(torch.bfloat16) @ b.to(torch.bfloat16)).float().sum().item()
+            shared.cuda_sync()
+
+    # --- ops --------------------------------------------------------------------------
+    def op_load(self, msg: dict) -> dict:
+        try:
+            self.problem = _import_file(msg["problem"], "kernel_bot_problem")
+            for fn in ("get_inputs", "get_init_inputs"):
+                if not callable(getattr(self.problem, fn, None)):
+                    raise TypeError(f"the problem defines no function {fn}()")
+            if not isinstance(getattr(self.problem, "Model", None), type):
+                raise TypeError("the problem defines no class Model")
+        except Exception as exc:
+            return shared.failure("problem", exc)
+        self.get_inputs = self.problem.get_inputs
+        self.get_init_inputs = self.problem.get_init_inputs
+        self.roofline_flops = getattr(self.problem, "roofline_flops", None)
+        self.precision = msg.get("precision", "native")
+        if msg.get("module") is None:
+            self.cls = self.problem.Model
+        else:
+            try:
+                sys.path.insert(0, os.path.dirname(msg["module"]))
+                module = _import_file(msg["module"], "kernel_bot_candidate")
+                self.cls = getattr(module, msg.get("class_name", "ModelNew"), None)
+                if not isinstance(self.cls, type):
+                    raise TypeError(f"the candidate defines no class {msg.get('class_name')}")
+                if triton_interp.needed():
+                    triton_interp.mend_bf16_dot()
+            except BaseException as exc:  # SystemExit from a candidate is a failure too
+                return shared.failure("import", exc)
+        return {"ok": True, "new_threads": self._new_threads()}
+
+    def op_construct(self, msg: dict) -> dict:
+        try:
+            for key, value in msg.get("overrides", {}).items():
+                setattr(self.problem, key, value)
+            init = self.get_init_inputs()
+            if not isinstance(init, (list, tuple)):
+                raise TypeError(f"get_init_inputs() returned {type(init).__name__}, expected a list")
+        except Exception as exc:
+            return shared.failure("problem", exc)
+        seed = int(msg["seed"])
+        try:
+            with torch.no_grad():
+                reference = None
+                if self.cls is not self.problem.Model:
+                    torch.manual_seed(seed)
+                    reference = self.problem.Model(*init)
+                torch.manual_seed(seed)
+                model = self.cls(*init)
+                if reference is not None:
+                    _copy_matching_state(reference, model)
+                    del reference
+                if isinstance(model, torch.nn.Module):
+                    model = model.to(self.device)
+                self.native_model = model
+                if self.precision != "native":
+                    torch.manual_seed(seed)
+                    upcast = self.cls(*init).to(self.device)
+                    self.model = upcast.to(getattr(torch, self.precision))
+                else:
+                    self.model = model
+        except BaseException as exc:
+            return shared.failure("construct", exc)
+        params = sum(p.numel() * p.element_size() for p in _module_tensors(self.native_model))
+        return {"ok": True, "param_bytes": params, "new_threads": self._new_threads()}
+
+    def _inputs(self, seed: int, distribution: str) -> list[Any]:
+        shared.seed_cpu(seed)
+        if self.device == "cuda":
+            shared.seed_cuda(seed)
+        with torch.device(self.device):
+            inputs = self.get_inputs()
+        if not isinstance(inputs, (list, tuple)):
+            raise ProblemShapeError(f"get_inputs() returned {type(inputs).__name__}, expected a list")
+        moved = [shared.to(x, self.device) if shared.is_tensor(x) else x for x in inputs]
+        return worker_inputs.transform(moved, distribution, seed)
+
+    def _upcast(self, inputs: list[Any]) -> list[Any]:
+        if self.precision == "native":
+            return inputs
+        dtype = getattr(torch, self.precision)
+        return [shared.to(x, dtype) if shared.is_tensor(x) and x.is_floating_point() else x for x in inputs]
+
+    def op_run(self, msg: dict) -> dict:
+        """One checked call: full outputs (or fingerprints) for the parent to compare."""
+        try:
+            inputs = self._inputs(int(msg["seed"]), msg["distribution"])
+        except Exception as exc:
+            return shared.failure("problem", exc)
+        # Checks of timed calls (requests that say what they want) compare outputs only. Hashing the inputs
+        # goes through host memory: for 2 GB of logits it cost seconds per timed batch.
+        before = [] if msg.get("want") else [
+            shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
+        if self.precision != "native":  # the reference: values from the upcast model
+            return self._reference_run(inputs, before, msg)
+        if self.device == "cuda":
+            _poison_free_cuda_memory()
+        gated = self.gate.gated_call() if msg.get("gate") and self.gate is not None else contextlib.nullcontext()
+        try:
+            with torch.no_grad():
+                shared.cuda_sync() if self.device == "cuda" else None
+                t0 = shared.perf_ns()
+                with gated:
+                    result = self.model(*inputs)
+                shared.cuda_sync() if self.device == "cuda" else None
+                host_us = (shared.perf_ns() - t0) / 1e3
+        except BaseException as exc:
+            return shared.failure("call", exc)
+        outputs = shared.as_outputs(result)
+        metas = [_meta(o) for o in outputs]
+        after = [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
+        reply: dict[str, Any] = {"ok": True, "meta": metas, "inputs_before": before,
+                                 "inputs_after": after, "host_us": host_us,
+                                 "new_threads": self._new_threads()}
+        if all(m["type"] == "Tensor" for m in metas):
+            self._answer(reply, [shared.detach(o) for o in outputs], msg)
+        return reply
+
+    def _answer(self, reply: dict[str, Any], values: list[torch.Tensor], msg: dict) -> None:
+        """Outputs and/or fingerprints, as the request says it wants them (a reference of native
+        precision answers timed-call checks through op_run too)."""
+        if msg.get("want") in ("fingerprint", "both"):
+            reply["fingerprints"] = self._fingerprints(values, int(msg["fp_seed"]))
+        if msg.get("want") != "fingerprint":
+            reply["outputs"] = values
+
+    def _reference_run(self, inputs: list[Any], before: list[str], msg: dict) -> dict:
+        try:
+            with torch.no_grad():
+                native = shared.as_outputs(self.native_model(*inputs))
+                exact = shared.as_outputs(self.model(*self._upcast(inputs)))
+            metas = [_meta(o) for o in native]
+            if any(m["type"] != "Tensor" for m in metas):
+                raise TypeError(f"Model.forward returned {[m['type'] for m in metas]}, expected tensors")
+            values = []
+            for n, e in zip(native, exact):
+                dtype = _transfer_dtype(n.dtype)
+                values.append(shared.to(e, dtype) if dtype is not None else shared.to(e, n.dtype))
+        except Exception as exc:
+            return shared.failure("problem", exc)
+        nbytes = sum(x.numel() * x.element_size() for x in inputs if shared.is_tensor(x))
+        nbytes += sum(o.numel() * o.element_size() for o in native)
+        nbytes += sum(p.numel() * p.element_size() for p in _module_tensors(self.native_model))
+        flops = None
+        if callable(self.roofline_flops):
+            try:
+                flops = int(self.roofline_flops(*inputs))
+            except Exception as exc:
+                return shared.failure("problem", exc)
+        reply = {"ok": True, "meta": metas, "inputs_before": before, "bytes": nbytes,
+                 "flops": flops, "input_meta": [
+                     f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x)
+                     else repr(x) for x in inputs]}
+        self._answer(reply, values, msg)
+        return reply
+
+    def op_stage(self, msg: dict) -> dict:
+        """A batch's inputs, before the parent opens its timing window (docs/verifier.md,
+        "timed calls"). With "layout": empty buffers of that layout, which the parent fills
+        from outside while this worker is frozen; their addresses come back. Otherwise drawn
+        here from the parent's seeds; with "expose" (the reference) described for the parent to
+        copy, where the layout can carry them."""
+        self.staged, self.kept = None, []
+        if "layout" in msg:
+            try:
+                self.staged = staging.allocate(msg["layout"])
+            except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+                return shared.failure("protocol", exc)
+            return {"ok": True, "regions": staging.regions(self.staged)}
+        try:
+            self.staged = [self._inputs(int(seed), msg["distribution"]) for seed in msg["seeds"]]
+        except Exception as exc:
+            return shared.failure("problem", exc)
+        if msg.get("stub"):
+            self._make_stub(msg["meta"])
+        if msg.get("expose"):
+            self.staged = staging.contiguous(self.staged)
+            try:
+                laid_out = staging.layout(self.staged)
+            except staging.NotLaidOut as exc:
+                return {"ok": True, "layout": None, "why": str(exc)}
+            return {"ok": True, "layout": laid_out, "regions": staging.regions(self.staged)}
+        return {"ok": True}
+
+    def op_outputs(self, msg: dict) -> dict:
+        """The full outputs of the batch's calls the parent picked after the batch, then the
+        batch is dropped."""
+        try:
+            outputs = [[shared.detach(o) for o in self.kept[int(i)]] for i in msg["picks"]]
+        except (IndexError, ValueError) as exc:
+            return shared.failure("protocol", exc)
+        finally:
+            self.staged, self.kept = None, []
+        return {"ok": True, "outputs": outputs}
+
+    def _make_stub(self, metas: list[dict]) -> None:
+        """The reference's stand-in for a contender in the calibration batches: a call that does
+        nothing and returns outputs of the contender's dtypes and shapes, so that what remains on
+        the parent's clock is the harness's own work for such outputs (bot.engine.timing)."""
+        wanted = [(m["dtype"], tuple(m["shape"])) for m in metas]
+        have = [(str(o.dtype).removeprefix("torch."), tuple(o.shape)) for o in self.stub_outputs or []]
+        if have != wanted:
+            self.stub_outputs = [shared.to(torch.randn(shape, dtype=torch.float32, device=self.device),
+                                           getattr(torch, dtype)) for dtype, shape in wanted]
+
+    def op_gate(self, msg: dict) -> dict:
+        """Hook the timing of kernel variants (bot.harness.tuning_gate): in a call the bot marks as
+        gated, the first such timing asks it for the GPU. Replies with what could be hooked."""
+        if self.gate is None:
+            self.gate = TuningGate(self.ch, shared.cuda_sync if self.device == "cuda" else lambda: None)
+        return {"ok": True, "hooks": self.gate.install()}
+
+    def op_release(self, msg: dict) -> dict:
+        """Give the allocator's cached GPU memory back while this worker waits: workers of
+        several candidates and problems share one GPU, and idle caches made them run out.
+        The fingerprint vectors go too (float64, the outputs' size: 512 MB each for an
+        8192x8192 output, up to four kept); they are drawn again from their seed on demand."""
+        self.weights.clear()
+        self.captured = None  # a CUDA graph's private memory pool goes with it
+        if self.device == "cuda":
+            shared.cuda_sync()
+            torch.cuda.empty_cache()
+        return {"ok": True}
+
+    def op_fingerprints(self, msg: dict) -> dict:
+        """Reference fingerprints and full outputs for a list of seeds: the checks of the calls
+        the parent picked from a timed batch."""
+        prints, outputs = [], []
+        for seed in msg["seeds"]:
+            reply = self.op_run({"seed": seed, "distribution": msg["distribution"],
+                                 "want": msg.get("want", "both"), "fp_seed": msg["fp_seed"]})
+            if not reply.get("ok"):
+                return reply
+            prints.append(reply.get("fingerprints"))
+            outputs.append(reply.get("outputs"))
+        return {"ok": True, "fingerprints": prints, "outputs": outputs}
+
+    # --- helpers ----------------------------------------------------------------------
+    def _fingerprints(self, outputs: list[torch.Tensor], fp_seed: int) -> list[list[float]]:
+        """Per output: (projection on a secret random vector, 2-norm, non-finite count)."""
+        return [t.tolist() for t in self._fingerprint_tensors(outputs, fp_seed)]
+
+    def _fingerprint_tensors(self, outputs: list[torch.Tensor], fp_seed: int) -> list[torch.Tensor]:
+        """The same, as float64 tensors on the outputs' device: no host synchronisation, so
+        back-to-back timed calls stay back to back."""
+        result = []
+        for i, out in enumerate(outputs):
+            x = shared.to(shared.detach(out), torch.float64)
+            finite = torch.isfinite(x)
+            nonfinite = (~finite).sum()
+            x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
+            key = (i, tuple(x.shape), x.device.type, fp_seed)
+            w = self.weights.get(key)
+            if w is None:
+                gen = torch.Generator(device=x.device)
+                gen.manual_seed(fp_seed + i)
+                w = torch.randn(x.shape, generator=gen, dtype=torch.float64, device=x.device)
+                if len(self.weights) >= 4:  # a few output sizes at a time: bounded memory
+                    self.weights.clear()
+                self.weights[key] = w
+            result.append(torch.stack([(x * w).sum(), x.norm(), shared.to(nonfinite, torch.float64)]))
+        return result
+
+    def _new_threads(self) -> list[str]:
+        extra = shared.tids() - self.baseline_tids
+        names = sorted(t.name for t in shared.threads() if t is not threading.main_thread())
+        return sorted(extra) + [f"python:{n}" for n in names]
+
+
+class ProblemShapeError(Exception):
+    pass
+
+
+
+def _module_tensors(model: Any) -> list[torch.Tensor]:
+    if not isinstance(model, torch.nn.Module):
+        return []
+    return list(model.parameters()) + list(model.buffers())
+
+
+def _copy_matching_state(reference: torch.nn.Module, model: Any) -> None:
+    """Give ModelNew the reference's parameters wherever names and shapes match."""
+    if not isinstance(model, torch.nn.Module) or not isinstance(reference, torch.nn.Module):
+        return
+    ref_state = reference.state_dict()
+    for name, value in model.state_dict().items():
+        src = ref_state.get(name)
+        if src is not None and src.shape == value.shape:
+            value.copy_(src)
+
+
+def _poison_free_cuda_memory() -> None:
+    """Fill the caching allocator's free blocks with 0xFF (NaN in every float format),
+    so an output that is `torch.empty` reusing freed memory cannot look correct."""
+    shared.cuda_sync()
+    sizes = [b["size"] for seg in torch.cuda.memory_snapshot() for b in seg["blocks"]
+             if b["state"] == "inactive"]
+    held = []
+    for size in sorted(sizes, reverse=True):
+        try:
+            t = torch.empty(size, dtype=torch.uint8, device="cuda")
+        except RuntimeError:
+            break
+        t.fill_(0xFF)
+        held.append(t)
+    shared.cuda_sync()
+    del held
+
+
+def _connect(address: str) -> socket.socket:
+    kind, _, where = address.partition(":")
+    if kind == "fd":
+        return socket.socket(fileno=int(where))
+    if kind == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(where)
+        return sock
+    raise ValueError(f"unknown channel {address!r}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bot-worker")
+    parser.add_argument("--channel", required=True)
+    args = parser.parse_args(argv)
+    channel = Channel(_connect(args.channel))
+    hello = channel.recv()  # the only unsigned frame: it carries the run key
+    channel.key = bytes.fromhex(hello["key"])
+    harness = Harness(channel, hello["device"], hello.get("threads"))
+    # Sent before any candidate code exists here: the parent's count of this process's threads
+    # starts from it (bot.engine.workers, WorkerClient.request).
+    channel.send({"ok": True, "env": describe_environment(hello["device"], bool(hello.get("describe", True))),
+                  "overhead_us": timer_overhead_us(hello["device"]), "threads": len(harness.baseline_tids)})
+    ops = {"load": harness.op_load, "construct": harness.op_construct, "run": harness.op_run,
+           "time": harness.op_time, "fingerprints": harness.op_fingerprints,
+           "stage": harness.op_stage, "outputs": harness.op_outputs, "quiet": harness.op_quiet,
+           "release": harness.op_release, "gate": harness.op_gate}
+    while True:
+        try:
+            msg = channel.recv()
+        except ChannelClosed:
+            return
+        if msg.get("op") == "exit":
+            return
+        handler = ops.get(msg.get("op", ""))
+        reply = handler(msg) if handler else {"ok": False, "phase": "protocol",
+                                              "error": f"unknown op {msg.get('op')!r}"}
+        channel.send(reply)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""Views of a results.json payload for the renderers, and the one set of number formats.
+
+Every renderer (PR body, sticky comment, step summary, JUnit, plan title) reads results through
+these helpers so that a number is spelled the same way everywhere. The payload is plain JSON
+(it may come from an untrusted artifact), so every lookup tolerates missing keys, and text that
+candidate code could influence goes through `cell` before it reaches markdown.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+MISSING = "–"  # en dash: one glyph for "absent" in every table
+_WHITESPACE = re.compile(r"\s+")
+
+
+# -- number formats ------------------------------------------------------------------------
+
+def fmt_us(value: float | None) -> str:
+    """Microseconds with 3-4 significant digits: 3.21, 45.6, 1,234."""
+    if value is None:
+        return MISSING
+    if abs(value) < 10:
+        return f"{value:.2f}"
+    return f"{value:.1f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    """A speedup factor without its `x`: two decimals, two significant digits below 0.1."""
+    if value is None:
+        return MISSING
+    return f"{value:.2f}" if abs(value) >= 0.1 else f"{value:#.2g}"  # 0.0040, not 0.004
+
+
+def fmt_speedup(value: float | None, ci: Iterable[float] | None = None) -> str:
+    """`1.42x [1.38, 1.47]` (the interval only when known)."""
+    if value is None:
+        return MISSING
+    bounds = list(ci or ())
+    text = f"{fmt_ratio(value)}x"
+    if len(bounds) == 2:
+        text += f" [{fmt_ratio(bounds[0])}, {fmt_ratio(bounds[1])}]"
+    return text
+
+
+def fmt_err(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.1e}"
+
+
+def fmt_pct(value: float | None) -> str:
+    """Percent of the roofline floor; `n/a` where the device has no known floor (CPUs)."""
+    return "n/a" if value is None else f"{value:.0f}%"
+
+
+def cell(text: Any, limit: int = 200) -> str:
+    """Text safe inside a markdown table cell: one line, no HTML, no `|`, no @-mentions.
+
+    Names and rejection evidence can carry strings printed by candidate code, which an LLM
+    wrote from PR content; they must not be able to inject markup or ping people.
+    """
+    if text is None or text == "":
+        return MISSING
+    flat = _WHITESPACE.sub(" ", str(text)).strip()
+    if len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
+    flat = html.escape(flat, quote=False).replace("|", "\\|").replace("`", "'")
+    return flat.replace("@", "@\u200b")  # a zero-width space breaks the mention
+
+
+def fence(text: str, lang: str = "") -> str:
+    """A fenced code block whose fence is longer than any backtick run inside `text`."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{lang}\n{text.rstrip(chr(10))}\n{ticks}"
+
+
+# -- views -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ShapeRow:
+    """One table row: the best candidate (or runner-up) of one operator on one shape."""
+
+    problem: str
+    shape: str
+    inputs: str | None
+    baseline_us: float | None
+    candidate_us: float | None
+    speedup: float | None
+    ci: tuple[float, float] | None
+    pct_of_floor: float | None
+    max_abs_err: float | None
+    norm_rel_err: float | None
+
+
+def problems(results: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in results.get("problems") or () if isinstance(p, dict)]
+
+
+def failed_problem(problem: dict[str, Any]) -> bool:
+    """A problem that could not be evaluated: outcome "failed", its error in `error`."""
+    return problem.get("outcome") == "failed"
+
+
+DEFAULT_MAX_PLAUSIBLE_SPEEDUP = 100.0  # equals bot.core.plausible's (not imported: stage 2 reads JSON)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def plausible(problem: dict[str, Any], attempt: dict[str, Any]) -> bool:
+    """An attempt (or best) whose ratios may be shown as a speedup: timed, not under a simulator
+    (bot.engine.simulated), no shape above the problem's plausibility bound
+    (bot.core.plausible). Stage 2 reads results.json as untrusted data, so the renderers ask
+    again rather than trust `best`."""
+    if attempt.get("not_timed") or problem.get("not_timed"):
+        return False
+    bound = _number(problem.get("max_plausible_speedup")) or DEFAULT_MAX_PLAUSIBLE_SPEEDUP
+    ratios = [_number(s.get("speedup")) for s in attempt.get("shapes") or () if isinstance(s, dict)]
+    ratios.append(_number(attempt.get("speedup")))
+    return all(r is None or r <= bound for r in ratios)
+
+
+def improved(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Problems whose best candidate's whole interval cleared the threshold, and is plausible."""
+    return [p for p in problems(results) if isinstance(p.get("best"), dict) and plausible(p, p["best"])]
+
+
+def _ci(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return float(value[0]), float(value[1])
+    return None
+
+
+def median_us(shape: dict[str, Any]) -> float | None:
+    return (shape.get("measurement") or {}).get("median_us")
+
+
+def runner_up(problem: dict[str, Any]) -> dict[str, Any] | None:
+    """The accepted, timed attempt ranked as `optimize.select_best` ranks winners."""
+    timed = [a for a in problem.get("attempts") or () if a.get("accepted") and _ci(a.get("speedup_ci"))
+             and plausible(problem, a)]
+    return max(timed, key=lambda a: (a["speedup_ci"][0], a.get("speedup") or 0.0), default=None)
+
+
+def contender(problem: dict[str, Any]) -> dict[str, Any] | None:
+    """The best candidate when one improved, else the runner-up (shown honestly as such)."""
+    best = problem.get("best")
+    return best if isinstance(best, dict) and plausible(problem, best) else runner_up(problem)
+
+
+def shape_rows(problem: dict[str, Any]) -> list[ShapeRow]:
+    """One row per shape of the problem's contender, with the baseline's time beside it."""
+    chosen = contender(problem)
+    if chosen is None:
+        return []
+    base = {s.get("shape"): median_us(s) for s in (problem.get("baseline") or {}).get("shapes") or ()}
+    rows = []
+    for s in chosen.get("shapes") or ():
+        cand_us, ratio = median_us(s), s.get("speedup")
+        # speedup = baseline median / candidate median, so the product recovers a missing baseline.
+        base_us = base.get(s.get("shape")) or (cand_us * ratio if cand_us and ratio else None)
+        rows.append(ShapeRow(str(problem.get("problem")), str(s.get("shape")), s.get("inputs"),
+                             base_us, cand_us, ratio, _ci(s.get("speedup_ci")), s.get("pct_of_floor"),
+                             s.get("max_abs_err"), s.get("norm_rel_err")))
+    return rows
+
+
+def best_speedup(problem: dict[str, Any]) -> tuple[float | None, tuple[float, float] | None]:
+    chosen = contender(problem)
+    return (None, None) if chosen is None else (chosen.get("speedup"), _ci(chosen.get("speedup_ci")))
+
+
+def rejection_reasons(attempt: dict[str, Any]) -> list[str]:
+    return [str(r) for r in attempt.get("reasons") or ()]
+
+
+def attempt_counts(problem: dict[str, Any]) -> tuple[int, int, Counter]:
+    """(tried, rejected, failed-check counts): reasons are "check: evidence", grouped by check."""
+    attempts = problem.get("attempts") or []
+    rejected = [a for a in attempts if not a.get("accepted")]
+    checks: Counter = Counter()
+    for a in rejected:
+        names = {r.split(":", 1)[0].strip() for r in rejection_reasons(a)} or {"unknown"}
+        checks.update(names)
+    return len(attempts), len(rejected), checks
+
+
+def environment(results: dict[str, Any]) -> dict[str, Any]:
+    """The first problem's environment: one run measures every problem on one machine."""
+    return next((p["environment"] for p in problems(results) if p.get("environment")), {})
+
+
+def device_label(results: dict[str, Any]) -> str:
+    return str(environment(results).get("device_name") or "an unknown device")
+
+
+@dataclass(frozen=True)
+class ChartBar:
+    """One bar of the speedup chart: an operator on one shape, or a note where nothing was timed."""
+
+    problem: str
+    shape: str
+    speedup: float | None
+    ci: tuple[float, float] | None
+    claimed: bool  # the operator's best candidate, its whole interval over the threshold
+    note: str | None = None  # why there is no bar (not timed under a simulator)
+
+
+def chart_bars(results: dict[str, Any]) -> list[ChartBar]:
+    """Every operator's contender per shape (claimed or not, faster or slower), and a note for
+    each operator verified but not timed; implausible timings are never drawn."""
+    claimed = {id(p) for p in improved(results)}
+    bars = []
+    for p in problems(results):
+        name = str(p.get("problem"))
+        if p.get("not_timed"):
+            bars.append(ChartBar(name, "", None, None, False, f"not timed: {p['not_timed']}"))
+            continue
+        for r in shape_rows(p):
+            if r.speedup is not None and r.ci is not None:
+                bars.append(ChartBar(name, r.shape, r.speedup, r.ci, id(p) in claimed))
+    return bars
+
+
+def chart_rows(results: dict[str, Any]) -> list[tuple[str, float, float, float]]:
+    """(operator, speedup, ci_low, ci_high) for every problem with a plausible timed contender."""
+    rows = []
+    for p in problems(results):
+        value, ci = best_speedup(p)
+        if value is not None and ci is not None:
+            rows.append((str(p.get("problem")), float(value), ci[0], ci[1]))
+    return rows
