@@ -52,10 +52,12 @@ class ContenderOutcome:
     @property
     def speedup_ci(self) -> tuple[float, float] | None:
         """Geometric mean of the per-shape bounds (each shape counts equally)."""
-        if self.speedup is None:
+        speedups = [s.speedup for s in self.shapes]
+        if self.speedup is None or any(s is None for s in speedups):
             return None
-        return (bench.geomean([s.speedup.ci_low for s in self.shapes]),
-                bench.geomean([s.speedup.ci_high for s in self.shapes]))
+        low = bench.geomean([s.ci_low for s in speedups if s is not None])
+        high = bench.geomean([s.ci_high for s in speedups if s is not None])
+        return None if low is None or high is None else (low, high)
 
     @property
     def median_us(self) -> float | None:

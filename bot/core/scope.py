@@ -43,11 +43,14 @@ def declared_target(source: str) -> str | None:
     except SyntaxError:
         return None
     for node in tree.body:
-        names = ([t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign)
-                 else [node.target.id] if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                 else [])
-        if "TARGET" in names and node.value is not None:
-            value = node.value
+        value: ast.expr | None
+        if isinstance(node, ast.Assign):
+            names, value = [t.id for t in node.targets if isinstance(t, ast.Name)], node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names, value = [node.target.id], node.value
+        else:
+            continue
+        if "TARGET" in names and value is not None:
             return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else ""
     return None
 
@@ -81,7 +84,7 @@ def _verified_source(problem: dict[str, Any]) -> str:
                for a in problem.get("attempts") or ()):
         raise BotError(f"{name}: the best candidate {best['name']!r} is not an accepted attempt with the same "
                        "SHA-256; nothing is published")
-    return best["source"]
+    return str(best["source"])
 
 
 def _text(data: bytes, path: str, sha: str) -> str:

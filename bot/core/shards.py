@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from bot.core.domain import Problem
 from bot.core.errors import BotError
@@ -40,7 +41,7 @@ def shard_problems(problems: list[Problem], k: int, n: int) -> list[Problem]:
     return assign(problems, n)[k - 1]
 
 
-def matrix(problems: list[Problem], shards: int, root) -> dict:
+def matrix(problems: list[Problem], shards: int, root: Path) -> dict[str, list[dict[str, object]]]:
     """`{"include": [{"shard": "1/N", "problems": [...]}, ...]}` for `strategy.matrix`."""
     buckets = assign(problems, shards)
     return {"include": [{"shard": f"{i}/{shards}",
