@@ -16,10 +16,10 @@ from conftest import CANDIDATES, PROBLEMS
 pytestmark = pytest.mark.slow
 
 
-def _bench(problem_file: str, names: list[str], cap_s: float = 3.0):
+def _bench(problem_file: str, names: list[str], cap_s: float = 3.0, sandbox: str = "process"):
     problem = load_problem(PROBLEMS / problem_file)
     # Batches of about 40 ms: the harness's fixed cost per batch spread over some 25 calls.
-    options = EvalOptions(device="cpu", limits=Limits(memory_mb=4096, call_timeout_s=30),
+    options = EvalOptions(device="cpu", sandbox=sandbox, limits=Limits(memory_mb=4096, call_timeout_s=30),
                           timing=TimingOptions(time_cap_s=cap_s, min_samples=5, min_batches=8,
                                                batch_target_us=40_000))
     result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names],
@@ -61,10 +61,12 @@ def test_work_moved_into_the_commitment_is_never_called_faster():
     assert outcomes["honest"].verdict.status == "accepted", outcomes["honest"].verdict.reasons
 
 
-def test_answers_computed_while_inputs_are_staged_never_reach_the_timed_calls():
+@pytest.mark.parametrize("sandbox", ["process", pytest.param("docker", marks=pytest.mark.docker)])
+def test_answers_computed_while_inputs_are_staged_never_reach_the_timed_calls(sandbox):
     # The inputs a contender stages are empty buffers; the parent fills them from the reference's
     # while the contender is frozen, so answers computed at staging are answers to nothing.
-    baseline, outcomes = _bench("tall_matmul.py", ["cheat_precompute_on_stage", "tall_matmul_honest"])
+    baseline, outcomes = _bench("tall_matmul.py", ["cheat_precompute_on_stage", "tall_matmul_honest"],
+                                sandbox=sandbox)
     cheat = outcomes["cheat_precompute_on_stage"]
     assert cheat.verdict.status == "rejected", (cheat.speedup, cheat.speedup_ci)
     assert "timed-call outputs" in [c.name for c in cheat.verdict.checks if not c.passed]
