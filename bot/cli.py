@@ -215,7 +215,7 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
     else:
         click.echo(render_optimize(results, min_speedup))
         _table(payload)
-    raise_if_any_failed(payload)
+    raise_if_any_failed([r.to_result(min_speedup) for r in results])
 
 
 def _names(listed: str | None) -> tuple[str, ...]:
@@ -278,11 +278,11 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     job = Job(repo, settings, trigger, job_options(settings, max_tokens=max_tokens, exclude=exclude),
               Path(out), jobs, gpus)
     with _progress_view(problems, job.options.evaluation.device) as progress:
-        payload, plan = run_job(job, problems, progress)
+        results, plan = run_job(job, problems, progress)
     click.echo(describe_plan(plan))
-    _table(payload["problems"])
+    _table([p.to_json() for p in results.problems])
     click.echo(f"\nWrote results.json, report.md, junit.xml, patch.diff and candidates to {out}/")
-    raise_if_any_failed(payload["problems"])
+    raise_if_any_failed(results.problems)
 
 
 @main.command()

@@ -87,7 +87,7 @@ def test_size_cap_symlink_nan_deep_json_and_bad_json(tmp_path):
         with pytest.raises(BotError) as err:
             load_results(tmp_path / name, ALLOWED)
         assert text in str(err.value), name
-    assert load_results(tmp_path / "f", ALLOWED)["schema_version"] == 2
+    assert load_results(tmp_path / "f", ALLOWED).schema_version == 2
 
 
 def test_many_speedups_are_re_derived_over_processes_to_the_same_bits():

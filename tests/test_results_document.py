@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,19 @@ def test_only_the_current_schema_version_is_read():
     doc["schema_version"] = RESULTS_SCHEMA_VERSION - 1
     with pytest.raises(InvalidResults, match=f"expected {RESULTS_SCHEMA_VERSION}"):
         Results.from_json(doc)
+
+
+def _modules() -> dict[str, str]:
+    return {str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "bot").rglob("*.py"))}
+
+
+def test_results_json_is_named_in_one_place_written_in_one_and_read_in_one():
+    modules = _modules()
+    named = [m for m, text in modules.items() if re.search(r"""["']results\.json["']""", text)]
+    assert named == ["bot/core/results.py"]
+    using = sorted(m for m, text in modules.items() if re.search(r"\bRESULTS_FILE\b", text))
+    assert using == ["bot/core/results.py", "bot/engine/outputs.py", "bot/github/untrusted.py"]
+    assert not re.search(r"write|open\(", modules["bot/github/untrusted.py"].split("RESULTS_FILE")[-1])
+    # The document is turned into text (Results.dumps) only by the writer.
+    dumping = sorted(m for m, text in modules.items() if re.search(r"\.dumps\(\)", text))
+    assert dumping == ["bot/engine/outputs.py"]
