@@ -18,6 +18,7 @@ from bot.report.chart import results_chart
 from bot.config import Settings
 from bot.core.domain import CheckRunPlan, PullRequestPlan, Trigger
 from bot.core.errors import BotError
+from bot.core.results import Results
 from bot.report.plan import CHART_PATH, CHECK_NAME, plan_pull_request
 from bot.github.rederive import InconsistentArtifact, rederive
 from bot.core.safe_text import inert, inert_results
@@ -50,12 +51,12 @@ def reproduce_command(results: dict[str, Any], problems_dir: str, min_speedup: f
     return f"bot optimize {paths} --min-speedup {min_speedup} --device {'cpu' if on_cpu else 'cuda'}"
 
 
-def stage_two_plan(results: dict[str, Any], trigger: Trigger, reader: FileReader, settings: Settings,
+def stage_two_plan(results: Results, trigger: Trigger, reader: FileReader, settings: Settings,
                    allowed: Callable[[str], bool]) -> StagePlan:
     """Validated results + trusted trigger -> the complete plan; BotError when something is out
     of scope, a failure check run when the numbers do not follow from the samples."""
     try:
-        derived = rederive(results, settings.min_speedup)
+        derived = rederive(results, settings.min_speedup).to_json()
     except InconsistentArtifact as exc:
         return StagePlan(None, inconsistent_check(trigger, exc), str(exc))
     if not trigger.head_sha:

@@ -29,8 +29,7 @@ def publish_stage_two(results_dir: Path, repo_root: Path | None, echo: Echo,
     root = (repo_root or env.workspace or Path.cwd()).resolve()
     settings = load_settings(root, environ if environ is not None else os.environ)  # the default branch's
     allowed = lambda path: path_allowed(path, settings)  # noqa: E731 (the trusted allowlist)
-    document = load_results(results_dir, allowed)
-    results = document.to_json()
+    results = load_results(results_dir, allowed)
     if client is None:
         from bot.github.client import GitHubClient
 
@@ -39,7 +38,7 @@ def publish_stage_two(results_dir: Path, repo_root: Path | None, echo: Echo,
     if env.event_name == "workflow_run" and event:
         trigger = trusted_trigger(event, env.repository or "", client)
     else:  # run by hand on a downloaded artifact: the operator vouches for which run it is
-        trigger = operator_trigger(document.trigger, env.repository or "", client)
+        trigger = operator_trigger(results.trigger, env.repository or "", client)
     staged = stage_two_plan(results, trigger, client, settings, allowed)
     if staged.reason is not None:
         if staged.failure is not None:
