@@ -81,3 +81,22 @@ def test_results_json_is_named_in_one_place_written_in_one_and_read_in_one():
     # The document is turned into text (Results.dumps) only by the writer.
     dumping = sorted(m for m, text in modules.items() if re.search(r"\.dumps\(\)", text))
     assert dumping == ["bot/engine/outputs.py"]
+
+
+def test_every_field_the_schema_allows_has_a_place_in_the_typed_document():
+    from bot.core import results_schema as schema
+
+    doc = honest_results()
+    problem = doc["problems"][0]
+    problem["reference_precision"] = "float32"
+    assert set(problem) | {"error", "reference_precision"} >= set(schema.PROBLEM["properties"])
+    assert set(problem["attempts"][0]) == set(schema.ATTEMPT["properties"])
+    assert set(problem["best"]) == set(schema.BEST["properties"])
+    assert set(problem["attempts"][0]["shapes"][0]) == set(schema.SHAPE["properties"])
+    assert set(problem["environment"]) == set(schema.ENVIRONMENT["properties"])
+    assert set(problem["attempts"][0]["shapes"][0]["measurement"]) == set(schema.MEASUREMENT["properties"])
+    assert set(problem["attempts"][0]["origin"]) == set(schema.ORIGIN["properties"])
+    assert set(problem["attempts"][0]["checks"][0]) == set(schema.CHECK["properties"])
+    assert set(doc["trigger"]) == set(schema.TRIGGER["properties"])
+    assert set(doc) | {"shards"} == set(schema.RESULTS["properties"]) - {"$schema"}
+    assert Results.from_json(doc).to_json() == doc

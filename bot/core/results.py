@@ -302,6 +302,7 @@ class ProblemResult:
     skipped: tuple[Skipped, ...] = ()
     environment: Environment | None = None  # None: nothing was measured (written as {})
     llm: Mapping[str, Any] = field(default_factory=dict)
+    reference_precision: str | None = None  # stage 1 leaves it out; the schema allows it
 
     @property
     def failed(self) -> bool:
@@ -320,8 +321,10 @@ class ProblemResult:
             "baseline": self.baseline.to_json() if self.baseline else None,
             "attempts": [a.to_json() for a in self.attempts],
             "skipped": [{"transformation": s.transformation, "reason": s.reason} for s in self.skipped],
-            "environment": self.environment.to_json() if self.environment else {}, "llm": dict(self.llm)},
-            "problem_path", "distributions", "skipped_distributions", "error", "min_speedup", "stopped", "wall_s")
+            "environment": self.environment.to_json() if self.environment else {}, "llm": dict(self.llm),
+            "reference_precision": self.reference_precision},
+            "problem_path", "distributions", "skipped_distributions", "error", "min_speedup", "stopped", "wall_s",
+            "reference_precision")
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ProblemResult:
@@ -333,7 +336,7 @@ class ProblemResult:
                    d.get("min_speedup"), d.get("max_plausible_speedup", DEFAULT_MAX_PLAUSIBLE_SPEEDUP),
                    d.get("stopped"), d.get("wall_s"), ContenderResult.from_json(base) if base else None,
                    tuple(Skipped(s["transformation"], s["reason"]) for s in d.get("skipped") or ()),
-                   _environment(d.get("environment")), dict(d.get("llm") or {}))
+                   _environment(d.get("environment")), dict(d.get("llm") or {}), d.get("reference_precision"))
 
 
 @dataclass(frozen=True)
