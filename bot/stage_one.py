@@ -111,7 +111,7 @@ def merge_results(dirs: list[Path], out: Path, repo_root: Path, echo: Echo) -> R
     merged = replace(parts[0], problems=tuple(sorted(problems, key=lambda p: p.problem)), shards=len(parts))
     out.mkdir(parents=True, exist_ok=True)
     trigger = merged.trigger or Trigger(kind="schedule")
-    plan = publish_plan(merged.to_json(), trigger, repo_root, allowed, settings.problems_dir, settings.chart_path)
+    plan = publish_plan(merged, trigger, repo_root, allowed, settings.problems_dir, settings.chart_path)
     write_reports(out, merged, plan, None)
     echo(f"merged {len(parts)} shard(s), {len(problems)} problem(s) into {out}")
     return merged

@@ -20,7 +20,7 @@ from bot.engine.problems import load_problem
 from bot.report.data import chart_bars
 from bot.report.markdown import render_comment, render_step_summary
 from bot.engine.simulated import simulated_reason
-from conftest import CANDIDATES, PROBLEMS
+from conftest import CANDIDATES, PROBLEMS, typed
 
 PR = Trigger(kind="pull_request", repo="acme/kernels", action="labeled", pr_number=7, base_ref="main",
              base_sha="b" * 40, head_ref="feature", head_sha="a" * 40, head_repo="acme/kernels",
@@ -50,14 +50,15 @@ def _optimize(problem_path: Path, quick_options, exclude: tuple[str, ...] = ()) 
 
 def _claims_nothing(payload: dict, repo: Path) -> str:
     """Every rendering of `payload` without a ratio; returns the step summary."""
-    plan = plan_pull_request(payload, PR, repo, lambda p: p.startswith("kernels/"), results_chart(payload),
+    plan = plan_pull_request(typed(payload), PR, repo, lambda p: p.startswith("kernels/"),
+                             results_chart(typed(payload)),
                              "bot optimize problems/big_add.py --device cpu")
     assert "faster" not in plan.title and "no significant improvement" in plan.title
     assert plan.check_run.title == "no significant improvement" and not plan.files
     # A ratio appears in the comment only as the guard's evidence, on the line that flags it.
     assert all("implausible; check the baseline" in line for line in plan.comment_body.splitlines()
                if "x [" in line)
-    return render_step_summary(payload)
+    return render_step_summary(typed(payload))
 
 
 def test_source_scan_names_the_simulator_on_cpu_only():
@@ -80,7 +81,7 @@ def test_interpreted_triton_baseline_yields_no_claim_on_cpu(tmp_path, quick_opti
     assert all(s.measurement is None for o in accepted for s in o.shapes)
     summary = _claims_nothing(payload, tmp_path)
     assert f"**big_add**: correct; not timed: {INTERPRETER}" in summary
-    bars = chart_bars(payload)
+    bars = chart_bars(typed(payload))
     assert [(b.problem, b.speedup, b.note) for b in bars] == [("big_add", None, f"not timed: {INTERPRETER}")]
 
 
@@ -114,7 +115,7 @@ def test_hidden_interpreter_baseline_is_flagged_implausible_not_claimed(tmp_path
     assert top.speedup > 100 and "above the 100x bound" in top.evidence and "baseline" in top.evidence
     summary = _claims_nothing(payload, tmp_path)
     assert "**big_add**: implausible; check the baseline:" in summary
-    assert not [b for b in chart_bars(payload) if b.speedup and b.speedup > 100]
+    assert not [b for b in chart_bars(typed(payload)) if b.speedup and b.speedup > 100]
     # With the bound raised above it, the same run's win is claimed: the guard is what held it back.
     assert select_best(list(result.attempts), 1.05, max_plausible=1e9) is not None
 
@@ -148,8 +149,8 @@ def test_renderers_refuse_an_implausible_or_simulated_best_from_untrusted_result
         payload = {"schema_version": 1, "problems": [{**problem, **variant,
                                                       "max_plausible_speedup": 1e9 if variant else None}]}
         summary = _claims_nothing(payload, tmp_path)
-        assert "4675" not in render_comment(payload, None, None).split("### How it was verified")[0]
-        assert not [b for b in chart_bars(payload) if b.speedup]
+        assert "4675" not in render_comment(typed(payload), None, None).split("### How it was verified")[0]
+        assert not [b for b in chart_bars(typed(payload)) if b.speedup]
         # The check run's detail shows an implausible ratio only beside its flag, a simulated one never.
         row = next(line for line in summary.splitlines() if line.startswith("| – | x |"))
         assert ("4675" not in row) if variant else ("4675" in row and "implausible; check the baseline" in row)

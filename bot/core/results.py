@@ -51,7 +51,8 @@ class Samples:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Samples:
-        return cls(tuple(d["samples_us"]), tuple(d["batch_sizes"]), tuple(d["batch_workers"]))
+        return cls(tuple(d.get("samples_us") or ()), tuple(d.get("batch_sizes") or ()),
+                   tuple(d.get("batch_workers") or ()))
 
     def measurement(self) -> Measurement:
         """ValueError where the batches do not add up to the samples."""
@@ -256,8 +257,9 @@ class BestResult:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> BestResult:
-        return cls(d["name"], d["source"], d["source_sha256"], d["speedup"], _ci(d["speedup_ci"]),  # type: ignore[arg-type]
-                   tuple(ShapeResult.from_json(s) for s in d["shapes"]), d.get("path"), _origin(d.get("origin")))
+        return cls(d["name"], d.get("source", ""), d.get("source_sha256", ""), d.get("speedup"),  # type: ignore[arg-type]
+                   _ci(d.get("speedup_ci")), tuple(ShapeResult.from_json(s) for s in d.get("shapes") or ()),  # type: ignore[arg-type]
+                   d.get("path"), _origin(d.get("origin")))
 
 
 def _implausible(d: Mapping[str, Any]) -> Implausible:
@@ -281,7 +283,10 @@ class Skipped:
 
 @dataclass(frozen=True)
 class ProblemResult:
-    """One problem of a run: its outcome, baseline, every attempt and the selected best."""
+    """One problem of a run: its outcome, baseline, every attempt and the selected best.
+
+    `from_json` here and below builds without checking (fields the schema requires default to
+    empty): only `Results.from_json`, which validates the whole document first, reads input."""
 
     problem: str
     outcome: str
@@ -329,7 +334,7 @@ class ProblemResult:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ProblemResult:
         best, base, dists = d.get("best"), d.get("baseline"), d.get("distributions")
-        return cls(d["problem"], d["outcome"], tuple(ContenderResult.from_json(a) for a in d["attempts"]),
+        return cls(d["problem"], d.get("outcome", ""), tuple(ContenderResult.from_json(a) for a in d.get("attempts") or ()),
                    d.get("problem_path"), d.get("target"), BestResult.from_json(best) if best else None,
                    None if dists is None else tuple(dists), d.get("skipped_distributions"), d.get("error"),
                    d.get("not_timed"), tuple(_implausible(f) for f in d.get("implausible") or ()),

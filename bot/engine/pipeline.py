@@ -69,10 +69,9 @@ def write_reports(out: Path, results: Results, plan: PullRequestPlan | None,
     from bot.report.junit import render_junit
 
     write_results(out, results)
-    payload = results.to_json()
-    (out / "junit.xml").write_text(render_junit(payload))
-    (out / "summary.md").write_text(render_step_summary(payload))
-    (out / "report.md").write_text(plan.body if plan else render_step_summary(payload))
+    (out / "junit.xml").write_text(render_junit(results))
+    (out / "summary.md").write_text(render_step_summary(results))
+    (out / "report.md").write_text(plan.body if plan else render_step_summary(results))
     if chart:
         (out / "chart.png").write_bytes(chart)
     (out / "patch.diff").write_text(plan.patch if plan else "")
@@ -123,9 +122,8 @@ def run_job(job: Job, problems: list[Problem], progress: Progress
     job.out.mkdir(parents=True, exist_ok=True)
     optimized = optimize_all(problems, job.options, job.gpus, job.jobs, job.out, progress, job.trigger)
     results = results_document(optimized, job.trigger, job.options.min_speedup)
-    payload = results.to_json()
-    chart = results_chart(payload)
-    plan = plan_pull_request(payload, job.trigger, job.repo_root,
+    chart = results_chart(results)
+    plan = plan_pull_request(results, job.trigger, job.repo_root,
                              lambda path: path_allowed(path, job.settings), chart,
                              reproduce_command(problems, job.options, job.repo_root), job.settings.chart_path)
     write_reports(job.out, results, plan, chart)
