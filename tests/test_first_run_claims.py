@@ -13,7 +13,8 @@ from bot.report.chart import results_chart
 from bot.core.domain import CandidateSource, Measurement, Origin, Speedup, Trigger, Verdict
 from bot.engine.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
-from bot.engine.pipeline import results_payload
+from bot.core.results import Results
+from bot.engine.outputs import results_document
 from bot.report.plan import plan_pull_request
 from bot.core.plausible import implausibility
 from bot.engine.problems import load_problem
@@ -45,20 +46,19 @@ def _optimize(problem_path: Path, quick_options, exclude: tuple[str, ...] = ()) 
     opts = OptimizeOptions(exclude=("compile-*", "cuda-graph*", *exclude), budget_s=300,
                            evaluation=quick_options())
     result = optimize(problem, default_baseline(problem), opts)
-    return result, results_payload([result], PR, opts.min_speedup)
+    return result, results_document([result], PR, opts.min_speedup)
 
 
-def _claims_nothing(payload: dict, repo: Path) -> str:
-    """Every rendering of `payload` without a ratio; returns the step summary."""
-    plan = plan_pull_request(typed(payload), PR, repo, lambda p: p.startswith("kernels/"),
-                             results_chart(typed(payload)),
+def _claims_nothing(results: Results, repo: Path) -> str:
+    """Every rendering of `results` without a ratio; returns the step summary."""
+    plan = plan_pull_request(results, PR, repo, lambda p: p.startswith("kernels/"), results_chart(results),
                              "bot optimize problems/big_add.py --device cpu")
     assert "faster" not in plan.title and "no significant improvement" in plan.title
     assert plan.check_run.title == "no significant improvement" and not plan.files
     # A ratio appears in the comment only as the guard's evidence, on the line that flags it.
     assert all("implausible; check the baseline" in line for line in plan.comment_body.splitlines()
                if "x [" in line)
-    return render_step_summary(typed(payload))
+    return render_step_summary(results)
 
 
 def test_source_scan_names_the_simulator_on_cpu_only():
@@ -81,7 +81,7 @@ def test_interpreted_triton_baseline_yields_no_claim_on_cpu(tmp_path, quick_opti
     assert all(s.measurement is None for o in accepted for s in o.shapes)
     summary = _claims_nothing(payload, tmp_path)
     assert f"**big_add**: correct; not timed: {INTERPRETER}" in summary
-    bars = chart_bars(typed(payload))
+    bars = chart_bars(payload)
     assert [(b.problem, b.speedup, b.note) for b in bars] == [("big_add", None, f"not timed: {INTERPRETER}")]
 
 
@@ -115,7 +115,7 @@ def test_hidden_interpreter_baseline_is_flagged_implausible_not_claimed(tmp_path
     assert top.speedup > 100 and "above the 100x bound" in top.evidence and "baseline" in top.evidence
     summary = _claims_nothing(payload, tmp_path)
     assert "**big_add**: implausible; check the baseline:" in summary
-    assert not [b for b in chart_bars(typed(payload)) if b.speedup and b.speedup > 100]
+    assert not [b for b in chart_bars(payload) if b.speedup and b.speedup > 100]
     # With the bound raised above it, the same run's win is claimed: the guard is what held it back.
     assert select_best(list(result.attempts), 1.05, max_plausible=1e9) is not None
 
@@ -148,7 +148,7 @@ def test_renderers_refuse_an_implausible_or_simulated_best_from_untrusted_result
     for variant in ({}, {"not_timed": INTERPRETER}):
         payload = {"schema_version": 1, "problems": [{**problem, **variant,
                                                       "max_plausible_speedup": 1e9 if variant else None}]}
-        summary = _claims_nothing(payload, tmp_path)
+        summary = _claims_nothing(typed(payload), tmp_path)
         assert "4675" not in render_comment(typed(payload), None, None).split("### How it was verified")[0]
         assert not [b for b in chart_bars(typed(payload)) if b.speedup]
         # The check run's detail shows an implausible ratio only beside its flag, a simulated one never.

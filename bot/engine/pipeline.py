@@ -8,7 +8,7 @@ import shlex
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from bot.engine.changes import affected_problems
 from bot.report.chart import results_chart
@@ -45,11 +45,6 @@ def reproduce_command(problems: list[Problem], options: OptimizeOptions, repo_ro
     # The device the numbers came from: a CPU dry run's table is reproduced on a CPU.
     return (f"bot optimize {paths} --strategy {options.strategy} --min-speedup {options.min_speedup}"
             f" --device {options.evaluation.device}")
-
-
-def results_payload(results: list[OptimizeResult], trigger: Trigger, min_speedup: float) -> dict[str, Any]:
-    """results.json as JSON: what stage 2 reads back as untrusted data."""
-    return results_document(results, trigger, min_speedup).to_json()
 
 
 def raise_if_any_failed(problems: Sequence[ProblemResult]) -> None:

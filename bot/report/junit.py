@@ -13,7 +13,7 @@ from typing import Any
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from bot.report import data as rd
-from bot.core.results import ProblemResult, Results
+from bot.core.results import ContenderResult, ProblemResult, Results
 
 _MESSAGE_MAX_CHARS = 500  # failure `message` is an attribute: reporters show it on one line
 
@@ -43,28 +43,28 @@ def _num(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
-def _elapsed_s(contender: rd.Contender) -> float | None:
+def _elapsed_s(contender: ContenderResult) -> float | None:
     """One call of every shape: the sum of per-shape medians, in seconds."""
     medians = [rd.median_us(s) for s in contender.shapes]
     medians = [m for m in medians if m is not None]
     return sum(medians) / 1e6 if medians else None
 
 
-def _case(problem: str, contender: rd.Contender, name: str,
+def _case(problem: str, contender: ContenderResult, name: str,
           min_speedup: float | None) -> tuple[TestCase, dict[str, str]]:
     case = TestCase(name, classname=f"kernel-bot.{problem}", elapsed_sec=_elapsed_s(contender))
     ci = contender.speedup_ci or None
-    props = {"role": str(getattr(contender, "role", None) or "candidate"),
-             "status": str(getattr(contender, "status", None) or rd.MISSING),
+    props = {"role": contender.role or "candidate",
+             "status": contender.status or rd.MISSING,
              "speedup": _num(contender.speedup),
              "speedup_ci_low": _num(ci[0]) if ci else "", "speedup_ci_high": _num(ci[1]) if ci else "",
              "speedup_text": rd.fmt_speedup(contender.speedup, ci) if contender.speedup else "",
-             "median_us": _num(getattr(contender, "median_us", None))}
-    significant = getattr(contender, "significant", None)  # attempts only
+             "median_us": _num(contender.median_us)}
+    significant = contender.significant  # attempts only
     if significant is not None:
         props["significant"] = str(bool(significant)).lower()
     props = {k: v for k, v in props.items() if v}  # absent numbers are left out, not written as ""
-    if getattr(contender, "accepted", None) is False:
+    if contender.accepted is False:
         reasons = rd.rejection_reasons(contender) or ["rejected (no reason recorded)"]
         check = reasons[0].split(":", 1)[0].strip()
         case.add_failure_info(message=reasons[0][:_MESSAGE_MAX_CHARS], output="\n".join(reasons),

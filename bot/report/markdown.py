@@ -10,9 +10,9 @@ from typing import Any, Sequence
 
 from bot.report import data as rd
 from bot.core.distributions import DESCRIPTIONS, DISTRIBUTIONS
+from bot.core.plausible import FLAG
 from bot.core.results import ContenderResult, ProblemResult, Results
 
-FLAG = "implausible; check the baseline"  # equals bot.core.plausible.FLAG (not imported: stage 2 reads JSON)
 
 REPORT_MARKER = "<!-- kernel-bot:report -->"
 STICKY_MARKER = "<!-- kernel-bot:sticky -->"  # equals bot.github.client's (not imported: PyGithub)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 from urllib.parse import quote
 
 from bot.report import data as rd
