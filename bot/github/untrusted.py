@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from bot.core.errors import BotError
 from bot.core.results import RESULTS_FILE, Results
-from bot.core.results_schema import MAX_DEPTH, validate
+from bot.core.results_schema import MAX_DEPTH
 
 MAX_RESULTS_BYTES = 16 << 20
 
@@ -23,21 +23,32 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def validate_results(data: Any, allowed: Callable[[str], bool]) -> dict[str, Any]:
-    """The results object if it matches the schema (bot.core.results_schema.validate) and every
-    TARGET is a plain path inside the configured kernel paths; BotError naming the first bad field."""
+def _check_targets(results: Results, allowed: Callable[[str], bool]) -> None:
+    """Every TARGET a plain repository-relative path inside the configured kernel paths."""
 
     def refuse(where: str, what: str) -> BotError:
         return BotError(f"untrusted results rejected: {where}: {what}")
 
-    validate(data)
-    for i, problem in enumerate(data["problems"]):
-        target = problem.get("target")
+    for i, problem in enumerate(results.problems):
+        target = problem.target
         parts = str(target).split("/")
         if target is not None and (target.startswith("/") or any(p in ("", ".", "..", ".git") for p in parts)):
             raise refuse(f"results.problems[{i}].target", f"{target!r} is not a plain repository-relative path")
         if target is not None and not allowed(target):
             raise refuse(f"results.problems[{i}].target", f"{target!r} is outside the configured kernel paths")
+
+
+def read_results(data: Any, allowed: Callable[[str], bool]) -> Results:
+    """The typed document of parsed JSON that matches the schema (checked once, by
+    Results.from_json) and names only allowed TARGETs; BotError naming the first bad field."""
+    results = Results.from_json(data)
+    _check_targets(results, allowed)
+    return results
+
+
+def validate_results(data: Any, allowed: Callable[[str], bool]) -> dict[str, Any]:
+    """`data` itself if `read_results` accepts it."""
+    read_results(data, allowed)
     return data
 
 
@@ -60,4 +71,4 @@ def load_results(directory: Path, allowed: Callable[[str], bool]) -> Results:
     size = path.stat().st_size
     if size > MAX_RESULTS_BYTES:
         raise BotError(f"{path}: {size} bytes exceeds the {MAX_RESULTS_BYTES >> 20} MiB cap")
-    return Results.from_json(validate_results(parse_results(path.read_bytes(), str(path)), allowed))
+    return read_results(parse_results(path.read_bytes(), str(path)), allowed)
