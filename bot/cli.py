@@ -8,11 +8,13 @@ from dataclasses import replace
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import click
 
 from bot.core.domain import STEADY_REPLICAS
 from bot.core.errors import BotError
+from bot.core.results import ProblemResult
 from bot.options import evaluation_options, job_options, optimize_options, resolve_device
 
 DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
@@ -57,7 +59,7 @@ def _progress_view(problems, device: str):
     return progress_view(plans, quiet=_QUIET, started=_STARTED)
 
 
-def _table(problems: list[dict]) -> bool:
+def _table(problems: Sequence[ProblemResult]) -> bool:
     """The outcome table, rendered as a table on a terminal (stdout); False where not shown."""
     from bot.progress_view import results_table
 
@@ -209,13 +211,14 @@ def optimize(problems: tuple[str, ...], strategy: str, model: str | None, backen
     loaded = [only_shapes(load_problem(p), _names(shapes), options.evaluation.device) for p in problems]
     with _progress_view(loaded, options.evaluation.device) as progress:
         results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, progress)
-    payload = [r.to_json(min_speedup) for r in results]
+    typed = [r.to_result(min_speedup) for r in results]
+    payload = [p.to_json() for p in typed]
     if as_json:
         click.echo(json.dumps(payload[0] if len(payload) == 1 else {"problems": payload}, indent=2))
     else:
         click.echo(render_optimize(results, min_speedup))
-        _table(payload)
-    raise_if_any_failed(payload)
+        _table(typed)
+    raise_if_any_failed(typed)
 
 
 def _names(listed: str | None) -> tuple[str, ...]:
@@ -278,11 +281,11 @@ def dry_run(ctx: click.Context, repo_path: str, base: str | None, head: str, all
     job = Job(repo, settings, trigger, job_options(settings, max_tokens=max_tokens, exclude=exclude),
               Path(out), jobs, gpus)
     with _progress_view(problems, job.options.evaluation.device) as progress:
-        payload, plan = run_job(job, problems, progress)
+        results, plan = run_job(job, problems, progress)
     click.echo(describe_plan(plan))
-    _table(payload["problems"])
+    _table(results.problems)
     click.echo(f"\nWrote results.json, report.md, junit.xml, patch.diff and candidates to {out}/")
-    raise_if_any_failed(payload["problems"])
+    raise_if_any_failed(results.problems)
 
 
 @main.command()

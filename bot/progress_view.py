@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Iterator, Sequence
 
 from bot.core.domain import Progress
+from bot.core.results import ProblemResult, Results
 
 # "rmsnorm [small] verified: 3 of 3 contender(s) pass", "rmsnorm: search round, ..."
 _LINE = re.compile(r"^(?P<name>[\w.-]+)(?: \[(?P<shape>[^\]]+)\])?:? (?P<rest>.*)$")
@@ -152,7 +153,7 @@ def progress_view(plans: Sequence[ProblemPlan], quiet: bool = False, stream: IO[
         yield bars
 
 
-def results_table(problems: Sequence[dict[str, Any]], stream: IO[str], terminal: bool | None = None,
+def results_table(problems: Sequence[ProblemResult], stream: IO[str], terminal: bool | None = None,
                   width: int | None = None) -> bool:
     """The run's outcome per operator as a rich table on a terminal; False (nothing printed) elsewhere."""
     if not (stream.isatty() if terminal is None else terminal) or not _have_rich():
@@ -166,14 +167,14 @@ def results_table(problems: Sequence[dict[str, Any]], stream: IO[str], terminal:
     for column, justify in (("operator", "left"), ("outcome", "left"), ("best candidate", "left"),
                             ("speedup [95% CI]", "right"), ("note", "left")):
         table.add_column(column, justify=justify, overflow="fold")
-    claimed = {id(p) for p in rd.improved({"problems": list(problems)})}
+    claimed = {id(p) for p in rd.improved(Results(tuple(problems)))}
     for p in problems:
-        chosen = rd.contender(p) if not p.get("not_timed") else None
+        chosen = rd.contender(p) if not p.not_timed else None
         value, ci = rd.best_speedup(p) if chosen else (None, None)
-        note = (p.get("error") or (f"correct; not timed: {p['not_timed']}" if p.get("not_timed") else "")
-                or ("implausible; check the baseline" if p.get("implausible") else ""))
+        note = (p.error or (f"correct; not timed: {p.not_timed}" if p.not_timed else "")
+                or ("implausible; check the baseline" if p.implausible else ""))
         style = "bold green" if id(p) in claimed else "red" if rd.failed_problem(p) else None
-        table.add_row(str(p.get("problem")), str(p.get("outcome") or ""), str((chosen or {}).get("name") or ""),
+        table.add_row(p.problem, p.outcome or "", chosen.name if chosen else "",
                       rd.fmt_speedup(value, ci), str(note)[:160], style=style)
     Console(file=stream, force_terminal=True, width=width).print(table)
     return True

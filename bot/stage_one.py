@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from bot.config import GitHubEnv, Settings, github_env, load_settings, path_allowed, read_event
 from bot.core.domain import Trigger
 from bot.core.errors import BotError
+from bot.core.results import Results
 
 Echo = Callable[[str], None]
 
@@ -55,7 +57,7 @@ def _changed_files(trigger: Trigger, env: GitHubEnv, workspace: Path, echo: Echo
 def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | None, jobs: int,
                   max_tokens: int | None, exclude: tuple[str, ...], progress: Callable[[str], None],
                   echo: Echo, environ: Mapping[str, str] | None = None,
-                  gpus: str | None = None) -> dict[str, Any] | None:
+                  gpus: str | None = None) -> Results | None:
     from bot.options import job_options
     from bot.github.events import trigger_from_event
     from bot.engine.pipeline import Job, raise_if_any_failed, run_job, select_problems
@@ -78,18 +80,18 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
         echo("kernel-bot: no problem is affected by this change.")
     job = Job(workspace, settings, trigger, job_options(settings, max_tokens=max_tokens, exclude=exclude),
               results_dir, jobs, gpus)
-    payload, plan = run_job(job, problems, progress)
+    results, plan = run_job(job, problems, progress)
     summary = (results_dir / "summary.md").read_text()
     _append(env.step_summary, summary + "\n")
-    best = max((p["best"]["speedup"] for p in payload["problems"] if p.get("best")), default=None)
+    best = results.best_speedup
     _append(env.output, f"results-dir={results_dir}\nbest-speedup={'' if best is None else f'{best:.3f}'}\n")
-    echo(f"kernel-bot: {sum(1 for p in payload['problems'] if p.get('best'))} of "
-         f"{len(payload['problems'])} problem(s) improved; results in {results_dir}")
-    raise_if_any_failed(payload["problems"])  # after the results directory, summary and outputs
-    return payload
+    echo(f"kernel-bot: {len(results.improved)} of "
+         f"{len(results.problems)} problem(s) improved; results in {results_dir}")
+    raise_if_any_failed(results.problems)  # after the results directory, summary and outputs
+    return results
 
 
-def merge_results(dirs: list[Path], out: Path, repo_root: Path, echo: Echo) -> dict[str, Any]:
+def merge_results(dirs: list[Path], out: Path, repo_root: Path, echo: Echo) -> Results:
     """Shard results -> one results directory (the publish stage then treats it as one run)."""
     from bot.engine.pipeline import write_reports
     from bot.github.publish import publish_plan
@@ -101,17 +103,14 @@ def merge_results(dirs: list[Path], out: Path, repo_root: Path, echo: Echo) -> d
     seen: set[str] = set()
     problems = []
     for part in parts:
-        for problem in part["problems"]:
-            if problem["problem"] in seen:
-                raise BotError(f"problem {problem['problem']!r} appears in more than one shard")
-            seen.add(problem["problem"])
+        for problem in part.problems:
+            if problem.problem in seen:
+                raise BotError(f"problem {problem.problem!r} appears in more than one shard")
+            seen.add(problem.problem)
             problems.append(problem)
-    merged = {**parts[0], "problems": sorted(problems, key=lambda p: p["problem"]),
-              "shards": len(parts)}
+    merged = replace(parts[0], problems=tuple(sorted(problems, key=lambda p: p.problem)), shards=len(parts))
     out.mkdir(parents=True, exist_ok=True)
-    trigger = Trigger(**{**Trigger(kind="schedule").__dict__, **{
-        k: v for k, v in (merged.get("trigger") or {}).items() if k in Trigger.__dataclass_fields__}})
-    trigger = Trigger(**{**trigger.__dict__, "labels": tuple(trigger.labels or ())})
+    trigger = merged.trigger or Trigger(kind="schedule")
     plan = publish_plan(merged, trigger, repo_root, allowed, settings.problems_dir, settings.chart_path)
     write_reports(out, merged, plan, None)
     echo(f"merged {len(parts)} shard(s), {len(problems)} problem(s) into {out}")

@@ -46,3 +46,14 @@ def quick_options():
         return EvalOptions(device="cpu", limits=limits, timing=timing, cache_root=cache_root,
                            **overrides)
     return make
+
+
+def typed(doc: dict):
+    """A results dict as the typed document the renderers take, without the schema check:
+    report fixtures are partial documents (bot.core.results.Results.from_json validates)."""
+    from bot.core.domain import Trigger
+    from bot.core.results import ProblemResult, Results
+
+    trigger = doc.get("trigger")
+    return Results(tuple(ProblemResult.from_json(p) for p in doc.get("problems") or ()),
+                   Trigger.from_json(trigger) if trigger else None, doc.get("min_speedup"), doc.get("created"))

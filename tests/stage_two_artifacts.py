@@ -1,7 +1,7 @@
 """Stage-1 artifacts for stage-2 tests, serialised by stage 1's own code (no GPU, no workers).
 
 The measurements are synthetic, but the speedups and intervals come from `bot.core.stats` and the
-JSON from `bot.engine.pipeline.results_payload`, exactly as `bot run` writes them.
+JSON from `bot.engine.outputs.results_document`, exactly as `bot run` writes them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from bot.core.domain import (CandidateSource, CheckResult, Environment, Measurem
                         Trigger, Verdict)
 from bot.engine.optimize import Attempt, OptimizeResult
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
-from bot.engine.pipeline import results_payload
+from bot.engine.outputs import results_document
 
 PROBLEM_SOURCE = ('import torch\n\nTARGET = "kernels/rmsnorm.py"\n\n'
                   "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n"
@@ -64,4 +64,4 @@ def honest_results(speedup_factor: float = 2.0, target: str = "kernels/rmsnorm.p
     env = Environment("cuda", device_name, "2.13.0", "3.9.0", "12.8", "570.1", "3.11.7")
     chosen = outcomes[0] if outcomes[0].significant(min_speedup) else None
     result = OptimizeResult(problem, env, baseline, chosen, tuple(Attempt(0, o) for o in outcomes), (), "done", 12.5)
-    return results_payload([result], Trigger(kind="pull_request"), min_speedup)
+    return results_document([result], Trigger(kind="pull_request"), min_speedup).to_json()

@@ -8,6 +8,7 @@ import pytest
 
 from bot.report.chart import CLAIMED, PARITY, SLOWER, chart_title, results_chart, speedup_figure
 from bot.report.data import chart_bars
+from conftest import typed
 
 CPU = {"device": "cpu", "device_name": "AMD EPYC"}
 
@@ -34,11 +35,11 @@ def results() -> dict:
 
 
 def test_figure_has_a_bar_per_operator_and_shape_on_a_log_axis_with_a_1x_line(results):
-    bars = chart_bars(results)
+    bars = chart_bars(typed(results))
     assert [(b.problem, b.shape, b.claimed) for b in bars] == [
         ("rotary_embedding", "small", True), ("layernorm", "small", False), ("swiglu", "small", False),
         ("rmsnorm", "", False)]
-    fig = speedup_figure(bars, chart_title(results))
+    fig = speedup_figure(bars, chart_title(typed(results)))
     ax = fig.axes[0]
     assert ax.get_xscale() == "log"
     drawn = [p for p in ax.patches if p.get_gid() == "speedup-bar"]
@@ -66,7 +67,7 @@ def test_png_reads_back_small_with_the_claimed_bar_right_and_the_slower_left_of_
     from matplotlib.colors import to_rgb
     from matplotlib.image import imread
 
-    png = results_chart(results)
+    png = results_chart(typed(results))
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) < 150_000
     pixels = imread(io.BytesIO(png))[..., :3]
     height, width = pixels.shape[:2]
@@ -86,4 +87,4 @@ def test_png_reads_back_small_with_the_claimed_bar_right_and_the_slower_left_of_
 
 
 def test_no_chart_without_anything_to_draw():
-    assert results_chart({"problems": [_problem("swiglu", None, None, None)]}) is None
+    assert results_chart(typed({"problems": [_problem("swiglu", None, None, None)]})) is None

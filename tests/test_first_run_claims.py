@@ -13,14 +13,15 @@ from bot.report.chart import results_chart
 from bot.core.domain import CandidateSource, Measurement, Origin, Speedup, Trigger, Verdict
 from bot.engine.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
-from bot.engine.pipeline import results_payload
+from bot.core.results import Results
+from bot.engine.outputs import results_document
 from bot.report.plan import plan_pull_request
 from bot.core.plausible import implausibility
 from bot.engine.problems import load_problem
 from bot.report.data import chart_bars
 from bot.report.markdown import render_comment, render_step_summary
 from bot.engine.simulated import simulated_reason
-from conftest import CANDIDATES, PROBLEMS
+from conftest import CANDIDATES, PROBLEMS, typed
 
 PR = Trigger(kind="pull_request", repo="acme/kernels", action="labeled", pr_number=7, base_ref="main",
              base_sha="b" * 40, head_ref="feature", head_sha="a" * 40, head_repo="acme/kernels",
@@ -45,19 +46,19 @@ def _optimize(problem_path: Path, quick_options, exclude: tuple[str, ...] = ()) 
     opts = OptimizeOptions(exclude=("compile-*", "cuda-graph*", *exclude), budget_s=300,
                            evaluation=quick_options())
     result = optimize(problem, default_baseline(problem), opts)
-    return result, results_payload([result], PR, opts.min_speedup)
+    return result, results_document([result], PR, opts.min_speedup)
 
 
-def _claims_nothing(payload: dict, repo: Path) -> str:
-    """Every rendering of `payload` without a ratio; returns the step summary."""
-    plan = plan_pull_request(payload, PR, repo, lambda p: p.startswith("kernels/"), results_chart(payload),
+def _claims_nothing(results: Results, repo: Path) -> str:
+    """Every rendering of `results` without a ratio; returns the step summary."""
+    plan = plan_pull_request(results, PR, repo, lambda p: p.startswith("kernels/"), results_chart(results),
                              "bot optimize problems/big_add.py --device cpu")
     assert "faster" not in plan.title and "no significant improvement" in plan.title
     assert plan.check_run.title == "no significant improvement" and not plan.files
     # A ratio appears in the comment only as the guard's evidence, on the line that flags it.
     assert all("implausible; check the baseline" in line for line in plan.comment_body.splitlines()
                if "x [" in line)
-    return render_step_summary(payload)
+    return render_step_summary(results)
 
 
 def test_source_scan_names_the_simulator_on_cpu_only():
@@ -147,9 +148,9 @@ def test_renderers_refuse_an_implausible_or_simulated_best_from_untrusted_result
     for variant in ({}, {"not_timed": INTERPRETER}):
         payload = {"schema_version": 1, "problems": [{**problem, **variant,
                                                       "max_plausible_speedup": 1e9 if variant else None}]}
-        summary = _claims_nothing(payload, tmp_path)
-        assert "4675" not in render_comment(payload, None, None).split("### How it was verified")[0]
-        assert not [b for b in chart_bars(payload) if b.speedup]
+        summary = _claims_nothing(typed(payload), tmp_path)
+        assert "4675" not in render_comment(typed(payload), None, None).split("### How it was verified")[0]
+        assert not [b for b in chart_bars(typed(payload)) if b.speedup]
         # The check run's detail shows an implausible ratio only beside its flag, a simulated one never.
         row = next(line for line in summary.splitlines() if line.startswith("| – | x |"))
         assert ("4675" not in row) if variant else ("4675" in row and "implausible; check the baseline" in row)

@@ -82,10 +82,11 @@ def test_quiet_prints_nothing_in_either_mode():
 
 
 def test_final_table_is_a_table_on_a_terminal_only():
-    problems = [{"problem": "rotary_embedding", "outcome": "improved", "min_speedup": 1.05,
-                 "best": {"name": "compile-default-reference", "speedup": 6.37, "speedup_ci": [6.25, 6.48],
-                          "shapes": []}},
-                {"problem": "rmsnorm", "outcome": "not timed", "not_timed": "runs in Triton's interpreter on this CPU"}]
+    from bot.core.results import BestResult, ProblemResult
+
+    best = BestResult("compile-default-reference", "source", "0" * 64, 6.37, (6.25, 6.48), ())
+    problems = [ProblemResult("rotary_embedding", "improved", min_speedup=1.05, best=best),
+                ProblemResult("rmsnorm", "not timed", not_timed="runs in Triton's interpreter on this CPU")]
     stream = io.StringIO()
     assert results_table(problems, stream, terminal=True, width=160)
     screen = _screen(stream.getvalue())

@@ -23,7 +23,7 @@ from bot.report.plan import CHART_PATH, plan_pull_request
 from bot.report.junit import render_junit
 from bot.report.markdown import (GITHUB_BODY_MAX_CHARS, REPORT_MARKER, STEP_SUMMARY_MAX_BYTES, STICKY_MARKER,
                            render_comment, render_pr_body, render_step_summary)
-from conftest import ROOT
+from conftest import ROOT, typed
 
 REPRO = "bot optimize problems/swiglu.py --device cpu --out results"
 H200 = {"device": "cuda", "device_name": "NVIDIA H200", "torch": "2.7.0+cu128", "triton": "3.3.0",
@@ -99,7 +99,7 @@ ROW = ("| swiglu | small | bfloat16[64, 512] | 52.1 | 36.7 | 1.42x [1.38, 1.47] 
 # -- markdown --------------------------------------------------------------------------------
 
 def test_pr_body_has_row_environment_verification_reproduce_and_marker(mixed):
-    body = render_pr_body(mixed, REPRO, "docs/kernel-bot/speedups.png")
+    body = render_pr_body(typed(mixed), REPRO, "docs/kernel-bot/speedups.png")
     assert ROW in body
     assert "**2 of 3 operators improved** on NVIDIA H200" in body
     assert ("| NVIDIA H200 | 570.86.15 | 12.8 | 2.7.0+cu128 | 3.3.0 | 3.11.7 "
@@ -118,12 +118,12 @@ def test_distributions_a_problem_skips_are_named_with_their_reason(mixed):
     assert mixed["problems"][0]["distributions"] == ["standard", "shifted", "large", "zeros", "rows", "limits"]
     results = copy.deepcopy(mixed)
     results["problems"][2]["skipped_distributions"] = {"zeros": "log of the | inputs, @team: positive"}
-    body = render_pr_body(results, REPRO, None)
+    body = render_pr_body(typed(results), REPRO, None)
     assert "; softmax skips all zero: log of the \\| inputs, @\u200bteam: positive." in body
 
 
 def test_real_cpu_run_is_reported_honestly(real):
-    body, comment = render_pr_body(real, REPRO, None), render_comment(real, None, None)
+    body, comment = render_pr_body(typed(real), REPRO, None), render_comment(typed(real), None, None)
     problem = real["problems"][0]
     assert f"| {problem['environment']['device_name']} |" in body
     assert "host clock" in body and "hence n/a" in body and "![speedups]" not in body
@@ -135,27 +135,27 @@ def test_real_cpu_run_is_reported_honestly(real):
 
 def test_comment_carries_the_fork_patch_and_caps_it():
     results = {"problems": []}
-    small = render_comment(results, "diff --git a/x b/x\n+```\n", "https://example.invalid/pr/1")
+    small = render_comment(typed(results), "diff --git a/x b/x\n+```\n", "https://example.invalid/pr/1")
     assert "````diff\ndiff --git a/x b/x\n+```\n````" in small  # a longer fence than the patch's
     assert "https://example.invalid/pr/1" in small
     huge = "".join(f"+line {i} {'x' * 80}\n" for i in range(5000))
-    capped = render_comment(results, huge, None)
+    capped = render_comment(typed(results), huge, None)
     assert len(capped) <= GITHUB_BODY_MAX_CHARS and "The patch is truncated" in capped
 
 
 def test_hostile_names_cannot_inject_markup_or_mentions(mixed):
     hostile = copy.deepcopy(mixed)
     hostile["problems"][0]["best"]["name"] = f"x | {REPORT_MARKER} @octocat <img src=x>"
-    body = render_pr_body(hostile, REPRO, None)
+    body = render_pr_body(typed(hostile), REPRO, None)
     assert body.count(REPORT_MARKER) == 1 and "@octocat" not in body and "<img" not in body
 
 
 def test_step_summary_lists_every_attempt_and_stays_under_1_mib(mixed):
-    summary = render_step_summary(mixed)
+    summary = render_step_summary(typed(mixed))
     assert ROW in summary and "bad-2" in summary and "skipped" in summary
     big = copy.deepcopy(mixed)
     big["problems"][2]["attempts"] *= 4000
-    capped = render_step_summary(big)
+    capped = render_step_summary(typed(big))
     assert len(capped.encode()) <= STEP_SUMMARY_MAX_BYTES and "truncated" in capped
 
 
@@ -168,7 +168,7 @@ def test_sticky_marker_matches_the_github_client():
 
 def test_junit_has_a_case_per_candidate_failures_and_skips(real, mixed):
     for results in (real, mixed):
-        root = ET.fromstring(render_junit(results))
+        root = ET.fromstring(render_junit(typed(results)))
         suites = root.findall("testsuite")
         assert [s.get("name") for s in suites] == [p["problem"] for p in results["problems"]]
         for suite, p in zip(suites, results["problems"]):
@@ -180,10 +180,10 @@ def test_junit_has_a_case_per_candidate_failures_and_skips(real, mixed):
             assert len(cases) - len(run) == len(p["skipped"]) > 0
             failed = [c for c in run if c.find("failure") is not None]
             assert len(failed) == sum(not a["accepted"] for a in p["attempts"])
-    softmax = ET.fromstring(render_junit(mixed)).findall("testsuite")[2]
+    softmax = ET.fromstring(render_junit(typed(mixed))).findall("testsuite")[2]
     failure = softmax.find("testcase[@name='bad-0']/failure")
     assert failure.get("type") == "values" and "got 0, expected 1.5" in failure.get("message")
-    swiglu = ET.fromstring(render_junit(mixed)).findall("testsuite")[0]
+    swiglu = ET.fromstring(render_junit(typed(mixed))).findall("testsuite")[0]
     props = {p.get("name"): p.get("value") for p in swiglu.findall("properties/property")}
     assert props["best_speedup"] == "1.4213" and props["best_speedup_ci"] == "1.3812,1.4749"
     winner = swiglu.findall("testcase")[1]
@@ -204,7 +204,7 @@ def repo(tmp_path) -> Path:
 
 
 def test_pr_plan_replaces_the_target_and_adds_the_chart_but_no_new_module(mixed, repo):
-    plan = plan_pull_request(mixed, PR, repo, ALLOWED, b"\x89PNG fake", REPRO)
+    plan = plan_pull_request(typed(mixed), PR, repo, ALLOWED, b"\x89PNG fake", REPRO)
     assert (plan.branch, plan.base, plan.source_pr, plan.fork, plan.repo) == (
         "kernel-bot/pr-12", "feature/swiglu", 12, False, "acme/kernels")
     files = {f.path: f.content for f in plan.files}
@@ -230,14 +230,14 @@ def test_chart_path_is_configurable_never_a_candidates_and_can_be_off(mixed, rep
     # Kernel paths that leave docs/ out do not keep the chart off the branch (it is drawn by
     # the publishing stage, not taken from the results); a chosen path moves it there.
     kernels_only = lambda path: path.startswith("kernels/")  # noqa: E731
-    plan = plan_pull_request(mixed, PR, repo, kernels_only, b"\x89PNG fake", REPRO, "perf/chart.png")
+    plan = plan_pull_request(typed(mixed), PR, repo, kernels_only, b"\x89PNG fake", REPRO, "perf/chart.png")
     assert {f.path: f.content for f in plan.files}["perf/chart.png"] == b"\x89PNG fake"
     assert CHART_PATH not in {f.path for f in plan.files} and "/perf/chart.png)" in plan.body
-    plan = plan_pull_request(mixed, PR, repo, kernels_only, b"\x89PNG fake", REPRO, "")
+    plan = plan_pull_request(typed(mixed), PR, repo, kernels_only, b"\x89PNG fake", REPRO, "")
     assert not any(f.path.endswith(".png") for f in plan.files) and "![speedups]" not in plan.body
     # A candidate whose TARGET is the chart's path never writes it.
     # Then nothing is left to replace (gelu declares no TARGET), and a chart alone is no follow-up.
-    plan = plan_pull_request(mixed, PR, repo, ALLOWED, b"\x89PNG fake", REPRO, "kernels/swiglu_torch.py")
+    plan = plan_pull_request(typed(mixed), PR, repo, ALLOWED, b"\x89PNG fake", REPRO, "kernels/swiglu_torch.py")
     assert plan.files == () and "swiglu_torch" not in plan.patch
 
 
@@ -253,18 +253,18 @@ def test_patch_handles_files_without_a_final_newline(tmp_path):
 
 
 def test_disallowed_and_symlinked_targets_are_dropped_with_a_note(mixed, repo):
-    plan = plan_pull_request(mixed, PR, repo, lambda p: p != "kernels/swiglu_torch.py", None, REPRO)
+    plan = plan_pull_request(typed(mixed), PR, repo, lambda p: p != "kernels/swiglu_torch.py", None, REPRO)
     assert [f.path for f in plan.files] == []
     assert "`kernels/swiglu_torch.py` is outside the paths kernel-bot may write" in plan.body
     assert "swiglu_torch" not in plan.patch
     (repo / "kernels" / "swiglu_torch.py").unlink()
     os.symlink("/etc/hostname", repo / "kernels" / "swiglu_torch.py")
-    plan = plan_pull_request(mixed, PR, repo, ALLOWED, None, REPRO)
+    plan = plan_pull_request(typed(mixed), PR, repo, ALLOWED, None, REPRO)
     assert "kernels/swiglu_torch.py" not in {f.path for f in plan.files} and "is a symlink" in plan.body
 
 
 def test_fork_plan_puts_the_patch_in_the_comment_and_no_chart(mixed, repo):
-    plan = plan_pull_request(mixed, FORK, repo, ALLOWED, b"\x89PNG fake", REPRO)
+    plan = plan_pull_request(typed(mixed), FORK, repo, ALLOWED, b"\x89PNG fake", REPRO)
     assert (plan.branch, plan.base, plan.source_pr, plan.fork) == ("kernel-bot/pr-13", "patch-1", 13, True)
     assert CHART_PATH not in {f.path for f in plan.files} and "![speedups]" not in plan.body
     assert "```diff\n" + plan.patch.rstrip("\n") in plan.comment_body and "git apply" in plan.comment_body
@@ -272,25 +272,25 @@ def test_fork_plan_puts_the_patch_in_the_comment_and_no_chart(mixed, repo):
 
 
 def test_nightly_plan_targets_the_default_branch(mixed, repo):
-    plan = plan_pull_request(mixed, NIGHTLY, repo, ALLOWED, None, REPRO)
+    plan = plan_pull_request(typed(mixed), NIGHTLY, repo, ALLOWED, None, REPRO)
     assert (plan.branch, plan.base, plan.source_pr, plan.comment_body, plan.fork) == (
         "kernel-bot/nightly", "trunk", None, None, False)
     assert plan.check_run is None  # a schedule event names no commit to attach a check to
-    manual = plan_pull_request(mixed, Trigger(kind="workflow_dispatch", repo="acme/kernels"), repo,
+    manual = plan_pull_request(typed(mixed), Trigger(kind="workflow_dispatch", repo="acme/kernels"), repo,
                                ALLOWED, None, REPRO)
     assert (manual.branch, manual.base) == ("kernel-bot/nightly", "main")
 
 
 def test_no_improvement_is_none_at_night_and_a_comment_on_a_pr(real, mixed, repo):
     nothing = {"schema_version": 1, "problems": [mixed["problems"][2]]}
-    assert plan_pull_request(nothing, NIGHTLY, repo, ALLOWED, b"png", REPRO) is None
-    plan = plan_pull_request(nothing, PR, repo, ALLOWED, b"png", REPRO)
+    assert plan_pull_request(typed(nothing), NIGHTLY, repo, ALLOWED, b"png", REPRO) is None
+    plan = plan_pull_request(typed(nothing), PR, repo, ALLOWED, b"png", REPRO)
     assert plan.files == () and plan.patch == ""
     assert "softmax**: no significant improvement" in plan.comment_body
     assert plan.check_run.conclusion == "neutral"
     if real["problems"][0]["best"] is None:
-        assert plan_pull_request(real, NIGHTLY, repo, ALLOWED, None, REPRO) is None
-        plan = plan_pull_request(real, PR, repo, ALLOWED, None, REPRO)
+        assert plan_pull_request(typed(real), NIGHTLY, repo, ALLOWED, None, REPRO) is None
+        plan = plan_pull_request(typed(real), PR, repo, ALLOWED, None, REPRO)
         assert "no significant improvement: best" in plan.comment_body
 
 
@@ -306,12 +306,12 @@ def test_a_problem_that_could_not_be_evaluated_is_an_error_in_every_report(real,
               "min_speedup": 1.05, "stopped": "failed", "wall_s": 0.0, "baseline": None, "attempts": [],
               "skipped": [], "environment": {}, "llm": {}}
     results = {**mixed, "problems": [*mixed["problems"], broken]}
-    summary = render_step_summary(results)
+    summary = render_step_summary(typed(results))
     assert "2 of 4 operators improved" in summary and "1 could not be evaluated" in summary
     assert "- **swiglu_broken**: failed: problems/swiglu_broken.py: get_inputs() returned int" in summary
     assert "### swiglu_broken" not in summary  # nothing was measured: no attempts section
     assert "H200" in summary  # the environment still comes from a problem that measured something
-    suite = ET.fromstring(render_junit(results)).findall("testsuite")[-1]
+    suite = ET.fromstring(render_junit(typed(results))).findall("testsuite")[-1]
     error = suite.find("testcase[@name='evaluation']/error")
     assert suite.get("name") == "swiglu_broken" and "get_inputs() returned int" in error.get("message")
     assert suite.get("errors") == "1"

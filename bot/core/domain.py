@@ -343,3 +343,16 @@ class Trigger:
     @property
     def fork(self) -> bool:
         return self.head_repo is not None and self.repo is not None and self.head_repo != self.repo
+
+    def to_json(self) -> dict[str, Any]:
+        """Its one serialised form (results.json's `trigger`)."""
+        return {"kind": self.kind, "repo": self.repo, "action": self.action, "pr_number": self.pr_number,
+                "base_ref": self.base_ref, "base_sha": self.base_sha, "head_ref": self.head_ref,
+                "head_sha": self.head_sha, "head_repo": self.head_repo, "label": self.label,
+                "labels": list(self.labels), "default_branch": self.default_branch}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Trigger:
+        """From `to_json`'s form; missing fields take their defaults, unknown ones are ignored."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{"kind": "schedule", **known, "labels": tuple(known.get("labels") or ())})

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.core import stats as bench
-from bot.core.domain import CandidateSource, Environment, Measurement, Problem, Speedup, Verdict, source_sha256
+from bot.core.domain import CandidateSource, Environment, Measurement, Problem, Speedup, Verdict
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,9 @@ class ShapeOutcome:
         return 100.0 * self.floor_us / self.measurement.median_us
 
     def to_json(self) -> dict[str, Any]:
-        return {"shape": self.shape, "inputs": self.inputs, "output_dtype": self.output_dtype,
-                "measurement": self.measurement.to_json() if self.measurement else None,
-                **(self.speedup.to_json() if self.speedup else {"speedup": None, "speedup_ci": None}),
-                "floor_us": self.floor_us, "pct_of_floor": self.pct_of_floor,
-                "max_abs_err": self.max_abs_err, "norm_rel_err": self.norm_rel_err}
+        from bot.core.results import ShapeResult  # it builds on this module
+
+        return ShapeResult.of(self).to_json()
 
 
 @dataclass(frozen=True)
@@ -78,14 +76,10 @@ class ContenderOutcome:
                 and not self.slower_shapes())
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.candidate.name,
-                "path": str(self.candidate.path) if self.candidate.path else None,
-                "source_hash": self.candidate.source_hash,
-                "source_sha256": source_sha256(self.candidate.source), "role": self.role,
-                "origin": self.candidate.origin.to_json(), **self.verdict.to_json(),
-                "speedup": self.speedup, "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
-                "median_us": self.median_us, "slower_shapes": self.slower_shapes(),
-                "not_timed": self.not_timed, "shapes": [s.to_json() for s in self.shapes]}
+        """Its form in results.json (bot.core.results.ContenderResult)."""
+        from bot.core.results import ContenderResult  # it builds on this module
+
+        return ContenderResult.of(self).to_json()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.core.distributions import DISTRIBUTIONS
+from bot.core.errors import BotError
 
 RESULTS_SCHEMA_VERSION = 2
 
@@ -169,3 +170,36 @@ def depth(value: Any) -> int:
         elif isinstance(item, list):
             stack.extend((v, level + 1) for v in item)
     return deepest
+
+
+class InvalidResults(BotError):
+    """A results document that does not match the schema (the message names the field)."""
+
+
+def _where(path: Any) -> str:
+    out = "results"
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def validate(data: Any) -> None:
+    """InvalidResults naming the first field of `data` the schema refuses (version first)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    def refuse(where: str, what: str) -> InvalidResults:
+        return InvalidResults(f"untrusted results rejected: {where}: {what}")
+
+    if isinstance(data, dict) and data.get("schema_version") != RESULTS_SCHEMA_VERSION:
+        raise refuse("results.schema_version",
+                     f"expected {RESULTS_SCHEMA_VERSION}, got {str(data.get('schema_version'))[:40]!r}")
+    if depth(data) > MAX_DEPTH:
+        raise refuse("results", f"nested deeper than {MAX_DEPTH} levels")
+    error = best_match(Draft202012Validator(RESULTS).iter_errors(data))
+    if error is not None:
+        # The message quotes the offending value, which may be 500 KiB of forged text.
+        message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
+        if error.validator == "pattern":  # the regular expression itself says little to a reader
+            message = f"{str(error.instance)[:200]!r} has characters or a length this field does not allow"
+        raise refuse(_where(error.absolute_path), f"{error.validator}: {message}")

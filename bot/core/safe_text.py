@@ -9,8 +9,9 @@ The replacements are look-alike characters, so the text stays readable and a lat
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any
+from typing import Any, Mapping
 
 # Strings that are data, not prose: file content and hashes.
 VERBATIM_KEYS = frozenset({"source", "source_sha256", "source_hash", "parent"})
@@ -41,13 +42,17 @@ def inert(text: str) -> str:
 
 
 def inert_results(value: Any, key: str | None = None) -> Any:
-    """A copy of a parsed artifact with `inert` applied to every prose string."""
+    """A copy of an artifact (the typed results document, or any JSON value) with `inert`
+    applied to every prose string; a field is judged by its name, as a JSON key is."""
     if isinstance(value, str):
         return value if key in VERBATIM_KEYS else inert(value)
-    if isinstance(value, dict):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: inert_results(getattr(value, f.name), f.name)
+                                             for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, Mapping):
         return {k: inert_results(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [inert_results(v, key) for v in value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(inert_results(v, key) for v in value)
     return value
 
 

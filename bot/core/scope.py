@@ -12,9 +12,10 @@ import ast
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 from bot.core.errors import BotError
+from bot.core.results import ProblemResult
 
 SAFE_PATH = re.compile(r"^[A-Za-z0-9._/-]{1,300}$")
 # Python packaging and test plumbing sit beside kernels but are not kernels: a candidate
@@ -73,18 +74,20 @@ def target_refusal(path: str, problems_dir: str, chart_path: str, allowed: Calla
     return None
 
 
-def _verified_source(problem: dict[str, Any]) -> str:
-    best = problem["best"]
-    name = problem["problem"]
-    digest = hashlib.sha256(best["source"].encode()).hexdigest()
-    if digest != best["source_sha256"]:
+def _verified_source(problem: ProblemResult) -> str:
+    best = problem.best
+    name = problem.problem
+    if best is None:
+        raise BotError(f"{name}: no best candidate; nothing is published")
+    digest = hashlib.sha256(best.source.encode()).hexdigest()
+    if digest != best.source_sha256:
         raise BotError(f"{name}: the best candidate's source does not hash to its recorded SHA-256; "
                        "nothing is published")
-    if not any(a.get("name") == best["name"] and a.get("source_sha256") == digest and a.get("status") == "accepted"
-               for a in problem.get("attempts") or ()):
-        raise BotError(f"{name}: the best candidate {best['name']!r} is not an accepted attempt with the same "
+    if not any(a.name == best.name and a.source_sha256 == digest and a.status == "accepted"
+               for a in problem.attempts):
+        raise BotError(f"{name}: the best candidate {best.name!r} is not an accepted attempt with the same "
                        "SHA-256; nothing is published")
-    return str(best["source"])
+    return best.source
 
 
 def _text(data: bytes, path: str, sha: str) -> str:
@@ -94,21 +97,21 @@ def _text(data: bytes, path: str, sha: str) -> str:
         raise BotError(f"{path} at {sha[:12]} is not UTF-8 text; nothing is published") from None
 
 
-def scoped_changes(improved: list[dict[str, Any]], head_sha: str, reader: FileReader, problems_dir: str,
+def scoped_changes(improved: list[ProblemResult], head_sha: str, reader: FileReader, problems_dir: str,
                    chart_path: str, allowed: Callable[[str], bool]) -> list[ScopedChange]:
     """The one file per improved problem, checked against the problem file at `head_sha`;
     BotError (before anything is written) for the first problem that falls outside."""
     changes = []
     for problem in improved:
-        name = problem["problem"]
+        name = problem.problem
         problem_path = f"{problems_dir.strip('/')}/{name}.py"
         raw = reader.file_at(problem_path, head_sha)
         if raw is None:
             raise BotError(f"{name}: {problem_path} does not exist at {head_sha[:12]}; nothing is published")
         target = declared_target(_text(raw, problem_path, head_sha)) or None
-        if problem.get("target") != target:
+        if problem.target != target:
             declared = f"TARGET {target!r}" if target else "no TARGET"
-            raise BotError(f"{name}: the results name target {problem.get('target')!r}, but {problem_path} "
+            raise BotError(f"{name}: the results name target {problem.target!r}, but {problem_path} "
                            f"declares {declared} at {head_sha[:12]}; nothing is published")
         if target is None:  # nothing to replace, and a follow-up never adds a file: the plan notes it
             continue

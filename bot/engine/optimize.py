@@ -8,11 +8,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from bot.core.domain import CandidateSource, Environment, Problem, Progress, source_sha256
+from bot.core.domain import CandidateSource, Environment, Problem, Progress
 from bot.core.errors import BotError, ProblemError
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible, implausibility
+from bot.core.results import BestResult, ContenderResult, ProblemResult, Skipped as SkippedResult
 from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import path_of
@@ -61,9 +62,8 @@ class Attempt:
         return (f"accepted: {self.outcome.speedup:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]"
                 + (f"; significantly slower on {', '.join(slower)}" if slower else ""))
 
-    def to_json(self, min_speedup: float) -> dict[str, Any]:
-        return {"round": self.round, "status": self.status, "reason": self.reason,
-                "significant": self.outcome.significant(min_speedup), **self.outcome.to_json()}
+    def to_result(self, min_speedup: float) -> ContenderResult:
+        return ContenderResult.of(self.outcome, self.round, self.reason, self.outcome.significant(min_speedup))
 
 
 @dataclass(frozen=True)
@@ -91,32 +91,23 @@ class OptimizeResult:
             return "not timed"
         return "implausible" if self.implausible else "no significant improvement"
 
+    def to_result(self, min_speedup: float) -> ProblemResult:
+        """Its entry in results.json."""
+        p = self.problem
+        return ProblemResult(
+            p.name, self.outcome, tuple(a.to_result(min_speedup) for a in self.attempts), str(p.path),
+            p.target_relpath, BestResult.of(self.best) if self.best is not None else None,
+            tuple(p.distributions), dict(p.skipped_distributions), self.error or None,
+            self.baseline.not_timed if self.baseline else None, self.implausible, min_speedup,
+            self.max_plausible_speedup, self.stopped, self.wall_s,
+            ContenderResult.of(self.baseline) if self.baseline else None,
+            tuple(SkippedResult(s.transformation, s.reason) for s in self.skipped),
+            # A failed problem measured nothing: no environment for the reports to show.
+            None if self.error else self.environment,
+            {k: v for k, v in self.llm.items() if k != "transcript"})
+
     def to_json(self, min_speedup: float) -> dict[str, Any]:
-        best = None
-        if self.best is not None:
-            best = {"name": self.best.candidate.name,
-                    "path": str(self.best.candidate.path) if self.best.candidate.path else None,
-                    "source": self.best.candidate.source,
-                    "source_sha256": source_sha256(self.best.candidate.source), "speedup": self.best.speedup,
-                    "speedup_ci": list(self.best.speedup_ci or ()),
-                    "origin": self.best.candidate.origin.to_json(),
-                    "shapes": [s.to_json() for s in self.best.shapes]}
-        return {"problem": self.problem.name, "problem_path": str(self.problem.path),
-                "target": self.problem.target_relpath, "best": best,
-                "distributions": list(self.problem.distributions),
-                "skipped_distributions": dict(self.problem.skipped_distributions),
-                "outcome": self.outcome,
-                **({"error": self.error} if self.error else {}),
-                "not_timed": self.baseline.not_timed if self.baseline else None,
-                "implausible": [f.to_json() for f in self.implausible],
-                "min_speedup": min_speedup, "max_plausible_speedup": self.max_plausible_speedup, "stopped": self.stopped, "wall_s": self.wall_s,
-                "baseline": self.baseline.to_json() if self.baseline else None,
-                "attempts": [a.to_json(min_speedup) for a in self.attempts],
-                "skipped": [{"transformation": s.transformation, "reason": s.reason}
-                            for s in self.skipped],
-                # A failed problem measured nothing: no environment for the reports to show.
-                "environment": {} if self.error else self.environment.to_json(),
-                "llm": {k: v for k, v in self.llm.items() if k != "transcript"}}
+        return self.to_result(min_speedup).to_json()
 
 
 def failed_result(problem: Problem, error: str, device: str, wall_s: float = 0.0) -> OptimizeResult:

@@ -1,17 +1,37 @@
-"""Optimisation results on disk and on the terminal: candidates, transcript, results.json."""
+"""Optimisation results on disk and on the terminal: candidates, transcript, results.json.
+
+`write_results` is the one place results.json is written (tests/test_results_document.py
+holds every other module to that).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Sequence
 
-from bot.engine.optimize import OptimizeResult
+from bot.core.domain import Trigger
+from bot.core.results import RESULTS_FILE, Results
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION  # noqa: F401 (re-exported)
+from bot.engine.optimize import OptimizeResult
 
 
+def results_document(results: Sequence[OptimizeResult], trigger: Trigger | None, min_speedup: float) -> Results:
+    """The typed results.json of a run (`trigger` None: `bot optimize`, no trigger to record)."""
+    return Results(tuple(r.to_result(min_speedup) for r in results), trigger, min_speedup,
+                   dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
 
-def write_optimize_outputs(out: Path, results: Sequence[OptimizeResult], min_speedup: float) -> None:
+
+def write_results(out: Path, results: Results) -> Path:
+    """results.json in `out`: the only writer of the file."""
+    path = out / RESULTS_FILE
+    path.write_text(results.dumps())
+    return path
+
+
+def write_optimize_outputs(out: Path, results: Sequence[OptimizeResult], min_speedup: float,
+                           trigger: Trigger | None = None) -> None:
     """Every candidate's source, the key-free LLM transcript, and results.json."""
     out.mkdir(parents=True, exist_ok=True)
     for result in results:
@@ -25,9 +45,7 @@ def write_optimize_outputs(out: Path, results: Sequence[OptimizeResult], min_spe
             with open(out / f"transcript-{result.problem.name}.jsonl", "w") as fh:
                 for entry in transcript:
                     fh.write(json.dumps(entry) + "\n")
-    payload = {"schema_version": RESULTS_SCHEMA_VERSION,
-               "problems": [r.to_json(min_speedup) for r in results]}
-    (out / "results.json").write_text(json.dumps(payload, indent=1))
+    write_results(out, results_document(results, trigger, min_speedup))
 
 
 def render_optimize(results: Sequence[OptimizeResult], min_speedup: float) -> str:

@@ -4,13 +4,11 @@ optimise each, write results.json, reports, chart and patch. Shared by `bot dry-
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import shlex
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Sequence
 
 from bot.engine.changes import affected_problems
 from bot.report.chart import results_chart
@@ -18,11 +16,10 @@ from bot.config import Settings, path_allowed
 from bot.core.domain import Problem, Progress, PullRequestPlan, Trigger
 from bot.core.errors import BotError
 from bot.engine.optimize import OptimizeOptions, OptimizeResult, failed_result, optimize
-from bot.engine.outputs import write_optimize_outputs
-from bot.core.results_schema import RESULTS_SCHEMA_VERSION
+from bot.engine.outputs import results_document, write_optimize_outputs, write_results
+from bot.core.results import ProblemResult, Results
 from bot.report.plan import plan_pull_request
 from bot.engine.problems import find_problems
-from bot.report.data import failed_problem
 from bot.report.markdown import render_step_summary
 
 
@@ -50,42 +47,33 @@ def reproduce_command(problems: list[Problem], options: OptimizeOptions, repo_ro
             f" --device {options.evaluation.device}")
 
 
-def results_payload(results: list[OptimizeResult], trigger: Trigger, min_speedup: float) -> dict[str, Any]:
-    """results.json, version 1: what stage 2 reads back as untrusted data."""
-    return {"schema_version": RESULTS_SCHEMA_VERSION, "kind": "kernel-bot-results",
-            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "trigger": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(trigger).items()},
-            "min_speedup": min_speedup,
-            "problems": [r.to_json(min_speedup) for r in results]}
-
-
-def raise_if_any_failed(problems: list[dict[str, Any]]) -> None:
+def raise_if_any_failed(problems: Sequence[ProblemResult]) -> None:
     """One BotError (exit 2) naming the problems that could not be evaluated; the commands
     call it after they have written and printed everything else."""
-    failed = [p for p in problems if failed_problem(p)]
+    failed = [p for p in problems if p.failed]
     if failed:
         raise BotError(f"{len(failed)} of {len(problems)} problem(s) failed (the others' results are "
-                       "complete): " + "; ".join(str(p.get("error")) for p in failed))
+                       "complete): " + "; ".join(str(p.error) for p in failed))
 
 
-def write_reports(out: Path, payload: dict[str, Any], plan: PullRequestPlan | None,
+def write_reports(out: Path, results: Results, plan: PullRequestPlan | None,
                   chart: bytes | None) -> None:
     """report.md (the PR body, or the summary when there is no PR), junit.xml, chart, patch."""
     # Imported here: `bot optimize` reaches this module on GPU machines that carry only
     # torch, triton and numpy (the worker/verify/bench path), and junit-xml is for reports.
     from bot.report.junit import render_junit
 
-    (out / "results.json").write_text(json.dumps(payload, indent=1))
-    (out / "junit.xml").write_text(render_junit(payload))
-    (out / "summary.md").write_text(render_step_summary(payload))
-    (out / "report.md").write_text(plan.body if plan else render_step_summary(payload))
+    write_results(out, results)
+    (out / "junit.xml").write_text(render_junit(results))
+    (out / "summary.md").write_text(render_step_summary(results))
+    (out / "report.md").write_text(plan.body if plan else render_step_summary(results))
     if chart:
         (out / "chart.png").write_bytes(chart)
     (out / "patch.diff").write_text(plan.patch if plan else "")
 
 
 def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | None, jobs: int,
-                 out: Path | None, progress: Progress) -> list[OptimizeResult]:
+                 out: Path | None, progress: Progress, trigger: Trigger | None = None) -> list[OptimizeResult]:
     """Optimise every problem over the GPU lanes; with `out`, results are written after each
     problem, so a sweep that is cancelled keeps what it finished. A problem that cannot be
     evaluated is a result with its error (callers exit 2 after writing everything)."""
@@ -108,7 +96,7 @@ def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | 
             done[str(problem.path)] = result
             if out is not None:
                 write_optimize_outputs(out, [done[str(p.path)] for p in problems if str(p.path) in done],
-                                       options.min_speedup)
+                                       options.min_speedup, trigger)
         progress(f"{problem.name}: done, {result.outcome}")
         return result
 
@@ -124,17 +112,17 @@ def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | 
 
 
 def run_job(job: Job, problems: list[Problem], progress: Progress
-            ) -> tuple[dict[str, Any], PullRequestPlan | None]:
+            ) -> tuple[Results, PullRequestPlan | None]:
     """Optimise every problem, then write the results directory; returns (results, plan)."""
     job.out.mkdir(parents=True, exist_ok=True)
-    results = optimize_all(problems, job.options, job.gpus, job.jobs, job.out, progress)
-    payload = results_payload(results, job.trigger, job.options.min_speedup)
-    chart = results_chart(payload)
-    plan = plan_pull_request(payload, job.trigger, job.repo_root,
+    optimized = optimize_all(problems, job.options, job.gpus, job.jobs, job.out, progress, job.trigger)
+    results = results_document(optimized, job.trigger, job.options.min_speedup)
+    chart = results_chart(results)
+    plan = plan_pull_request(results, job.trigger, job.repo_root,
                              lambda path: path_allowed(path, job.settings), chart,
                              reproduce_command(problems, job.options, job.repo_root), job.settings.chart_path)
-    write_reports(job.out, payload, plan, chart)
-    return payload, plan
+    write_reports(job.out, results, plan, chart)
+    return results, plan
 
 
 def describe_plan(plan: PullRequestPlan | None) -> str:

@@ -111,19 +111,20 @@ def trusted_trigger(payload: dict[str, Any], repo: str, reader: PullReader) -> T
                    default_branch=run.default_branch)
 
 
-def operator_trigger(claimed: dict[str, Any], repo: str, reader: PullReader) -> Trigger:
+def operator_trigger(claimed: Trigger | None, repo: str, reader: PullReader) -> Trigger:
     """`bot publish` run by hand on a downloaded artifact: the operator vouches for which
     run it is, but a pull request's branch, base and fork status still come from the API."""
-    kind = claimed.get("kind")
-    sha = claimed.get("head_sha")
+    if claimed is None:
+        return Trigger(kind="None", repo=repo)
+    kind, sha = claimed.kind, claimed.head_sha
     if kind != "pull_request":
-        return Trigger(kind=str(kind), repo=repo, head_ref=claimed.get("head_ref"), head_sha=sha,
-                       base_sha=claimed.get("base_sha"), default_branch=claimed.get("default_branch"))
-    number = claimed.get("pr_number")
+        return Trigger(kind=kind, repo=repo, head_ref=claimed.head_ref, head_sha=sha,
+                       base_sha=claimed.base_sha, default_branch=claimed.default_branch)
+    number = claimed.pr_number
     if not isinstance(number, int) or not isinstance(sha, str):
         raise BotError("the results name no pull request number and head commit")
     found = reader.pull_request(number)
     if found is None:
         raise BotError(f"pull request #{number} does not exist in {repo}")
-    run = RunFacts("pull_request", sha, found.head_ref, found.head_repo, (number,), claimed.get("default_branch"))
+    run = RunFacts("pull_request", sha, found.head_ref, found.head_repo, (number,), claimed.default_branch)
     return pull_request_trigger(run, repo, reader)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from bot.report import data as rd
 from bot.report.chart import results_chart
 from bot.config import Settings
 from bot.core.domain import CheckRunPlan, PullRequestPlan, Trigger
 from bot.core.errors import BotError
+from bot.core.results import Results
 from bot.report.plan import CHART_PATH, CHECK_NAME, plan_pull_request
 from bot.github.rederive import InconsistentArtifact, rederive
 from bot.core.safe_text import inert, inert_results
@@ -42,15 +43,15 @@ def inconsistent_check(trigger: Trigger, exc: InconsistentArtifact) -> CheckRunP
                         f"from its own raw samples.\n\n{inert(str(exc))}")
 
 
-def reproduce_command(results: dict[str, Any], problems_dir: str, min_speedup: float) -> str:
-    paths = " ".join(f"{problems_dir}/{p['problem']}.py" for p in rd.problems(results))
+def reproduce_command(results: Results, problems_dir: str, min_speedup: float) -> str:
+    paths = " ".join(f"{problems_dir}/{p.problem}.py" for p in rd.problems(results))
     # Untrusted text: only the two known device names reach the command.
-    on_cpu = bool(rd.problems(results)) and all((p.get("environment") or {}).get("device") == "cpu"
+    on_cpu = bool(rd.problems(results)) and all(p.environment is not None and p.environment.device == "cpu"
                                                 for p in rd.problems(results))
     return f"bot optimize {paths} --min-speedup {min_speedup} --device {'cpu' if on_cpu else 'cuda'}"
 
 
-def stage_two_plan(results: dict[str, Any], trigger: Trigger, reader: FileReader, settings: Settings,
+def stage_two_plan(results: Results, trigger: Trigger, reader: FileReader, settings: Settings,
                    allowed: Callable[[str], bool]) -> StagePlan:
     """Validated results + trusted trigger -> the complete plan; BotError when something is out
     of scope, a failure check run when the numbers do not follow from the samples."""
@@ -82,14 +83,15 @@ def stage_two_plan(results: dict[str, Any], trigger: Trigger, reader: FileReader
     return StagePlan(plan)
 
 
-def publish_plan(results: dict[str, Any], trigger: Trigger, repo_root: Path,
+def publish_plan(results: Results, trigger: Trigger, repo_root: Path,
                  allowed: Callable[[str], bool], problems_dir: str = "problems",
                  chart_path: str = CHART_PATH) -> PullRequestPlan | None:
     """The plan of a merged shard run on the runner itself (reports only; nothing is written
     to GitHub from it): files come from `repo_root`, checked against `allowed`."""
     chart = results_chart(results)
     plan = plan_pull_request(results, trigger, repo_root, allowed, chart,
-                             reproduce_command(results, problems_dir, results.get("min_speedup", 1.05)),
+                             reproduce_command(results, problems_dir,
+                                               1.05 if results.min_speedup is None else results.min_speedup),
                              chart_path)
     for change in plan.files if plan else ():
         drawn_here = bool(chart_path) and change.path == chart_path and change.content == chart

@@ -9,16 +9,19 @@ disagrees makes the whole artifact inconsistent: nothing of it is published.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from dataclasses import replace
+from typing import Any, Sequence, Union
 
 from bot.core import stats as bench
 from bot.core.domain import Measurement, Speedup
+from bot.core.results import BestResult, ContenderResult, MeasurementResult, ProblemResult, Results, Samples, ShapeResult
 
 REL_TOLERANCE = 1e-9  # JSON round-trips floats exactly; this only absorbs summation order
+
+Contender = Union[ContenderResult, BestResult]
 
 
 class InconsistentArtifact(Exception):
@@ -31,37 +34,38 @@ def _close(claimed: Any, derived: float | None) -> bool:
     return math.isclose(float(claimed), derived, rel_tol=REL_TOLERANCE, abs_tol=1e-12)
 
 
-def _measurement(data: dict[str, Any], where: str) -> Measurement:
+def _measurement(samples: Samples, where: str) -> Measurement:
     try:
-        return Measurement.from_samples_json(data)
+        return samples.measurement()
     except ValueError as exc:
         raise InconsistentArtifact(f"{where}: {exc}") from None
 
 
-def _shape_task(shape: dict[str, Any], where: str, min_speedup: float) -> tuple[Any, ...] | None:
-    """Check and refresh one shape's measurement; the arguments that re-derive its speedup."""
-    m_json = shape.get("measurement")
-    candidate = _measurement(m_json, f"{where}.measurement") if m_json else None
-    if candidate is not None:
-        if not _close(m_json["median_us"], candidate.median_us):
-            raise InconsistentArtifact(f"{where}.measurement.median_us is {m_json['median_us']!r}, "
+def _shape_task(shape: ShapeResult, where: str, min_speedup: float) -> tuple[ShapeResult, tuple[Any, ...] | None]:
+    """The shape with its measurement checked and refreshed; the arguments that re-derive its speedup."""
+    claimed = shape.measurement
+    candidate = _measurement(claimed.samples, f"{where}.measurement") if claimed else None
+    if candidate is not None and claimed is not None:
+        if not _close(claimed.median_us, candidate.median_us):
+            raise InconsistentArtifact(f"{where}.measurement.median_us is {claimed.median_us!r}, "
                                        f"its samples give {candidate.median_us!r}")
-        shape["measurement"] = candidate.to_json()
-        floor = shape.get("floor_us")
-        shape["pct_of_floor"] = 100.0 * floor / candidate.median_us if floor is not None else None
-    if shape.get("speedup") is None and shape.get("speedup_ci") is None:
-        return None
-    derivation = shape.get("derivation")
+        floor = shape.floor_us
+        shape = replace(shape, measurement=MeasurementResult.of(candidate),
+                        pct_of_floor=100.0 * floor / candidate.median_us if floor is not None else None)
+    if shape.speedup is None and shape.speedup_ci is None:
+        return shape, None
+    derivation = shape.derivation
     if candidate is None or derivation is None:
         raise InconsistentArtifact(f"{where}: a speedup without the raw samples it was derived from")
-    baseline = _measurement(derivation["baseline"], f"{where}.derivation.baseline")
+    baseline = _measurement(derivation.baseline, f"{where}.derivation.baseline")
     floor_spread = bench.worker_spread([baseline])  # stage 1 never goes under the baseline's own
-    if derivation["spread_log_sd"] < floor_spread.log_sd * (1 - REL_TOLERANCE) or (
-            floor_spread.df and derivation["spread_df"] < floor_spread.df):
+    if derivation.spread_log_sd < floor_spread.log_sd * (1 - REL_TOLERANCE) or (
+            floor_spread.df and derivation.spread_df < floor_spread.df):
         raise InconsistentArtifact(f"{where}.derivation: a worker spread narrower than the baseline's own "
-                                   f"({derivation['spread_log_sd']!r} < {floor_spread.log_sd!r})")
-    return (baseline, candidate, min_speedup, float(shape.get("level", 0.95)), derivation["resamples"],
-            bench.WorkerSpread(derivation["spread_log_sd"], derivation["spread_df"]))
+                                   f"({derivation.spread_log_sd!r} < {floor_spread.log_sd!r})")
+    level = shape.level if shape.level is not None else 0.95
+    return shape, (baseline, candidate, min_speedup, float(level), derivation.resamples,
+                   bench.WorkerSpread(derivation.spread_log_sd, derivation.spread_df))
 
 
 def _speedup(args: tuple[Any, ...]) -> Speedup:
@@ -79,80 +83,97 @@ def _compute(tasks: list[tuple[Any, ...]]) -> list[Speedup]:
         return list(pool.map(_speedup, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
 
 
-def _apply(shape: dict[str, Any], where: str, found: Speedup) -> None:
-    claimed_ci = shape.get("speedup_ci") or [None, None]
-    for label, claimed, derived in (("speedup", shape.get("speedup"), found.ratio),
+def _pair(ci: Any) -> tuple[Any, Any]:
+    return (ci[0], ci[1]) if ci else (None, None)
+
+
+def _apply(shape: ShapeResult, where: str, found: Speedup) -> ShapeResult:
+    claimed_ci = _pair(shape.speedup_ci)
+    for label, claimed, derived in (("speedup", shape.speedup, found.ratio),
                                     ("speedup_ci[0]", claimed_ci[0], found.ci_low),
                                     ("speedup_ci[1]", claimed_ci[1], found.ci_high)):
         if not _close(claimed, derived):
             raise InconsistentArtifact(f"{where}.{label} is {claimed!r}, its samples give {derived!r}")
-    shape.update(speedup=found.ratio, speedup_ci=[found.ci_low, found.ci_high], significance=found.significance)
+    return replace(shape, speedup=found.ratio, speedup_ci=(found.ci_low, found.ci_high),
+                   significance=found.significance)
 
 
-def _contender(c: dict[str, Any], where: str) -> None:
+def _slower(shapes: Sequence[ShapeResult]) -> tuple[str, ...]:
+    return tuple(s.shape for s in shapes if s.significance == "slower")
+
+
+def _contender(c: Contender, shapes: tuple[ShapeResult, ...], where: str) -> Contender:
     """A contender's geometric-mean speedup and interval from its (re-derived) shapes."""
-    shapes = c.get("shapes") or []
-    ratios = [s.get("speedup") for s in shapes]
+    ratios = [s.speedup for s in shapes]
     speedup = ci = None
     if shapes and all(r is not None for r in ratios):
-        speedup = bench.geomean(ratios)
-        ci = [bench.geomean([s["speedup_ci"][0] for s in shapes]), bench.geomean([s["speedup_ci"][1] for s in shapes])]
-    claimed_ci = c.get("speedup_ci") or [None, None]
-    for label, claimed, derived in (("speedup", c.get("speedup"), speedup), ("speedup_ci[0]", claimed_ci[0],
+        speedup = bench.geomean(ratios)  # type: ignore[arg-type]
+        ci = (bench.geomean([s.speedup_ci[0] for s in shapes]),  # type: ignore[index]
+              bench.geomean([s.speedup_ci[1] for s in shapes]))  # type: ignore[index]
+    claimed_ci = _pair(c.speedup_ci)
+    for label, claimed, derived in (("speedup", c.speedup, speedup), ("speedup_ci[0]", claimed_ci[0],
                                     ci[0] if ci else None), ("speedup_ci[1]", claimed_ci[1], ci[1] if ci else None)):
         if not _close(claimed, derived):
             raise InconsistentArtifact(f"{where}.{label} is {claimed!r}, its shapes give {derived!r}")
-    c.update(speedup=speedup, speedup_ci=ci)
-    c["slower_shapes"] = [s["shape"] for s in shapes if s.get("significance") == "slower"]
-    if "median_us" in c:
-        c["median_us"] = shapes[0]["measurement"]["median_us"] if shapes and shapes[0].get("measurement") else None
+    if isinstance(c, BestResult):
+        return replace(c, shapes=shapes, speedup=speedup, speedup_ci=ci)  # type: ignore[arg-type]
+    return replace(c, shapes=shapes, speedup=speedup, speedup_ci=ci, slower_shapes=_slower(shapes),
+                   median_us=shapes[0].measurement.median_us if shapes and shapes[0].measurement else None)
 
 
-def _contenders(results: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
-    out = []
-    for i, p in enumerate(results["problems"]):
+def _contenders(results: Results) -> list[tuple[Contender, str]]:
+    out: list[tuple[Contender, str]] = []
+    for i, p in enumerate(results.problems):
         where = f"results.problems[{i}]"
-        if p.get("baseline"):
-            out.append((p["baseline"], f"{where}.baseline"))
-        out += [(a, f"{where}.attempts[{j}]") for j, a in enumerate(p.get("attempts") or ())]
-        if p.get("best"):
-            out.append((p["best"], f"{where}.best"))
+        if p.baseline:
+            out.append((p.baseline, f"{where}.baseline"))
+        out += [(a, f"{where}.attempts[{j}]") for j, a in enumerate(p.attempts)]
+        if p.best:
+            out.append((p.best, f"{where}.best"))
     return out
 
 
-def _significant(c: dict[str, Any], min_speedup: float) -> bool:
-    ci = c.get("speedup_ci")
-    return bool(ci) and ci[0] >= min_speedup and not c.get("slower_shapes")
+def _significant(c: Contender, min_speedup: float) -> bool:
+    ci = c.speedup_ci
+    return bool(ci) and ci[0] >= min_speedup and not _slower(c.shapes)
 
 
-def rederive(results: dict[str, Any], min_speedup: float) -> dict[str, Any]:
-    """A copy of `results` whose every number follows from its samples, judged against the
-    trusted `min_speedup`; InconsistentArtifact where a claim does not."""
-    out = copy.deepcopy(results)
-    out["min_speedup"] = min_speedup
-    contenders = _contenders(out)
-    pending = []
-    for c, where in contenders:
-        for k, shape in enumerate(c.get("shapes") or ()):
-            task = _shape_task(shape, f"{where}.shapes[{k}]", min_speedup)
-            if task is not None:
-                pending.append((shape, f"{where}.shapes[{k}]", task))
-    for (shape, where, _), found in zip(pending, _compute([t for _, _, t in pending])):
-        _apply(shape, where, found)
-    for c, where in contenders:
-        _contender(c, where)
-    for i, p in enumerate(out["problems"]):
-        p["min_speedup"] = min_speedup
-        for a in p.get("attempts") or ():
-            a["significant"] = a.get("status") == "accepted" and _significant(a, min_speedup)
-        best = p.get("best")
-        if best is None:
-            continue
-        twin = next((a for a in p.get("attempts") or () if a.get("name") == best["name"]
-                     and a.get("source_sha256") == best["source_sha256"]), None)
-        if twin is None or twin.get("speedup_ci") != best.get("speedup_ci"):
+def _judged(p: ProblemResult, i: int, baseline: Any, attempts: tuple[ContenderResult, ...], best: Any,
+            min_speedup: float) -> ProblemResult:
+    """The problem with significance and its best re-judged against the trusted `min_speedup`."""
+    attempts = tuple(replace(a, significant=a.status == "accepted" and _significant(a, min_speedup))
+                     for a in attempts)
+    outcome = p.outcome
+    if best is not None:
+        twin = next((a for a in attempts if a.name == best.name and a.source_sha256 == best.source_sha256), None)
+        if twin is None or twin.speedup_ci != best.speedup_ci:
             raise InconsistentArtifact(f"results.problems[{i}].best: not the numbers of the attempt it names")
-        if not (twin.get("status") == "accepted" and _significant(best, min_speedup)):
+        if not (twin.status == "accepted" and _significant(best, min_speedup)):
             # Measured, but its interval does not clear the trusted bar: no improvement to publish.
-            p["best"], p["outcome"] = None, "no significant improvement"
-    return out
+            best, outcome = None, "no significant improvement"
+    return replace(p, min_speedup=min_speedup, baseline=baseline, attempts=attempts, best=best, outcome=outcome)
+
+
+def rederive(results: Results, min_speedup: float) -> Results:
+    """`results` with every number following from its samples, judged against the trusted
+    `min_speedup`; InconsistentArtifact where a claim does not."""
+    contenders = _contenders(results)
+    shapes: list[list[ShapeResult]] = []
+    pending = []
+    for n, (c, where) in enumerate(contenders):
+        shapes.append([])
+        for k, shape in enumerate(c.shapes):
+            refreshed, task = _shape_task(shape, f"{where}.shapes[{k}]", min_speedup)
+            shapes[n].append(refreshed)
+            if task is not None:
+                pending.append((n, k, f"{where}.shapes[{k}]", task))
+    for (n, k, where, _), found in zip(pending, _compute([t for *_, t in pending])):
+        shapes[n][k] = _apply(shapes[n][k], where, found)
+    derived = iter([_contender(c, tuple(s), where) for (c, where), s in zip(contenders, shapes)])
+    problems = []
+    for i, p in enumerate(results.problems):
+        baseline = next(derived) if p.baseline else None
+        attempts = tuple(next(derived) for _ in p.attempts)
+        best = next(derived) if p.best else None
+        problems.append(_judged(p, i, baseline, attempts, best, min_speedup))  # type: ignore[arg-type]
+    return replace(results, problems=tuple(problems), min_speedup=min_speedup)

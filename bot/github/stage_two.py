@@ -38,7 +38,7 @@ def publish_stage_two(results_dir: Path, repo_root: Path | None, echo: Echo,
     if env.event_name == "workflow_run" and event:
         trigger = trusted_trigger(event, env.repository or "", client)
     else:  # run by hand on a downloaded artifact: the operator vouches for which run it is
-        trigger = operator_trigger(results.get("trigger") or {}, env.repository or "", client)
+        trigger = operator_trigger(results.trigger, env.repository or "", client)
     staged = stage_two_plan(results, trigger, client, settings, allowed)
     if staged.reason is not None:
         if staged.failure is not None:

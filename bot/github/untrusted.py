@@ -13,49 +13,42 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bot.core.errors import BotError
-from bot.core.results_schema import MAX_DEPTH, RESULTS, RESULTS_SCHEMA_VERSION, depth
+from bot.core.results import RESULTS_FILE, Results
+from bot.core.results_schema import MAX_DEPTH
 
 MAX_RESULTS_BYTES = 16 << 20
-
-
-def _where(path: Any) -> str:
-    out = "results"
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def validate_results(data: Any, allowed: Callable[[str], bool]) -> dict[str, Any]:
-    """The results object if it matches the schema; BotError naming the first bad field."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import best_match
+def _check_targets(results: Results, allowed: Callable[[str], bool]) -> None:
+    """Every TARGET a plain repository-relative path inside the configured kernel paths."""
 
     def refuse(where: str, what: str) -> BotError:
         return BotError(f"untrusted results rejected: {where}: {what}")
 
-    if isinstance(data, dict) and data.get("schema_version") != RESULTS_SCHEMA_VERSION:
-        raise refuse("results.schema_version",
-                     f"expected {RESULTS_SCHEMA_VERSION}, got {str(data.get('schema_version'))[:40]!r}")
-    if depth(data) > MAX_DEPTH:
-        raise refuse("results", f"nested deeper than {MAX_DEPTH} levels")
-    error = best_match(Draft202012Validator(RESULTS).iter_errors(data))
-    if error is not None:
-        # The message quotes the offending value, which may be 500 KiB of forged text.
-        message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
-        if error.validator == "pattern":  # the regular expression itself says little to a reader
-            message = f"{str(error.instance)[:200]!r} has characters or a length this field does not allow"
-        raise refuse(_where(error.absolute_path), f"{error.validator}: {message}")
-    for i, problem in enumerate(data["problems"]):
-        target = problem.get("target")
+    for i, problem in enumerate(results.problems):
+        target = problem.target
         parts = str(target).split("/")
         if target is not None and (target.startswith("/") or any(p in ("", ".", "..", ".git") for p in parts)):
             raise refuse(f"results.problems[{i}].target", f"{target!r} is not a plain repository-relative path")
         if target is not None and not allowed(target):
             raise refuse(f"results.problems[{i}].target", f"{target!r} is outside the configured kernel paths")
+
+
+def read_results(data: Any, allowed: Callable[[str], bool]) -> Results:
+    """The typed document of parsed JSON that matches the schema (checked once, by
+    Results.from_json) and names only allowed TARGETs; BotError naming the first bad field."""
+    results = Results.from_json(data)
+    _check_targets(results, allowed)
+    return results
+
+
+def validate_results(data: Any, allowed: Callable[[str], bool]) -> dict[str, Any]:
+    """`data` itself if `read_results` accepts it."""
+    read_results(data, allowed)
     return data
 
 
@@ -69,12 +62,13 @@ def parse_results(raw: bytes, where: str) -> Any:
         raise BotError(f"untrusted results rejected: results: nested deeper than {MAX_DEPTH} levels") from None
 
 
-def load_results(directory: Path, allowed: Callable[[str], bool]) -> dict[str, Any]:
-    """Read `results.json` from an artifact directory (only that file; size-capped)."""
-    path = directory / "results.json"
+def load_results(directory: Path, allowed: Callable[[str], bool]) -> Results:
+    """Read `results.json` from an artifact directory (only that file; size-capped): the one
+    reader of the file, validated before the typed document is built from it."""
+    path = directory / RESULTS_FILE
     if path.is_symlink() or not path.is_file():
         raise BotError(f"{path}: no results.json (or not a regular file) in the results directory")
     size = path.stat().st_size
     if size > MAX_RESULTS_BYTES:
         raise BotError(f"{path}: {size} bytes exceeds the {MAX_RESULTS_BYTES >> 20} MiB cap")
-    return validate_results(parse_results(path.read_bytes(), str(path)), allowed)
+    return read_results(parse_results(path.read_bytes(), str(path)), allowed)

@@ -13,6 +13,7 @@ import io
 import math
 from typing import Any
 
+from bot.core.results import Results
 from bot.report.data import ChartBar, chart_bars, device_label
 
 CLAIMED = "#1a7f37"  # claimed: the whole interval cleared the threshold
@@ -121,8 +122,8 @@ def figure_png(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
-def chart_title(results: dict[str, Any]) -> str:
-    created = str(results.get("created") or "")[:10] or dt.date.today().isoformat()
+def chart_title(results: Results) -> str:
+    created = (results.created or "")[:10] or dt.date.today().isoformat()
     return f"kernel-bot speedups on {device_label(results)}, {created}"
 
 
@@ -131,7 +132,7 @@ def _order(bars: list[ChartBar]) -> list[ChartBar]:
     return sorted(bars, key=lambda b: (b.speedup is None, not b.claimed, -(b.speedup or 0.0)))
 
 
-def results_chart(results: dict) -> bytes | None:
-    """The chart of a results payload, or None when no operator has a bar or a note."""
+def results_chart(results: Results) -> bytes | None:
+    """The chart of a results document, or None when no operator has a bar or a note."""
     bars = _order(chart_bars(results))
     return figure_png(speedup_figure(bars, chart_title(results))) if bars else None

@@ -1,9 +1,9 @@
 """Views of a results.json payload for the renderers, and the one set of number formats.
 
 Every renderer (PR body, sticky comment, step summary, JUnit, plan title) reads results through
-these helpers so that a number is spelled the same way everywhere. The payload is plain JSON
-(it may come from an untrusted artifact), so every lookup tolerates missing keys, and text that
-candidate code could influence goes through `cell` before it reaches markdown.
+these helpers so that a number is spelled the same way everywhere. They read the typed document
+(bot.core.results), which stage 2 builds only after schema validation; text that candidate code
+could influence goes through `cell` before it reaches markdown.
 """
 
 from __future__ import annotations
@@ -12,7 +12,11 @@ import html
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Union
+
+from bot.core.domain import Environment
+from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP
+from bot.core.results import BestResult, ContenderResult, ProblemResult, Results, ShapeResult
 
 MISSING = "–"  # en dash: one glyph for "absent" in every table
 _WHITESPACE = re.compile(r"\s+")
@@ -80,6 +84,9 @@ def fence(text: str, lang: str = "") -> str:
 
 # -- views -----------------------------------------------------------------------------------
 
+Contender = Union[ContenderResult, BestResult]
+
+
 @dataclass(frozen=True)
 class ShapeRow:
     """One table row: the best candidate (or runner-up) of one operator on one shape."""
@@ -96,93 +103,78 @@ class ShapeRow:
     norm_rel_err: float | None
 
 
-def problems(results: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for p in results.get("problems") or () if isinstance(p, dict)]
+def problems(results: Results) -> tuple[ProblemResult, ...]:
+    return results.problems
 
 
-def failed_problem(problem: dict[str, Any]) -> bool:
+def failed_problem(problem: ProblemResult) -> bool:
     """A problem that could not be evaluated: outcome "failed", its error in `error`."""
-    return problem.get("outcome") == "failed"
+    return problem.failed
 
 
-DEFAULT_MAX_PLAUSIBLE_SPEEDUP = 100.0  # equals bot.core.plausible's (not imported: stage 2 reads JSON)
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def plausible(problem: dict[str, Any], attempt: dict[str, Any]) -> bool:
+def plausible(problem: ProblemResult, attempt: Contender) -> bool:
     """An attempt (or best) whose ratios may be shown as a speedup: timed, not under a simulator
     (bot.engine.simulated), no shape above the problem's plausibility bound
     (bot.core.plausible). Stage 2 reads results.json as untrusted data, so the renderers ask
     again rather than trust `best`."""
-    if attempt.get("not_timed") or problem.get("not_timed"):
+    if getattr(attempt, "not_timed", None) or problem.not_timed:
         return False
-    bound = _number(problem.get("max_plausible_speedup")) or DEFAULT_MAX_PLAUSIBLE_SPEEDUP
-    ratios = [_number(s.get("speedup")) for s in attempt.get("shapes") or () if isinstance(s, dict)]
-    ratios.append(_number(attempt.get("speedup")))
+    bound = problem.max_plausible_speedup or DEFAULT_MAX_PLAUSIBLE_SPEEDUP
+    ratios = [s.speedup for s in attempt.shapes]
+    ratios.append(attempt.speedup)
     return all(r is None or r <= bound for r in ratios)
 
 
-def improved(results: dict[str, Any]) -> list[dict[str, Any]]:
+def improved(results: Results) -> list[ProblemResult]:
     """Problems whose best candidate's whole interval cleared the threshold, and is plausible."""
-    return [p for p in problems(results) if isinstance(p.get("best"), dict) and plausible(p, p["best"])]
+    return [p for p in problems(results) if p.best is not None and plausible(p, p.best)]
 
 
-def _ci(value: Any) -> tuple[float, float] | None:
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        return float(value[0]), float(value[1])
-    return None
+def median_us(shape: ShapeResult | None) -> float | None:
+    return shape.measurement.median_us if shape is not None and shape.measurement is not None else None
 
 
-def median_us(shape: dict[str, Any]) -> float | None:
-    return (shape.get("measurement") or {}).get("median_us")
-
-
-def runner_up(problem: dict[str, Any]) -> dict[str, Any] | None:
+def runner_up(problem: ProblemResult) -> ContenderResult | None:
     """The accepted, timed attempt ranked as `optimize.select_best` ranks winners."""
-    timed = [a for a in problem.get("attempts") or () if a.get("accepted") and _ci(a.get("speedup_ci"))
-             and plausible(problem, a)]
-    return max(timed, key=lambda a: (a["speedup_ci"][0], a.get("speedup") or 0.0), default=None)
+    timed = [a for a in problem.attempts if a.accepted and a.speedup_ci is not None and plausible(problem, a)]
+    return max(timed, key=lambda a: (a.speedup_ci[0], a.speedup or 0.0), default=None)  # type: ignore[index]
 
 
-def contender(problem: dict[str, Any]) -> dict[str, Any] | None:
+def contender(problem: ProblemResult) -> Contender | None:
     """The best candidate when one improved, else the runner-up (shown honestly as such)."""
-    best = problem.get("best")
-    return best if isinstance(best, dict) and plausible(problem, best) else runner_up(problem)
+    best = problem.best
+    return best if best is not None and plausible(problem, best) else runner_up(problem)
 
 
-def shape_rows(problem: dict[str, Any]) -> list[ShapeRow]:
+def shape_rows(problem: ProblemResult) -> list[ShapeRow]:
     """One row per shape of the problem's contender, with the baseline's time beside it."""
     chosen = contender(problem)
     if chosen is None:
         return []
-    base = {s.get("shape"): median_us(s) for s in (problem.get("baseline") or {}).get("shapes") or ()}
+    base = {s.shape: median_us(s) for s in (problem.baseline.shapes if problem.baseline else ())}
     rows = []
-    for s in chosen.get("shapes") or ():
-        cand_us, ratio = median_us(s), s.get("speedup")
+    for s in chosen.shapes:
+        cand_us, ratio = median_us(s), s.speedup
         # speedup = baseline median / candidate median, so the product recovers a missing baseline.
-        base_us = base.get(s.get("shape")) or (cand_us * ratio if cand_us and ratio else None)
-        rows.append(ShapeRow(str(problem.get("problem")), str(s.get("shape")), s.get("inputs"),
-                             base_us, cand_us, ratio, _ci(s.get("speedup_ci")), s.get("pct_of_floor"),
-                             s.get("max_abs_err"), s.get("norm_rel_err")))
+        base_us = base.get(s.shape) or (cand_us * ratio if cand_us and ratio else None)
+        rows.append(ShapeRow(problem.problem, s.shape, s.inputs, base_us, cand_us, ratio, s.speedup_ci,
+                             s.pct_of_floor, s.max_abs_err, s.norm_rel_err))
     return rows
 
 
-def best_speedup(problem: dict[str, Any]) -> tuple[float | None, tuple[float, float] | None]:
+def best_speedup(problem: ProblemResult) -> tuple[float | None, tuple[float, float] | None]:
     chosen = contender(problem)
-    return (None, None) if chosen is None else (chosen.get("speedup"), _ci(chosen.get("speedup_ci")))
+    return (None, None) if chosen is None else (chosen.speedup, chosen.speedup_ci)
 
 
-def rejection_reasons(attempt: dict[str, Any]) -> list[str]:
-    return [str(r) for r in attempt.get("reasons") or ()]
+def rejection_reasons(attempt: ContenderResult) -> list[str]:
+    return [str(r) for r in attempt.reasons]
 
 
-def attempt_counts(problem: dict[str, Any]) -> tuple[int, int, Counter]:
+def attempt_counts(problem: ProblemResult) -> tuple[int, int, Counter]:
     """(tried, rejected, failed-check counts): reasons are "check: evidence", grouped by check."""
-    attempts = problem.get("attempts") or []
-    rejected = [a for a in attempts if not a.get("accepted")]
+    attempts = problem.attempts
+    rejected = [a for a in attempts if not a.accepted]
     checks: Counter = Counter()
     for a in rejected:
         names = {r.split(":", 1)[0].strip() for r in rejection_reasons(a)} or {"unknown"}
@@ -190,13 +182,14 @@ def attempt_counts(problem: dict[str, Any]) -> tuple[int, int, Counter]:
     return len(attempts), len(rejected), checks
 
 
-def environment(results: dict[str, Any]) -> dict[str, Any]:
+def environment(results: Results) -> Environment | None:
     """The first problem's environment: one run measures every problem on one machine."""
-    return next((p["environment"] for p in problems(results) if p.get("environment")), {})
+    return next((p.environment for p in problems(results) if p.environment is not None), None)
 
 
-def device_label(results: dict[str, Any]) -> str:
-    return str(environment(results).get("device_name") or "an unknown device")
+def device_label(results: Results) -> str:
+    env = environment(results)
+    return str((env.device_name if env else None) or "an unknown device")
 
 
 @dataclass(frozen=True)
@@ -211,27 +204,26 @@ class ChartBar:
     note: str | None = None  # why there is no bar (not timed under a simulator)
 
 
-def chart_bars(results: dict[str, Any]) -> list[ChartBar]:
+def chart_bars(results: Results) -> list[ChartBar]:
     """Every operator's contender per shape (claimed or not, faster or slower), and a note for
     each operator verified but not timed; implausible timings are never drawn."""
     claimed = {id(p) for p in improved(results)}
     bars = []
     for p in problems(results):
-        name = str(p.get("problem"))
-        if p.get("not_timed"):
-            bars.append(ChartBar(name, "", None, None, False, f"not timed: {p['not_timed']}"))
+        if p.not_timed:
+            bars.append(ChartBar(p.problem, "", None, None, False, f"not timed: {p.not_timed}"))
             continue
         for r in shape_rows(p):
             if r.speedup is not None and r.ci is not None:
-                bars.append(ChartBar(name, r.shape, r.speedup, r.ci, id(p) in claimed))
+                bars.append(ChartBar(p.problem, r.shape, r.speedup, r.ci, id(p) in claimed))
     return bars
 
 
-def chart_rows(results: dict[str, Any]) -> list[tuple[str, float, float, float]]:
+def chart_rows(results: Results) -> list[tuple[str, float, float, float]]:
     """(operator, speedup, ci_low, ci_high) for every problem with a plausible timed contender."""
     rows = []
     for p in problems(results):
         value, ci = best_speedup(p)
         if value is not None and ci is not None:
-            rows.append((str(p.get("problem")), float(value), ci[0], ci[1]))
+            rows.append((p.problem, float(value), ci[0], ci[1]))
     return rows

@@ -13,6 +13,7 @@ from typing import Any
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from bot.report import data as rd
+from bot.core.results import ContenderResult, ProblemResult, Results
 
 _MESSAGE_MAX_CHARS = 500  # failure `message` is an attribute: reporters show it on one line
 
@@ -42,47 +43,48 @@ def _num(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
-def _elapsed_s(contender: dict[str, Any]) -> float | None:
+def _elapsed_s(contender: ContenderResult) -> float | None:
     """One call of every shape: the sum of per-shape medians, in seconds."""
-    medians = [rd.median_us(s) for s in contender.get("shapes") or ()]
+    medians = [rd.median_us(s) for s in contender.shapes]
     medians = [m for m in medians if m is not None]
     return sum(medians) / 1e6 if medians else None
 
 
-def _case(problem: str, contender: dict[str, Any], name: str,
+def _case(problem: str, contender: ContenderResult, name: str,
           min_speedup: float | None) -> tuple[TestCase, dict[str, str]]:
     case = TestCase(name, classname=f"kernel-bot.{problem}", elapsed_sec=_elapsed_s(contender))
-    ci = contender.get("speedup_ci") or None
-    props = {"role": str(contender.get("role") or "candidate"),
-             "status": str(contender.get("status") or rd.MISSING),
-             "speedup": _num(contender.get("speedup")),
+    ci = contender.speedup_ci or None
+    props = {"role": contender.role or "candidate",
+             "status": contender.status or rd.MISSING,
+             "speedup": _num(contender.speedup),
              "speedup_ci_low": _num(ci[0]) if ci else "", "speedup_ci_high": _num(ci[1]) if ci else "",
-             "speedup_text": rd.fmt_speedup(contender.get("speedup"), ci) if contender.get("speedup") else "",
-             "median_us": _num(contender.get("median_us"))}
-    if "significant" in contender:
-        props["significant"] = str(bool(contender["significant"])).lower()
+             "speedup_text": rd.fmt_speedup(contender.speedup, ci) if contender.speedup else "",
+             "median_us": _num(contender.median_us)}
+    significant = contender.significant  # attempts only
+    if significant is not None:
+        props["significant"] = str(bool(significant)).lower()
     props = {k: v for k, v in props.items() if v}  # absent numbers are left out, not written as ""
-    if not contender.get("accepted", True):
+    if contender.accepted is False:
         reasons = rd.rejection_reasons(contender) or ["rejected (no reason recorded)"]
         check = reasons[0].split(":", 1)[0].strip()
         case.add_failure_info(message=reasons[0][:_MESSAGE_MAX_CHARS], output="\n".join(reasons),
                               failure_type=check)
-    elif contender.get("speedup") is not None and min_speedup is not None:
-        verdict = "significant" if contender.get("significant") else "not significant"
-        speedup = rd.fmt_speedup(contender.get("speedup"), ci)
+    elif contender.speedup is not None and min_speedup is not None:
+        verdict = "significant" if significant else "not significant"
+        speedup = rd.fmt_speedup(contender.speedup, ci)
         case.stdout = f"verified; {speedup} ({verdict} at {min_speedup}x)"
     return case, props
 
 
-def _suite(problem: dict[str, Any]) -> _Suite:
-    name = str(problem.get("problem"))
-    min_speedup = problem.get("min_speedup")
-    contenders = [problem["baseline"]] if problem.get("baseline") else []
-    contenders += list(problem.get("attempts") or ())
+def _suite(problem: ProblemResult) -> _Suite:
+    name = problem.problem
+    min_speedup = problem.min_speedup
+    contenders = [problem.baseline] if problem.baseline else []
+    contenders += list(problem.attempts)
     seen: dict[str, int] = {}
     cases = []
     for contender in contenders:
-        label = str(contender.get("name"))
+        label = contender.name
         seen[label] = seen.get(label, 0) + 1
         # Reporters merge cases by (classname, name): a repeat (an LLM round re-proposing a
         # candidate under the same name) gets a suffix instead of vanishing.
@@ -90,24 +92,24 @@ def _suite(problem: dict[str, Any]) -> _Suite:
                            min_speedup))
     if rd.failed_problem(problem):  # could not be evaluated at all: an error, not a skip
         case = TestCase("evaluation", classname=f"kernel-bot.{name}")
-        case.add_error_info(message=str(problem.get("error") or "failed")[:1000])
+        case.add_error_info(message=str(problem.error or "failed")[:1000])
         cases.append((case, {"role": "problem"}))
-    for skipped in problem.get("skipped") or ():
-        case = TestCase(str(skipped.get("transformation")), classname=f"kernel-bot.{name}")
-        case.add_skipped_info(message=str(skipped.get("reason") or "skipped"))
+    for skipped in problem.skipped:
+        case = TestCase(skipped.transformation, classname=f"kernel-bot.{name}")
+        case.add_skipped_info(message=skipped.reason or "skipped")
         cases.append((case, {"role": "skipped"}))
     value, ci = rd.best_speedup(problem)
-    env = problem.get("environment") or {}
-    properties = {"outcome": str(problem.get("outcome") or rd.MISSING),
-                  "best": str((problem.get("best") or {}).get("name") or ""),
-                  "best_speedup": _num(value) if problem.get("best") else "",
-                  "best_speedup_ci": f"{ci[0]!r},{ci[1]!r}" if problem.get("best") and ci else "",
+    env, best = problem.environment, problem.best
+    properties = {"outcome": str(problem.outcome or rd.MISSING),
+                  "best": best.name if best else "",
+                  "best_speedup": _num(value) if best else "",
+                  "best_speedup_ci": f"{ci[0]!r},{ci[1]!r}" if best and ci else "",
                   "top_speedup": rd.fmt_speedup(value, ci), "min_speedup": _num(min_speedup),
-                  "device": str(env.get("device") or ""), "device_name": str(env.get("device_name") or ""),
-                  "torch": str(env.get("torch") or "")}
-    return _Suite(name, cases, properties=properties, hostname=env.get("host") or None)
+                  "device": (env.device if env else "") or "", "device_name": (env.device_name if env else "") or "",
+                  "torch": (env.torch if env else "") or ""}
+    return _Suite(name, cases, properties=properties, hostname=(env.host if env else "") or None)
 
 
-def render_junit(results: dict[str, Any]) -> str:
+def render_junit(results: Results) -> str:
     """JUnit XML for `results`: a suite per problem, a case per candidate and skipped transformation."""
     return to_xml_report_string([_suite(p) for p in rd.problems(results)])

@@ -1,6 +1,6 @@
 """results.json -> markdown: the follow-up PR body, the sticky comment, the job step summary.
 
-Pure functions of the results payload (no timing, no network). Every number goes through the
+Pure functions of the typed results document (no timing, no network). Every number goes through the
 formats in `bot.report.data`, so a speedup reads `1.42x [1.38, 1.47]` everywhere.
 """
 
@@ -10,8 +10,9 @@ from typing import Any, Sequence
 
 from bot.report import data as rd
 from bot.core.distributions import DESCRIPTIONS, DISTRIBUTIONS
+from bot.core.plausible import FLAG
+from bot.core.results import ContenderResult, ProblemResult, Results
 
-FLAG = "implausible; check the baseline"  # equals bot.core.plausible.FLAG (not imported: stage 2 reads JSON)
 
 REPORT_MARKER = "<!-- kernel-bot:report -->"
 STICKY_MARKER = "<!-- kernel-bot:sticky -->"  # equals bot.github.client's (not imported: PyGithub)
@@ -22,14 +23,14 @@ _TABLE_HEAD = ("| operator | shape | inputs | baseline µs | candidate µs | spe
                "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 
 
-def _threshold(results: dict[str, Any]) -> float:
-    return max((p.get("min_speedup") or 1.0 for p in rd.problems(results)), default=1.0)
+def _threshold(results: Results) -> float:
+    return max((p.min_speedup or 1.0 for p in rd.problems(results)), default=1.0)
 
 
-def summary_line(results: dict[str, Any]) -> str:
+def summary_line(results: Results) -> str:
     total, better = len(rd.problems(results)), len(rd.improved(results))
     failed = sum(map(rd.failed_problem, rd.problems(results)))
-    untimed = sum(1 for p in rd.problems(results) if p.get("not_timed"))
+    untimed = sum(1 for p in rd.problems(results) if p.not_timed)
     return (f"**{better} of {total} operator{'s' if total != 1 else ''} improved** on "
             f"{rd.cell(rd.device_label(results))} (claimed only when the 95% confidence "
             f"interval's lower bound clears {rd.fmt_ratio(_threshold(results))}x)."
@@ -38,7 +39,7 @@ def summary_line(results: dict[str, Any]) -> str:
                if untimed else ""))
 
 
-def results_table(results: dict[str, Any]) -> str:
+def results_table(results: Results) -> str:
     """One row per shape of each improved operator's best candidate; the rest listed honestly."""
     lines = []
     for p in rd.improved(results):
@@ -50,17 +51,18 @@ def results_table(results: dict[str, Any]) -> str:
     table = "\n".join([_TABLE_HEAD, *lines]) + "\n" if lines else ""  # a blank line ends the table
     out = [table] if table else []
     for p in rd.improved(results):
-        best = p["best"]
-        where = f"replaces `{rd.cell(p['target'])}`" if p.get("target") else "added as a new module"
-        origin = (best.get("origin") or {}).get("detail") or (best.get("origin") or {}).get("strategy")
-        out.append(f"- **{rd.cell(p.get('problem'))}**: `{rd.cell(best.get('name'))}` "
+        best = p.best
+        assert best is not None
+        where = f"replaces `{rd.cell(p.target)}`" if p.target else "added as a new module"
+        origin = (best.origin.detail or best.origin.strategy) if best.origin else None
+        out.append(f"- **{rd.cell(p.problem)}**: `{rd.cell(best.name)}` "
                    f"({rd.cell(origin)}), {where}.")
     claimed = {id(p) for p in rd.improved(results)}
     for p in rd.problems(results):
-        name = f"- **{rd.cell(p.get('problem'))}**"
+        name = f"- **{rd.cell(p.problem)}**"
         if rd.failed_problem(p):
-            out.append(f"{name}: failed: {rd.cell(p.get('error'), 500)}")
-        elif p.get("not_timed"):
+            out.append(f"{name}: failed: {rd.cell(p.error, 500)}")
+        elif p.not_timed:
             out.append(f"{name}: {not_timed(p)}")
         elif id(p) not in claimed:
             out.append(f"{name}: {no_improvement(p)}")
@@ -69,51 +71,52 @@ def results_table(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def not_timed(problem: dict[str, Any]) -> str:
+def not_timed(problem: ProblemResult) -> str:
     """One line: the operator's contenders were verified, and why none was timed for a claim."""
     tried, rejected, _ = rd.attempt_counts(problem)
-    return (f"correct; not timed: {rd.cell(problem.get('not_timed'))} (the baseline "
-            f"`{rd.cell((problem.get('baseline') or {}).get('name'))}`; {tried - rejected} of {tried} "
+    return (f"correct; not timed: {rd.cell(problem.not_timed)} (the baseline "
+            f"`{rd.cell(problem.baseline.name if problem.baseline else None)}`; {tried - rejected} of {tried} "
             "candidates verified, none timed against it). Its times there measure the simulator, not the code.")
 
 
-def implausible_flags(problem: dict[str, Any]) -> str:
+def implausible_flags(problem: ProblemResult) -> str:
     """The plausibility guard's flag with its evidence, for a human; empty when nothing was flagged."""
-    flags = [f for f in problem.get("implausible") or () if isinstance(f, dict)]
+    flags = problem.implausible
     if not flags:
         return ""
     top = flags[0]
     more = f" ({len(flags)} candidates flagged)" if len(flags) > 1 else ""
-    return (f"{FLAG}: `{rd.cell(top.get('name'))}` measured "
-            f"{rd.fmt_speedup(top.get('speedup'), top.get('speedup_ci'))}: {rd.cell(top.get('evidence'), 400)}"
+    return (f"{FLAG}: `{rd.cell(top.name)}` measured "
+            f"{rd.fmt_speedup(top.speedup, top.speedup_ci)}: {rd.cell(top.evidence, 400)}"
             f"{more}. Not claimed.")
 
 
-def no_improvement(problem: dict[str, Any]) -> str:
+def no_improvement(problem: ProblemResult) -> str:
     value, ci = rd.best_speedup(problem)
     tried, rejected, _ = rd.attempt_counts(problem)
     if value is None:
         return (f"no significant improvement: no candidate was both verified and timed "
                 f"({tried} tried, {rejected} rejected).")
-    name = rd.cell((rd.runner_up(problem) or {}).get("name"))
+    runner_up = rd.runner_up(problem)
+    name = rd.cell(runner_up.name if runner_up else None)
     return f"no significant improvement: best {rd.fmt_speedup(value, ci)} (`{name}`)."
 
 
-def verification(results: dict[str, Any]) -> str:
+def verification(results: Results) -> str:
     """How the numbers were obtained, with this run's own counts and device."""
     env = rd.environment(results)
-    cuda = env.get("device") == "cuda"
+    cuda = env is not None and env.device == "cuda"
     ps = rd.problems(results)
-    drawn = {d for p in ps for d in p.get("distributions") or ()}
+    drawn = {d for p in ps for d in p.distributions or ()}
     dists = [d for d in DISTRIBUTIONS if d in drawn] + sorted(drawn - set(DISTRIBUTIONS)) or DISTRIBUTIONS
-    precision = next((p["reference_precision"] for p in ps if p.get("reference_precision")), None)
+    precision = next((p.reference_precision for p in ps if p.reference_precision), None)
     has_floor = any(r.pct_of_floor is not None for p in ps for r in rd.shape_rows(p))
     lines = [
         "- **Inputs**: fresh for every trial, drawn from a secret seed after the candidate was "
         f"constructed, from {len(dists)} distributions "
         f"({', '.join(DESCRIPTIONS.get(d, rd.cell(d)) for d in dists)})"
-        + "".join(f"; {rd.cell(p.get('problem'))} skips {DESCRIPTIONS.get(d, rd.cell(d))}: {rd.cell(why)}"
-                  for p in ps for d, why in (p.get("skipped_distributions") or {}).items()) + ".",
+        + "".join(f"; {rd.cell(p.problem)} skips {DESCRIPTIONS.get(d, rd.cell(d))}: {rd.cell(why)}"
+                  for p in ps for d, why in (p.skipped_distributions or {}).items()) + ".",
         f"- **Reference**: computed in {precision or 'float64 (unless the problem declares otherwise)'} "
         "in a separate process; candidates ran in their own sandboxed workers and the parent compared "
         "outputs the workers never saw.",
@@ -122,7 +125,7 @@ def verification(results: dict[str, Any]) -> str:
         "checked as well; worker-reported times cross-checked against the parent's wall clock.",
         ("- **Timing**: device-synchronised time had to agree with CUDA-event time (no work hidden on "
          "other streams); " if cuda else
-         f"- **Timing**: host clock on {rd.cell(env.get('device_name') or 'the CPU')} (the device-sync vs "
+         f"- **Timing**: host clock on {rd.cell((env.device_name if env else None) or 'the CPU')} (the device-sync vs "
          "event-timing check applies on GPUs); ")
         + "baseline and candidates interleaved in random order in the same run, after warm-up, with "
         "caches flushed and inputs rotated, the baseline and the finalists each in two worker "
@@ -138,16 +141,16 @@ def verification(results: dict[str, Any]) -> str:
     for p in ps:
         tried, rejected, checks = rd.attempt_counts(p)
         top = ", ".join(f"{rd.cell(name, 60)} ×{n}" for name, n in checks.most_common(3)) or rd.MISSING
-        lines.append(f"| {rd.cell(p.get('problem'))} | {tried} | {rejected} | {top} "
-                     f"| {len(p.get('skipped') or ())} |")
+        lines.append(f"| {rd.cell(p.problem)} | {tried} | {rejected} | {top} "
+                     f"| {len(p.skipped)} |")
     return "\n".join(lines)
 
 
-def environment_table(results: dict[str, Any]) -> str:
+def environment_table(results: Results) -> str:
     env = rd.environment(results)
-    clocks = ", ".join(f"{k}={v}" for k, v in (env.get("clocks") or {}).items())
-    values = [env.get("device_name"), env.get("driver"), env.get("cuda"), env.get("torch"),
-              env.get("triton"), env.get("python"), clocks]
+    clocks = ", ".join(f"{k}={v}" for k, v in (env.clocks if env else {}).items())
+    values = ([env.device_name, env.driver, env.cuda, env.torch, env.triton, env.python] if env
+              else [None] * 6) + [clocks]
     return ("| device | driver | CUDA | torch | triton | python | clocks |\n"
             "| --- | --- | --- | --- | --- | --- | --- |\n"
             "| " + " | ".join(rd.cell(v, 300) for v in values) + " |")
@@ -170,11 +173,11 @@ def _cap(text: str, limit: int, tail: str, note: str) -> str:
     return text[:room].rsplit("\n", 1)[0] + "\n\n" + note + tail
 
 
-def render_pr_body(results: dict[str, Any], reproduce_command: str, chart_path: str | None,
+def render_pr_body(results: Results, reproduce_command: str, chart_path: str | None,
                    notes: Sequence[str] = ()) -> str:
     """The follow-up pull request's description."""
     better = rd.improved(results)
-    names = ", ".join(rd.cell(p.get("problem")) for p in better)
+    names = ", ".join(rd.cell(p.problem) for p in better)
     heading = f"verified faster kernels for {names}" if better else "no significant improvement"
     parts = [f"## kernel-bot: {heading}", summary_line(results)]
     if chart_path:
@@ -189,7 +192,7 @@ def render_pr_body(results: dict[str, Any], reproduce_command: str, chart_path: 
                 "_(truncated to fit GitHub's limit; the job summary has the full report)_")
 
 
-def render_comment(results: dict[str, Any], patch: str | None, pr_url: str | None,
+def render_comment(results: Results, patch: str | None, pr_url: str | None,
                    notes: Sequence[str] = ()) -> str:
     """The sticky comment on the triggering PR; for forks it carries the patch itself."""
     parts = [STICKY_MARKER, "### kernel-bot results", summary_line(results), results_table(results)]
@@ -224,58 +227,58 @@ def _fit_lines(lines: list[str], room: int) -> list[str]:
     return kept
 
 
-def attempts_table(problem: dict[str, Any]) -> str:
+def attempts_table(problem: ProblemResult) -> str:
     """Every candidate of one problem with its verdict: the step summary's detail."""
     lines = ["| round | candidate | origin | verdict | speedup [95% CI] | median µs | reason |",
              "| ---: | --- | --- | --- | ---: | ---: | --- |"]
-    ranked = sorted(problem.get("attempts") or (), key=lambda a: -(a.get("speedup") or 0.0))
-    threshold = f"{rd.fmt_ratio(problem.get('min_speedup') or 1.0)}x"
+    ranked = sorted(problem.attempts, key=lambda a: -(a.speedup or 0.0))
+    threshold = f"{rd.fmt_ratio(problem.min_speedup or 1.0)}x"
     for a in ranked:
-        origin = (a.get("origin") or {}).get("detail") or (a.get("origin") or {}).get("strategy")
-        if not a.get("accepted"):
-            reason = a.get("reason") or "; ".join(rd.rejection_reasons(a))
-        elif a.get("not_timed") or problem.get("not_timed"):
-            reason = f"correct; not timed: {rd.cell(a.get('not_timed') or problem.get('not_timed'))}"
+        origin = (a.origin.detail or a.origin.strategy) if a.origin else None
+        if not a.accepted:
+            reason = a.reason or "; ".join(rd.rejection_reasons(a))
+        elif a.not_timed or problem.not_timed:
+            reason = f"correct; not timed: {rd.cell(a.not_timed or problem.not_timed)}"
         elif not rd.plausible(problem, a):
             reason = f"{FLAG} (not claimed)"
-        elif a.get("slower_shapes"):
-            reason = "significantly slower on " + ", ".join(rd.cell(s, 40) for s in a["slower_shapes"])
-        elif a.get("speedup_ci"):
-            reason = f"interval {'clears' if a.get('significant') else 'does not clear'} {threshold}"
+        elif a.slower_shapes:
+            reason = "significantly slower on " + ", ".join(rd.cell(s, 40) for s in a.slower_shapes)
+        elif a.speedup_ci:
+            reason = f"interval {'clears' if a.significant else 'does not clear'} {threshold}"
         else:
             reason = "verified, not timed against the baseline"
-        lines.append(f"| {a.get('round', rd.MISSING)} | {rd.cell(a.get('name'), 80)} | {rd.cell(origin, 80)} "
-                     f"| {rd.cell(a.get('status'))} "
+        lines.append(f"| {rd.MISSING if a.round is None else a.round} | {rd.cell(a.name, 80)} "
+                     f"| {rd.cell(origin, 80)} | {rd.cell(a.status)} "
                      f"| {rd.fmt_speedup(*_shown(problem, a))} "
-                     f"| {rd.fmt_us(a.get('median_us'))} | {rd.cell(reason, 300)} |")
-    for s in problem.get("skipped") or ():
-        lines.append(f"| {rd.MISSING} | {rd.cell(s.get('transformation'), 80)} | {rd.MISSING} | skipped "
-                     f"| {rd.MISSING} | {rd.MISSING} | {rd.cell(s.get('reason'), 300)} |")
+                     f"| {rd.fmt_us(a.median_us)} | {rd.cell(reason, 300)} |")
+    for s in problem.skipped:
+        lines.append(f"| {rd.MISSING} | {rd.cell(s.transformation, 80)} | {rd.MISSING} | skipped "
+                     f"| {rd.MISSING} | {rd.MISSING} | {rd.cell(s.reason, 300)} |")
     return "\n".join(lines)
 
 
-def _shown(problem: dict[str, Any], attempt: dict[str, Any]) -> tuple[Any, Any]:
+def _shown(problem: ProblemResult, attempt: ContenderResult) -> tuple[Any, Any]:
     """An attempt's (speedup, interval) as a report may show them: none for a simulator's timing."""
-    if attempt.get("not_timed") or problem.get("not_timed"):
+    if attempt.not_timed or problem.not_timed:
         return None, None
-    return attempt.get("speedup"), attempt.get("speedup_ci")
+    return attempt.speedup, attempt.speedup_ci
 
 
 def _seconds(value: float | None) -> str:
     return rd.MISSING if value is None else f"{value:.0f} s"
 
 
-def render_step_summary(results: dict[str, Any]) -> str:
+def render_step_summary(results: Results) -> str:
     """The job summary: the PR table plus every attempt of every problem, under 1 MiB."""
     parts = ["## kernel-bot", summary_line(results), results_table(results)]
     for p in rd.problems(results):
         if rd.failed_problem(p):  # listed with its error above; nothing was measured
             continue
-        baseline = p.get("baseline") or {}
-        base_us = rd.median_us((baseline.get("shapes") or [{}])[0])
-        parts.append(f"### {rd.cell(p.get('problem'))}\nbaseline `{rd.cell(baseline.get('name'))}` "
-                     f"{rd.fmt_us(base_us)} µs; stopped: {rd.cell(p.get('stopped'))}; "
-                     f"{_seconds(p.get('wall_s'))}\n\n{attempts_table(p)}")
+        baseline = p.baseline
+        base_us = rd.median_us(baseline.shapes[0] if baseline and baseline.shapes else None)
+        parts.append(f"### {rd.cell(p.problem)}\nbaseline `{rd.cell(baseline.name if baseline else None)}` "
+                     f"{rd.fmt_us(base_us)} µs; stopped: {rd.cell(p.stopped)}; "
+                     f"{_seconds(p.wall_s)}\n\n{attempts_table(p)}")
     parts += ["### How it was verified", verification(results), "### Environment",
               environment_table(results)]
     text = "\n\n".join(parts) + "\n"

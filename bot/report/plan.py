@@ -10,11 +10,12 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 from urllib.parse import quote
 
 from bot.report import data as rd
 from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan, Trigger
+from bot.core.results import ProblemResult, Results
 from bot.report.markdown import render_comment, render_pr_body, render_step_summary
 from bot.core.safe_text import title
 
@@ -30,10 +31,10 @@ def _plain_relative(path: str) -> bool:
         p in ("", ".", "..", ".git") for p in parts)
 
 
-def destination(problem: dict[str, Any]) -> str | None:
+def destination(problem: ProblemResult) -> str | None:
     """The file the problem's best candidate replaces: its TARGET; None where it declares none
     (a follow-up never adds a file: bot.core.scope)."""
-    return str(problem["target"]) if problem.get("target") else None
+    return problem.target or None
 
 
 def _current_text(repo_root: Path, path: str) -> str | None:
@@ -63,19 +64,23 @@ def unified_patch(path: str, old: str | None, new: str) -> str:
     return header + body
 
 
-def _title(better: list[dict[str, Any]], results: dict[str, Any]) -> str:
+def _best_speedup(problem: ProblemResult) -> float:
+    return (problem.best.speedup if problem.best else None) or 0.0
+
+
+def _title(better: list[ProblemResult], results: Results) -> str:
     device = rd.device_label(results)
     if not better:
-        names = ", ".join(str(p.get("problem")) for p in rd.problems(results))
+        names = ", ".join(p.problem for p in rd.problems(results))
         return f"kernel-bot: no significant improvement for {names}"[:200]
-    ranked = sorted(better, key=lambda p: -(p["best"].get("speedup") or 0.0))
+    ranked = sorted(better, key=lambda p: -_best_speedup(p))
     top = ranked[0]
     more = f" and {len(ranked) - 1} more" if len(ranked) > 1 else ""
-    return (f"kernel-bot: {rd.fmt_speedup(top['best'].get('speedup'))} faster "
-            f"{top.get('problem')}{more} (verified on {device})")
+    return (f"kernel-bot: {rd.fmt_speedup(top.best.speedup if top.best else None)} faster "
+            f"{top.problem}{more} (verified on {device})")
 
 
-def _changes(better: list[dict[str, Any]], current: Callable[[str], str | None],
+def _changes(better: list[ProblemResult], current: Callable[[str], str | None],
              allowed: Callable[[str], bool]) -> tuple[list[FileChange], list[str], list[str]]:
     """(file changes, patch per change, notes about what was dropped and why)."""
     changes: list[FileChange] = []
@@ -83,8 +88,8 @@ def _changes(better: list[dict[str, Any]], current: Callable[[str], str | None],
     notes: list[str] = []
     claimed: dict[str, str] = {}
     # Fastest first: when two problems name the same TARGET, the faster candidate keeps it.
-    for p in sorted(better, key=lambda p: -(p["best"].get("speedup") or 0.0)):
-        name, path, source = str(p.get("problem")), destination(p), p["best"].get("source")
+    for p in sorted(better, key=lambda p: -_best_speedup(p)):
+        name, path, source = p.problem, destination(p), p.best.source if p.best else None
         if path is None:
             notes.append(f"{rd.cell(name)}: the problem declares no `TARGET`, so there is no file to "
                          "replace; the candidate is in the run's artifact instead.")
@@ -114,7 +119,7 @@ def _changes(better: list[dict[str, Any]], current: Callable[[str], str | None],
     return changes, patches, notes
 
 
-def plan_pull_request(results: dict[str, Any], trigger: Trigger, repo_root: Path,
+def plan_pull_request(results: Results, trigger: Trigger, repo_root: Path,
                       allowed: Callable[[str], bool], chart_png: bytes | None,
                       reproduce_command: str, chart_path: str = CHART_PATH,
                       current: Callable[[str], str | None] | None = None) -> PullRequestPlan | None:
@@ -159,7 +164,7 @@ def plan_pull_request(results: dict[str, Any], trigger: Trigger, repo_root: Path
     if sha:
         check_title = "no significant improvement"
         if better:
-            top = max(better, key=lambda p: p["best"].get("speedup") or 0.0)
+            top = max(better, key=_best_speedup)
             check_title = (f"{len(better)} of {len(rd.problems(results))} operators improved, "
                            f"best {rd.fmt_speedup(*rd.best_speedup(top))}")
         check = CheckRunPlan(CHECK_NAME, sha, "success" if better else "neutral", title(check_title),
