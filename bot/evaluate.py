@@ -260,6 +260,15 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
     verified = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
     progress(f"{problem.name} [{shape.name}] verified: {len(verified)} of {len(workers)} contender(s) pass")
     passed = {n: w for n, w in verified.items() if n not in untimed}
+
+    def warm(name: str, worker: WorkerClient) -> dict:
+        """A replica's first call (compilation), as a trial call is made: the device shared.
+        One that tunes by timing makes it in the warm-up batch, with the device to itself."""
+        if name in self_tuning:
+            return {"new_threads": []}
+        with gpu_shared(lock_key):
+            return worker.request({"op": "run", "seed": secrets.randbits(62), "distribution": "standard"},
+                                  limits.first_call_timeout_s, "call")
     records: dict[str, TimingRecord] = {}
     # A candidate that can no longer be selected on this shape is timed no further (bot.futility).
     futility = Futility(names[0], bar(options.min_speedup, len(problem.shapes_for(options.device))),
@@ -270,7 +279,7 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                 problem, shape, reference, passed, info, rng, options.timing,
                 limits.call_timeout_s, progress, keep=frozenset(names[:1]) if has_baseline else frozenset(),
                 replicate=lambda chosen: replicas.ready(chosen, construct, checks, limits.construct_timeout_s,
-                                                        progress),
+                                                        progress, warm),
                 exclusive=lambda: gpu_exclusive(lock_key),  # one measurement at a time per device
                 retire=lambda done: release_caches(done, lock_key, limits.call_timeout_s, options.parallel),
                 window=freezer.freeze_all_but, phase=freezer.timing_phase, stop=futility)
