@@ -39,6 +39,7 @@ raise RuntimeError("PROBE" + json.dumps({
     "cap": resource.getrlimit(resource.RLIMIT_AS)[0] > 0, "ppid": os.getppid(), "pid": os.getpid(),
     "uid": os.getuid(), "bot_writable": os.access(sys.path[0], os.W_OK),
     "compiler": "torch._inductor.compile_fx" in sys.modules,
+    "headers": getattr(sys.modules.get("torch._inductor.config"), "cpp_cache_precompile_headers", None),
     "vector_isa": getattr(sys.modules.get("torch._inductor.cpu_vec_isa"), "valid_vec_isa_list",
                           None) is not None
                   and sys.modules["torch._inductor.cpu_vec_isa"].valid_vec_isa_list.cache_info().currsize == 1,
@@ -85,6 +86,7 @@ def test_a_forked_worker_is_confined_like_a_fresh_process(tmp_path, quick_option
     assert seen["compiler"]  # a CPU server imported torch.compile's machinery once, for every fork
     # and checked Inductor's vector instruction sets once: no fork compiles the test programs again
     assert server.vector_isa and seen["vector_isa"]
+    assert seen["headers"] is False  # no precompiled header of its own to build (bot.sandbox.base)
 
 
 def test_crashes_exits_and_forged_results_are_reported_through_the_server(quick_options):
