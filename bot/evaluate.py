@@ -288,7 +288,7 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         early = [n for n in (futility.stopped if futility else {}) if n in records]
         progress(f"{problem.name} [{shape.name}] timed: "
                  f"{sum(len(r.batch_sizes) for r in records.values())} batches"
-                 + (f"; {len(early)} candidate(s) stopped early, their intervals already under "
+                 + (f"; {len(early)} candidate(s) stopped early: their 99% intervals were under "
                     f"{futility.below:.3g}x" if early else ""))
         # The reference's float64 outputs for the timed calls' checks are held until the next
         # shape's references otherwise, through other problems' trials.

@@ -31,6 +31,7 @@ for fd in os.listdir("/proc/self/fd"):
         sockets += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
     except OSError:
         pass
+isa = sys.modules.get("torch._inductor.cpu_vec_isa")
 raise RuntimeError("PROBE" + json.dumps({
     "secrets": sum(k in os.environ for k in ("GITHUB_TOKEN", "OPENAI_API_KEY")),
     "interp": os.environ.get("TRITON_INTERPRET"),
@@ -40,9 +41,7 @@ raise RuntimeError("PROBE" + json.dumps({
     "uid": os.getuid(), "bot_writable": os.access(sys.path[0], os.W_OK),
     "compiler": "torch._inductor.compile_fx" in sys.modules,
     "headers": getattr(sys.modules.get("torch._inductor.config"), "cpp_cache_precompile_headers", None),
-    "vector_isa": getattr(sys.modules.get("torch._inductor.cpu_vec_isa"), "valid_vec_isa_list",
-                          None) is not None
-                  and sys.modules["torch._inductor.cpu_vec_isa"].valid_vec_isa_list.cache_info().currsize == 1,
+    "vector_isa": isa is not None and isa.valid_vec_isa_list.cache_info().currsize == 1,
 }) + "PROBE")
 '''
 

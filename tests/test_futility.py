@@ -53,7 +53,8 @@ def test_a_clear_loser_stops_at_the_first_look_and_a_winner_never_does():
 
 def test_a_candidate_just_past_the_bar_is_timed_to_the_end():
     # A true 1.10x gain against a 1.05 bar, with 10 % noise per call and per batch.
-    stopped = sum(bool(_run({"base": 110.0, "gain": 100.0}, seed, bar(1.05, 1))[1].stopped) for seed in range(20))
+    stopped = sum(bool(_run({"base": 110.0, "gain": 100.0}, seed, bar(1.05, 1))[1].stopped)
+                  for seed in range(20))
     assert stopped == 0
 
 

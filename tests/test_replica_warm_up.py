@@ -39,9 +39,9 @@ def test_a_replicas_first_call_is_made_under_the_shared_hold_before_the_timing(q
     monkeypatch.setattr(WorkerClient, "request", spy)
 
     problem = load_problem(PROBLEMS / "scale_add.py")
+    timing = TimingOptions(time_cap_s=0.3, min_samples=5, replicas=2)
     result = evaluate_module.evaluate(problem, [load_candidate(CANDIDATES / "honest.py")],
-                                      load_candidate(CANDIDATES / "honest.py"),
-                                      quick_options(timing=TimingOptions(time_cap_s=0.3, min_samples=5, replicas=2)))
+                                      load_candidate(CANDIDATES / "honest.py"), quick_options(timing=timing))
     assert result.candidates[0].verdict.accepted, result.candidates[0].verdict.reasons
     for replica in ("c0-r2", "c1-r2"):
         calls = [(op, hold) for label, op, hold in seen if label == replica]
