@@ -31,6 +31,7 @@ for fd in os.listdir("/proc/self/fd"):
         sockets += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
     except OSError:
         pass
+isa = sys.modules.get("torch._inductor.cpu_vec_isa")
 raise RuntimeError("PROBE" + json.dumps({
     "secrets": sum(k in os.environ for k in ("GITHUB_TOKEN", "OPENAI_API_KEY")),
     "interp": os.environ.get("TRITON_INTERPRET"),
@@ -38,7 +39,10 @@ raise RuntimeError("PROBE" + json.dumps({
     "iso": sys.flags.isolated, "leader": os.getsid(0) == os.getpid(), "sockets": sockets,
     "cap": resource.getrlimit(resource.RLIMIT_AS)[0] > 0, "ppid": os.getppid(), "pid": os.getpid(),
     "uid": os.getuid(), "bot_writable": os.access(sys.path[0], os.W_OK),
-    "compiler": "torch._inductor.compile_fx" in sys.modules}) + "PROBE")
+    "compiler": "torch._inductor.compile_fx" in sys.modules,
+    "headers": getattr(sys.modules.get("torch._inductor.config"), "cpp_cache_precompile_headers", None),
+    "vector_isa": isa is not None and isa.valid_vec_isa_list.cache_info().currsize == 1,
+}) + "PROBE")
 '''
 
 
@@ -79,6 +83,9 @@ def test_a_forked_worker_is_confined_like_a_fresh_process(tmp_path, quick_option
     assert seen["sockets"] == 1  # its channel only, not the server's control socket
     assert seen["cap"]  # the CPU memory cap applies in the fork
     assert seen["compiler"]  # a CPU server imported torch.compile's machinery once, for every fork
+    # and checked Inductor's vector instruction sets once: no fork compiles the test programs again
+    assert server.vector_isa and seen["vector_isa"]
+    assert seen["headers"] is False  # no precompiled header of its own to build (bot.sandbox.base)
 
 
 def test_crashes_exits_and_forged_results_are_reported_through_the_server(quick_options):
@@ -100,6 +107,7 @@ def test_switched_off_workers_start_as_fresh_processes(tmp_path, quick_options, 
         assert server is None or seen["ppid"] != server.proc.pid
     assert seen["sockets"] == 1 and seen["iso"] == 1 and seen["secrets"] == 0
     assert not seen["compiler"]  # a fresh worker imports it only for a candidate that compiles
+    assert not seen["vector_isa"]
 
 
 def test_a_few_workers_do_not_start_a_server_and_many_do(tmp_path, quick_options, monkeypatch):
@@ -248,5 +256,5 @@ def test_a_server_whose_imports_initialised_the_driver_starts_again_without_the_
     assert server is not None and not server.compiler
     seen = _probe(tmp_path, quick_options)
     assert seen["ppid"] == (0 if NAMESPACES else server.proc.pid)  # workers are still forks of it
-    assert not seen["compiler"]
+    assert not seen["compiler"] and not seen["vector_isa"] and not server.vector_isa
     server.close()

@@ -42,6 +42,7 @@ def test_worker_environment_is_an_allowlist_without_credentials(tmp_path):
                 "PYTHONPATH", "LD_PRELOAD"):
         assert key not in env
     assert env["TRITON_INTERPRET"] == "1"  # Triton candidates run through the interpreter on CPU
+    assert env["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"] == "0"  # one per worker cost more than it saved
 
 
 def test_a_fake_torch_on_the_path_cannot_shadow_the_real_one(quick_options, tmp_path, monkeypatch):

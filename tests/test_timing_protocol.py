@@ -62,7 +62,7 @@ class _Worker:
 
 
 def _time(contenders: dict[str, _Worker | tuple[_Worker, ...]], options: TimingOptions,
-          keep: frozenset[str] = frozenset()):
+          keep: frozenset[str] = frozenset(), stop=None):
     """Times the contenders; a tuple is one contender's workers, the first one timed from the
     start and the others added by `replicate` before the final rounds."""
     problem = load_problem(PROBLEMS / "scale_add.py")
@@ -70,7 +70,8 @@ def _time(contenders: dict[str, _Worker | tuple[_Worker, ...]], options: TimingO
     more = {n: w for n, w in contenders.items() if isinstance(w, tuple)}
     return time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), first, INFO,
                             random.Random(0), options, 10.0, lambda _: None, keep=keep,
-                            replicate=lambda chosen: {n: more.get(n, (w,)) for n, w in chosen.items()})
+                            replicate=lambda chosen: {n: more.get(n, (w,)) for n, w in chosen.items()},
+                            stop=stop)
 
 
 def test_noisy_contenders_get_at_least_min_batches_within_the_cap():

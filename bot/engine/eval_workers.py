@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from bot.engine import verify
 from bot.core.domain import CandidateSource, CheckResult, Problem, Progress
@@ -132,10 +132,14 @@ class Replicas:
 
     def ready(self, passed: dict[str, WorkerClient], construct: dict[str, Any],
               checks: dict[str, list[CheckResult]], timeout_s: float,
-              progress: Progress) -> dict[str, tuple[WorkerClient, ...]]:
+              progress: Progress, warm: Callable[[str, WorkerClient], dict] | None = None
+              ) -> dict[str, tuple[WorkerClient, ...]]:
         """Each passed contender's workers for this shape, its first one first. A replica that
         fails to start or build fails its contender: it is the same code, so the contender
-        itself is what does not work reliably."""
+        itself is what does not work reliably. `warm(name, worker)`, where given, makes a
+        new replica's first call here, beside other work, rather than in the timing's warm-up
+        batch, where every other problem waits for it: torch.compile's first call (from the
+        compile cache the first worker filled) took 2 to 13 s of those batches on 2 vCPUs."""
         if self.count == 1 or len(passed) < 2:
             return {n: (w,) for n, w in passed.items()}
         progress(f"{self.session.problem.name}: starting {self.count - 1} more worker(s) for each of "
@@ -152,6 +156,9 @@ class Replicas:
                     reply = worker.request(construct, timeout_s, "construct")
                     checks[name].append(verify.check_threads(reply["new_threads"],
                                                              "import and construction (replica)"))
+                    if warm is not None and checks[name][-1].passed:
+                        reply = warm(name, worker)
+                        checks[name].append(verify.check_threads(reply["new_threads"], "a call (replica)"))
             except WorkerFailure as exc:
                 failed = failure_check(exc)
                 checks[name].append(replace(failed, evidence=f"a second worker of the same code: {failed.evidence}"))

@@ -15,6 +15,7 @@ from typing import Any
 
 from bot.engine import verify
 from bot.core import stats as bench
+from bot.engine.futility import Futility, bar
 from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Progress, Shape, source_hash
 from bot.core.errors import BotError, GpuOutOfMemory, HarnessError, ProblemError
 from bot.engine.eval_workers import Replicas, construct_all, materialise, open_session, release_caches
@@ -259,21 +260,36 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
     verified = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
     progress(f"{problem.name} [{shape.name}] verified: {len(verified)} of {len(workers)} contender(s) pass")
     passed = {n: w for n, w in verified.items() if n not in untimed}
+
+    def warm(name: str, worker: WorkerClient) -> dict:
+        """A replica's first call (compilation), as a trial call is made: the device shared.
+        One that tunes by timing makes it in the warm-up batch, with the device to itself."""
+        if name in self_tuning:
+            return {"new_threads": []}
+        with gpu_shared(lock_key):
+            return worker.request({"op": "run", "seed": secrets.randbits(62), "distribution": "standard"},
+                                  limits.first_call_timeout_s, "call")
     records: dict[str, TimingRecord] = {}
+    # A candidate that can no longer be selected on this shape is timed no further (bot.futility).
+    futility = Futility(names[0], bar(options.min_speedup, len(problem.shapes_for(options.device))),
+                        options.min_speedup, options.timing.min_batches) if has_baseline else None
     if passed:
         try:
             records = time_interleaved(
                 problem, shape, reference, passed, info, rng, options.timing,
                 limits.call_timeout_s, progress, keep=frozenset(names[:1]) if has_baseline else frozenset(),
                 replicate=lambda chosen: replicas.ready(chosen, construct, checks, limits.construct_timeout_s,
-                                                        progress),
+                                                        progress, warm),
                 exclusive=lambda: gpu_exclusive(lock_key),  # one measurement at a time per device
                 retire=lambda done: release_caches(done, lock_key, limits.call_timeout_s, options.parallel),
-                window=freezer.freeze_all_but, phase=freezer.timing_phase)
+                window=freezer.freeze_all_but, phase=freezer.timing_phase, stop=futility)
         except WorkerFailure as exc:
             raise _problem_failure(problem, exc) from None
+        early = [n for n in (futility.stopped if futility else {}) if n in records]
         progress(f"{problem.name} [{shape.name}] timed: "
-                 f"{sum(len(r.batch_sizes) for r in records.values())} batches")
+                 f"{sum(len(r.batch_sizes) for r in records.values())} batches"
+                 + (f"; {len(early)} candidate(s) stopped early: their 99% intervals were under "
+                    f"{futility.below:.3g}x" if early else ""))
         # The reference's float64 outputs for the timed calls' checks are held until the next
         # shape's references otherwise, through other problems' trials.
         release_caches([reference], lock_key, limits.call_timeout_s, 1)
@@ -305,7 +321,11 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
         m = rec.measurement() if rec and all(c.passed for c in checks[name]) else None
         sp = None
         if base_m is not None and m is not None and name != names[0]:
-            sp = bench.speedup(base_m, m, options.min_speedup, spread=spread)
+            against = futility.baseline_for(name, base_m) if futility else base_m
+            # Never narrower than what the baseline's batches of those rounds show by themselves.
+            own = bench.worker_spread([against]).log_sd
+            sp = bench.speedup(against, m, options.min_speedup,
+                               spread=replace(spread, log_sd=max(spread.log_sd, own)))
         st = stats.get(name, TrialStats())
         per_shape[name].append(ShapeOutcome(
             shape.name, _describe(info), info.meta[0]["dtype"] if info.meta else None, m, sp, floor,

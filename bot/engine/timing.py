@@ -373,6 +373,7 @@ class HarnessCost:
 
 Workers = Mapping[str, Sequence[WorkerClient]]  # each contender's worker processes (replicas)
 Replicate = Callable[[Mapping[str, WorkerClient]], Workers]
+Stop = Callable[[Mapping[str, TimingRecord], Workers], set]  # contenders to time no further
 
 
 def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
@@ -383,7 +384,8 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
                      exclusive: Callable[[], ContextManager] = contextlib.nullcontext,
                      retire: Callable[[Sequence[WorkerClient]], None] | None = None,
                      window: Window = _no_window,
-                     phase: Callable[[], ContextManager] = contextlib.nullcontext) -> dict[str, TimingRecord]:
+                     phase: Callable[[], ContextManager] = contextlib.nullcontext,
+                     stop: Stop | None = None) -> dict[str, TimingRecord]:
     """Time all contenders in one run; each round visits every worker of every contender
     once, in a fresh random order.
 
@@ -396,7 +398,8 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
     so that their GPU memory is not held while others work. `window(worker)` is called right
     before each timed batch, inside `phase()`, which wraps each timing phase (the sandbox
     freezes every other contender's processes for the batch, and thaws them all when the phase
-    ends).
+    ends). After each round of the final phase, `stop(records, active)` may name contenders
+    to time no further (bot.futility); their records are kept as they are.
     """
     dtypes = [m["dtype"] for m in info.meta]
     harness = HarnessCost(reference, info.meta, info.nbytes, options.mode, rng, call_timeout_s)
@@ -428,7 +431,7 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
         everyone.update((id(w), w) for workers in active.values() for w in workers)
     with exclusive(), _pinned(active), phase():
         active = _warm_up(run, active, records, warmed)
-        _time(run, active, progress, records)
+        _time(run, active, progress, records, stop)
     let_go({})
     if reference.device == "cpu" and not harness.fills_from_outside:
         progress(f"{problem.name} [{shape.name}]: {harness.staging_note}")
@@ -474,7 +477,7 @@ def _visit_all(run: Run, active: Workers, records: dict[str, TimingRecord], keep
 
 
 def _time(run: Run, active: Workers, progress: Callable[[str], None],
-          records: dict[str, TimingRecord]) -> dict[str, TimingRecord]:
+          records: dict[str, TimingRecord], stop: Stop | None = None) -> dict[str, TimingRecord]:
     """Rounds until every median is known well enough, or the cap. The cap is the final
     contenders' own: screening many can take longer than the cap, and then the choice
     would rest on two batches each."""
@@ -484,6 +487,9 @@ def _time(run: Run, active: Workers, progress: Callable[[str], None],
     while active:
         rounds += 1
         active = _visit_all(run, active, records, keep=True)
+        if stop is not None:
+            stopped = stop(records, active)
+            active = {n: w for n, w in active.items() if n not in stopped}
         done = all(bench.converged(records[n].measurement(), options.target_rel_se,
                                    options.min_samples, options.min_batches) for n in active)
         now = time.monotonic()

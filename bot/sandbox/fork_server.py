@@ -34,8 +34,8 @@ from typing import Any, Callable
 
 from bot.sandbox.base import BOT_ROOT, alive
 
-BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-        "from bot.sandbox.fork_server import serve; serve(int(sys.argv[2]), sys.argv[3] == '1')")
+BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from bot.sandbox.fork_server import serve; "
+        "serve(int(sys.argv[2]), sys.argv[3] == '1', sys.argv[4:5] == ['1'])")
 MESSAGE_BYTES = 1 << 20  # one request (a worker's environment and paths) fits many times over
 READY_TIMEOUT_S = 300.0  # the server's own torch import, on a loaded machine
 REAP_S = 0.05
@@ -53,10 +53,11 @@ class DriverInitialized(ForkServerError):
 
 # --- the server (runs in its own `python -I` process) ---------------------------------------
 
-def serve(control_fd: int, compiler: bool = True) -> None:
+def serve(control_fd: int, compiler: bool = True, vector_isa: bool = False) -> None:
     import bot.harness.worker  # noqa: F401  torch and the harness, imported once for every fork
 
     compiler = compiler and _import_the_compiler()
+    vector_isa = compiler and vector_isa and _check_vector_isa()
     maps = _mapped_libraries()
     _shut_nvml_down(maps)
 
@@ -66,7 +67,8 @@ def serve(control_fd: int, compiler: bool = True) -> None:
         control.sendall(json.dumps({"ready": False, "driver_initialized": True,
                                     "compiler": compiler}).encode())
         return
-    control.sendall(json.dumps({"ready": True, "pid": os.getpid(), "compiler": compiler}).encode())
+    control.sendall(json.dumps({"ready": True, "pid": os.getpid(), "compiler": compiler,
+                                "vector_isa": vector_isa}).encode())
     while True:
         _report_exits(control)
         ready, _, _ = select.select([control], [], [], REAP_S)
@@ -102,6 +104,31 @@ def _import_the_compiler() -> bool:
             os.environ.pop(probe, None)
         else:
             os.environ[probe] = before
+    return True
+
+
+def _check_vector_isa() -> bool:
+    """Inductor's check of the vector instruction sets its C++ kernels may use, made once here
+    for every fork; whether it was. The check compiles and loads a test program per set (7 s
+    of a 15 s first torch.compile call on 2 vCPUs) into the compile cache, and each worker has
+    a cache of its own (one per candidate source), so every CPU torch.compile candidate made it
+    again. Its answer is a fact of the machine and the compiler, kept in memory
+    (`valid_vec_isa_list` is cached), so the forks inherit it. It compiles in a folder of the
+    server's own, which no worker can write to."""
+    variable = "TORCHINDUCTOR_CACHE_DIR"
+    before = os.environ.get(variable)
+    os.environ[variable] = tempfile.mkdtemp(prefix="vector-isa-")  # under the server's TMPDIR
+    try:
+        from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+        valid_vec_isa_list()
+    except Exception:  # a torch without it: each worker checks for itself, as before
+        return False
+    finally:
+        if before is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = before
     return True
 
 
@@ -217,7 +244,7 @@ def _repoint_compiler_headers() -> None:
 class ForkServer:
     """The bot's handle on one server: `spawn` a worker, read its exit status, `close`."""
 
-    def __init__(self, python: str, env: dict[str, str], compiler: bool = True):
+    def __init__(self, python: str, env: dict[str, str], compiler: bool = True, vector_isa: bool = False):
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._home = tempfile.mkdtemp(prefix="kernel-bot-fork-server-")
         self._log = Path(self._home) / "server.log"
@@ -225,7 +252,7 @@ class ForkServer:
             with open(self._log, "wb") as log:
                 self.proc = subprocess.Popen(
                     [python, "-I", "-c", BOOT, str(BOT_ROOT), str(theirs.fileno()),
-                     "1" if compiler else "0"],
+                     "1" if compiler else "0", "1" if vector_isa else "0"],
                     cwd=self._home, env={**env, "HOME": self._home, "TMPDIR": self._home},
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     pass_fds=(theirs.fileno(),), start_new_session=True)
@@ -248,6 +275,7 @@ class ForkServer:
             self.close()
             raise ForkServerError(f"the fork server did not start: {self._log_tail()}")
         self.compiler: bool = bool(hello.get("compiler"))  # torch.compile's machinery is in every fork
+        self.vector_isa: bool = bool(hello.get("vector_isa"))  # and Inductor's CPU instruction sets checked
 
     def spawn(self, channel: socket.socket, *, log: Path, cwd: Path, env: dict[str, str],
               memory_mb: int, device: str, cores: set[int], containment: dict | None = None) -> int:

@@ -235,18 +235,19 @@ def fork_server_for(launch: WorkerLaunch, start: bool = True) -> ForkServer | No
             try:
                 generic = WorkerLaunch(workdir=launch.workdir, cache_dir=launch.cache_dir, readable=(),
                                        device=launch.device, python=launch.python)
-                _servers[key] = _start_server(launch.python, worker_env(generic))
+                _servers[key] = _start_server(launch.python, worker_env(generic), launch.device)
             except (ForkServerError, OSError) as exc:
                 log.warning("workers start without the fork server: %s", exc)
                 _servers[key] = None
         return _servers.get(key)
 
 
-def _start_server(python: str, env: dict[str, str]) -> ForkServer:
+def _start_server(python: str, env: dict[str, str], device: str = "cpu") -> ForkServer:
     """A server with torch.compile's machinery imported, or without it where that import
-    initialised the CUDA driver (no fork could then use the GPU)."""
+    initialised the CUDA driver (no fork could then use the GPU); for CPU workers, with the
+    vector instruction sets of Inductor's C++ kernels checked once for all of them."""
     try:
-        return ForkServer(python, env)
+        return ForkServer(python, env, vector_isa=device == "cpu")
     except DriverInitialized as exc:
         log.warning("%s; the fork server starts again without torch.compile's imports", exc)
         return ForkServer(python, env, compiler=False)

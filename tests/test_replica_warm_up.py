@@ -1,0 +1,50 @@
+"""A replica's first call is made beside other work, holding the device shared as a trial call
+does, and not in the timing's exclusive warm-up, where every other problem waits for it."""
+
+from __future__ import annotations
+
+import contextlib
+
+from bot.engine import evaluate as evaluate_module
+from bot.candidates import load_candidate
+from bot.problems import load_problem
+from bot.engine.timing import TimingOptions
+from bot.engine.workers import WorkerClient
+from conftest import CANDIDATES, PROBLEMS
+
+
+def test_a_replicas_first_call_is_made_under_the_shared_hold_before_the_timing(quick_options, monkeypatch):
+    held: list[str] = []
+    seen: list[tuple[str, str, tuple[str, ...]]] = []
+
+    def holding(kind, real):
+        @contextlib.contextmanager
+        def hold(key):
+            with real(key):
+                held.append(kind)
+                try:
+                    yield
+                finally:
+                    held.pop()
+        return hold
+
+    monkeypatch.setattr(evaluate_module, "gpu_shared", holding("shared", evaluate_module.gpu_shared))
+    monkeypatch.setattr(evaluate_module, "gpu_exclusive", holding("exclusive", evaluate_module.gpu_exclusive))
+    request = WorkerClient.request
+
+    def spy(self, message, *args, **kwargs):
+        if message.get("op") in ("run", "time"):
+            seen.append((self.label, message["op"], tuple(held)))
+        return request(self, message, *args, **kwargs)
+    monkeypatch.setattr(WorkerClient, "request", spy)
+
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    timing = TimingOptions(time_cap_s=0.3, min_samples=5, replicas=2)
+    result = evaluate_module.evaluate(problem, [load_candidate(CANDIDATES / "honest.py")],
+                                      load_candidate(CANDIDATES / "honest.py"), quick_options(timing=timing))
+    assert result.candidates[0].verdict.accepted, result.candidates[0].verdict.reasons
+    for replica in ("c0-r2", "c1-r2"):
+        calls = [(op, hold) for label, op, hold in seen if label == replica]
+        assert calls[0] == ("run", ("shared",)), calls[:3]  # compiled beside others, not in the timing
+        assert all(hold == ("exclusive",) for op, hold in calls if op == "time")
+        assert sum(op == "run" for op, _ in calls) == len(problem.shapes_for("cpu"))  # once per shape
