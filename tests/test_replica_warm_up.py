@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 
 from bot.engine import evaluate as evaluate_module
-from bot.candidates import load_candidate
-from bot.problems import load_problem
+from bot.engine.candidates import load_candidate
+from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
 from bot.engine.workers import WorkerClient
 from conftest import CANDIDATES, PROBLEMS

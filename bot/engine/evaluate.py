@@ -270,7 +270,7 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
             return worker.request({"op": "run", "seed": secrets.randbits(62), "distribution": "standard"},
                                   limits.first_call_timeout_s, "call")
     records: dict[str, TimingRecord] = {}
-    # A candidate that can no longer be selected on this shape is timed no further (bot.futility).
+    # A candidate that can no longer be selected on this shape is timed no further (bot.engine.futility).
     futility = Futility(names[0], bar(options.min_speedup, len(problem.shapes_for(options.device))),
                         options.min_speedup, options.timing.min_batches) if has_baseline else None
     if passed:

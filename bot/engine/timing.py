@@ -399,7 +399,7 @@ def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
     before each timed batch, inside `phase()`, which wraps each timing phase (the sandbox
     freezes every other contender's processes for the batch, and thaws them all when the phase
     ends). After each round of the final phase, `stop(records, active)` may name contenders
-    to time no further (bot.futility); their records are kept as they are.
+    to time no further (bot.engine.futility); their records are kept as they are.
     """
     dtypes = [m["dtype"] for m in info.meta]
     harness = HarnessCost(reference, info.meta, info.nbytes, options.mode, rng, call_timeout_s)
