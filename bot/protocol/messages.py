@@ -221,14 +221,20 @@ class Time(Request):
     mode: str = wire(one_of("latency", "throughput", "graph"), "latency")
     stub: bool = wire(bool_, False)
     calls: int | None = local()
+    outputs: int | None = local()  # per call: as many commitments
+    digests: bool | None = local()  # the calls commit by digest (CPU) or by fingerprint (CUDA)
 
     def check_reply(self, reply: TimeReply) -> None:
-        if self.calls is None:
-            return
-        count("fingerprints", reply.fingerprints, self.calls)
-        count("samples", reply.samples, self.calls)
+        if self.calls is not None:
+            count("fingerprints", reply.fingerprints, self.calls)
+            count("samples", reply.samples, self.calls)
         if reply.event_us is not None and reply.batch_span_us is None:
             count("event_us", reply.event_us, len(reply.host_us))  # the stream check's pairs
+        for i, call in enumerate(reply.fingerprints):
+            if self.outputs is not None:
+                count(f"fingerprints[{i}]", call, self.outputs)
+            if self.digests is not None and any(isinstance(c, str) != self.digests for c in call):
+                raise ProtocolError(f"fingerprints[{i}]: expected {'digests' if self.digests else 'fingerprints'}")
 
 
 @dataclass(frozen=True)
