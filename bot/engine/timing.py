@@ -9,14 +9,14 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Iterator, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 from bot.engine import verify
 from bot.core import stats as bench
 from bot.core.domain import CheckResult, Measurement, Problem, Shape
 from bot.sandbox import memory
 from bot.engine.trials import ReferenceInfo, failure_check
-from bot.engine.workers import WorkerClient, WorkerFailure, ask
+from bot.engine.workers import WorkerClient, WorkerFailure, ask, parse_reply
 from bot.protocol.messages import Fingerprints, Outputs, Quiet, Request, Stage, StageInto, Time
 
 
@@ -105,10 +105,9 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
         window(worker)
         _blame_work_left_running(run)
         staging_us = _stage(run, worker, seeds)
-        started = time.perf_counter()
-        reply = ask(worker, Time(fp_seed=fp_seed, mode=options.mode, calls=len(seeds), outputs=len(dtypes),
-                                 digests=reference.device != "cuda"), call_timeout_s * len(seeds), "call")
-        wall_us = (time.perf_counter() - started) * 1e6
+        reply, wall_us = _wall_us(worker, Time(fp_seed=fp_seed, mode=options.mode, calls=len(seeds),
+                                               outputs=len(dtypes), digests=reference.device != "cuda"),
+                                  call_timeout_s * len(seeds), "call")
         harness.last_timed = record
         # Picked after the batch, from calls the worker had to commit to (fingerprints) inside
         # the window: what it returns now cannot change what it computed then.
@@ -182,10 +181,13 @@ def _blame_work_left_running(run: Run) -> None:
             last.failed = True
 
 
-def _wall_us(worker: WorkerClient, request: Request, timeout_s: float, phase: str) -> tuple[object, float]:
+def _wall_us(worker: WorkerClient, request: Request, timeout_s: float, phase: str) -> tuple[Any, float]:
+    """The reply and the parent's wall time of the exchange (the reply checked after it)."""
+    wire = request.to_wire()
     started = time.perf_counter()
-    reply = ask(worker, request, timeout_s, phase)
-    return reply, (time.perf_counter() - started) * 1e6
+    reply = worker.request(wire, timeout_s, phase)
+    wall_us = (time.perf_counter() - started) * 1e6
+    return parse_reply(request, reply), wall_us
 
 
 def _stage(run: Run, worker: WorkerClient, seeds: list[int]) -> float | None:
@@ -361,9 +363,8 @@ class HarnessCost:
         seeds = [self.rng.getrandbits(62) for _ in range(n)]
         _, staging_us = _wall_us(self.reference, Stage(seeds=seeds, distribution="standard", stub=True,
                                                        meta=self.meta), self.timeout_s * n, "problem")
-        started = time.perf_counter()
-        reply = ask(self.reference, Time(fp_seed=1, mode=self.mode, stub=True, calls=n), self.timeout_s * n, "problem")
-        wall_us = (time.perf_counter() - started) * 1e6
+        reply, wall_us = _wall_us(self.reference, Time(fp_seed=1, mode=self.mode, stub=True, calls=n),
+                                  self.timeout_s * n, "problem")
         ask(self.reference, Outputs(picks=[]), self.timeout_s, "problem")
         return wall_us - sum(reply.host_us), staging_us
 

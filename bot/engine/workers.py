@@ -219,6 +219,11 @@ def ask(worker: WorkerClient, request: Request, timeout_s: float, phase: str,
     one fails the contender (phase "protocol"), never the bot."""
     wire = request.to_wire()
     reply = worker.request(wire, timeout_s, phase) if gate is None else worker.request(wire, timeout_s, phase, gate=gate)
+    return parse_reply(request, reply)
+
+
+def parse_reply(request: Request, reply: dict[str, Any]) -> Any:
+    """`request`'s reply as it came from the worker, checked (see `ask`)."""
     try:
         return request.parse_reply(reply)
     except ProtocolError as exc:
