@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from bot.harness import shared
+from bot.protocol.messages import Failure, Quiet, QuietReply, Time, TimeReply
 
 FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBench
 
@@ -38,7 +39,7 @@ class TimedCalls:
     replays: int  # mode "graph": which captured copy replays next
     cycles_per_us: float | None  # the GPU spin kernel's clock, measured once
 
-    def op_time(self, msg: dict) -> dict:
+    def op_time(self, msg: Time) -> dict:
         """Timed calls on the inputs staged by op "stage", L2 flushed before each on CUDA.
 
         Warm-up calls are made by the parent with this same op, so a candidate cannot tell
@@ -59,7 +60,7 @@ class TimedCalls:
         """
         cuda = self.device == "cuda"
         if self.staged is None:
-            return {"ok": False, "phase": "protocol", "error": "no staged inputs to time"}
+            return Failure("protocol", "no staged inputs to time").to_wire()
         if cuda and self.flush_buf is None:
             # Here, not at start-up: a worker that is never timed (rejected in verification)
             # does not hold 256 MB of the GPU that other workers need.
@@ -67,10 +68,10 @@ class TimedCalls:
                 self.flush_buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
             except BaseException as exc:  # out of memory: reported, and retried alone
                 return shared.failure("call", exc)
-        model = self._stub if msg.get("stub") else self.model
-        if cuda and msg.get("mode") == "throughput":
+        model = self._stub if msg.stub else self.model
+        if cuda and msg.mode == "throughput":
             return self._time_back_to_back(msg, model)
-        if cuda and msg.get("mode") == "graph":
+        if cuda and msg.mode == "graph":
             return self._time_graph_replays(msg, model)
         host, event, prints = [], [], []
         try:
@@ -97,21 +98,21 @@ class TimedCalls:
                 # The commitment: on CUDA a projection computed on the device (no copy to the
                 # host); on the CPU the outputs' digest, exact and a third of the cost (46 us
                 # against 148 us for a 64x512 bf16 output).
-                prints.append(self._fingerprints(outputs, int(msg["fp_seed"])) if cuda
+                prints.append(self._fingerprints(outputs, msg.fp_seed) if cuda
                               else [shared.hash_tensor(o) for o in outputs])
                 self.kept.append(outputs)
                 del result, outputs
         except BaseException as exc:
             return shared.failure("call", exc)
-        return {"ok": True, "host_us": host, "event_us": event if cuda else None,
-                "fingerprints": prints, "new_threads": self._new_threads()}
+        return TimeReply(host_us=host, event_us=event if cuda else None, fingerprints=prints,
+                         new_threads=self._new_threads()).to_wire()
 
     def _stub(self, *inputs: Any) -> list[torch.Tensor]:
         # Fresh outputs per call, as a real call's: committing to memory just written costs
         # what it costs a contender (the same tensor each time ran 20 us a call cheaper on CPU).
         return [shared.clone(o) for o in self.stub_outputs or []]
 
-    def _time_back_to_back(self, msg: dict, model: Callable[..., Any]) -> dict:
+    def _time_back_to_back(self, msg: Time, model: Callable[..., Any]) -> dict:
         """Mode "throughput" (see op_time). The stream check moves to the whole batch: the
         device-synchronised wall time of the batch against its event span on this stream."""
         def call(inputs: list[Any]) -> tuple | dict:
@@ -136,7 +137,7 @@ class TimedCalls:
             reply["samples_us"] = [max(e, h) for e, h in zip(reply["event_us"], reply.pop("enqueue_us"))]
         return reply
 
-    def _time_graph_replays(self, msg: dict, model: Callable[..., Any]) -> dict:
+    def _time_graph_replays(self, msg: Time, model: Callable[..., Any]) -> dict:
         """Mode "graph" (see op_time). Each call's fresh inputs are copied into the captured
         call's input tensors, the L2 flushed, and the replay timed by events. A spin kernel
         queued before each replay keeps the GPU busy while the host records and launches, so
@@ -181,7 +182,7 @@ class TimedCalls:
             reply["graph_copies"] = len(rotation.sets)
         return reply
 
-    def _enqueued_batch(self, msg: dict, enqueue: Callable[[list[Any]], tuple | dict]) -> dict:
+    def _enqueued_batch(self, msg: Time, enqueue: Callable[[list[Any]], tuple | dict]) -> dict:
         """What both unsynchronised modes share: per seed, `enqueue(inputs)` puts one call on
         the stream between its own events and returns (events, outputs, host µs to enqueue),
         or a failure reply; fingerprints stay on the device; one device-wide synchronise ends
@@ -197,7 +198,7 @@ class TimedCalls:
                 if isinstance(called, dict):
                     return called
                 pair, outputs, host_us = called
-                print_tensors.append(self._fingerprint_tensors(outputs, int(msg["fp_seed"])))
+                print_tensors.append(self._fingerprint_tensors(outputs, msg.fp_seed))
                 self.kept.append(outputs)
                 event_pairs.append(pair)
                 enqueue_us.append(host_us)
@@ -253,15 +254,15 @@ class TimedCalls:
             raise TypeError(wrong["error"])
         return Captured(graph, static, outputs)
 
-    def op_quiet(self, msg: dict) -> dict:
+    def op_quiet(self, msg: Quiet) -> dict:
         """The reference's look at the GPU right before a contender's window (bot.engine.timing,
         `HarnessCost.gpu_left_busy`): a row of short spin kernels with an event between each,
         and the host's time for the whole row. Another process's work still on the GPU makes
         the row wait for a time slice, before it starts or between its kernels."""
         try:
             shared.cuda_sync()
-            cycles = int(float(msg["chunk_us"]) * self._gpu_cycles_per_us())
-            events = [shared.Event(enable_timing=True) for _ in range(int(msg["chunks"]) + 1)]
+            cycles = int(msg.chunk_us * self._gpu_cycles_per_us())
+            events = [shared.Event(enable_timing=True) for _ in range(msg.chunks + 1)]
             t0 = shared.perf_ns()
             shared.ev_record(events[0])
             for event in events[1:]:
@@ -272,7 +273,7 @@ class TimedCalls:
             gaps = [shared.ev_elapsed(a, b) * 1e3 for a, b in zip(events, events[1:])]
         except BaseException as exc:
             return shared.failure("call", exc)
-        return {"ok": True, "wall_us": wall_us, "intervals_us": gaps}
+        return QuietReply(wall_us=wall_us, intervals_us=gaps).to_wire()
 
     def _gpu_cycles_per_us(self) -> float:
         """The spin kernel counts clock cycles; how many make a microsecond, measured once."""

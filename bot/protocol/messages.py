@@ -13,7 +13,7 @@ that contender, never an exception of the bot. Tensors are held by reference, ne
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -313,7 +313,21 @@ def to_wire(reply: Message | dict) -> dict[str, Any]:
     return reply.to_wire() if isinstance(reply, Message) else reply
 
 
+def serve(handlers: Mapping[str, Callable[[Any], Message | dict]], message: Any) -> dict[str, Any]:
+    """The worker's side of one exchange: the request parsed and given to the handler of its
+    op; the reply as the channel carries it. A request that does not parse, or that no
+    handler serves, is answered with a Failure in phase "protocol"."""
+    try:
+        request = parse_request(message)
+    except ProtocolError as exc:
+        return Failure("protocol", str(exc)).to_wire()
+    handler = handlers.get(request.op)
+    if handler is None:
+        return Failure("protocol", f"op {request.op!r} is not served here").to_wire()
+    return to_wire(handler(request))
+
+
 __all__ = ["Construct", "ConstructReply", "Done", "Exit", "Failure", "Fingerprints", "FingerprintsReply",
            "Gate", "GateReply", "Hello", "HelloReply", "Load", "LoadReply", "Message", "Outputs", "OutputsReply",
            "ProtocolError", "Quiet", "QuietReply", "ReferenceRun", "Release", "Reply", "Request", "Run",
-           "RunReply", "Stage", "StageInto", "StageReply", "Time", "TimeReply", "parse_request", "to_wire"]
+           "RunReply", "Stage", "StageInto", "StageReply", "Time", "TimeReply", "parse_request", "serve", "to_wire"]
