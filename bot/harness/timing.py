@@ -9,7 +9,7 @@ the inputs drawn from a seed (`_inputs`), the fingerprints (`_fingerprints`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -129,13 +129,14 @@ class TimedCalls:
                 return wrong
             return (e0, e1), outputs, enqueue_us
 
-        reply = self._enqueued_batch(msg, call)
-        if reply["ok"]:
-            # A call costs at least the host's time to issue it: where the GPU was still busy with
-            # earlier work when the call began, its event span shows only its GPU time and would
-            # hide a slow launch path (on the H200 that made one kernel's launch-bound time move 2x).
-            reply["samples_us"] = [max(e, h) for e, h in zip(reply["event_us"], reply.pop("enqueue_us"))]
-        return reply
+        batch = self._enqueued_batch(msg, call)
+        if isinstance(batch, dict):
+            return batch
+        reply, enqueue_us = batch
+        # A call costs at least the host's time to issue it: where the GPU was still busy with
+        # earlier work when the call began, its event span shows only its GPU time and would
+        # hide a slow launch path (on the H200 that made one kernel's launch-bound time move 2x).
+        return replace(reply, samples_us=[max(e, h) for e, h in zip(reply.event_us, enqueue_us)]).to_wire()
 
     def _time_graph_replays(self, msg: Time, model: Callable[..., Any]) -> dict:
         """Mode "graph" (see op_time). Each call's fresh inputs are copied into the captured
@@ -175,18 +176,19 @@ class TimedCalls:
             # The captured copy's outputs are overwritten when it replays again: a copy is kept.
             return (e0, e1), [shared.clone(o) for o in captured.outputs], enqueue_us
 
-        reply = self._enqueued_batch(msg, replay)
-        if reply["ok"]:
-            del reply["enqueue_us"]
-            reply["samples_us"] = reply["event_us"]
-            reply["graph_copies"] = len(rotation.sets)
-        return reply
+        batch = self._enqueued_batch(msg, replay)
+        if isinstance(batch, dict):
+            return batch
+        reply, _ = batch
+        return replace(reply, samples_us=reply.event_us, graph_copies=len(rotation.sets)).to_wire()
 
-    def _enqueued_batch(self, msg: Time, enqueue: Callable[[list[Any]], tuple | dict]) -> dict:
+    def _enqueued_batch(self, msg: Time, enqueue: Callable[[list[Any]], tuple | dict]
+                        ) -> tuple[TimeReply, list[float]] | dict:
         """What both unsynchronised modes share: per seed, `enqueue(inputs)` puts one call on
         the stream between its own events and returns (events, outputs, host µs to enqueue),
         or a failure reply; fingerprints stay on the device; one device-wide synchronise ends
-        the batch, whose host time and event span make the stream check's one pair."""
+        the batch, whose host time and event span make the stream check's one pair. The
+        reply, and each call's host time to enqueue it; or a failure reply."""
         event_pairs, print_tensors, enqueue_us = [], [], []
         try:
             begin, end = shared.Event(enable_timing=True), shared.Event(enable_timing=True)
@@ -211,8 +213,8 @@ class TimedCalls:
             prints = [[t.tolist() for t in call] for call in print_tensors]
         except BaseException as exc:
             return shared.failure("call", exc)
-        return {"ok": True, "host_us": [batch_host], "event_us": event, "enqueue_us": enqueue_us,
-                "batch_span_us": batch_span, "fingerprints": prints, "new_threads": self._new_threads()}
+        return TimeReply(host_us=[batch_host], event_us=event, fingerprints=prints, new_threads=self._new_threads(),
+                         batch_span_us=batch_span), enqueue_us
 
     def _capture(self, inputs: list[Any], model: Callable[..., Any]) -> "Rotation":
         """This input signature's call, captured once per copy of the rotation (see

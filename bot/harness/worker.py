@@ -19,6 +19,7 @@ import contextlib
 import os
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ from bot.harness import shared, staging, support
 from bot.protocol.channel import Channel, ChannelClosed
 from bot.protocol.messages import (Construct, ConstructReply, Done, Fingerprints, FingerprintsReply, GateReply, Hello,
                                    HelloReply, Load, LoadReply, Message, Outputs, OutputsReply, ProtocolError, Run,
-                                   Stage, StageInto, StageReply, parse_request, serve)
+                                   RunReply, Stage, StageInto, StageReply, parse_request, serve)
 from bot.harness.tuning_gate import TuningGate
 from bot.harness.env import describe_environment, timer_overhead_us
 from bot.harness.timing import Rotation, TimedCalls
@@ -198,20 +199,17 @@ class Harness(TimedCalls):
         outputs = shared.as_outputs(result)
         metas = [support.meta(o) for o in outputs]
         after = [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
-        reply: dict[str, Any] = {"ok": True, "meta": metas, "inputs_before": before,
-                                 "inputs_after": after, "host_us": host_us,
-                                 "new_threads": self._new_threads()}
+        reply = RunReply(meta=metas, inputs_before=before, inputs_after=after, host_us=host_us,
+                         new_threads=self._new_threads())
         if all(m["type"] == "Tensor" for m in metas):
-            self._answer(reply, [shared.detach(o) for o in outputs], msg)
-        return reply
+            reply = self._answer(reply, [shared.detach(o) for o in outputs], msg)
+        return reply.to_wire()
 
-    def _answer(self, reply: dict[str, Any], values: list[torch.Tensor], msg: Run) -> None:
+    def _answer(self, reply: RunReply, values: list[torch.Tensor], msg: Run) -> RunReply:
         """Outputs and/or fingerprints, as the request says it wants them (a reference of native
         precision answers timed-call checks through op_run too)."""
-        if msg.want in ("fingerprint", "both"):
-            reply["fingerprints"] = self._fingerprints(values, int(msg.fp_seed))
-        if msg.want != "fingerprint":
-            reply["outputs"] = values
+        prints = self._fingerprints(values, int(msg.fp_seed)) if msg.want in ("fingerprint", "both") else None
+        return replace(reply, fingerprints=prints, outputs=values if msg.want != "fingerprint" else None)
 
     def _reference_run(self, inputs: list[Any], before: list[str], msg: Run) -> dict:
         try:
@@ -236,12 +234,10 @@ class Harness(TimedCalls):
                 flops = int(self.roofline_flops(*inputs))
             except Exception as exc:
                 return shared.failure("problem", exc)
-        reply = {"ok": True, "meta": metas, "inputs_before": before, "bytes": nbytes,
-                 "flops": flops, "input_meta": [
-                     f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x)
-                     else repr(x) for x in inputs]}
-        self._answer(reply, values, msg)
-        return reply
+        reply = RunReply(meta=metas, inputs_before=before, bytes=nbytes, flops=flops, input_meta=[
+            f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x) else repr(x)
+            for x in inputs])
+        return self._answer(reply, values, msg).to_wire()
 
     def op_stage(self, msg: Stage | StageInto) -> dict:
         """A batch's inputs, before the parent opens its timing window (docs/verifier.md,
