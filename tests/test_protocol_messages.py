@@ -172,3 +172,10 @@ def test_messages_are_frozen_and_hold_tensors_without_copying():
     assert m.Outputs(picks=[0]).parse_reply(reply.to_wire()).outputs[0][0] is OUT
     with pytest.raises(AttributeError):
         reply.outputs = []  # type: ignore[misc]
+
+
+def test_the_tuning_gates_exchange_is_typed_too():
+    assert m.GateAsk("want").to_wire() == {"gate": "want"}
+    assert m.GateAnswer.from_wire(m.GateAnswer(m.GateAnswer.GRANTED).to_wire()).gate == "granted"
+    with pytest.raises(m.ProtocolError, match="GateAsk.gate: expected a string"):
+        m.GateAsk.from_wire({"gate": {"want": True}})

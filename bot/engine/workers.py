@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from bot.sandbox.cores import timing_core, worker_cores
 from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
-from bot.protocol.messages import Exit, Hello, HelloReply, ProtocolError, Request
+from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply, ProtocolError, Request
 from bot.sandbox import freezer
 from bot.sandbox.base import Limits, RunningWorker, Sandbox, WorkerLaunch
 from bot.sandbox.scrub import scrub
@@ -93,16 +93,21 @@ class WorkerClient:
             reply = self._receive(phase, deadline - time.monotonic(), timeout_s)
             if "gate" not in reply:
                 break
+            try:
+                asked = GateAsk.from_wire(reply)
+            except ProtocolError as exc:
+                self.close()
+                raise WorkerFailure("protocol", str(exc)) from None
             if gate is None:
                 tail = self.running.log_tail()
                 self.close()
-                raise WorkerFailure("channel", f"asked for the GPU ({reply['gate']!r}) outside a gated "
+                raise WorkerFailure("channel", f"asked for the GPU ({asked.gate!r}) outside a gated "
                                     "trial", tail)
             began = time.monotonic()
-            answer = gate(str(reply["gate"]))
+            answer = gate(asked.gate)
             deadline += time.monotonic() - began
             try:
-                self.channel.send({"gate": answer})
+                self.channel.send(GateAnswer(answer).to_wire())
             except OSError:
                 raise self._dead(phase) from None
         if not reply.get("ok"):

@@ -13,7 +13,7 @@ that contender, never an exception of the bot. Tensors are held by reference, ne
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 
@@ -285,6 +285,21 @@ class Gate(Request):
 
 
 @dataclass(frozen=True)
+class GateAsk(Message):
+    """Inside a gated Run, before its first timing of kernel variants: the worker asks the bot
+    for the GPU ("want"); its reply to the Run comes after the bot's GateAnswer."""
+
+    gate: str = wire(str_)
+
+
+@dataclass(frozen=True)
+class GateAnswer(Message):
+    gate: str = wire(str_)  # GRANTED: the GPU is the worker's until its reply; anything else refuses
+
+    GRANTED: ClassVar[str] = "granted"
+
+
+@dataclass(frozen=True)
 class Release(Request):
     """Give the GPU memory cached in the worker back."""
 
@@ -328,6 +343,6 @@ def serve(handlers: Mapping[str, Callable[[Any], Message | dict]], message: Any)
 
 
 __all__ = ["Construct", "ConstructReply", "Done", "Exit", "Failure", "Fingerprints", "FingerprintsReply",
-           "Gate", "GateReply", "Hello", "HelloReply", "Load", "LoadReply", "Message", "Outputs", "OutputsReply",
+           "Gate", "GateAnswer", "GateAsk", "GateReply", "Hello", "HelloReply", "Load", "LoadReply", "Message", "Outputs", "OutputsReply",
            "ProtocolError", "Quiet", "QuietReply", "ReferenceRun", "Release", "Reply", "Request", "Run",
            "RunReply", "Stage", "StageInto", "StageReply", "Time", "TimeReply", "parse_request", "serve", "to_wire"]
