@@ -101,6 +101,9 @@ GOOD_TIME = {"ok": True, "host_us": [1.0, 2.0], "event_us": None, "fingerprints"
     ({"fingerprints": [["d"]]}, "fingerprints: expected 2 entries, got 1"),
     ({"fingerprints": [["d"], [[1.0, 2.0]]]}, "a digest or a fingerprint of 3 numbers"),
     ({"host_us": [1.0]}, "samples: expected 2 entries, got 1"),
+    ({"host_us": [1.0, float("nan")]}, "TimeReply.host_us[1]: expected a finite number"),
+    ({"host_us": [1.0, -5.0]}, "TimeReply.host_us[1]: expected a time of 0 or more"),
+    ({"fingerprints": [["d"], [[float("nan"), 1.0, 0.0]]]}, "fingerprints[1][0][0]: expected a finite number"),
     ({"event_us": [1.0]}, "samples: expected 2 entries, got 1"),
 ])
 def test_a_malformed_time_reply_is_refused_naming_the_field(change, says):

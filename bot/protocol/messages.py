@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 
 from bot.protocol.typed import (Done, Failure, Message, ProtocolError, Reply, Request, bool_, count, dict_,
-                                expect, finite, int_, ints, list_of, local, num, nums, one_of, optional,
+                                duration, durations, expect, int_, ints, list_of, local, one_of, optional,
                                 output_meta, prints, regions, str_, strs, tensors, wire)
 
 
@@ -26,7 +26,7 @@ from bot.protocol.typed import (Done, Failure, Message, ProtocolError, Reply, Re
 @dataclass(frozen=True)
 class HelloReply(Reply):
     env: dict = wire(dict_)
-    overhead_us: float = wire(finite, 0.0)
+    overhead_us: float = wire(duration, 0.0)
     threads: int | None = wire(optional(int_), None)  # the worker's threads before any candidate code
 
 
@@ -81,7 +81,7 @@ class RunReply(Reply):
     meta: list[dict] = wire(list_of(output_meta))
     inputs_before: list[str] = wire(strs)
     inputs_after: list[str] | None = wire(optional(strs), None)
-    host_us: float | None = wire(optional(num), None)
+    host_us: float | None = wire(optional(duration), None)
     new_threads: list[str] | None = wire(optional(strs), None)
     outputs: list[torch.Tensor] | None = wire(optional(tensors), None)
     fingerprints: list[list[float]] | None = wire(optional(prints), None)
@@ -194,12 +194,12 @@ class StageInto(Request):
 
 @dataclass(frozen=True)
 class TimeReply(Reply):
-    host_us: list[float] = wire(nums)  # per call; on CUDA unsynchronised: the whole batch's
-    event_us: list[float] | None = wire(optional(nums))  # per call on CUDA, None on the CPU
+    host_us: list[float] = wire(durations)  # per call; on CUDA unsynchronised: the whole batch's
+    event_us: list[float] | None = wire(optional(durations))  # per call on CUDA, None on the CPU
     fingerprints: list[list[Any]] = wire(list_of(prints))  # per call, per output
     new_threads: list[str] = wire(strs)
-    batch_span_us: float | None = wire(optional(num), None)  # unsynchronised: the batch's events
-    samples_us: list[float] | None = wire(optional(nums), None)  # per call, where not event_us
+    batch_span_us: float | None = wire(optional(duration), None)  # unsynchronised: the batch's events
+    samples_us: list[float] | None = wire(optional(durations), None)  # per call, where not event_us
     graph_copies: int | None = wire(optional(int_), None)
 
     @property
@@ -255,8 +255,8 @@ class Outputs(Request):
 
 @dataclass(frozen=True)
 class QuietReply(Reply):
-    wall_us: float = wire(finite)
-    intervals_us: list[float] = wire(list_of(finite))
+    wall_us: float = wire(duration)
+    intervals_us: list[float] = wire(durations)
 
 
 @dataclass(frozen=True)
@@ -265,7 +265,7 @@ class Quiet(Request):
 
     op, Reply = "quiet", QuietReply
     chunks: int = wire(int_)
-    chunk_us: float = wire(finite)
+    chunk_us: float = wire(duration)
 
     def check_reply(self, reply: QuietReply) -> None:
         count("intervals_us", reply.intervals_us, self.chunks)

@@ -41,6 +41,13 @@ def finite(v: Any, where: str) -> float:
     return v
 
 
+def duration(v: Any, where: str) -> float:
+    """A time: finite and not negative (NaN would pass every comparison a check makes)."""
+    if finite(v, where) < 0:
+        raise _fail(where, "a time of 0 or more", v)
+    return v
+
+
 def str_(v: Any, where: str) -> str:
     if not isinstance(v, str):
         raise _fail(where, "a string", v)
@@ -105,7 +112,7 @@ def commitment(v: Any, where: str) -> Any:
     """One output's commitment: its digest (CPU) or its fingerprint (CUDA: 3 numbers)."""
     if isinstance(v, str):
         return v
-    list_of(num)(v, where)
+    list_of(finite)(v, where)  # a NaN would match any reference in every comparison
     if len(v) != 3:
         raise _fail(where, "a digest or a fingerprint of 3 numbers", v)
     return v
@@ -118,7 +125,7 @@ def region(v: Any, where: str) -> list:
     return v
 
 
-strs, nums, ints = list_of(str_), list_of(num), list_of(int_)
+strs, nums, ints, durations = list_of(str_), list_of(num), list_of(int_), list_of(duration)
 tensors = list_of(tensor)
 prints = list_of(commitment)  # one call's commitments, one per output
 regions = list_of(list_of(region))  # per call, per tensor input: [address, bytes]
