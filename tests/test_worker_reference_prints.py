@@ -191,3 +191,30 @@ def test_code_that_times_its_own_kernel_variants_is_recognised():
     assert tunes_on_first_call("torch.compile(f, dynamic=False, options={'triton.multi_kernel': 1})")
     assert tunes_on_first_call("torch.compile(f, options={'coordinate_descent_tuning': True})")
     assert not tunes_on_first_call("torch.compile(f, dynamic=False)\n@triton.jit\ndef k(): pass")
+
+
+def test_a_trial_reply_missing_a_field_fails_that_contender_and_the_others_carry_on():
+    # The worker is the candidate's process: it can answer a trial with anything it likes.
+    import random
+
+    from bot.engine.problems import load_problem
+    from bot.engine.trials import run_trials
+    from conftest import CANDIDATES
+
+    class _Forger(_LoggedWorker):
+        def request(self, message, timeout_s, phase, gate=None):
+            reply = super().request(message, timeout_s, phase, gate)
+            if message["op"] == "run":
+                reply = {k: v for k, v in reply.items() if k != "inputs_after"}
+            return reply
+
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    log: list[tuple[str, str]] = []
+    contenders = {"forger": _Forger("forger", log, str(CANDIDATES / "honest.py"), "ModelNew", "native"),
+                  "honest": _LoggedWorker("honest", log, str(CANDIDATES / "honest.py"), "ModelNew", "native")}
+    _, checks, _ = run_trials(problem, problem.shapes_for("cpu")[0], _LoggedWorker("reference", log), contenders,
+                              random.Random(0), 1, (20.0, 20.0), 1, lambda _: None)
+    failed = [c for c in checks["forger"] if not c.passed]
+    assert [c.name for c in failed] == ["protocol"]
+    assert "malformed reply to op 'run'" in failed[0].evidence and "inputs_after" in failed[0].evidence
+    assert checks["honest"] and all(c.passed for c in checks["honest"])
