@@ -6,6 +6,7 @@ import contextlib
 import random
 import time
 
+import pytest
 import torch
 
 from bot.engine.problems import load_problem
@@ -156,6 +157,30 @@ def test_a_failed_batch_on_any_replica_ends_the_contender():
                     TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=1_000))
     assert records["a"].failed and not records["b"].failed
     assert any(not c.passed for c in records["a"].checks)
+
+
+@pytest.mark.parametrize("forge", [
+    lambda reply: reply.pop("fingerprints"),  # a field left out
+    lambda reply: reply.update(host_us="fast"),  # a field of the wrong type
+    lambda reply: reply.update(fingerprints=reply["fingerprints"][:-1]),  # one call's commitment short
+    lambda reply: reply.update(fingerprints=[[[1.0, 2.0, 3.0]] for _ in reply["fingerprints"]]),  # not digests
+])
+def test_a_malformed_reply_fails_its_contender_and_the_others_carry_on(forge):
+    # The worker is the candidate's process: what it replies is the candidate's to forge.
+    class _Forger(_Worker):
+        def request(self, message, timeout_s, phase):
+            reply = super().request(message, timeout_s, phase)
+            if message["op"] == "time" and len(self.batches) > 1:
+                forge(reply)
+            return reply
+
+    records = _time({"a": _Forger(100.0), "b": _Worker(100.0)},
+                    TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=1_000))
+    assert records["a"].failed and not records["b"].failed
+    failed = [c for c in records["a"].checks if not c.passed]
+    assert [c.name for c in failed] == ["protocol"]
+    assert "malformed reply to op 'time'" in failed[0].evidence
+    assert records["b"].measurement().n >= 6
 
 
 def _screened_field():

@@ -12,6 +12,7 @@ import torch
 import bot.harness.worker as worker
 import bot.harness.shared as shared
 import bot.harness.timing as worker_timing
+from bot.protocol.messages import Construct, Load, parse_request
 from conftest import PROBLEMS
 
 
@@ -26,28 +27,33 @@ def _harness(monkeypatch):
     monkeypatch.setattr(shared, "ev_elapsed", lambda a, b: (b.t - a.t) * 1e3)  # ms, as CUDA's
     monkeypatch.setattr(shared, "cuda_sync", lambda: None)
     h = worker.Harness(None, "cpu", 1)
-    assert h.op_load({"problem": str(PROBLEMS / "scale_add.py"), "module": None})["ok"]
-    assert h.op_construct({"overrides": {}, "seed": 3})["ok"]
+    assert h.op_load(Load(problem=str(PROBLEMS / "scale_add.py")))["ok"]
+    assert h.op_construct(Construct(seed=3))["ok"]
     h.flush_buf = torch.zeros(1 << 16, dtype=torch.uint8)
     return h
 
 
+def _op(op, msg, **more):
+    """The request of op `op` that `msg`'s fields make, as the worker parses it."""
+    return parse_request({"op": op, **msg, **more})
+
+
 def _b2b(h, msg):
     """A back-to-back batch on inputs staged first, as the parent sends it."""
-    assert h.op_stage(msg)["ok"]
-    return h._time_back_to_back(msg, h.model)
+    assert h.op_stage(_op("stage", msg))["ok"]
+    return h._time_back_to_back(_op("time", msg, mode="throughput"), h.model)
 
 
 def _graph(h, msg):
-    assert h.op_stage(msg)["ok"]
-    return h._time_graph_replays(msg, h.model)
+    assert h.op_stage(_op("stage", msg))["ok"]
+    return h._time_graph_replays(_op("time", msg, mode="graph"), h.model)
 
 
 def _latency_prints(h, msg):
     """The fingerprints of the same calls timed one by one (on the CPU their commitments are
     digests: the fingerprints of the outputs kept are computed here)."""
-    assert h.op_stage(msg)["ok"]
-    assert h.op_time({**msg, "mode": "latency"})["ok"]
+    assert h.op_stage(_op("stage", msg))["ok"]
+    assert h.op_time(_op("time", msg, mode="latency"))["ok"]
     return [h._fingerprints(outputs, msg["fp_seed"]) for outputs in h.kept]
 
 

@@ -9,6 +9,7 @@ import contextlib
 import bot.harness.worker as worker
 import bot.harness.shared as shared
 from bot.core.distributions import DISTRIBUTIONS
+from bot.protocol.messages import Construct, Fingerprints, Load, Release, Run, parse_request
 from conftest import PROBLEMS
 
 
@@ -16,29 +17,29 @@ def _reference(monkeypatch, hashed: list[int]):
     real = shared.hash_tensor
     monkeypatch.setattr(shared, "hash_tensor", lambda t: hashed.append(t.numel()) or real(t))
     h = worker.Harness(None, "cpu", 1)
-    assert h.op_load({"problem": str(PROBLEMS / "scale_add.py"), "module": None, "precision": "float64"})["ok"]
-    assert h.op_construct({"overrides": {}, "seed": 3})["ok"]
+    assert h.op_load(Load(problem=str(PROBLEMS / "scale_add.py"), precision="float64"))["ok"]
+    assert h.op_construct(Construct(seed=3))["ok"]
     return h
 
 
 def test_fingerprints_of_timed_calls_do_not_hash_the_inputs(monkeypatch):
     hashed: list[int] = []
     h = _reference(monkeypatch, hashed)
-    reply = h.op_fingerprints({"seeds": [5, 6], "distribution": "standard", "fp_seed": 9})
+    reply = h.op_fingerprints(Fingerprints(seeds=[5, 6], distribution="standard", fp_seed=9))
     assert reply["ok"] and len(reply["fingerprints"]) == len(reply["outputs"]) == 2
     assert hashed == []
     # A full trial still records the inputs, so a candidate that changes them is caught.
-    full = h.op_run({"seed": 5, "distribution": "standard"})
+    full = h.op_run(Run(seed=5, distribution="standard"))
     assert full["ok"] and hashed and len(full["inputs_before"]) == len(hashed)
 
 
 def test_release_drops_the_fingerprint_vectors_and_they_come_back_the_same(monkeypatch):
     # On the H200 each worker held GiBs between phases; 56 of them filled the GPU.
     h = _reference(monkeypatch, [])
-    before = h.op_fingerprints({"seeds": [5], "distribution": "standard", "fp_seed": 9})["fingerprints"]
+    before = h.op_fingerprints(Fingerprints(seeds=[5], distribution="standard", fp_seed=9))["fingerprints"]
     assert h.weights
-    assert h.op_release({})["ok"] and not h.weights
-    after = h.op_fingerprints({"seeds": [5], "distribution": "standard", "fp_seed": 9})["fingerprints"]
+    assert h.op_release(Release())["ok"] and not h.weights
+    after = h.op_fingerprints(Fingerprints(seeds=[5], distribution="standard", fp_seed=9))["fingerprints"]
     assert after == before
 
 
@@ -71,16 +72,16 @@ class _LoggedWorker:
                  precision="float64"):
         self.label, self.log, self.device = label, log, "cuda"
         self.harness = worker.Harness(None, "cpu", 1)
-        assert self.harness.op_load({"problem": str(PROBLEMS / "scale_add.py"), "module": module,
-                                     "class_name": class_name, "precision": precision})["ok"]
-        assert self.harness.op_construct({"overrides": {}, "seed": 3})["ok"]
+        assert self.harness.op_load(Load(problem=str(PROBLEMS / "scale_add.py"), module=module,
+                                         class_name=class_name, precision=precision))["ok"]
+        assert self.harness.op_construct(Construct(seed=3))["ok"]
         self.harness._new_threads = lambda: []  # in this process the trials' own thread pool shows
 
     def request(self, message, timeout_s, phase, gate=None):
         self.log.append((self.label, message["op"]))
         if message["op"] == "gate":  # in this process there is no channel to ask the bot over
             return {"ok": True, "hooks": []}
-        reply = getattr(self.harness, f"op_{message['op']}")(message)
+        reply = getattr(self.harness, f"op_{message['op']}")(parse_request(message))
         assert reply["ok"], reply
         return reply
 
@@ -190,3 +191,30 @@ def test_code_that_times_its_own_kernel_variants_is_recognised():
     assert tunes_on_first_call("torch.compile(f, dynamic=False, options={'triton.multi_kernel': 1})")
     assert tunes_on_first_call("torch.compile(f, options={'coordinate_descent_tuning': True})")
     assert not tunes_on_first_call("torch.compile(f, dynamic=False)\n@triton.jit\ndef k(): pass")
+
+
+def test_a_trial_reply_missing_a_field_fails_that_contender_and_the_others_carry_on():
+    # The worker is the candidate's process: it can answer a trial with anything it likes.
+    import random
+
+    from bot.engine.problems import load_problem
+    from bot.engine.trials import run_trials
+    from conftest import CANDIDATES
+
+    class _Forger(_LoggedWorker):
+        def request(self, message, timeout_s, phase, gate=None):
+            reply = super().request(message, timeout_s, phase, gate)
+            if message["op"] == "run":
+                reply = {k: v for k, v in reply.items() if k != "inputs_after"}
+            return reply
+
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    log: list[tuple[str, str]] = []
+    contenders = {"forger": _Forger("forger", log, str(CANDIDATES / "honest.py"), "ModelNew", "native"),
+                  "honest": _LoggedWorker("honest", log, str(CANDIDATES / "honest.py"), "ModelNew", "native")}
+    _, checks, _ = run_trials(problem, problem.shapes_for("cpu")[0], _LoggedWorker("reference", log), contenders,
+                              random.Random(0), 1, (20.0, 20.0), 1, lambda _: None)
+    failed = [c for c in checks["forger"] if not c.passed]
+    assert [c.name for c in failed] == ["protocol"]
+    assert "malformed reply to op 'run'" in failed[0].evidence and "inputs_after" in failed[0].evidence
+    assert checks["honest"] and all(c.passed for c in checks["honest"])

@@ -18,7 +18,8 @@ from bot.core.domain import CandidateSource, CheckResult, Problem, Progress
 from bot.engine.gpulock import gpu_shared
 from bot.sandbox import make_sandbox
 from bot.engine.trials import failure_check, release_cache
-from bot.engine.workers import WorkerClient, WorkerFailure
+from bot.engine.workers import WorkerClient, WorkerFailure, ask
+from bot.protocol.messages import Construct, Load
 
 if TYPE_CHECKING:
     from bot.engine.evaluate import EvalOptions
@@ -58,9 +59,8 @@ class Session:
                               describe=label == "reference")
         self.workers.append(worker)
         began = time.monotonic()
-        worker.request({"op": "load", "problem": str(self.problem.path),
-                        "module": str(module) if module else None, "class_name": class_name,
-                        "precision": precision}, self.options.limits.import_timeout_s, "import")
+        ask(worker, Load(problem=str(self.problem.path), module=str(module) if module else None,
+                         class_name=class_name, precision=precision), self.options.limits.import_timeout_s, "import")
         worker.start_seconds["import"] = time.monotonic() - began
         return worker
 
@@ -96,7 +96,7 @@ def release_caches(workers: Sequence[WorkerClient], lock_key: str, timeout_s: fl
         list(pool.map(lambda w: release_cache(w, timeout_s), workers))
 
 
-def construct_all(workers: dict[str, WorkerClient], construct: dict[str, Any],
+def construct_all(workers: dict[str, WorkerClient], construct: Construct,
                    checks: dict[str, list[CheckResult]], timeout_s: float, parallel: int
                    ) -> dict[str, WorkerClient]:
     """Every contender still in the running built for a shape, `parallel` at a time (each in
@@ -108,10 +108,10 @@ def construct_all(workers: dict[str, WorkerClient], construct: dict[str, Any],
     def build(item: tuple[str, WorkerClient]) -> CheckResult:
         name, worker = item
         try:
-            reply = worker.request(construct, timeout_s, "construct")
+            reply = ask(worker, construct, timeout_s, "construct")
         except WorkerFailure as exc:
             return failure_check(exc)
-        return verify.check_threads(reply["new_threads"], "import and construction")
+        return verify.check_threads(reply.new_threads, "import and construction")
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         built = list(pool.map(build, todo))
@@ -130,7 +130,7 @@ class Replicas:
         self.modules: dict[str, tuple[Path, CandidateSource]] = {}
         self.extra: dict[str, list[WorkerClient]] = {}
 
-    def ready(self, passed: dict[str, WorkerClient], construct: dict[str, Any],
+    def ready(self, passed: dict[str, WorkerClient], construct: Construct,
               checks: dict[str, list[CheckResult]], timeout_s: float,
               progress: Progress, warm: Callable[[str, WorkerClient], dict] | None = None
               ) -> dict[str, tuple[WorkerClient, ...]]:
@@ -153,8 +153,8 @@ class Replicas:
                     extra.append(self.session.start(f"{name}-r{len(extra) + 2}", module,
                                                     cand.class_name, "native", cand.source_hash))
                 for worker in extra:
-                    reply = worker.request(construct, timeout_s, "construct")
-                    checks[name].append(verify.check_threads(reply["new_threads"],
+                    reply = ask(worker, construct, timeout_s, "construct")
+                    checks[name].append(verify.check_threads(reply.new_threads,
                                                              "import and construction (replica)"))
                     if warm is not None and checks[name][-1].passed:
                         reply = warm(name, worker)

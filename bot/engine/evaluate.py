@@ -26,7 +26,8 @@ from bot.sandbox import Limits, freezer
 from bot.engine.simulated import simulated_reason
 from bot.engine.timing import TimingOptions, TimingRecord, time_interleaved
 from bot.engine.trials import ReferenceInfo, TrialStats, failure_check, run_trials, tunes_on_first_call
-from bot.engine.workers import WorkerClient, WorkerFailure
+from bot.engine.workers import WorkerClient, WorkerFailure, ask
+from bot.protocol.messages import Construct
 
 
 @dataclass(frozen=True)
@@ -241,9 +242,9 @@ def _evaluate_shape(problem: Problem, shape: Shape, reference: WorkerClient,
                     untimed: frozenset[str] = frozenset()) -> None:
     limits = options.limits
     seed = rng.getrandbits(62)
-    construct = {"op": "construct", "overrides": dict(shape.overrides), "seed": seed}
+    construct = Construct(seed=seed, overrides=dict(shape.overrides))
     try:
-        reference.request(construct, limits.construct_timeout_s * 4, "problem")
+        ask(reference, construct, limits.construct_timeout_s * 4, "problem")
     except WorkerFailure as exc:
         raise _problem_failure(problem, exc) from None
     alive = construct_all(workers, construct, checks, limits.construct_timeout_s, options.parallel)

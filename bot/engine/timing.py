@@ -9,14 +9,15 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Iterator, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 from bot.engine import verify
 from bot.core import stats as bench
 from bot.core.domain import CheckResult, Measurement, Problem, Shape
 from bot.sandbox import memory
 from bot.engine.trials import ReferenceInfo, failure_check
-from bot.engine.workers import WorkerClient, WorkerFailure
+from bot.engine.workers import WorkerClient, WorkerFailure, ask, parse_reply
+from bot.protocol.messages import Fingerprints, Outputs, Quiet, Request, Stage, StageInto, Time
 
 
 @dataclass(frozen=True)
@@ -104,16 +105,15 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
         window(worker)
         _blame_work_left_running(run)
         staging_us = _stage(run, worker, seeds)
-        started = time.perf_counter()
-        reply = worker.request({"op": "time", "fp_seed": fp_seed, "mode": options.mode},
-                               call_timeout_s * len(seeds), "call")
-        wall_us = (time.perf_counter() - started) * 1e6
+        reply, wall_us = _wall_us(worker, Time(fp_seed=fp_seed, mode=options.mode, calls=len(seeds),
+                                               outputs=len(dtypes), digests=reference.device != "cuda"),
+                                  call_timeout_s * len(seeds), "call")
         harness.last_timed = record
         # Picked after the batch, from calls the worker had to commit to (fingerprints) inside
         # the window: what it returns now cannot change what it computed then.
         picked = rng.sample(range(len(seeds)), min(options.checks_per_batch, len(seeds)))
         full = harness.reveals_in_full
-        got = worker.request({"op": "outputs", "picks": picked if full else []}, call_timeout_s * 20, "call")
+        got = ask(worker, Outputs(picks=picked if full else []), call_timeout_s * 20, "call")
     except WorkerFailure as exc:
         record.checks.append(failure_check(exc))
         record.failed = True
@@ -123,23 +123,21 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
                                          f"batch's inputs into the buffers this worker named: {exc}"))
         record.failed = True
         return
-    samples = reply.get("samples_us") or (reply["event_us"] if reply["event_us"] is not None
-                                          else reply["host_us"])
+    samples = reply.samples
     results = [verify.check_wall_clock(sum(samples), wall_us),
-               verify.check_threads(reply["new_threads"], "timed calls")]
+               verify.check_threads(reply.new_threads, "timed calls")]
     # On the CPU timed calls commit by digest: the reference's fingerprints are not needed.
     cuda = reference.device == "cuda"
-    ref = reference.request({"op": "fingerprints", "seeds": [seeds[i] for i in picked],
-                             "distribution": "standard", "fp_seed": fp_seed,
-                             "want": ("both" if full else "fingerprint") if cuda else "outputs"},
-                            call_timeout_s * 20 * max(len(picked), 1), "problem")
+    ref = ask(reference, Fingerprints(seeds=[seeds[i] for i in picked], distribution="standard", fp_seed=fp_seed,
+                                      want=("both" if full else "fingerprint") if cuda else "outputs"),
+              call_timeout_s * 20 * max(len(picked), 1), "problem")
     for n, i in enumerate(picked):
         label = f"shape {shape.name}, timed call {len(record.samples_us) + i + 1}"
-        revealed = got["outputs"][n] if full else []
-        results.append(verify.check_commitment(reply["fingerprints"][i], revealed,
-                                               ref["fingerprints"][n], dtypes, problem.tolerance, label))
+        revealed = got.outputs[n] if full else []
+        results.append(verify.check_commitment(reply.fingerprints[i], revealed,
+                                               ref.fingerprints[n], dtypes, problem.tolerance, label))
         if full:
-            results.extend(verify.compare_outputs(ref["outputs"][n], revealed, dtypes,
+            results.extend(verify.compare_outputs(ref.outputs[n], revealed, dtypes,
                                                   problem.tolerance, label))
     record.checks.extend(results)
     if not all(r.passed for r in results):
@@ -149,12 +147,12 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
         record.samples_us.extend(samples)
         record.batch_sizes.append(len(samples))
         record.batch_workers.append(replica)
-        record.host_us.extend(reply["host_us"])
-        if "batch_span_us" in reply:  # back to back: one host/stream pair for the whole batch
-            record.event_us.append(reply["batch_span_us"])
+        record.host_us.extend(reply.host_us)
+        if reply.batch_span_us is not None:  # back to back: one host/stream pair for the whole batch
+            record.event_us.append(reply.batch_span_us)
         else:
-            record.event_us.extend(reply["event_us"] or [])
-        reported = sum(reply["host_us"])
+            record.event_us.extend(reply.event_us or [])
+        reported = sum(reply.host_us)
         usual, noise = harness.of(len(seeds))
         unexplained = wall_us - reported - usual
         if staging_us is not None:  # drawn in the worker: its staging is on the parent's clock too
@@ -183,10 +181,13 @@ def _blame_work_left_running(run: Run) -> None:
             last.failed = True
 
 
-def _wall_us(worker: WorkerClient, msg: dict, timeout_s: float, phase: str) -> tuple[dict, float]:
+def _wall_us(worker: WorkerClient, request: Request, timeout_s: float, phase: str) -> tuple[Any, float]:
+    """The reply and the parent's wall time of the exchange (the reply checked after it)."""
+    wire = request.to_wire()
     started = time.perf_counter()
-    reply = worker.request(msg, timeout_s, phase)
-    return reply, (time.perf_counter() - started) * 1e6
+    reply = worker.request(wire, timeout_s, phase)
+    wall_us = (time.perf_counter() - started) * 1e6
+    return parse_reply(request, reply), wall_us
 
 
 def _stage(run: Run, worker: WorkerClient, seeds: list[int]) -> float | None:
@@ -196,15 +197,15 @@ def _stage(run: Run, worker: WorkerClient, seeds: list[int]) -> float | None:
     worker draws them itself and the parent's wall time of that is returned, to be accounted
     for like the window's (work done with the inputs there, ahead of the calls, counts)."""
     timeout_s = run.call_timeout_s * len(seeds)
-    drawn = {"op": "stage", "seeds": seeds, "distribution": "standard"}
+    drawn = Stage(seeds=seeds, distribution="standard")
     if run.harness.fills_from_outside:
-        ref = run.reference.request({**drawn, "expose": True}, timeout_s, "problem")
-        if ref.get("layout") is None:
-            run.harness.stop_filling(f"inputs staged in each worker: {ref.get('why')}")
+        ref = ask(run.reference, Stage(seeds=seeds, distribution="standard", expose=True), timeout_s, "problem")
+        if ref.layout is None:
+            run.harness.stop_filling(f"inputs staged in each worker: {ref.why}")
         else:
-            got = worker.request({"op": "stage", "layout": ref["layout"]}, timeout_s, "call")
+            got = ask(worker, StageInto(layout=ref.layout), timeout_s, "call")
             try:
-                _fill(run.reference, worker, ref["regions"], got.get("regions"))
+                _fill(run.reference, worker, ref.regions, got.regions)
                 return None
             except PermissionError as exc:
                 run.harness.stop_filling(f"inputs staged in each worker: {exc}")
@@ -326,9 +327,9 @@ class HarnessCost:
         return wall_us, self._idle_quiet_us or wall_us, gaps
 
     def _look(self) -> tuple[float, list[float]]:
-        reply = self.reference.request({"op": "quiet", "chunks": self.QUIET_CHUNKS,
-                                        "chunk_us": self.QUIET_CHUNK_US}, self.timeout_s, "problem")
-        return float(reply["wall_us"]), [float(g) for g in reply["intervals_us"]]
+        reply = ask(self.reference, Quiet(chunks=self.QUIET_CHUNKS, chunk_us=self.QUIET_CHUNK_US),
+                    self.timeout_s, "problem")
+        return float(reply.wall_us), [float(g) for g in reply.intervals_us]
 
     def stop_filling(self, why: str) -> None:
         self.fills_from_outside, self.staging_note = False, why
@@ -360,14 +361,12 @@ class HarnessCost:
         """One calibration batch: the parent's wall time of its window less the calls' reported
         time, and of its staging."""
         seeds = [self.rng.getrandbits(62) for _ in range(n)]
-        _, staging_us = _wall_us(self.reference, {"op": "stage", "seeds": seeds, "distribution": "standard",
-                                                  "stub": True, "meta": self.meta}, self.timeout_s * n, "problem")
-        started = time.perf_counter()
-        reply = self.reference.request({"op": "time", "stub": True, "fp_seed": 1, "mode": self.mode},
-                                       self.timeout_s * n, "problem")
-        wall_us = (time.perf_counter() - started) * 1e6
-        self.reference.request({"op": "outputs", "picks": []}, self.timeout_s, "problem")
-        return wall_us - sum(reply["host_us"]), staging_us
+        _, staging_us = _wall_us(self.reference, Stage(seeds=seeds, distribution="standard", stub=True,
+                                                       meta=self.meta), self.timeout_s * n, "problem")
+        reply, wall_us = _wall_us(self.reference, Time(fp_seed=1, mode=self.mode, stub=True, calls=n),
+                                  self.timeout_s * n, "problem")
+        ask(self.reference, Outputs(picks=[]), self.timeout_s, "problem")
+        return wall_us - sum(reply.host_us), staging_us
 
 
 

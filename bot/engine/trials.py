@@ -12,7 +12,8 @@ from typing import Any, Callable, Mapping
 from bot.engine import verify
 from bot.core.domain import CheckResult, Problem, Shape
 from bot.engine.gpulock import GpuHandover
-from bot.engine.workers import WorkerClient, WorkerFailure
+from bot.engine.workers import WorkerClient, WorkerFailure, ask
+from bot.protocol.messages import Gate, ReferenceRun, Release, Run
 
 
 @dataclass
@@ -123,16 +124,15 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
             gate = held if isinstance(held, GpuHandover) else None
             try:
                 with held:
-                    got = worker.request({"op": "run", "seed": seed, "distribution": dist, "gate": gate is not None},
-                                         timeouts[0] if n == 0 else timeouts[1], "call", gate=gate)
+                    got = ask(worker, Run(seed=seed, distribution=dist, gate=gate is not None),
+                              timeouts[0] if n == 0 else timeouts[1], "call", gate=gate)
             except WorkerFailure as exc:
                 return found + [failure_check(exc)], stats
-            results = [verify.check_output_meta(ref["meta"], got["meta"]),
-                       verify.check_inputs_unchanged(ref["inputs_before"], got["inputs_before"],
-                                                     got["inputs_after"], label),
-                       verify.check_threads(got["new_threads"], "a call")]
+            results = [verify.check_output_meta(ref.meta, got.meta),
+                       verify.check_inputs_unchanged(ref.inputs_before, got.inputs_before, got.inputs_after, label),
+                       verify.check_threads(got.new_threads, "a call")]
             if all(r.passed for r in results):
-                for i, (expected, actual) in enumerate(zip(ref["outputs"], got["outputs"])):
+                for i, (expected, actual) in enumerate(zip(ref.outputs, got.outputs)):
                     out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
                     result = verify.compare_values(expected, actual, dtypes[i], problem.tolerance,
                                                    out_label)
@@ -149,16 +149,16 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
         refs = []
         for n, (dist, seed) in enumerate(plan, 1):
             progress(f"{problem.name} [{shape.name}] reference {n}/{len(plan)} ({dist})")
-            refs.append(reference.request({"op": "run", "seed": seed, "distribution": dist},
-                                          timeouts[1] * 20, "problem"))  # float64 runs are slower
-        info.meta, info.nbytes, info.flops = refs[0]["meta"], refs[0]["bytes"], refs[0]["flops"]
-        info.inputs = refs[0]["input_meta"]
+            refs.append(ask(reference, ReferenceRun(seed=seed, distribution=dist),
+                            timeouts[1] * 20, "problem"))  # float64 runs are slower
+        info.meta, info.nbytes, info.flops = refs[0].meta, refs[0].bytes, refs[0].flops
+        info.inputs = refs[0].input_meta
         dtypes = [m["dtype"] for m in info.meta]
         release_cache(reference, timeouts[1])
     gated: set[str] = set()
     for name in (n for n in contenders if n in alone):
         try:
-            if contenders[name].request({"op": "gate"}, timeouts[1], "call").get("hooks"):
+            if ask(contenders[name], Gate(), timeouts[1], "call").hooks:
                 gated.add(name)
         except WorkerFailure as exc:
             checks[name], stats[name] = [failure_check(exc)], TrialStats()
@@ -189,4 +189,4 @@ def release_cache(worker: WorkerClient, timeout_s: float) -> None:
     if worker.device != "cuda":
         return
     with contextlib.suppress(WorkerFailure):  # a dead worker has nothing cached; its failure is reported
-        worker.request({"op": "release"}, timeout_s, "call")
+        ask(worker, Release(), timeout_s, "call")

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from bot.sandbox.cores import timing_core, worker_cores
 from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
+from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply, ProtocolError, Request
 from bot.sandbox import freezer
 from bot.sandbox.base import Limits, RunningWorker, Sandbox, WorkerLaunch
 from bot.sandbox.scrub import scrub
@@ -58,23 +59,27 @@ class WorkerClient:
         try:
             # Only one worker per run needs to describe the machine (the reference's is the
             # one reported); the others skip nvidia-smi, a subprocess each at start-up.
-            self.channel.send({"op": "hello", "key": key.hex(), "device": device,
-                               "threads": threads, "describe": describe})
+            self.channel.send(Hello(key=key.hex(), device=device, threads=threads, describe=describe).to_wire())
         except OSError as exc:
             self.close()
             raise WorkerFailure("start", f"could not reach the worker: {exc}") from None
         self.channel.key = key
-        hello = self._receive("start", limits.import_timeout_s)
+        try:
+            hello: HelloReply = Hello.Reply.from_wire(self._receive("start", limits.import_timeout_s))
+        except ProtocolError as exc:
+            self.close()
+            raise WorkerFailure("protocol", f"malformed hello: {exc}") from None
         # Where start-up goes, for the progress line: the process (or fork) itself, then the
         # worker's own set-up up to its hello (its CUDA context and timer calibration).
         self.start_seconds = {"process": spawned - began, "hello": time.monotonic() - spawned}
-        self.env: dict[str, Any] = {**hello["env"], "containment": self.running.containment}
-        self.overhead_us: float = float(hello.get("overhead_us", 0.0))
-        self.start_threads: int | None = hello.get("threads")  # before the candidate's import
+        self.env: dict[str, Any] = {**hello.env, "containment": self.running.containment}
+        self.overhead_us: float = float(hello.overhead_us)
+        self.start_threads: int | None = hello.threads  # before the candidate's import
 
     def request(self, message: dict[str, Any], timeout_s: float, phase: str,
                 gate: Callable[[str], str] | None = None) -> dict[str, Any]:
-        """Send one op and wait for its reply; failures raise WorkerFailure. With `gate`, the
+        """Send one op and wait for its reply, as it came (`ask` checks it against a typed
+        request); failures raise WorkerFailure. With `gate`, the
         worker may ask for the GPU on the way (bot.harness.tuning_gate): `gate` turns what it said
         into the answer, and the time that took does not count against `timeout_s`."""
         if self.running.frozen:
@@ -88,23 +93,28 @@ class WorkerClient:
             reply = self._receive(phase, deadline - time.monotonic(), timeout_s)
             if "gate" not in reply:
                 break
+            try:
+                asked = GateAsk.from_wire(reply)
+            except ProtocolError as exc:
+                self.close()
+                raise WorkerFailure("protocol", str(exc)) from None
             if gate is None:
                 tail = self.running.log_tail()
                 self.close()
-                raise WorkerFailure("channel", f"asked for the GPU ({reply['gate']!r}) outside a gated "
+                raise WorkerFailure("channel", f"asked for the GPU ({asked.gate!r}) outside a gated "
                                     "trial", tail)
             began = time.monotonic()
-            answer = gate(str(reply["gate"]))
+            answer = gate(asked.gate)
             deadline += time.monotonic() - began
             try:
-                self.channel.send({"gate": answer})
+                self.channel.send(GateAnswer(answer).to_wire())
             except OSError:
                 raise self._dead(phase) from None
         if not reply.get("ok"):
             detail = reply.get("traceback") or ""
             raise WorkerFailure(str(reply.get("phase", phase)), str(reply.get("error", "failed")),
                                 _tail(detail + "\n" + self.running.log_tail()))
-        if "new_threads" in reply:
+        if isinstance(reply.get("new_threads"), list):  # anything else is refused by `ask`
             reply["new_threads"] = (self._threads_seen_from_outside(reply["new_threads"])
                                     + self._processes_seen_from_outside())
         return reply
@@ -199,12 +209,30 @@ class WorkerClient:
     def close(self) -> None:
         try:
             if self.running.exit_code() is None:
-                self.channel.send({"op": "exit"})
+                self.channel.send(Exit().to_wire())
         except (OSError, ValueError):
             pass
         self.running.kill()
         freezer.unregister(self)
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def ask(worker: WorkerClient, request: Request, timeout_s: float, phase: str,
+        gate: Callable[[str], str] | None = None) -> Any:
+    """Send a typed request (bot.protocol.messages) and return its reply, checked field by
+    field and against the request. The reply is the candidate's process's word: a malformed
+    one fails the contender (phase "protocol"), never the bot."""
+    wire = request.to_wire()
+    reply = worker.request(wire, timeout_s, phase) if gate is None else worker.request(wire, timeout_s, phase, gate=gate)
+    return parse_reply(request, reply)
+
+
+def parse_reply(request: Request, reply: dict[str, Any]) -> Any:
+    """`request`'s reply as it came from the worker, checked (see `ask`)."""
+    try:
+        return request.parse_reply(reply)
+    except ProtocolError as exc:
+        raise WorkerFailure("protocol", str(exc)) from None
 
 
 class _Progress:

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from bot.protocol.messages import Failure
+
 # --- originals, captured before any candidate code exists in this process ------------
 perf_ns = time.perf_counter_ns
 # Each timed call's inputs are drawn from its seed: the generators seeded directly, as
@@ -83,9 +85,8 @@ def not_tensors(outputs: list[Any]) -> dict | None:
     """The failure reply for a timed call whose outputs are not exactly torch.Tensor."""
     if all(type(o) is Tensor for o in outputs):
         return None
-    return {"ok": False, "phase": "call", "error": f"output type {[type(o).__name__ for o in outputs]}"}
+    return Failure("call", f"output type {[type(o).__name__ for o in outputs]}").to_wire()
 
 def failure(phase: str, exc: BaseException) -> dict:
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return {"ok": False, "phase": phase, "error": f"{type(exc).__name__}: {exc}"[:4000],
-            "traceback": "".join(tb)[-6000:]}
+    return Failure(phase, f"{type(exc).__name__}: {exc}"[:4000], "".join(tb)[-6000:]).to_wire()

@@ -9,12 +9,13 @@ the inputs drawn from a seed (`_inputs`), the fingerprints (`_fingerprints`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
 
 from bot.harness import shared
+from bot.protocol.messages import Failure, Quiet, QuietReply, Time, TimeReply
 
 FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBench
 
@@ -38,7 +39,7 @@ class TimedCalls:
     replays: int  # mode "graph": which captured copy replays next
     cycles_per_us: float | None  # the GPU spin kernel's clock, measured once
 
-    def op_time(self, msg: dict) -> dict:
+    def op_time(self, msg: Time) -> dict:
         """Timed calls on the inputs staged by op "stage", L2 flushed before each on CUDA.
 
         Warm-up calls are made by the parent with this same op, so a candidate cannot tell
@@ -59,7 +60,7 @@ class TimedCalls:
         """
         cuda = self.device == "cuda"
         if self.staged is None:
-            return {"ok": False, "phase": "protocol", "error": "no staged inputs to time"}
+            return Failure("protocol", "no staged inputs to time").to_wire()
         if cuda and self.flush_buf is None:
             # Here, not at start-up: a worker that is never timed (rejected in verification)
             # does not hold 256 MB of the GPU that other workers need.
@@ -67,10 +68,10 @@ class TimedCalls:
                 self.flush_buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
             except BaseException as exc:  # out of memory: reported, and retried alone
                 return shared.failure("call", exc)
-        model = self._stub if msg.get("stub") else self.model
-        if cuda and msg.get("mode") == "throughput":
+        model = self._stub if msg.stub else self.model
+        if cuda and msg.mode == "throughput":
             return self._time_back_to_back(msg, model)
-        if cuda and msg.get("mode") == "graph":
+        if cuda and msg.mode == "graph":
             return self._time_graph_replays(msg, model)
         host, event, prints = [], [], []
         try:
@@ -97,21 +98,21 @@ class TimedCalls:
                 # The commitment: on CUDA a projection computed on the device (no copy to the
                 # host); on the CPU the outputs' digest, exact and a third of the cost (46 us
                 # against 148 us for a 64x512 bf16 output).
-                prints.append(self._fingerprints(outputs, int(msg["fp_seed"])) if cuda
+                prints.append(self._fingerprints(outputs, msg.fp_seed) if cuda
                               else [shared.hash_tensor(o) for o in outputs])
                 self.kept.append(outputs)
                 del result, outputs
         except BaseException as exc:
             return shared.failure("call", exc)
-        return {"ok": True, "host_us": host, "event_us": event if cuda else None,
-                "fingerprints": prints, "new_threads": self._new_threads()}
+        return TimeReply(host_us=host, event_us=event if cuda else None, fingerprints=prints,
+                         new_threads=self._new_threads()).to_wire()
 
     def _stub(self, *inputs: Any) -> list[torch.Tensor]:
         # Fresh outputs per call, as a real call's: committing to memory just written costs
         # what it costs a contender (the same tensor each time ran 20 us a call cheaper on CPU).
         return [shared.clone(o) for o in self.stub_outputs or []]
 
-    def _time_back_to_back(self, msg: dict, model: Callable[..., Any]) -> dict:
+    def _time_back_to_back(self, msg: Time, model: Callable[..., Any]) -> dict:
         """Mode "throughput" (see op_time). The stream check moves to the whole batch: the
         device-synchronised wall time of the batch against its event span on this stream."""
         def call(inputs: list[Any]) -> tuple | dict:
@@ -128,15 +129,16 @@ class TimedCalls:
                 return wrong
             return (e0, e1), outputs, enqueue_us
 
-        reply = self._enqueued_batch(msg, call)
-        if reply["ok"]:
-            # A call costs at least the host's time to issue it: where the GPU was still busy with
-            # earlier work when the call began, its event span shows only its GPU time and would
-            # hide a slow launch path (on the H200 that made one kernel's launch-bound time move 2x).
-            reply["samples_us"] = [max(e, h) for e, h in zip(reply["event_us"], reply.pop("enqueue_us"))]
-        return reply
+        batch = self._enqueued_batch(msg, call)
+        if isinstance(batch, dict):
+            return batch
+        reply, enqueue_us = batch
+        # A call costs at least the host's time to issue it: where the GPU was still busy with
+        # earlier work when the call began, its event span shows only its GPU time and would
+        # hide a slow launch path (on the H200 that made one kernel's launch-bound time move 2x).
+        return replace(reply, samples_us=[max(e, h) for e, h in zip(reply.event_us, enqueue_us)]).to_wire()
 
-    def _time_graph_replays(self, msg: dict, model: Callable[..., Any]) -> dict:
+    def _time_graph_replays(self, msg: Time, model: Callable[..., Any]) -> dict:
         """Mode "graph" (see op_time). Each call's fresh inputs are copied into the captured
         call's input tensors, the L2 flushed, and the replay timed by events. A spin kernel
         queued before each replay keeps the GPU busy while the host records and launches, so
@@ -174,18 +176,19 @@ class TimedCalls:
             # The captured copy's outputs are overwritten when it replays again: a copy is kept.
             return (e0, e1), [shared.clone(o) for o in captured.outputs], enqueue_us
 
-        reply = self._enqueued_batch(msg, replay)
-        if reply["ok"]:
-            del reply["enqueue_us"]
-            reply["samples_us"] = reply["event_us"]
-            reply["graph_copies"] = len(rotation.sets)
-        return reply
+        batch = self._enqueued_batch(msg, replay)
+        if isinstance(batch, dict):
+            return batch
+        reply, _ = batch
+        return replace(reply, samples_us=reply.event_us, graph_copies=len(rotation.sets)).to_wire()
 
-    def _enqueued_batch(self, msg: dict, enqueue: Callable[[list[Any]], tuple | dict]) -> dict:
+    def _enqueued_batch(self, msg: Time, enqueue: Callable[[list[Any]], tuple | dict]
+                        ) -> tuple[TimeReply, list[float]] | dict:
         """What both unsynchronised modes share: per seed, `enqueue(inputs)` puts one call on
         the stream between its own events and returns (events, outputs, host µs to enqueue),
         or a failure reply; fingerprints stay on the device; one device-wide synchronise ends
-        the batch, whose host time and event span make the stream check's one pair."""
+        the batch, whose host time and event span make the stream check's one pair. The
+        reply, and each call's host time to enqueue it; or a failure reply."""
         event_pairs, print_tensors, enqueue_us = [], [], []
         try:
             begin, end = shared.Event(enable_timing=True), shared.Event(enable_timing=True)
@@ -197,7 +200,7 @@ class TimedCalls:
                 if isinstance(called, dict):
                     return called
                 pair, outputs, host_us = called
-                print_tensors.append(self._fingerprint_tensors(outputs, int(msg["fp_seed"])))
+                print_tensors.append(self._fingerprint_tensors(outputs, msg.fp_seed))
                 self.kept.append(outputs)
                 event_pairs.append(pair)
                 enqueue_us.append(host_us)
@@ -210,8 +213,8 @@ class TimedCalls:
             prints = [[t.tolist() for t in call] for call in print_tensors]
         except BaseException as exc:
             return shared.failure("call", exc)
-        return {"ok": True, "host_us": [batch_host], "event_us": event, "enqueue_us": enqueue_us,
-                "batch_span_us": batch_span, "fingerprints": prints, "new_threads": self._new_threads()}
+        return TimeReply(host_us=[batch_host], event_us=event, fingerprints=prints, new_threads=self._new_threads(),
+                         batch_span_us=batch_span), enqueue_us
 
     def _capture(self, inputs: list[Any], model: Callable[..., Any]) -> "Rotation":
         """This input signature's call, captured once per copy of the rotation (see
@@ -253,15 +256,15 @@ class TimedCalls:
             raise TypeError(wrong["error"])
         return Captured(graph, static, outputs)
 
-    def op_quiet(self, msg: dict) -> dict:
+    def op_quiet(self, msg: Quiet) -> dict:
         """The reference's look at the GPU right before a contender's window (bot.engine.timing,
         `HarnessCost.gpu_left_busy`): a row of short spin kernels with an event between each,
         and the host's time for the whole row. Another process's work still on the GPU makes
         the row wait for a time slice, before it starts or between its kernels."""
         try:
             shared.cuda_sync()
-            cycles = int(float(msg["chunk_us"]) * self._gpu_cycles_per_us())
-            events = [shared.Event(enable_timing=True) for _ in range(int(msg["chunks"]) + 1)]
+            cycles = int(msg.chunk_us * self._gpu_cycles_per_us())
+            events = [shared.Event(enable_timing=True) for _ in range(msg.chunks + 1)]
             t0 = shared.perf_ns()
             shared.ev_record(events[0])
             for event in events[1:]:
@@ -272,7 +275,7 @@ class TimedCalls:
             gaps = [shared.ev_elapsed(a, b) * 1e3 for a, b in zip(events, events[1:])]
         except BaseException as exc:
             return shared.failure("call", exc)
-        return {"ok": True, "wall_us": wall_us, "intervals_us": gaps}
+        return QuietReply(wall_us=wall_us, intervals_us=gaps).to_wire()
 
     def _gpu_cycles_per_us(self) -> float:
         """The spin kernel counts clock cycles; how many make a microsecond, measured once."""

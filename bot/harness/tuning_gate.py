@@ -23,6 +23,8 @@ import importlib
 import threading
 from typing import Any, Callable, Iterator
 
+from bot.protocol.messages import GateAnswer, GateAsk
+
 # Where variants are timed: Inductor's benchmarker (its autotuning, coordinate descent and
 # multi-kernel choice all go through it) and Triton's autotuner (one config per call).
 INDUCTOR_BENCHMARKING = "torch._inductor.runtime.benchmarking"
@@ -61,9 +63,9 @@ class TuningGate:
 
     def _ask_for_the_gpu(self) -> None:
         self.synchronize()
-        self.channel.send({"gate": "want"})
+        self.channel.send(GateAsk("want").to_wire())
         answer = self.channel.recv()
-        if answer.get("gate") != "granted":
+        if answer.get("gate") != GateAnswer.GRANTED:
             raise RuntimeError(f"tuning gate: asked for the GPU, the bot answered {answer!r}")
 
     def install(self) -> list[str]:

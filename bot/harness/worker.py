@@ -16,46 +16,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import os
-import socket
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from bot.harness import triton_interp
 from bot.harness import inputs as worker_inputs
-from bot.harness import shared, staging
+from bot.harness import shared, staging, support
 from bot.protocol.channel import Channel, ChannelClosed
+from bot.protocol.messages import (Construct, ConstructReply, Done, Fingerprints, FingerprintsReply, GateReply, Hello,
+                                   HelloReply, Load, LoadReply, Message, Outputs, OutputsReply, ProtocolError, Run,
+                                   RunReply, Stage, StageInto, StageReply, parse_request, serve)
 from bot.harness.tuning_gate import TuningGate
 from bot.harness.env import describe_environment, timer_overhead_us
 from bot.harness.timing import Rotation, TimedCalls
-
-
-def _import_file(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _meta(out: Any) -> dict[str, Any]:
-    if type(out) is not shared.Tensor:  # exact type: subclasses (lazy tensors) are refused
-        return {"type": type(out).__name__}
-    return {"type": "Tensor", "dtype": str(out.dtype).removeprefix("torch."),
-            "shape": list(out.shape), "device": out.device.type}
-
-
-def _transfer_dtype(native: torch.dtype) -> torch.dtype | None:
-    """Reference values travel in float64 for fp32/fp64 outputs, float32 for lower precision."""
-    if not native.is_floating_point:
-        return None
-    return torch.float64 if native in (torch.float32, torch.float64) else torch.float32
 
 
 class Harness(TimedCalls):
@@ -112,9 +90,9 @@ class Harness(TimedCalls):
             shared.cuda_sync()
 
     # --- ops --------------------------------------------------------------------------
-    def op_load(self, msg: dict) -> dict:
+    def op_load(self, msg: Load) -> dict:
         try:
-            self.problem = _import_file(msg["problem"], "kernel_bot_problem")
+            self.problem = support.import_file(msg.problem, "kernel_bot_problem")
             for fn in ("get_inputs", "get_init_inputs"):
                 if not callable(getattr(self.problem, fn, None)):
                     raise TypeError(f"the problem defines no function {fn}()")
@@ -125,32 +103,32 @@ class Harness(TimedCalls):
         self.get_inputs = self.problem.get_inputs
         self.get_init_inputs = self.problem.get_init_inputs
         self.roofline_flops = getattr(self.problem, "roofline_flops", None)
-        self.precision = msg.get("precision", "native")
-        if msg.get("module") is None:
+        self.precision = msg.precision
+        if msg.module is None:
             self.cls = self.problem.Model
         else:
             try:
-                sys.path.insert(0, os.path.dirname(msg["module"]))
-                module = _import_file(msg["module"], "kernel_bot_candidate")
-                self.cls = getattr(module, msg.get("class_name", "ModelNew"), None)
+                sys.path.insert(0, os.path.dirname(msg.module))
+                module = support.import_file(msg.module, "kernel_bot_candidate")
+                self.cls = getattr(module, msg.class_name, None)
                 if not isinstance(self.cls, type):
-                    raise TypeError(f"the candidate defines no class {msg.get('class_name')}")
+                    raise TypeError(f"the candidate defines no class {msg.class_name}")
                 if triton_interp.needed():
                     triton_interp.mend_bf16_dot()
             except BaseException as exc:  # SystemExit from a candidate is a failure too
                 return shared.failure("import", exc)
-        return {"ok": True, "new_threads": self._new_threads()}
+        return LoadReply(new_threads=self._new_threads()).to_wire()
 
-    def op_construct(self, msg: dict) -> dict:
+    def op_construct(self, msg: Construct) -> dict:
         try:
-            for key, value in msg.get("overrides", {}).items():
+            for key, value in msg.overrides.items():
                 setattr(self.problem, key, value)
             init = self.get_init_inputs()
             if not isinstance(init, (list, tuple)):
                 raise TypeError(f"get_init_inputs() returned {type(init).__name__}, expected a list")
         except Exception as exc:
             return shared.failure("problem", exc)
-        seed = int(msg["seed"])
+        seed = msg.seed
         try:
             with torch.no_grad():
                 reference = None
@@ -160,7 +138,7 @@ class Harness(TimedCalls):
                 torch.manual_seed(seed)
                 model = self.cls(*init)
                 if reference is not None:
-                    _copy_matching_state(reference, model)
+                    support.copy_matching_state(reference, model)
                     del reference
                 if isinstance(model, torch.nn.Module):
                     model = model.to(self.device)
@@ -173,8 +151,8 @@ class Harness(TimedCalls):
                     self.model = model
         except BaseException as exc:
             return shared.failure("construct", exc)
-        params = sum(p.numel() * p.element_size() for p in _module_tensors(self.native_model))
-        return {"ok": True, "param_bytes": params, "new_threads": self._new_threads()}
+        params = sum(p.numel() * p.element_size() for p in support.module_tensors(self.native_model))
+        return ConstructReply(param_bytes=params, new_threads=self._new_threads()).to_wire()
 
     def _inputs(self, seed: int, distribution: str) -> list[Any]:
         shared.seed_cpu(seed)
@@ -183,7 +161,7 @@ class Harness(TimedCalls):
         with torch.device(self.device):
             inputs = self.get_inputs()
         if not isinstance(inputs, (list, tuple)):
-            raise ProblemShapeError(f"get_inputs() returned {type(inputs).__name__}, expected a list")
+            raise support.ProblemShapeError(f"get_inputs() returned {type(inputs).__name__}, expected a list")
         moved = [shared.to(x, self.device) if shared.is_tensor(x) else x for x in inputs]
         return worker_inputs.transform(moved, distribution, seed)
 
@@ -193,21 +171,21 @@ class Harness(TimedCalls):
         dtype = getattr(torch, self.precision)
         return [shared.to(x, dtype) if shared.is_tensor(x) and x.is_floating_point() else x for x in inputs]
 
-    def op_run(self, msg: dict) -> dict:
+    def op_run(self, msg: Run) -> dict:
         """One checked call: full outputs (or fingerprints) for the parent to compare."""
         try:
-            inputs = self._inputs(int(msg["seed"]), msg["distribution"])
+            inputs = self._inputs(msg.seed, msg.distribution)
         except Exception as exc:
             return shared.failure("problem", exc)
         # Checks of timed calls (requests that say what they want) compare outputs only. Hashing the inputs
         # goes through host memory: for 2 GB of logits it cost seconds per timed batch.
-        before = [] if msg.get("want") else [
+        before = [] if msg.want else [
             shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
         if self.precision != "native":  # the reference: values from the upcast model
             return self._reference_run(inputs, before, msg)
         if self.device == "cuda":
-            _poison_free_cuda_memory()
-        gated = self.gate.gated_call() if msg.get("gate") and self.gate is not None else contextlib.nullcontext()
+            support.poison_free_cuda_memory()
+        gated = self.gate.gated_call() if msg.gate and self.gate is not None else contextlib.nullcontext()
         try:
             with torch.no_grad():
                 shared.cuda_sync() if self.device == "cuda" else None
@@ -219,91 +197,86 @@ class Harness(TimedCalls):
         except BaseException as exc:
             return shared.failure("call", exc)
         outputs = shared.as_outputs(result)
-        metas = [_meta(o) for o in outputs]
+        metas = [support.meta(o) for o in outputs]
         after = [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
-        reply: dict[str, Any] = {"ok": True, "meta": metas, "inputs_before": before,
-                                 "inputs_after": after, "host_us": host_us,
-                                 "new_threads": self._new_threads()}
+        reply = RunReply(meta=metas, inputs_before=before, inputs_after=after, host_us=host_us,
+                         new_threads=self._new_threads())
         if all(m["type"] == "Tensor" for m in metas):
-            self._answer(reply, [shared.detach(o) for o in outputs], msg)
-        return reply
+            reply = self._answer(reply, [shared.detach(o) for o in outputs], msg)
+        return reply.to_wire()
 
-    def _answer(self, reply: dict[str, Any], values: list[torch.Tensor], msg: dict) -> None:
+    def _answer(self, reply: RunReply, values: list[torch.Tensor], msg: Run) -> RunReply:
         """Outputs and/or fingerprints, as the request says it wants them (a reference of native
         precision answers timed-call checks through op_run too)."""
-        if msg.get("want") in ("fingerprint", "both"):
-            reply["fingerprints"] = self._fingerprints(values, int(msg["fp_seed"]))
-        if msg.get("want") != "fingerprint":
-            reply["outputs"] = values
+        prints = self._fingerprints(values, int(msg.fp_seed)) if msg.want in ("fingerprint", "both") else None
+        return replace(reply, fingerprints=prints, outputs=values if msg.want != "fingerprint" else None)
 
-    def _reference_run(self, inputs: list[Any], before: list[str], msg: dict) -> dict:
+    def _reference_run(self, inputs: list[Any], before: list[str], msg: Run) -> dict:
         try:
             with torch.no_grad():
                 native = shared.as_outputs(self.native_model(*inputs))
                 exact = shared.as_outputs(self.model(*self._upcast(inputs)))
-            metas = [_meta(o) for o in native]
+            metas = [support.meta(o) for o in native]
             if any(m["type"] != "Tensor" for m in metas):
                 raise TypeError(f"Model.forward returned {[m['type'] for m in metas]}, expected tensors")
             values = []
             for n, e in zip(native, exact):
-                dtype = _transfer_dtype(n.dtype)
+                dtype = support.transfer_dtype(n.dtype)
                 values.append(shared.to(e, dtype) if dtype is not None else shared.to(e, n.dtype))
         except Exception as exc:
             return shared.failure("problem", exc)
         nbytes = sum(x.numel() * x.element_size() for x in inputs if shared.is_tensor(x))
         nbytes += sum(o.numel() * o.element_size() for o in native)
-        nbytes += sum(p.numel() * p.element_size() for p in _module_tensors(self.native_model))
+        nbytes += sum(p.numel() * p.element_size() for p in support.module_tensors(self.native_model))
         flops = None
         if callable(self.roofline_flops):
             try:
                 flops = int(self.roofline_flops(*inputs))
             except Exception as exc:
                 return shared.failure("problem", exc)
-        reply = {"ok": True, "meta": metas, "inputs_before": before, "bytes": nbytes,
-                 "flops": flops, "input_meta": [
-                     f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x)
-                     else repr(x) for x in inputs]}
-        self._answer(reply, values, msg)
-        return reply
+        reply = RunReply(meta=metas, inputs_before=before, bytes=nbytes, flops=flops, input_meta=[
+            f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x) else repr(x)
+            for x in inputs])
+        return self._answer(reply, values, msg).to_wire()
 
-    def op_stage(self, msg: dict) -> dict:
+    def op_stage(self, msg: Stage | StageInto) -> dict:
         """A batch's inputs, before the parent opens its timing window (docs/verifier.md,
-        "timed calls"). With "layout": empty buffers of that layout, which the parent fills
+        "timed calls"). StageInto: empty buffers of that layout, which the parent fills
         from outside while this worker is frozen; their addresses come back. Otherwise drawn
-        here from the parent's seeds; with "expose" (the reference) described for the parent to
+        here from the parent's seeds; with `expose` (the reference) described for the parent to
         copy, where the layout can carry them."""
         self.staged, self.kept = None, []
-        if "layout" in msg:
+        if isinstance(msg, StageInto):
             try:
-                self.staged = staging.allocate(msg["layout"])
+                self.staged = staging.allocate(msg.layout)
             except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
                 return shared.failure("protocol", exc)
-            return {"ok": True, "regions": staging.regions(self.staged)}
+            return StageReply(regions=staging.regions(self.staged)).to_wire()
         try:
-            self.staged = [self._inputs(int(seed), msg["distribution"]) for seed in msg["seeds"]]
+            self.staged = [self._inputs(seed, msg.distribution) for seed in msg.seeds]
         except Exception as exc:
             return shared.failure("problem", exc)
-        if msg.get("stub"):
-            self._make_stub(msg["meta"])
-        if msg.get("expose"):
+        if msg.stub:
+            self._make_stub(msg.meta)
+        if msg.expose:
             self.staged = staging.contiguous(self.staged)
             try:
                 laid_out = staging.layout(self.staged)
             except staging.NotLaidOut as exc:
-                return {"ok": True, "layout": None, "why": str(exc)}
-            return {"ok": True, "layout": laid_out, "regions": staging.regions(self.staged)}
-        return {"ok": True}
+                return StageReply(why=str(exc)).to_wire()
+            return StageReply(layout=laid_out, regions=staging.regions(self.staged)).to_wire()
+        return Done().to_wire()
 
-    def op_outputs(self, msg: dict) -> dict:
+    def op_outputs(self, msg: Outputs) -> dict:
         """The full outputs of the batch's calls the parent picked after the batch, then the
         batch is dropped."""
         try:
-            outputs = [[shared.detach(o) for o in self.kept[int(i)]] for i in msg["picks"]]
+            outputs = [[shared.detach(o) for o in self.kept[i]] for i in msg.picks]
         except (IndexError, ValueError) as exc:
             return shared.failure("protocol", exc)
         finally:
             self.staged, self.kept = None, []
-        return {"ok": True, "outputs": outputs}
+        return OutputsReply(outputs=outputs).to_wire()
 
     def _make_stub(self, metas: list[dict]) -> None:
         """The reference's stand-in for a contender in the calibration batches: a call that does
@@ -315,14 +288,14 @@ class Harness(TimedCalls):
             self.stub_outputs = [shared.to(torch.randn(shape, dtype=torch.float32, device=self.device),
                                            getattr(torch, dtype)) for dtype, shape in wanted]
 
-    def op_gate(self, msg: dict) -> dict:
+    def op_gate(self, msg: Message) -> dict:
         """Hook the timing of kernel variants (bot.harness.tuning_gate): in a call the bot marks as
         gated, the first such timing asks it for the GPU. Replies with what could be hooked."""
         if self.gate is None:
             self.gate = TuningGate(self.ch, shared.cuda_sync if self.device == "cuda" else lambda: None)
-        return {"ok": True, "hooks": self.gate.install()}
+        return GateReply(hooks=self.gate.install()).to_wire()
 
-    def op_release(self, msg: dict) -> dict:
+    def op_release(self, msg: Message) -> dict:
         """Give the allocator's cached GPU memory back while this worker waits: workers of
         several candidates and problems share one GPU, and idle caches made them run out.
         The fingerprint vectors go too (float64, the outputs' size: 512 MB each for an
@@ -332,20 +305,19 @@ class Harness(TimedCalls):
         if self.device == "cuda":
             shared.cuda_sync()
             torch.cuda.empty_cache()
-        return {"ok": True}
+        return Done().to_wire()
 
-    def op_fingerprints(self, msg: dict) -> dict:
+    def op_fingerprints(self, msg: Fingerprints) -> dict:
         """Reference fingerprints and full outputs for a list of seeds: the checks of the calls
         the parent picked from a timed batch."""
         prints, outputs = [], []
-        for seed in msg["seeds"]:
-            reply = self.op_run({"seed": seed, "distribution": msg["distribution"],
-                                 "want": msg.get("want", "both"), "fp_seed": msg["fp_seed"]})
+        for seed in msg.seeds:
+            reply = self.op_run(Run(seed=seed, distribution=msg.distribution, want=msg.want, fp_seed=msg.fp_seed))
             if not reply.get("ok"):
                 return reply
             prints.append(reply.get("fingerprints"))
             outputs.append(reply.get("outputs"))
-        return {"ok": True, "fingerprints": prints, "outputs": outputs}
+        return FingerprintsReply(fingerprints=prints, outputs=outputs).to_wire()
 
     # --- helpers ----------------------------------------------------------------------
     def _fingerprints(self, outputs: list[torch.Tensor], fp_seed: int) -> list[list[float]]:
@@ -379,69 +351,20 @@ class Harness(TimedCalls):
         return sorted(extra) + [f"python:{n}" for n in names]
 
 
-class ProblemShapeError(Exception):
-    pass
-
-
-
-def _module_tensors(model: Any) -> list[torch.Tensor]:
-    if not isinstance(model, torch.nn.Module):
-        return []
-    return list(model.parameters()) + list(model.buffers())
-
-
-def _copy_matching_state(reference: torch.nn.Module, model: Any) -> None:
-    """Give ModelNew the reference's parameters wherever names and shapes match."""
-    if not isinstance(model, torch.nn.Module) or not isinstance(reference, torch.nn.Module):
-        return
-    ref_state = reference.state_dict()
-    for name, value in model.state_dict().items():
-        src = ref_state.get(name)
-        if src is not None and src.shape == value.shape:
-            value.copy_(src)
-
-
-def _poison_free_cuda_memory() -> None:
-    """Fill the caching allocator's free blocks with 0xFF (NaN in every float format),
-    so an output that is `torch.empty` reusing freed memory cannot look correct."""
-    shared.cuda_sync()
-    sizes = [b["size"] for seg in torch.cuda.memory_snapshot() for b in seg["blocks"]
-             if b["state"] == "inactive"]
-    held = []
-    for size in sorted(sizes, reverse=True):
-        try:
-            t = torch.empty(size, dtype=torch.uint8, device="cuda")
-        except RuntimeError:
-            break
-        t.fill_(0xFF)
-        held.append(t)
-    shared.cuda_sync()
-    del held
-
-
-def _connect(address: str) -> socket.socket:
-    kind, _, where = address.partition(":")
-    if kind == "fd":
-        return socket.socket(fileno=int(where))
-    if kind == "unix":
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(where)
-        return sock
-    raise ValueError(f"unknown channel {address!r}")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bot-worker")
     parser.add_argument("--channel", required=True)
     args = parser.parse_args(argv)
-    channel = Channel(_connect(args.channel))
-    hello = channel.recv()  # the only unsigned frame: it carries the run key
-    channel.key = bytes.fromhex(hello["key"])
-    harness = Harness(channel, hello["device"], hello.get("threads"))
+    channel = Channel(support.connect(args.channel))
+    hello = parse_request(channel.recv())  # the only unsigned frame: it carries the run key
+    if not isinstance(hello, Hello):
+        raise ProtocolError(f"expected a hello, got op {hello.op!r}")
+    channel.key = bytes.fromhex(hello.key)
+    harness = Harness(channel, hello.device, hello.threads)
     # Sent before any candidate code exists here: the parent's count of this process's threads
     # starts from it (bot.engine.workers, WorkerClient.request).
-    channel.send({"ok": True, "env": describe_environment(hello["device"], bool(hello.get("describe", True))),
-                  "overhead_us": timer_overhead_us(hello["device"]), "threads": len(harness.baseline_tids)})
+    channel.send(HelloReply(env=describe_environment(hello.device, hello.describe),
+                            overhead_us=timer_overhead_us(hello.device), threads=len(harness.baseline_tids)).to_wire())
     ops = {"load": harness.op_load, "construct": harness.op_construct, "run": harness.op_run,
            "time": harness.op_time, "fingerprints": harness.op_fingerprints,
            "stage": harness.op_stage, "outputs": harness.op_outputs, "quiet": harness.op_quiet,
@@ -453,10 +376,7 @@ def main(argv: list[str] | None = None) -> None:
             return
         if msg.get("op") == "exit":
             return
-        handler = ops.get(msg.get("op", ""))
-        reply = handler(msg) if handler else {"ok": False, "phase": "protocol",
-                                              "error": f"unknown op {msg.get('op')!r}"}
-        channel.send(reply)
+        channel.send(serve(ops, msg))
 
 
 if __name__ == "__main__":

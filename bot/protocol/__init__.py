@@ -1,4 +1,5 @@
-"""What the bot and its workers share across the process boundary: the result channel.
+"""What the bot and its workers share across the process boundary: the result channel and
+the typed messages it carries (channel.py, messages.py, typed.py).
 
 Imported on both sides, so it depends on nothing else of the bot.
 """

@@ -1,0 +1,184 @@
+"""The typed protocol between the bot and its workers: every message survives the wire, and a
+malformed reply (the worker is the candidate's process) is refused with a message that names
+the field, never with a KeyError or TypeError."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bot.protocol import messages as m
+from bot.protocol.channel import decode, encode
+
+META = [{"type": "Tensor", "dtype": "float32", "shape": [2, 3], "device": "cpu"}]
+OUT = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+
+REQUESTS = [
+    m.Hello(key="ab" * 32, device="cpu", threads=1, describe=False),
+    m.Exit(),
+    m.Load(problem="/p.py", module="/c.py", class_name="ModelNew", precision="float64"),
+    m.Load(problem="/p.py"),
+    m.Construct(seed=3, overrides={"N": 4}),
+    m.Run(seed=1, distribution="standard", gate=True),
+    m.Run(seed=1, distribution="standard", want="both", fp_seed=9),
+    m.Fingerprints(seeds=[1, 2], distribution="standard", fp_seed=9, want="outputs"),
+    m.Stage(seeds=[1, 2], distribution="standard", stub=True, meta=META, expose=False),
+    m.StageInto(layout=[[{"tensor": ["float32", [2, 3]]}, {"value": 3, "tuple": False}]]),
+    m.Time(fp_seed=5, mode="throughput", stub=False),
+    m.Outputs(picks=[0, 2]),
+    m.Quiet(chunks=30, chunk_us=100.0),
+    m.Gate(),
+    m.Release(),
+]
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: type(r).__name__)
+def test_every_request_survives_the_channel(request_):
+    wire = decode(encode(request_.to_wire()))
+    assert wire["op"] == request_.op
+    assert m.parse_request(wire) == request_
+
+
+REPLIES = [
+    (m.Load(problem="/p.py"), m.LoadReply(new_threads=["python:x"])),
+    (m.Construct(seed=1), m.ConstructReply(param_bytes=24, new_threads=[])),
+    (m.Run(seed=1, distribution="standard"),
+     m.RunReply(meta=META, inputs_before=["a"], inputs_after=["a"], host_us=3.5, new_threads=[], outputs=[OUT])),
+    (m.ReferenceRun(seed=1, distribution="standard"),
+     m.RunReply(meta=META, inputs_before=["a"], outputs=[OUT], bytes=48, flops=None, input_meta=["float32[2, 3]"])),
+    (m.Fingerprints(seeds=[1], distribution="standard", fp_seed=2),
+     m.FingerprintsReply(fingerprints=[[[1.0, 2.0, 0.0]]], outputs=[[OUT]])),
+    (m.Stage(seeds=[1], distribution="standard", expose=True),
+     m.StageReply(layout=[[{"tensor": ["float32", [2, 3]]}]], regions=[[[4096, 24]]])),
+    (m.StageInto(layout=[[{"tensor": ["float32", [2, 3]]}]]), m.StageReply(regions=[[[8192, 24]]])),
+    (m.Time(fp_seed=1, calls=2),
+     m.TimeReply(host_us=[1.0, 2.0], event_us=None, fingerprints=[["d1"], ["d2"]], new_threads=[])),
+    (m.Time(fp_seed=1, mode="throughput", calls=2),
+     m.TimeReply(host_us=[9.0], event_us=[3.0, 4.0], fingerprints=[[[1.0, 2.0, 0.0]]] * 2, new_threads=[],
+                 batch_span_us=8.0, samples_us=[3.0, 4.0])),
+    (m.Outputs(picks=[1]), m.OutputsReply(outputs=[[OUT]])),
+    (m.Quiet(chunks=2, chunk_us=100.0), m.QuietReply(wall_us=250.0, intervals_us=[100.0, 101.0])),
+    (m.Gate(), m.GateReply(hooks=["triton Autotuner._bench"])),
+    (m.Release(), m.Done()),
+]
+
+
+@pytest.mark.parametrize("request_,reply", REPLIES, ids=lambda r: type(r).__name__)
+def test_every_reply_survives_the_channel(request_, reply):
+    wire = decode(encode(reply.to_wire()))
+    assert wire["ok"] is True
+    parsed = request_.parse_reply(wire)
+    assert type(parsed) is type(reply)
+    for name, value in vars(reply).items():
+        got = getattr(parsed, name)
+        if isinstance(value, list) and value and isinstance(value[0], list) and value[0] \
+                and isinstance(value[0][0], torch.Tensor):
+            assert all(torch.equal(a, b) for x, y in zip(value, got) for a, b in zip(x, y))
+        elif isinstance(value, list) and value and isinstance(value[0], torch.Tensor):
+            assert all(torch.equal(a, b) for a, b in zip(value, got))
+        else:
+            assert got == value, name
+
+
+def test_the_time_reply_samples_are_the_parents_per_call_times():
+    cpu = m.TimeReply(host_us=[1.0, 2.0], event_us=None, fingerprints=[], new_threads=[])
+    cuda = m.TimeReply(host_us=[1.5, 2.5], event_us=[1.0, 2.0], fingerprints=[], new_threads=[])
+    b2b = m.TimeReply(host_us=[9.0], event_us=[3.0, 1.0], fingerprints=[], new_threads=[],
+                      batch_span_us=8.0, samples_us=[3.0, 4.0])
+    assert (cpu.samples, cuda.samples, b2b.samples) == ([1.0, 2.0], [1.0, 2.0], [3.0, 4.0])
+
+
+TIME = m.Time(fp_seed=1, calls=2)
+GOOD_TIME = {"ok": True, "host_us": [1.0, 2.0], "event_us": None, "fingerprints": [["d"], ["d"]], "new_threads": []}
+
+
+@pytest.mark.parametrize("change,says", [
+    ({"fingerprints": None}, "missing field 'fingerprints'"),
+    ({"host_us": "fast"}, "TimeReply.host_us: expected a list"),
+    ({"host_us": [1.0, "2"]}, "TimeReply.host_us[1]: expected a number"),
+    ({"host_us": [1.0, True]}, "TimeReply.host_us[1]: expected a number"),
+    ({"new_threads": "none"}, "TimeReply.new_threads: expected a list"),
+    ({"fingerprints": [["d"]]}, "fingerprints: expected 2 entries, got 1"),
+    ({"fingerprints": [["d"], [[1.0, 2.0]]]}, "a digest or a fingerprint of 3 numbers"),
+    ({"host_us": [1.0]}, "samples: expected 2 entries, got 1"),
+    ({"host_us": [1.0, float("nan")]}, "TimeReply.host_us[1]: expected a finite number"),
+    ({"host_us": [1.0, -5.0]}, "TimeReply.host_us[1]: expected a time of 0 or more"),
+    ({"fingerprints": [["d"], [[float("nan"), 1.0, 0.0]]]}, "fingerprints[1][0][0]: expected a finite number"),
+    ({"event_us": [1.0]}, "samples: expected 2 entries, got 1"),
+])
+def test_a_malformed_time_reply_is_refused_naming_the_field(change, says):
+    wire = {k: v for k, v in {**GOOD_TIME, **change}.items() if v is not None or k == "event_us"}
+    with pytest.raises(m.ProtocolError, match="malformed reply to op 'time'") as caught:
+        TIME.parse_reply(wire)
+    assert says in str(caught.value)
+
+
+@pytest.mark.parametrize("request_,wire,says", [
+    (m.Outputs(picks=[0, 1]), {"ok": True, "outputs": [[OUT]]}, "outputs: expected 2 entries, got 1"),
+    (m.Outputs(picks=[0]), {"ok": True, "outputs": [["not a tensor"]]}, "outputs[0][0]: expected a tensor"),
+    (m.Outputs(picks=[0]), {"ok": True, "outputs": {"0": [OUT]}}, "OutputsReply.outputs: expected a list"),
+    (m.Quiet(chunks=3, chunk_us=1.0), {"ok": True, "wall_us": 5.0, "intervals_us": [1.0]}, "expected 3 entries"),
+    (m.Quiet(chunks=1, chunk_us=1.0), {"ok": True, "wall_us": float("nan"), "intervals_us": [1.0]},
+     "a finite number"),
+    (m.Construct(seed=1), {"ok": True, "new_threads": []}, "missing field 'param_bytes'"),
+    (m.Construct(seed=1), {"ok": True, "param_bytes": 1.5, "new_threads": []}, "expected an integer"),
+    (m.Run(seed=1, distribution="standard"),
+     {"ok": True, "meta": META, "inputs_before": [], "inputs_after": [], "new_threads": []},
+     "outputs: expected 1 entries, got none"),
+    (m.Run(seed=1, distribution="standard"),
+     {"ok": True, "meta": [{"type": "Tensor", "dtype": "float32", "shape": "big", "device": "cpu"}],
+      "inputs_before": [], "outputs": [OUT]}, "RunReply.meta[0].shape: expected a list"),
+    (m.Run(seed=1, distribution="standard"),
+     {"ok": True, "meta": META, "inputs_before": [], "outputs": [OUT], "new_threads": []},
+     "missing field 'inputs_after'"),
+    (m.ReferenceRun(seed=1, distribution="standard"),
+     {"ok": True, "meta": META, "inputs_before": [], "outputs": [OUT], "input_meta": []}, "missing field 'bytes'"),
+    (m.Fingerprints(seeds=[1, 2], distribution="standard", fp_seed=1),
+     {"ok": True, "fingerprints": [None, None], "outputs": [[OUT], [OUT]]}, "fingerprints: one is missing"),
+    (m.StageInto(layout=[[], []]), {"ok": True, "regions": [[[1, 2, 3]]]}, "[address, bytes]"),
+    (m.StageInto(layout=[[], []]), {"ok": True}, "regions: expected 2 entries, got none"),
+    (m.Gate(), {"ok": True, "hooks": [1]}, "GateReply.hooks[0]: expected a string"),
+    (m.Gate(), ["ok"], "GateReply: expected an object, got list"),
+])
+def test_malformed_replies_are_refused_naming_the_field(request_, wire, says):
+    with pytest.raises(m.ProtocolError) as caught:
+        request_.parse_reply(wire)
+    assert says in str(caught.value) and f"op {request_.op!r}" in str(caught.value)
+
+
+@pytest.mark.parametrize("wire,says", [
+    ({"op": "time"}, "Time: missing field 'fp_seed'"),
+    ({"op": "time", "fp_seed": 1, "mode": "fastest"}, "Time.mode: expected 'latency' or 'throughput' or 'graph'"),
+    ({"op": "run", "seed": "1", "distribution": "standard"}, "Run.seed: expected an integer"),
+    ({"op": "run", "seed": 1, "distribution": "standard", "want": "both"}, "needs fp_seed"),
+    ({"op": "stage", "seeds": [1], "distribution": "standard", "stub": True}, "a stub needs meta"),
+    ({"op": "outputs", "picks": ["0"]}, "Outputs.picks[0]: expected an integer"),
+    ({"op": "launch"}, "unknown op 'launch'"),
+    ({"seeds": []}, "unknown op None"),
+])
+def test_malformed_requests_are_refused_naming_the_field(wire, says):
+    with pytest.raises(m.ProtocolError) as caught:
+        m.parse_request(wire)
+    assert says in str(caught.value)
+
+
+def test_a_failure_reply_round_trips():
+    failure = m.Failure(phase="call", error="RuntimeError: boom", traceback="tb")
+    assert failure.to_wire() == {"ok": False, "phase": "call", "error": "RuntimeError: boom", "traceback": "tb"}
+    assert m.Failure.from_wire(failure.to_wire()) == failure
+    with pytest.raises(m.ProtocolError, match="Failure.phase: expected a string"):
+        m.Failure.from_wire({"ok": False, "phase": 3, "error": "x"})
+
+
+def test_messages_are_frozen_and_hold_tensors_without_copying():
+    reply = m.OutputsReply(outputs=[[OUT]])
+    assert m.Outputs(picks=[0]).parse_reply(reply.to_wire()).outputs[0][0] is OUT
+    with pytest.raises(AttributeError):
+        reply.outputs = []  # type: ignore[misc]
+
+
+def test_the_tuning_gates_exchange_is_typed_too():
+    assert m.GateAsk("want").to_wire() == {"gate": "want"}
+    assert m.GateAnswer.from_wire(m.GateAnswer(m.GateAnswer.GRANTED).to_wire()).gate == "granted"
+    with pytest.raises(m.ProtocolError, match="GateAsk.gate: expected a string"):
+        m.GateAsk.from_wire({"gate": {"want": True}})
