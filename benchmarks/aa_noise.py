@@ -20,8 +20,8 @@ from pathlib import Path
 from bot.core.domain import CandidateSource, Origin
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.problems import load_problem, only_shapes
-from bot.sandbox import Limits
 from bot.engine.timing import TimingOptions
+from bot.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTED = time.monotonic()
@@ -31,51 +31,73 @@ def progress(message: str) -> None:  # where the time goes, on stderr
     print(f"... [{time.monotonic() - STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def aa(problem_name: str, repeats: int, copies: int, cap_s: float, device: str, modes: list[str],
-       replicas: int = 2, shapes: tuple[str, ...] = ()) -> dict:
+def aa(
+    problem_name: str,
+    repeats: int,
+    copies: int,
+    cap_s: float,
+    device: str,
+    modes: list[str],
+    replicas: int = 2,
+    shapes: tuple[str, ...] = (),
+) -> dict:
     """`repeats` runs per timing mode; in each, the reference as baseline against `copies`
     identical candidates (each its own worker), all interleaved."""
     problem = only_shapes(load_problem(ROOT / "problems" / f"{problem_name}.py", root=ROOT), shapes, device)
     ref = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
-    same = [CandidateSource(f"reference-again-{i}", problem.source, Origin("reference"), problem.path, "Model")
-            for i in range(copies)]
+    same = [
+        CandidateSource(f"reference-again-{i}", problem.source, Origin("reference"), problem.path, "Model")
+        for i in range(copies)
+    ]
     runs = []
     for repeat in range(repeats):
         for mode in modes:
-            options = EvalOptions(device=device, limits=Limits(memory_mb=65536),
-                                  timing=TimingOptions(time_cap_s=cap_s, min_samples=20, mode=mode,
-                                                       replicas=replicas))
+            options = EvalOptions(
+                device=device,
+                limits=Limits(memory_mb=65536),
+                timing=TimingOptions(time_cap_s=cap_s, min_samples=20, mode=mode, replicas=replicas),
+            )
             progress(f"{problem_name}: A/A run {repeat + 1}, {mode}")
             result = evaluate(problem, same, ref, options, progress)
             for i, base in enumerate(result.baseline.shapes):
                 cands = [c.shapes[i] for c in result.candidates]
-                runs.append({"mode": mode, "repeat": repeat, "shape": base.shape,
-                             "baseline_median_us": base.measurement.median_us,
-                             "median_us": [c.measurement.median_us for c in cands],
-                             # each worker process's own median: the baseline's, then each copy's
-                             "worker_medians_us": [list(x.measurement.worker_medians)
-                                                   for x in [base, *cands]],
-                             # every sample, for estimators other than the median (summarize_aa.py)
-                             "measurements": [x.measurement.to_json() for x in [base, *cands]],
-                             "ratios": [c.speedup.ratio for c in cands],
-                             "ci": [[c.speedup.ci_low, c.speedup.ci_high] for c in cands],
-                             "significance": [c.speedup.significance for c in cands]})
+                runs.append(
+                    {
+                        "mode": mode,
+                        "repeat": repeat,
+                        "shape": base.shape,
+                        "baseline_median_us": base.measurement.median_us,
+                        "median_us": [c.measurement.median_us for c in cands],
+                        # each worker process's own median: the baseline's, then each copy's
+                        "worker_medians_us": [list(x.measurement.worker_medians) for x in [base, *cands]],
+                        # every sample, for estimators other than the median (summarize_aa.py)
+                        "measurements": [x.measurement.to_json() for x in [base, *cands]],
+                        "ratios": [c.speedup.ratio for c in cands],
+                        "ci": [[c.speedup.ci_low, c.speedup.ci_high] for c in cands],
+                        "significance": [c.speedup.significance for c in cands],
+                    }
+                )
     summary = []
     for mode in modes:
         for shape in dict.fromkeys(r["shape"] for r in runs):
             mine = [r for r in runs if r["mode"] == mode and r["shape"] == shape]
             base = [r["baseline_median_us"] for r in mine]
-            summary.append({"mode": mode, "shape": shape, "baseline_medians_us": base,
-                            # the same kernel's median from run to run
-                            "spread_across_runs": (max(base) - min(base)) / statistics.median(base),
-                            # within a run: the A/A ratios of the copies against the baseline
-                            "max_ratio_dev_within_run": max(abs(x - 1) for r in mine for x in r["ratios"]),
-                            "verdicts": sorted({v for r in mine for v in r["significance"]}),
-                            # an identical copy's interval should hold 1
-                            "intervals_holding_1": sum(lo <= 1 <= hi for r in mine for lo, hi in r["ci"]),
-                            "intervals": sum(len(r["ci"]) for r in mine)})
-    return {"problem": problem_name, "runs": runs, "summary": summary,
-            "environment": result.environment.to_json()}
+            summary.append(
+                {
+                    "mode": mode,
+                    "shape": shape,
+                    "baseline_medians_us": base,
+                    # the same kernel's median from run to run
+                    "spread_across_runs": (max(base) - min(base)) / statistics.median(base),
+                    # within a run: the A/A ratios of the copies against the baseline
+                    "max_ratio_dev_within_run": max(abs(x - 1) for r in mine for x in r["ratios"]),
+                    "verdicts": sorted({v for r in mine for v in r["significance"]}),
+                    # an identical copy's interval should hold 1
+                    "intervals_holding_1": sum(lo <= 1 <= hi for r in mine for lo, hi in r["ci"]),
+                    "intervals": sum(len(r["ci"]) for r in mine),
+                }
+            )
+    return {"problem": problem_name, "runs": runs, "summary": summary, "environment": result.environment.to_json()}
 
 
 def main() -> None:
@@ -95,16 +117,27 @@ def main() -> None:
     results = []
     for name in args.problems.split(","):
         t0 = time.time()
-        r = aa(name, args.aa_repeats, args.copies, args.cap_s, args.device, args.timing.split(","),
-               args.replicas, tuple(filter(None, args.shapes.split(","))))
+        r = aa(
+            name,
+            args.aa_repeats,
+            args.copies,
+            args.cap_s,
+            args.device,
+            args.timing.split(","),
+            args.replicas,
+            tuple(filter(None, args.shapes.split(","))),
+        )
         r["wall_s"] = time.time() - t0
         results.append(r)
         for row in r["summary"]:
             meds = row["baseline_medians_us"]
-            print(f"A/A {name:18s} {row['mode']:10s} {row['shape']:12s} medians {min(meds):9.2f}..{max(meds):9.2f} us "
-                  f"spread across runs {row['spread_across_runs']:6.2%}  largest |A/A ratio - 1| within a run "
-                  f"{row['max_ratio_dev_within_run']:6.2%}  intervals holding 1: {row['intervals_holding_1']}"
-                  f"/{row['intervals']}  verdicts {row['verdicts']}", flush=True)
+            print(
+                f"A/A {name:18s} {row['mode']:10s} {row['shape']:12s} medians {min(meds):9.2f}..{max(meds):9.2f} us "
+                f"spread across runs {row['spread_across_runs']:6.2%}  largest |A/A ratio - 1| within a run "
+                f"{row['max_ratio_dev_within_run']:6.2%}  intervals holding 1: {row['intervals_holding_1']}"
+                f"/{row['intervals']}  verdicts {row['verdicts']}",
+                flush=True,
+            )
         (out / "aa.json").write_text(json.dumps(results, indent=1))  # after each problem
 
 

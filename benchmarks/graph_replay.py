@@ -1,6 +1,7 @@
 """What the graph-replay benchmarks share: `--timing graph`'s set-up in a few lines (a call
 captured after warm-up on a side stream; per timed replay, fresh inputs copied in, the L2
 flushed, a spin kernel covering the host's launch, events around the replay)."""
+
 import statistics
 
 import torch
@@ -14,17 +15,23 @@ def flush_buffer() -> torch.Tensor:
 
 def spin_cycles_per_us() -> float:
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record(); torch.cuda._sleep(2_000_000); e1.record(); torch.cuda.synchronize()
+    e0.record()
+    torch.cuda._sleep(2_000_000)
+    e1.record()
+    torch.cuda.synchronize()
     return 2_000_000 / (e0.elapsed_time(e1) * 1e3)
 
 
 def capture_call(fn, inputs):
     """(graph, static inputs, output) of fn(*inputs) on copies of the tensors among `inputs`."""
     static = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(3): fn(*static)
-    torch.cuda.current_stream().wait_stream(s); torch.cuda.synchronize()
+        for _ in range(3):
+            fn(*static)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         out = fn(*static)
@@ -47,7 +54,9 @@ def enqueue_call_replay(graph, static, fresh, flush_l2, cycles_per_us, cover_us=
         flush_l2()
     torch.cuda._sleep(int(cover_us * cycles_per_us))
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record(); graph.replay(); b.record()
+    a.record()
+    graph.replay()
+    b.record()
     return a, b
 
 
@@ -65,8 +74,7 @@ def replay_median_us_sets(fn, sets, replays, flush_words, cycles_per_us) -> floa
     """Median of `replays` timed graph replays of fn(*inputs), the inputs copied in from
     `sets` in turn, the L2 flushed by reading `flush_words` (as the worker's flush does)."""
     g, static, out = capture_call(fn, sets[0])
-    pend = [enqueue_call_replay(g, static, sets[i % len(sets)], flush_words.sum, cycles_per_us)
-            for i in range(replays)]
+    pend = [enqueue_call_replay(g, static, sets[i % len(sets)], flush_words.sum, cycles_per_us) for i in range(replays)]
     med = statistics.median(elapsed_us(pend))
     del g, static, out
     return med

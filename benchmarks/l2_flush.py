@@ -15,6 +15,7 @@ flush's dirty lines cost when they are written back during the timed call.
     python3 benchmarks/l2_flush.py --rounds 6 --out $OUT/flush-read.json \
         --variants fixed/32,read/32,zeroread/32,fixed/32/linear,read/32/linear
 """
+
 import argparse
 import json
 import random
@@ -45,7 +46,7 @@ def child(variant: str) -> dict:
     def flush_l2():
         if placement in ("zeroread", "fixed", "shift512", "shift2g"):
             at = rng.randrange(places) * 2 * MB
-            flush[at:at + 256 * MB].zero_()
+            flush[at : at + 256 * MB].zero_()
         if placement in ("read", "zeroread"):
             words.sum()  # reads the whole buffer: the L2 is left with clean lines
 
@@ -68,21 +69,30 @@ def child(variant: str) -> dict:
         samples += elapsed_us(pend)
     warm = samples[BATCH:]  # the first batch is warm-up, as in the worker
     q = statistics.quantiles(warm, n=10)
-    return {"median": statistics.median(warm), "mean": statistics.fmean(warm), "p10": q[0],
-            "p90": q[-1], "samples": [round(s, 3) for s in warm]}
+    return {
+        "median": statistics.median(warm),
+        "mean": statistics.fmean(warm),
+        "p10": q[0],
+        "p90": q[-1],
+        "samples": [round(s, 3) for s in warm],
+    }
 
 
 def parent(rounds: int, out_path: str | None) -> None:
     runs = run_children(__file__, VARIANTS, rounds, lambda res: f"median {res['median']:.3f}", out_path)
-    print(f"\n{'variant':13} | medians of {rounds} fresh processes (us) | spread of medians % | "
-          "spread of means % | spread of pairs' pooled medians %")
+    print(
+        f"\n{'variant':13} | medians of {rounds} fresh processes (us) | spread of medians % | "
+        "spread of means % | spread of pairs' pooled medians %"
+    )
     for v in VARIANTS:
         meds = [run["median"] for run in runs[v]]
         means = [run["mean"] for run in runs[v]]
         # two processes per contender, as the worker's replicas: the pooled median of each pair
         pairs = [statistics.median(a["samples"] + b["samples"]) for a, b in zip(runs[v][::2], runs[v][1::2])]
-        print(f"{v:13} | {' '.join(f'{m:.3f}' for m in meds)} | {spread(meds):6.2f} | "
-              f"{spread(means):6.2f} | {spread(pairs) if len(pairs) > 1 else float('nan'):6.2f}")
+        print(
+            f"{v:13} | {' '.join(f'{m:.3f}' for m in meds)} | {spread(meds):6.2f} | "
+            f"{spread(means):6.2f} | {spread(pairs) if len(pairs) > 1 else float('nan'):6.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ replays in µs, and each path's normwise error against a float64 reference.
 
     python3 benchmarks/replacement_kernels.py [--replays N] [--only attention|gelu]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,9 +18,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
 from graph_replay import DEV, flush_buffer, replay_median_us_sets, spin_cycles_per_us
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
 from kernels_module import import_kernels  # noqa: E402  (ci/kernels_module.py)
@@ -39,6 +39,7 @@ def held(backend):
     def run(q, k, v):
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
     return run
 
 
@@ -49,11 +50,28 @@ def one_config(ns, block_m, warps):  # the attention kernel at one configuration
         b, h, n, d = q.shape
         out = torch.empty_like(q)
         ns["_kernel_bot_short_attention"][(triton.cdiv(n, block_m), b * h)](
-            q, k, v, out, d ** -0.5 * ns["_KERNEL_BOT_LOG2E"], h, n, n, *q.stride(), *k.stride(),
-            *v.stride(), *out.stride(), HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)),
-            BLOCK_M=block_m, BLOCK_N=max(16, triton.next_power_of_2(n)), CAUSAL=True,
-            num_warps=warps, num_stages=1)
+            q,
+            k,
+            v,
+            out,
+            d**-0.5 * ns["_KERNEL_BOT_LOG2E"],
+            h,
+            n,
+            n,
+            *q.stride(),
+            *k.stride(),
+            *v.stride(),
+            *out.stride(),
+            HEAD_DIM=d,
+            BLOCK_D=max(16, triton.next_power_of_2(d)),
+            BLOCK_M=block_m,
+            BLOCK_N=max(16, triton.next_power_of_2(n)),
+            CAUSAL=True,
+            num_warps=warps,
+            num_stages=1,
+        )
         return out
+
     return run
 
 
@@ -63,9 +81,11 @@ def gelu_config(ns, block, warps, hardware_tanh=True):
     def run(x):
         out = torch.empty_like(x)
         n = x.numel()
-        ns["_kernel_bot_gelu_tanh"][(triton.cdiv(n, block),)](x, out, n, BLOCK=block, HARDWARE_TANH=hardware_tanh,
-                                                             num_warps=warps)
+        ns["_kernel_bot_gelu_tanh"][(triton.cdiv(n, block),)](
+            x, out, n, BLOCK=block, HARDWARE_TANH=hardware_tanh, num_warps=warps
+        )
         return out
+
     return run
 
 
@@ -100,12 +120,21 @@ def main() -> None:
     results: dict = {}
     print(f"{'shape':<22}{'path':<30}{'µs':>9}{'vs eager':>10}{'norm err':>10}", flush=True)
     if args.only in (None, "attention"):
+
         def eager(q, k, v):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        paths = {"eager SDPA": eager, "SDPA flash": held(SDPBackend.FLASH_ATTENTION),
-                 "SDPA cuDNN": held(SDPBackend.CUDNN_ATTENTION), "SDPA efficient": held(SDPBackend.EFFICIENT_ATTENTION),
-                 "search path (autotuned)": ns["_KernelBotReplaced"](eager),
-                 **{f"BLOCK_M {m}, {w} warps": one_config(ns, m, w) for m, w in tuned_configs(ns["_kernel_bot_tuned_short_attention"])}}
+
+        paths = {
+            "eager SDPA": eager,
+            "SDPA flash": held(SDPBackend.FLASH_ATTENTION),
+            "SDPA cuDNN": held(SDPBackend.CUDNN_ATTENTION),
+            "SDPA efficient": held(SDPBackend.EFFICIENT_ATTENTION),
+            "search path (autotuned)": ns["_KernelBotReplaced"](eager),
+            **{
+                f"BLOCK_M {m}, {w} warps": one_config(ns, m, w)
+                for m, w in tuned_configs(ns["_kernel_bot_tuned_short_attention"])
+            },
+        }
         for shape in ATTENTION_SHAPES:
             torch.manual_seed(0)
             sets = [[torch.randn(shape, dtype=torch.bfloat16, device=DEV) for _ in range(3)] for _ in range(4)]
@@ -113,14 +142,22 @@ def main() -> None:
             measure("attention", shape, paths, sets, reference, args.replays, flush, cycles, results)
             Path(args.out).write_text(json.dumps(results, indent=1))
     if args.only in (None, "gelu"):
+
         def gelu(x):
             return F.gelu(x, approximate="tanh")
+
         for shape in GELU_SHAPES:
             torch._dynamo.reset()
-            paths = {"eager (ATen)": gelu, "torch.compile default": torch.compile(gelu, dynamic=False),
-                     "search path (autotuned)": ns["_KernelBotReplaced"](gelu),
-                     "BLOCK 1024, 2 warps, exp tanh": gelu_config(ns, 1024, 2, hardware_tanh=False),
-                     **{f"BLOCK {b}, {w} warps": gelu_config(ns, b, w) for b, w in tuned_configs(ns["_kernel_bot_tuned_gelu_tanh"])}}
+            paths = {
+                "eager (ATen)": gelu,
+                "torch.compile default": torch.compile(gelu, dynamic=False),
+                "search path (autotuned)": ns["_KernelBotReplaced"](gelu),
+                "BLOCK 1024, 2 warps, exp tanh": gelu_config(ns, 1024, 2, hardware_tanh=False),
+                **{
+                    f"BLOCK {b}, {w} warps": gelu_config(ns, b, w)
+                    for b, w in tuned_configs(ns["_kernel_bot_tuned_gelu_tanh"])
+                },
+            }
             torch.manual_seed(0)
             sets = [[torch.randn(shape, dtype=torch.bfloat16, device=DEV)] for _ in range(2)]
             reference = F.gelu(sets[0][0].double(), approximate="tanh")

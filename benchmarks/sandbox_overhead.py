@@ -27,25 +27,25 @@ sys.path.insert(0, str(ROOT))
 from bot.engine.candidates import load_candidate  # noqa: E402
 from bot.engine.evaluate import EvalOptions, evaluate  # noqa: E402
 from bot.engine.problems import load_problem  # noqa: E402
-from bot.sandbox import Limits, make_sandbox  # noqa: E402
 from bot.engine.timing import TimingOptions  # noqa: E402
 from bot.engine.workers import WorkerClient  # noqa: E402
+from bot.sandbox import Limits, make_sandbox  # noqa: E402
 
 BACKENDS = ("process", "docker")
 
 
 def time_worker(sandbox, problem, tmp: Path) -> float:
     t0 = time.perf_counter()
-    client = WorkerClient(sandbox, "bench", "cpu", tmp / "w", tmp / "cache", (problem.path,),
-                          Limits())
+    client = WorkerClient(sandbox, "bench", "cpu", tmp / "w", tmp / "cache", (problem.path,), Limits())
     client.close()
     return time.perf_counter() - t0
 
 
 def time_verify(backend: str, problem, candidate, tmp: Path) -> float:
     # The same timing options as `bot verify`, so this is what a user waits for.
-    options = EvalOptions(device="cpu", sandbox=backend, cache_root=tmp / "cache",
-                          timing=TimingOptions(time_cap_s=1.0, min_samples=5))
+    options = EvalOptions(
+        device="cpu", sandbox=backend, cache_root=tmp / "cache", timing=TimingOptions(time_cap_s=1.0, min_samples=5)
+    )
     t0 = time.perf_counter()
     verdict = evaluate(problem, [candidate], None, options).candidates[0].verdict
     elapsed = time.perf_counter() - t0
@@ -79,25 +79,36 @@ def main() -> None:
             for backend in BACKENDS:
                 where = tmp / f"{backend}-{run}"
                 samples["worker"].setdefault(backend, []).append(
-                    time_worker(sandboxes[backend], problem, where / "worker"))
+                    time_worker(sandboxes[backend], problem, where / "worker")
+                )
                 samples["verify"].setdefault(backend, []).append(
-                    time_verify(backend, problem, candidate, where / "verify"))
-    report = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_name(), "runs": args.runs,
-              "python": platform.python_version(), "problem": args.problem,
-              "candidate": args.candidate}
+                    time_verify(backend, problem, candidate, where / "verify")
+                )
+    report = {
+        "date": time.strftime("%Y-%m-%d"),
+        "cpu": cpu_name(),
+        "runs": args.runs,
+        "python": platform.python_version(),
+        "problem": args.problem,
+        "candidate": args.candidate,
+    }
     for kind, by_backend in samples.items():
         medians = {b: statistics.median(v) for b, v in by_backend.items()}
-        report[kind] = {**{f"{b}_median_s": round(m, 3) for b, m in medians.items()},
-                        **{f"{b}_min_s": round(min(v), 3) for b, v in by_backend.items()},
-                        "docker_minus_process_s": round(medians["docker"] - medians["process"], 3)}
+        report[kind] = {
+            **{f"{b}_median_s": round(m, 3) for b, m in medians.items()},
+            **{f"{b}_min_s": round(min(v), 3) for b, v in by_backend.items()},
+            "docker_minus_process_s": round(medians["docker"] - medians["process"], 3),
+        }
     if args.json:
         print(json.dumps(report, indent=2))
         return
     print(f"{report['date']}  {report['cpu']}  Python {report['python']}  runs={args.runs}")
     for kind in ("worker", "verify"):
         r = report[kind]
-        print(f"{kind:>7}: process median {r['process_median_s']:.2f} s, docker median "
-              f"{r['docker_median_s']:.2f} s, docker - process {r['docker_minus_process_s']:+.2f} s")
+        print(
+            f"{kind:>7}: process median {r['process_median_s']:.2f} s, docker median "
+            f"{r['docker_median_s']:.2f} s, docker - process {r['docker_minus_process_s']:+.2f} s"
+        )
 
 
 if __name__ == "__main__":

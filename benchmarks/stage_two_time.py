@@ -42,36 +42,77 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=8, help="batches per measurement")
     parser.add_argument("--per-batch", type=int, default=5, help="samples per batch")
     args = parser.parse_args()
-    heavy = subprocess.run([args.python, "-c", "import importlib.util as u; print([m for m in "
-                            "('torch', 'triton', 'numpy') if u.find_spec(m)])"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    heavy = subprocess.run(
+        [
+            args.python,
+            "-c",
+            "import importlib.util as u; print([m for m in ('torch', 'triton', 'numpy') if u.find_spec(m)])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp, GitHubDouble(Path(tmp) / "github", repo=REPO) as double:
         work = Path(tmp)
-        double.repo.commit_files("main", {"problems/rmsnorm.py": PROBLEM_SOURCE.encode(),
-                                          "kernels/rmsnorm.py": KERNEL_SOURCE.encode()})
+        double.repo.commit_files(
+            "main", {"problems/rmsnorm.py": PROBLEM_SOURCE.encode(), "kernels/rmsnorm.py": KERNEL_SOURCE.encode()}
+        )
         pr = double.repo.open_pull_request("feature/rmsnorm", {"kernels/rmsnorm.py": b"# touched\n"})
         sha = double.repo.head_sha(pr)
         (work / "main").mkdir()
         (work / "main" / "pyproject.toml").write_text("[tool.kernel-bot]\nmin-speedup = 1.05\n")
         (work / "artifact").mkdir()
-        (work / "artifact" / "results.json").write_text(json.dumps(honest_results(
-            slower_attempts=args.attempts - 1, batches=args.batches, per_batch=args.per_batch)))
-        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "GITHUB_REPOSITORY": REPO,
-               "GITHUB_EVENT_NAME": "workflow_run", "GITHUB_TOKEN": "test-token",
-               "GITHUB_EVENT_PATH": str(work / "event.json"), "GITHUB_API_URL": double.url}
+        (work / "artifact" / "results.json").write_text(
+            json.dumps(
+                honest_results(slower_attempts=args.attempts - 1, batches=args.batches, per_batch=args.per_batch)
+            )
+        )
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": tmp,
+            "GITHUB_REPOSITORY": REPO,
+            "GITHUB_EVENT_NAME": "workflow_run",
+            "GITHUB_TOKEN": "test-token",
+            "GITHUB_EVENT_PATH": str(work / "event.json"),
+            "GITHUB_API_URL": double.url,
+        }
         began = time.monotonic()
-        (work / "event.json").write_text(json.dumps({
-            "workflow_run": {"event": "pull_request", "head_sha": sha, "head_branch": pr.head_ref,
-                             "head_repository": {"full_name": REPO}, "pull_requests": [{"number": pr.number}]},
-            "repository": {"full_name": REPO, "default_branch": "main"}}))
-        proc = subprocess.run([args.python, "-m", "bot", "publish", "--results", str(work / "artifact"),
-                               "--repo", str(work / "main")], env=env, capture_output=True, text=True)
+        (work / "event.json").write_text(
+            json.dumps(
+                {
+                    "workflow_run": {
+                        "event": "pull_request",
+                        "head_sha": sha,
+                        "head_branch": pr.head_ref,
+                        "head_repository": {"full_name": REPO},
+                        "pull_requests": [{"number": pr.number}],
+                    },
+                    "repository": {"full_name": REPO, "default_branch": "main"},
+                }
+            )
+        )
+        proc = subprocess.run(
+            [args.python, "-m", "bot", "publish", "--results", str(work / "artifact"), "--repo", str(work / "main")],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         took = time.monotonic() - began
         opened = [p.number for p in double.repo.open_pulls() if p.head_ref == f"kernel-bot/pr-{pr.number}"]
-        print(json.dumps({"event_to_pr_s": round(took, 2), "attempts": args.attempts,
-                          "samples_per_measurement": args.batches * args.per_batch, "rc": proc.returncode, "pr_opened": bool(opened),
-                          "requests": len(double.exchanges), "heavy_modules_importable": json.loads(
-                              heavy.replace("'", '"')), "stderr_tail": proc.stderr[-500:]}))
+        print(
+            json.dumps(
+                {
+                    "event_to_pr_s": round(took, 2),
+                    "attempts": args.attempts,
+                    "samples_per_measurement": args.batches * args.per_batch,
+                    "rc": proc.returncode,
+                    "pr_opened": bool(opened),
+                    "requests": len(double.exchanges),
+                    "heavy_modules_importable": json.loads(heavy.replace("'", '"')),
+                    "stderr_tail": proc.stderr[-500:],
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

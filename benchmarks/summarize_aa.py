@@ -68,9 +68,11 @@ def main(args: list[str]) -> None:
         for problem in load(path):
             for run in problem["runs"]:
                 groups[(label, problem["problem"], run["mode"], run["shape"])].append(run)
-    print("| runs | problem | mode | shape | n | baseline medians (µs) | spread across runs "
-          "| interpolated within the step (µs) | spread | all processes' median per run (µs) | spread "
-          "| process medians within a run: sd (median over runs) | processes per contender |")
+    print(
+        "| runs | problem | mode | shape | n | baseline medians (µs) | spread across runs "
+        "| interpolated within the step (µs) | spread | all processes' median per run (µs) | spread "
+        "| process medians within a run: sd (median over runs) | processes per contender |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (label, problem, mode, shape), runs in groups.items():
         base = [r["baseline_median_us"] for r in runs]
@@ -79,11 +81,14 @@ def main(args: list[str]) -> None:
         per_contender = max(len(r["worker_medians_us"][0]) for r in runs)
         kept = [r["measurements"][0]["samples_us"] for r in runs if "measurements" in r]
         grouped = [grouped_median(s) for s in kept] if len(kept) == len(runs) else []
-        grouped_cells = (f"{', '.join(f'{g:.3f}' for g in grouped)} | {spread(grouped):.2%}" if grouped
-                         else "(samples not kept) | ")
-        print(f"| {label} | {problem} | {mode} | {shape} | {len(runs)} | "
-              f"{', '.join(f'{b:.3f}' for b in base)} | {spread(base):.2%} | {grouped_cells} | "
-              f"{', '.join(f'{p:.3f}' for p in pooled)} | {spread(pooled):.2%} | {sd:.2%} | {per_contender} |")
+        grouped_cells = (
+            f"{', '.join(f'{g:.3f}' for g in grouped)} | {spread(grouped):.2%}" if grouped else "(samples not kept) | "
+        )
+        print(
+            f"| {label} | {problem} | {mode} | {shape} | {len(runs)} | "
+            f"{', '.join(f'{b:.3f}' for b in base)} | {spread(base):.2%} | {grouped_cells} | "
+            f"{', '.join(f'{p:.3f}' for p in pooled)} | {spread(pooled):.2%} | {sd:.2%} | {per_contender} |"
+        )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.core.stats import geomean, speedup
 from bot.core.domain import Measurement
+from bot.core.stats import geomean, speedup
 
 
 def _measurements(contender: dict | None) -> dict[str, Measurement]:
@@ -57,18 +57,26 @@ def _us(contender: dict | None) -> str:
 
 def reselect(problem: dict) -> dict | None:
     """The attempt `select_best` would pick now, from the stored per-shape verdicts."""
-    winners = [a for a in problem["attempts"]
-               if a["status"] == "accepted" and a.get("speedup_ci")
-               and a["speedup_ci"][0] >= problem["min_speedup"]
-               and not any(s.get("significance") == "slower" for s in a.get("shapes", []))]
+    winners = [
+        a
+        for a in problem["attempts"]
+        if a["status"] == "accepted"
+        and a.get("speedup_ci")
+        and a["speedup_ci"][0] >= problem["min_speedup"]
+        and not any(s.get("significance") == "slower" for s in a.get("shapes", []))
+    ]
     best = max(winners, key=lambda a: (a["speedup_ci"][0], a["speedup"]), default=None)
     return {"name": best["name"]} if best else None
 
 
 def summarize(data: dict, wall_s: float | None, again: bool = False) -> str:
-    lines = [("| problem | eager µs | torch.compile default vs eager | bot's pick | pick µs | "
-             "pick vs eager | pick vs compile default | pick % of floor |"),
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        (
+            "| problem | eager µs | torch.compile default vs eager | bot's pick | pick µs | "
+            "pick vs eager | pick vs compile default | pick % of floor |"
+        ),
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     vs_eager, vs_compile, candidates, accepted = [], [], 0, 0
     for p in data["problems"]:
         attempts = {a["name"]: a for a in p["attempts"]}
@@ -87,28 +95,36 @@ def summarize(data: dict, wall_s: float | None, again: bool = False) -> str:
         if cc:
             vs_compile.append(cc)
         floors = [s.get("pct_of_floor") for s in pick.get("shapes", [])]
-        lines.append(f"| {p['problem']} | {_us(eager)} | {_fmt(compare(eager, comp)) if comp else 'rejected or absent'} | "
-                     f"{pick_name} | {_us(pick)} | {_fmt(e)} | {_fmt(cc)} | "
-                     f"{', '.join(f'{f:.0f}%' for f in floors if f is not None) or '-'} |")
+        lines.append(
+            f"| {p['problem']} | {_us(eager)} | {_fmt(compare(eager, comp)) if comp else 'rejected or absent'} | "
+            f"{pick_name} | {_us(pick)} | {_fmt(e)} | {_fmt(cc)} | "
+            f"{', '.join(f'{f:.0f}%' for f in floors if f is not None) or '-'} |"
+        )
     n = len(data["problems"])
     lines.append("")
     sig_eager = sum(r[1] >= 1.1 for r in vs_eager)
-    lines.append(f"- problems: {n}; the pick is significantly >= 1.1x faster than eager (interval's lower "
-                 f"bound) on {sig_eager} ({sig_eager / max(n, 1):.0%}); geometric mean against eager "
-                 f"{geomean([r[0] for r in vs_eager]):.2f}x")
+    lines.append(
+        f"- problems: {n}; the pick is significantly >= 1.1x faster than eager (interval's lower "
+        f"bound) on {sig_eager} ({sig_eager / max(n, 1):.0%}); geometric mean against eager "
+        f"{geomean([r[0] for r in vs_eager]):.2f}x"
+    )
     if vs_compile:
         sig_c = sum(r[1] >= 1.1 for r in vs_compile)
         slower = sum(r[2] < 1.0 for r in vs_compile)
-        lines.append(f"- against torch.compile default ({len(vs_compile)} problems where it was accepted): "
-                     f">= 1.1x significantly on {sig_c} ({sig_c / len(vs_compile):.0%}); geometric mean "
-                     f"{geomean([r[0] for r in vs_compile]):.2f}x; significantly slower on {slower}")
+        lines.append(
+            f"- against torch.compile default ({len(vs_compile)} problems where it was accepted): "
+            f">= 1.1x significantly on {sig_c} ({sig_c / len(vs_compile):.0%}); geometric mean "
+            f"{geomean([r[0] for r in vs_compile]):.2f}x; significantly slower on {slower}"
+        )
     lines.append(f"- candidates: {candidates} verified, {accepted} of them accepted and timed")
     sources = [f"{p['problem']} ({p['from']})" for p in data["problems"] if p.get("from")]
     if sources:
         lines.append(f"- measured in: {'; '.join(sources)}")
     if wall_s:
-        lines.append(f"- sweep wall time {wall_s:.0f} s on one GPU: {candidates / (wall_s / 60):.1f} "
-                     f"candidates verified (and the accepted ones timed) per GPU-minute")
+        lines.append(
+            f"- sweep wall time {wall_s:.0f} s on one GPU: {candidates / (wall_s / 60):.1f} "
+            f"candidates verified (and the accepted ones timed) per GPU-minute"
+        )
     return "\n".join(lines)
 
 
@@ -137,8 +153,10 @@ def joined(paths: list[Path]) -> tuple[dict, list[str]]:
         name = path.name.split(".")[0]
         for problem in load(path)["problems"]:
             if not measured(problem) and problem["problem"] in problems:
-                notes[problem["problem"]] = (f"- {problem['problem']}: its search in {name} measured nothing "
-                                             "(its baseline was rejected); the row is its earlier search")
+                notes[problem["problem"]] = (
+                    f"- {problem['problem']}: its search in {name} measured nothing "
+                    "(its baseline was rejected); the row is its earlier search"
+                )
                 continue
             notes.pop(problem["problem"], None)
             problems.pop(problem["problem"], None)  # the table lists problems in their latest file's order

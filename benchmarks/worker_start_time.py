@@ -22,9 +22,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-WARM_UP = ("import torch, triton; torch.cuda.init(); b = torch.randn(512, 512, device='cuda'); "
-           "(b @ b).sum().item(); (b.to(torch.bfloat16) @ b.to(torch.bfloat16)).float().sum().item(); "
-           "torch.cuda.synchronize()")
+WARM_UP = (
+    "import torch, triton; torch.cuda.init(); b = torch.randn(512, 512, device='cuda'); "
+    "(b @ b).sum().item(); (b.to(torch.bfloat16) @ b.to(torch.bfloat16)).float().sum().item(); "
+    "torch.cuda.synchronize()"
+)
 STEPS = [
     ("interpreter", "pass"),
     ("import torch", "import torch"),
@@ -48,9 +50,9 @@ def steps_table() -> None:
 
 
 def _start_workers(n: int, at_once: int, device: str, server: bool) -> float:
+    from bot.engine.workers import WorkerClient
     from bot.sandbox.base import Limits
     from bot.sandbox.process import ProcessSandbox
-    from bot.engine.workers import WorkerClient
 
     os.environ["KERNEL_BOT_FORK_SERVER"] = "1" if server else "0"
 
@@ -60,8 +62,12 @@ def _start_workers(n: int, at_once: int, device: str, server: bool) -> float:
         clients = []
 
         def one(i: int) -> None:
-            clients.append(WorkerClient(sandbox, f"w{i}", device, root / f"w{i}", root / "cache", (),
-                                        Limits(), None, None, describe=False))
+            clients.append(
+                WorkerClient(
+                    sandbox, f"w{i}", device, root / f"w{i}", root / "cache", (), Limits(), None, None, describe=False
+                )
+            )
+
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=at_once) as pool:
             list(pool.map(one, range(n)))
@@ -89,8 +95,9 @@ print(time.perf_counter() - t0)
 
 
 def _forked(n: int) -> float:
-    out = subprocess.run([sys.executable, "-I", "-c", FORKED, str(n)], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", FORKED, str(n)], check=True, capture_output=True, text=True
+    ).stdout
     return float(out.strip().splitlines()[-1])
 
 
@@ -109,8 +116,10 @@ def _server_start(device: str) -> float:
 
 def scaling_table(counts: list[int], device: str) -> None:
     print(f"\nfork server's own start (once per run): {_server_start(device):.1f} s")
-    print("\n| workers | fresh, all at once, s | fresh, 8 at a time, s | forked by the server, all at once, s "
-          "| forked, 8 at a time, s | bare fork after import (CUDA + warm-up only), s |")
+    print(
+        "\n| workers | fresh, all at once, s | fresh, 8 at a time, s | forked by the server, all at once, s "
+        "| forked, 8 at a time, s | bare fork after import (CUDA + warm-up only), s |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for n in counts:
         times = [_start_workers(n, at_once, device, server) for server in (False, True) for at_once in (n, 8)]

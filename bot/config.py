@@ -16,9 +16,10 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from bot.core.errors import BotError
 
@@ -67,6 +68,7 @@ def _choice(*options: str) -> Callable[[Any], str]:
         if value not in options:
             raise _Bad("one of " + ", ".join(repr(o) for o in options))
         return value
+
     return check
 
 
@@ -77,6 +79,7 @@ def _number(minimum: float, inclusive: bool, what: str) -> Callable[[Any], float
         if not ok or value < minimum or (value == minimum and not inclusive):
             raise _Bad(what)
         return float(value)
+
     return check
 
 
@@ -85,6 +88,7 @@ def _integer(minimum: int, what: str) -> Callable[[Any], int]:
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise _Bad(what)
         return value
+
     return check
 
 
@@ -99,7 +103,7 @@ def _chart_path(value: Any) -> str:
         return ""
     path = _relative_path(value)
     if not path.endswith(".png"):
-        raise _Bad("a repository-relative path ending in .png, or \"\" for no chart")
+        raise _Bad('a repository-relative path ending in .png, or "" for no chart')
     return path
 
 
@@ -184,8 +188,7 @@ def read_config_file(repo_root: Path) -> tuple[Path | None, str, dict[str, Any]]
             raise BotError(f"{pyproject}: [tool.kernel-bot] must be a table")
     if own.is_file():
         if table is not None:
-            raise BotError(f"kernel-bot is configured twice: {pyproject} ([tool.kernel-bot]) and "
-                           f"{own}; keep one")
+            raise BotError(f"kernel-bot is configured twice: {pyproject} ([tool.kernel-bot]) and {own}; keep one")
         data = _read_toml(own)
         if isinstance(data.get("kernel-bot"), dict):
             raise BotError(f"{own}: put the keys at the top level, not in a [kernel-bot] table")
@@ -197,8 +200,9 @@ def _file_values(repo_root: Path) -> dict[str, Any]:
     path, prefix, table = read_config_file(repo_root)
     unknown = [k for k in table if k not in FILE_KEYS]
     if unknown:
-        raise BotError(f"{path}: unknown {prefix}key(s) {_unknown(unknown, list(FILE_KEYS))}; "
-                       f"known: {', '.join(FILE_KEYS)}")
+        raise BotError(
+            f"{path}: unknown {prefix}key(s) {_unknown(unknown, list(FILE_KEYS))}; known: {', '.join(FILE_KEYS)}"
+        )
     values = {}
     for key, raw in table.items():
         try:
@@ -218,8 +222,10 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
             values[name] = CHECKS[name](parse(raw))
         except (_Bad, ValueError) as exc:
             expected = exc if isinstance(exc, _Bad) else "a number"
-            raise BotError(f"environment variable {var} (action input "
-                           f"{name.replace('_', '-')!r}): expected {expected}, got {raw!r}") from None
+            raise BotError(
+                f"environment variable {var} (action input "
+                f"{name.replace('_', '-')!r}): expected {expected}, got {raw!r}"
+            ) from None
     return values
 
 
@@ -238,16 +244,17 @@ def _override_values(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def load_settings(repo_root: Path, environ: Mapping[str, str] | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> Settings:
+def load_settings(
+    repo_root: Path, environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> Settings:
     """Defaults < config file < KERNEL_BOT_* action inputs < CLI overrides, all validated."""
     environ = os.environ if environ is None else environ
-    merged = {**_file_values(Path(repo_root)), **_env_values(environ),
-              **_override_values(overrides or {})}
+    merged = {**_file_values(Path(repo_root)), **_env_values(environ), **_override_values(overrides or {})}
     return Settings(**merged)
 
 
 # --- paths the bot may change --------------------------------------------------------------
+
 
 def _match_parts(path: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
     if not pattern:
@@ -296,27 +303,34 @@ class GitHubEnv:
     token: str | None = field(default=None, repr=False)  # never printed, never logged
 
 
-def github_env(environ: Mapping[str, str] | None = None,
-               required: Sequence[str] = RUN_REQUIRED) -> GitHubEnv:
+def github_env(environ: Mapping[str, str] | None = None, required: Sequence[str] = RUN_REQUIRED) -> GitHubEnv:
     """Read the Actions variables; a missing `required` one is a BotError naming it."""
     environ = os.environ if environ is None else environ
     get: Callable[[str], str | None] = lambda var: environ.get(var, "").strip() or None
     path: Callable[[str], Path | None] = lambda var: Path(get(var)) if get(var) else None
     missing = [var for var in required if get(var) is None]
     if missing:
-        raise BotError(f"{', '.join(missing)} not set: `bot run` runs inside GitHub Actions "
-                       "(use `bot dry-run` locally)")
+        raise BotError(
+            f"{', '.join(missing)} not set: `bot run` runs inside GitHub Actions (use `bot dry-run` locally)"
+        )
     repository = get("GITHUB_REPOSITORY")
     if repository is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", repository):
         raise BotError(f"GITHUB_REPOSITORY={repository!r}: expected 'owner/name'")
     event_path = path("GITHUB_EVENT_PATH")
     if event_path is not None and "GITHUB_EVENT_PATH" in required and not event_path.is_file():
         raise BotError(f"GITHUB_EVENT_PATH={event_path}: no such file")
-    return GitHubEnv(event_path=event_path, event_name=get("GITHUB_EVENT_NAME"),
-                     repository=repository, workspace=path("GITHUB_WORKSPACE"),
-                     api_url=(get("GITHUB_API_URL") or "https://api.github.com").rstrip("/"),
-                     step_summary=path("GITHUB_STEP_SUMMARY"), output=path("GITHUB_OUTPUT"),
-                     sha=get("GITHUB_SHA"), run_id=get("GITHUB_RUN_ID"), token=get("GITHUB_TOKEN"))
+    return GitHubEnv(
+        event_path=event_path,
+        event_name=get("GITHUB_EVENT_NAME"),
+        repository=repository,
+        workspace=path("GITHUB_WORKSPACE"),
+        api_url=(get("GITHUB_API_URL") or "https://api.github.com").rstrip("/"),
+        step_summary=path("GITHUB_STEP_SUMMARY"),
+        output=path("GITHUB_OUTPUT"),
+        sha=get("GITHUB_SHA"),
+        run_id=get("GITHUB_RUN_ID"),
+        token=get("GITHUB_TOKEN"),
+    )
 
 
 def read_event(env: GitHubEnv) -> dict[str, Any]:

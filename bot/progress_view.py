@@ -13,9 +13,10 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any, Iterator, Sequence
+from typing import IO, Any
 
 from bot.core.domain import Progress
 from bot.core.results import ProblemResult, Results
@@ -23,8 +24,10 @@ from bot.core.results import ProblemResult, Results
 # "rmsnorm [small] verified: 3 of 3 contender(s) pass", "rmsnorm: search round, ..."
 _LINE = re.compile(r"^(?P<name>[\w.-]+)(?: \[(?P<shape>[^\]]+)\])?:? (?P<rest>.*)$")
 _ROUND = re.compile(r"^(search round|tuning step|LLM round|autotuning|\d+ candidate\(s\) splitting)")
-_QUIET_STEPS = re.compile(r"^(reference \d+/\d+|\d+ trials on|timing round \d+|screened:|starting \d+ "
-                          r"(more )?worker|\d+ worker\(s\) started)")
+_QUIET_STEPS = re.compile(
+    r"^(reference \d+/\d+|\d+ trials on|timing round \d+|screened:|starting \d+ "
+    r"(more )?worker|\d+ worker\(s\) started)"
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ def _plain(stream: IO[str], started: float) -> Progress:
         # Seconds since the command started: where a long run spends its time, at a glance.
         with lock:
             print(f"... [{time.monotonic() - started:6.1f}s] {message}", file=stream, flush=True)
+
     return line
 
 
@@ -49,23 +53,40 @@ class LiveBars:
     """A Progress that moves rich bars: one per problem, and one over all problems."""
 
     def __init__(self, plans: Sequence[ProblemPlan], console: Any):
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        self.view = Progress(SpinnerColumn(), TextColumn("{task.description:<22}"), BarColumn(bar_width=24),
-                             MofNCompleteColumn(), TextColumn("{task.fields[phase]:<34}"),
-                             TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-                             console=console, refresh_per_second=4)
+        self.view = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description:<22}"),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[phase]:<34}"),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            console=console,
+            refresh_per_second=4,
+        )
         self.lock = threading.Lock()
         self.shapes = {p.name: max(p.shapes, 1) for p in plans}
         self.overall = self.view.add_task("all problems", total=len(plans), phase="")
         # Steps per evaluation round: workers started (construct), then verified and timed per shape.
-        self.tasks = {p.name: self.view.add_task(p.name, total=1 + 2 * self.shapes[p.name], phase="waiting",
-                                                 start=False) for p in plans}
+        self.tasks = {
+            p.name: self.view.add_task(p.name, total=1 + 2 * self.shapes[p.name], phase="waiting", start=False)
+            for p in plans
+        }
         self.round_end: dict[str, int] = {p.name: 0 for p in plans}
         self.finished: set[str] = set()
 
-    def __enter__(self) -> "LiveBars":
+    def __enter__(self) -> LiveBars:
         self.view.start()
         return self
 
@@ -135,9 +156,14 @@ def _have_rich() -> bool:
 
 
 @contextmanager
-def progress_view(plans: Sequence[ProblemPlan], quiet: bool = False, stream: IO[str] | None = None,
-                  terminal: bool | None = None, started: float | None = None,
-                  width: int | None = None) -> Iterator[Progress]:
+def progress_view(
+    plans: Sequence[ProblemPlan],
+    quiet: bool = False,
+    stream: IO[str] | None = None,
+    terminal: bool | None = None,
+    started: float | None = None,
+    width: int | None = None,
+) -> Iterator[Progress]:
     """The Progress for a run: silent with `quiet`, live bars on a terminal, else plain lines."""
     stream = stream if stream is not None else sys.stderr
     if quiet:
@@ -153,8 +179,9 @@ def progress_view(plans: Sequence[ProblemPlan], quiet: bool = False, stream: IO[
         yield bars
 
 
-def results_table(problems: Sequence[ProblemResult], stream: IO[str], terminal: bool | None = None,
-                  width: int | None = None) -> bool:
+def results_table(
+    problems: Sequence[ProblemResult], stream: IO[str], terminal: bool | None = None, width: int | None = None
+) -> bool:
     """The run's outcome per operator as a rich table on a terminal; False (nothing printed) elsewhere."""
     if not (stream.isatty() if terminal is None else terminal) or not _have_rich():
         return False
@@ -164,17 +191,31 @@ def results_table(problems: Sequence[ProblemResult], stream: IO[str], terminal: 
     from bot.report import data as rd
 
     table = Table(title="kernel-bot results", title_justify="left")
-    for column, justify in (("operator", "left"), ("outcome", "left"), ("best candidate", "left"),
-                            ("speedup [95% CI]", "right"), ("note", "left")):
+    for column, justify in (
+        ("operator", "left"),
+        ("outcome", "left"),
+        ("best candidate", "left"),
+        ("speedup [95% CI]", "right"),
+        ("note", "left"),
+    ):
         table.add_column(column, justify=justify, overflow="fold")
     claimed = {id(p) for p in rd.improved(Results(tuple(problems)))}
     for p in problems:
         chosen = rd.contender(p) if not p.not_timed else None
         value, ci = rd.best_speedup(p) if chosen else (None, None)
-        note = (p.error or (f"correct; not timed: {p.not_timed}" if p.not_timed else "")
-                or ("implausible; check the baseline" if p.implausible else ""))
+        note = (
+            p.error
+            or (f"correct; not timed: {p.not_timed}" if p.not_timed else "")
+            or ("implausible; check the baseline" if p.implausible else "")
+        )
         style = "bold green" if id(p) in claimed else "red" if rd.failed_problem(p) else None
-        table.add_row(p.problem, p.outcome or "", chosen.name if chosen else "",
-                      rd.fmt_speedup(value, ci), str(note)[:160], style=style)
+        table.add_row(
+            p.problem,
+            p.outcome or "",
+            chosen.name if chosen else "",
+            rd.fmt_speedup(value, ci),
+            str(note)[:160],
+            style=style,
+        )
     Console(file=stream, force_terminal=True, width=width).print(table)
     return True

@@ -8,9 +8,10 @@ directory, untrusted -> GitHub writes) is bot.github.stage_two and imports nothi
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from bot.config import GitHubEnv, Settings, github_env, load_settings, path_allowed, read_event
 from bot.core.domain import Trigger
@@ -54,14 +55,22 @@ def _changed_files(trigger: Trigger, env: GitHubEnv, workspace: Path, echo: Echo
     return changed_files_git(workspace, trigger.base_sha, trigger.head_sha)
 
 
-def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | None, jobs: int,
-                  max_tokens: int | None, exclude: tuple[str, ...], progress: Callable[[str], None],
-                  echo: Echo, environ: Mapping[str, str] | None = None,
-                  gpus: str | None = None) -> Results | None:
-    from bot.options import job_options
-    from bot.github.events import trigger_from_event
-    from bot.engine.pipeline import Job, raise_if_any_failed, run_job, select_problems
+def run_stage_one(
+    results_dir: Path,
+    overrides: Mapping[str, Any],
+    shard: str | None,
+    jobs: int,
+    max_tokens: int | None,
+    exclude: tuple[str, ...],
+    progress: Callable[[str], None],
+    echo: Echo,
+    environ: Mapping[str, str] | None = None,
+    gpus: str | None = None,
+) -> Results | None:
     from bot.core.shards import parse_shard, shard_problems
+    from bot.engine.pipeline import Job, raise_if_any_failed, run_job, select_problems
+    from bot.github.events import trigger_from_event
+    from bot.options import job_options
 
     env = github_env(environ)
     workspace = env.workspace or Path.cwd()
@@ -78,15 +87,23 @@ def run_stage_one(results_dir: Path, overrides: Mapping[str, Any], shard: str | 
         problems = shard_problems(problems, *parse_shard(shard))
     if not problems:
         echo("kernel-bot: no problem is affected by this change.")
-    job = Job(workspace, settings, trigger, job_options(settings, max_tokens=max_tokens, exclude=exclude),
-              results_dir, jobs, gpus)
+    job = Job(
+        workspace,
+        settings,
+        trigger,
+        job_options(settings, max_tokens=max_tokens, exclude=exclude),
+        results_dir,
+        jobs,
+        gpus,
+    )
     results, plan = run_job(job, problems, progress)
     summary = (results_dir / "summary.md").read_text()
     _append(env.step_summary, summary + "\n")
     best = results.best_speedup
     _append(env.output, f"results-dir={results_dir}\nbest-speedup={'' if best is None else f'{best:.3f}'}\n")
-    echo(f"kernel-bot: {len(results.improved)} of "
-         f"{len(results.problems)} problem(s) improved; results in {results_dir}")
+    echo(
+        f"kernel-bot: {len(results.improved)} of {len(results.problems)} problem(s) improved; results in {results_dir}"
+    )
     raise_if_any_failed(results.problems)  # after the results directory, summary and outputs
     return results
 

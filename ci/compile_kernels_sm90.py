@@ -25,17 +25,16 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import triton
+from kernels_module import import_kernels
 from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
-
-from kernels_module import import_kernels
 
 SM90_SHARED_BYTES = 227 * 1024  # the most one block may use on sm_90
 
@@ -45,9 +44,10 @@ class Call:
     """One call of a replacement, on CPU tensors of a problem's shapes: the launch it makes is
     recorded, not run, and specialised as Triton's JIT would specialise it on the GPU (aligned
     pointers, sizes divisible by 16, unit strides as constants: what decides vector loads)."""
-    file: str             # in bot/propose/kernels/
-    replacement: str      # the function the candidate's forward reaches
-    tuned: str            # the autotuned kernel it launches
+
+    file: str  # in bot/propose/kernels/
+    replacement: str  # the function the candidate's forward reaches
+    tuned: str  # the autotuned kernel it launches
     make: Callable[[], tuple[tuple, dict]]  # the replacement's arguments
     label: str
     ptx_must_hold: str = ""  # an instruction the GPU path exists for
@@ -57,19 +57,26 @@ def _attention(batch, heads, seq, dtype):
     def make():
         q, k, v = (torch.empty(batch, heads, seq, 128, dtype=dtype) for _ in range(3))
         return (q, k, v), {"is_causal": True}
+
     return make
 
 
 def _gelu(tokens, dtype):
     def make():
         return (torch.empty(tokens, 14336, dtype=dtype),), {"approximate": "tanh"}
+
     return make
 
 
-_ATTENTION = dict(file="short_attention.py", replacement="_kernel_bot_short_sdpa",
-                  tuned="_kernel_bot_tuned_short_attention")
-_GELU = dict(file="gelu_tanh.py", replacement="_kernel_bot_fast_gelu", tuned="_kernel_bot_tuned_gelu_tanh",
-             ptx_must_hold="tanh.approx.f32")
+_ATTENTION = dict(
+    file="short_attention.py", replacement="_kernel_bot_short_sdpa", tuned="_kernel_bot_tuned_short_attention"
+)
+_GELU = dict(
+    file="gelu_tanh.py",
+    replacement="_kernel_bot_fast_gelu",
+    tuned="_kernel_bot_tuned_gelu_tanh",
+    ptx_must_hold="tanh.approx.f32",
+)
 # causal_attention's and gelu's decode shapes (problems/), and 128 keys, the most the kernel takes.
 CALLS = (
     Call(**_ATTENTION, make=_attention(4, 32, 64, torch.bfloat16), label="attention 4x32x64x128 bf16 causal"),
@@ -119,8 +126,9 @@ def _specialised(fn, backend, values: dict) -> tuple[dict, dict, dict]:
         if param.is_constexpr:
             signature[param.name], constants[(index,)] = "constexpr", value
             continue
-        kind, key = native_specialize_impl(backend, value, param.is_const, not param.do_not_specialize,
-                                           not param.do_not_specialize_on_alignment)
+        kind, key = native_specialize_impl(
+            backend, value, param.is_const, not param.do_not_specialize, not param.do_not_specialize_on_alignment
+        )
         signature[param.name] = kind
         if kind == "constexpr":
             constants[(index,)] = key  # an integer 1 (a unit stride) becomes a constant
@@ -134,8 +142,9 @@ def _resource_use(cubin: bytes) -> tuple[int, int]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        listing = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
-                                 text=True, check=True).stdout
+        listing = subprocess.run(
+            [str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True, check=True
+        ).stdout
     found = re.search(r"REG:(\d+) STACK:(\d+)", listing)
     if not found:
         raise RuntimeError(f"cuobjdump printed no resource use:\n{listing}")
@@ -155,8 +164,11 @@ def build(call: Call, pruned: bool = True) -> list[Build]:
     for config in configs:
         values = {**dict(zip(tuned.fn.arg_names, args)), **kwargs, **config.kwargs}
         signature, constants, attrs = _specialised(tuned.fn, backend, values)
-        compiled = triton.compile(ASTSource(tuned.fn, signature, constants, attrs), target=target,
-                                  options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+        compiled = triton.compile(
+            ASTSource(tuned.fn, signature, constants, attrs),
+            target=target,
+            options={"num_warps": config.num_warps, "num_stages": config.num_stages},
+        )
         registers, spilled = _resource_use(compiled.asm["cubin"])
         shared, ptx = compiled.metadata.shared, compiled.asm["ptx"]
         problems = []
@@ -170,30 +182,50 @@ def build(call: Call, pruned: bool = True) -> list[Build]:
         if not vector_loads:
             problems.append("no 128-bit loads: the data is read a few bytes at a time")
         words = ", ".join(f"{k}={v}" for k, v in config.kwargs.items())
-        builds.append(Build(call.label, f"{words}, warps={config.num_warps}, stages={config.num_stages}",
-                            registers, spilled, shared, vector_loads, tuple(problems)))
+        builds.append(
+            Build(
+                call.label,
+                f"{words}, warps={config.num_warps}, stages={config.num_stages}",
+                registers,
+                spilled,
+                shared,
+                vector_loads,
+                tuple(problems),
+            )
+        )
     return builds
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--unpruned", action="store_true",
-                        help="build every configuration, also those the kernel's own pruning drops")
+    parser.add_argument(
+        "--unpruned", action="store_true", help="build every configuration, also those the kernel's own pruning drops"
+    )
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("unset TRITON_INTERPRET: the interpreter builds nothing to compile")
     builds = [b for call in CALLS for b in build(call, pruned=not args.unpruned)]
     failed = [b for b in builds if b.problems]
     if args.json:
-        print(json.dumps({"triton": triton.__version__, "target": "sm_90",
-                          "builds": [asdict(b) for b in builds], "failed": len(failed)}))
+        print(
+            json.dumps(
+                {
+                    "triton": triton.__version__,
+                    "target": "sm_90",
+                    "builds": [asdict(b) for b in builds],
+                    "failed": len(failed),
+                }
+            )
+        )
     else:
         print(f"Triton {triton.__version__}, target sm_90: {len(builds)} builds, {len(failed)} failed")
         for b in builds:
             verdict = "; ".join(b.problems) or "ok"
-            print(f"  {b.call:36} {b.config:34} regs {b.registers:3}  spilled {b.spilled_bytes:5}  "
-                  f"shared {b.shared_bytes:6}  {verdict}")
+            print(
+                f"  {b.call:36} {b.config:34} regs {b.registers:3}  spilled {b.spilled_bytes:5}  "
+                f"shared {b.shared_bytes:6}  {verdict}"
+            )
     return 1 if failed else 0
 
 

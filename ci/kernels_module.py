@@ -22,6 +22,7 @@ def import_kernels(*files: str) -> ModuleType:
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from bot.propose.paths import REPLACING, kernel_source
+
     stem = "kernel_bot_" + "_".join(Path(f).stem for f in files)
     path = Path(tempfile.mkdtemp(prefix="kernel-bot-kernels-")) / f"{stem}.py"
     path.write_text(REPLACING + "".join(kernel_source(f) for f in files))

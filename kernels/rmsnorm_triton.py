@@ -59,8 +59,15 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     y = torch.empty((x2.shape[0], n_cols), dtype=x.dtype, device=x.device)
     if x2.shape[0] > 0:
         _rmsnorm_kernel[(x2.shape[0],)](
-            x2, w, y, x2.stride(0), y.stride(0), n_cols, eps,
-            BLOCK_SIZE=block, num_warps=NUM_WARPS,
+            x2,
+            w,
+            y,
+            x2.stride(0),
+            y.stride(0),
+            n_cols,
+            eps,
+            BLOCK_SIZE=block,
+            num_warps=NUM_WARPS,
         )
     return y.reshape(x.shape)
 

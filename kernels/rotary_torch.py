@@ -22,7 +22,7 @@ class ModelNew(nn.Module):
         out = torch.empty_like(q)
         for h in range(q.shape[1]):
             exponents = torch.arange(0, half, device=q.device, dtype=acc) * (2.0 / self.head_dim)
-            inv_freq = 1.0 / (self.theta ** exponents)
+            inv_freq = 1.0 / (self.theta**exponents)
             angles = positions.to(acc)[:, None] * inv_freq[None, :]  # [T, D/2]
             cos, sin = torch.cos(angles), torch.sin(angles)
             qh = q[:, h, :].to(acc)

@@ -20,8 +20,10 @@ CPU_SHAPES = {"small": {"BATCH": 1, "HEADS": 2, "SEQ": 64, "HEAD_DIM": 32}}
 # Near bf16's range (2^40) a score q.k is ~2^80 and the softmax is an argmax: float32
 # rounding of q.k then picks between near-tied keys, so an honest kernel can differ from the
 # float64 reference by chance, more often the more query rows a shape has.
-SKIP_DISTRIBUTIONS = {"limits": "scores are products of two inputs: at 2^40 each, float32 "
-                                "rounding of q.k picks the softmax's argmax among near-tied keys"}
+SKIP_DISTRIBUTIONS = {
+    "limits": "scores are products of two inputs: at 2^40 each, float32 "
+    "rounding of q.k picks the softmax's argmax among near-tied keys"
+}
 
 
 class Model(nn.Module):

@@ -33,7 +33,7 @@ class Model(nn.Module):
         acc = torch.promote_types(q.dtype, torch.float32)
         half = self.head_dim // 2
         exponents = torch.arange(0, half, device=q.device, dtype=acc) * (2.0 / self.head_dim)
-        inv_freq = 1.0 / (self.theta ** exponents)
+        inv_freq = 1.0 / (self.theta**exponents)
         angles = positions.to(acc)[:, None] * inv_freq[None, :]  # [T, D/2]
         cos = torch.cos(angles)[:, None, :]  # [T, 1, D/2]
         sin = torch.sin(angles)[:, None, :]

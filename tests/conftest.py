@@ -34,17 +34,19 @@ def pytest_collection_modifyitems(config, items):
 def quick_options():
     """Evaluation options sized for CPU tests: short timing, strict call timeouts."""
     from bot.engine.evaluate import EvalOptions
-    from bot.sandbox import Limits
     from bot.engine.timing import TimingOptions
+    from bot.sandbox import Limits
 
     def make(**overrides):
-        limits = overrides.pop("limits", Limits(memory_mb=4096, import_timeout_s=120,
-                                                construct_timeout_s=60, call_timeout_s=20))
+        limits = overrides.pop(
+            "limits", Limits(memory_mb=4096, import_timeout_s=120, construct_timeout_s=60, call_timeout_s=20)
+        )
         timing = overrides.pop("timing", TimingOptions(time_cap_s=0.5, min_samples=5))
-        cache_root = overrides.pop("cache_root", Path(os.environ.get("KERNEL_BOT_TEST_CACHE",
-                                                                    "/tmp/kernel-bot-test-cache")))
-        return EvalOptions(device="cpu", limits=limits, timing=timing, cache_root=cache_root,
-                           **overrides)
+        cache_root = overrides.pop(
+            "cache_root", Path(os.environ.get("KERNEL_BOT_TEST_CACHE", "/tmp/kernel-bot-test-cache"))
+        )
+        return EvalOptions(device="cpu", limits=limits, timing=timing, cache_root=cache_root, **overrides)
+
     return make
 
 
@@ -55,5 +57,9 @@ def typed(doc: dict):
     from bot.core.results import ProblemResult, Results
 
     trigger = doc.get("trigger")
-    return Results(tuple(ProblemResult.from_json(p) for p in doc.get("problems") or ()),
-                   Trigger.from_json(trigger) if trigger else None, doc.get("min_speedup"), doc.get("created"))
+    return Results(
+        tuple(ProblemResult.from_json(p) for p in doc.get("problems") or ()),
+        Trigger.from_json(trigger) if trigger else None,
+        doc.get("min_speedup"),
+        doc.get("created"),
+    )

@@ -12,9 +12,10 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Mapping, Union
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Malformed:
     body: str = '{"id": "x", "choices": [ {"message": '
 
 
-Step = Union[Answer, Status, Delay, Malformed]
+Step = Answer | Status | Delay | Malformed
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,7 @@ class OpenAIDouble:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True  # a Delay step must not block shutdown
         # A short poll so that shutdown() at the end of each test takes ms, not 0.5 s.
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
 
     @property
     def base_url(self) -> str:
@@ -82,7 +82,7 @@ class OpenAIDouble:
             self.requests.append(req)
             return self.script.popleft() if self.script else None
 
-    def __enter__(self) -> "OpenAIDouble":
+    def __enter__(self) -> OpenAIDouble:
         self._thread.start()
         return self
 
@@ -95,30 +95,36 @@ def _completion(answer: Answer, model: str) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": answer.text}
     if answer.reasoning is not None:
         message["reasoning_content"] = answer.reasoning
-    out: dict[str, Any] = {"id": "chatcmpl-double", "object": "chat.completion",
-                           "created": int(time.time()), "model": model,
-                           "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    out: dict[str, Any] = {
+        "id": "chatcmpl-double",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+    }
     if answer.send_usage:
         out["usage"] = _usage(answer)
     return out
 
 
 def _usage(answer: Answer) -> dict[str, int]:
-    return {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
-            "total_tokens": answer.prompt_tokens + answer.completion_tokens}
+    return {
+        "prompt_tokens": answer.prompt_tokens,
+        "completion_tokens": answer.completion_tokens,
+        "total_tokens": answer.prompt_tokens + answer.completion_tokens,
+    }
 
 
 def _chunks(answer: Answer, model: str, include_usage: bool, size: int) -> list[dict[str, Any]]:
-    base = {"id": "chatcmpl-double", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": model}
+    base = {"id": "chatcmpl-double", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
     out = [chunk({"role": "assistant", "content": ""})]
     reasoning = answer.reasoning or ""
-    out += [chunk({"reasoning_content": reasoning[i:i + size]}) for i in range(0, len(reasoning), size)]
-    out += [chunk({"content": answer.text[i:i + size]}) for i in range(0, len(answer.text), size)]
+    out += [chunk({"reasoning_content": reasoning[i : i + size]}) for i in range(0, len(reasoning), size)]
+    out += [chunk({"content": answer.text[i : i + size]}) for i in range(0, len(answer.text), size)]
     out.append(chunk({}, "stop"))
     if include_usage and answer.send_usage:
         # OpenAI's shape: a last chunk with no choices and the usage of the whole request.
@@ -155,8 +161,11 @@ def _handler_for(double: OpenAIDouble) -> type[BaseHTTPRequestHandler]:
                 time.sleep(step.seconds)
                 return self._send(200, json.dumps(_completion(Answer("too late"), "x")))
             if isinstance(step, Status):
-                text = step.body if step.body is not None else json.dumps(
-                    {"error": {"message": f"scripted {step.code}", "type": "server_error"}})
+                text = (
+                    step.body
+                    if step.body is not None
+                    else json.dumps({"error": {"message": f"scripted {step.code}", "type": "server_error"}})
+                )
                 return self._send(step.code, text, dict(step.headers))
             if isinstance(step, Malformed):
                 return self._send(200, step.body)
@@ -164,8 +173,7 @@ def _handler_for(double: OpenAIDouble) -> type[BaseHTTPRequestHandler]:
             if not body.get("stream"):
                 return self._send(200, json.dumps(_completion(step, model)))
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            events = [f"data: {json.dumps(c)}\n\n" for c in
-                      _chunks(step, model, include_usage, double.chunk_chars)]
+            events = [f"data: {json.dumps(c)}\n\n" for c in _chunks(step, model, include_usage, double.chunk_chars)]
             events.append("data: [DONE]\n\n")
             payload = "".join(events).encode()
             self.send_response(200)
@@ -174,7 +182,7 @@ def _handler_for(double: OpenAIDouble) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             # Several writes so the client really reads a stream, not one buffer.
             for i in range(0, len(payload), 256):
-                self.wfile.write(payload[i:i + 256])
+                self.wfile.write(payload[i : i + 256])
                 self.wfile.flush()
 
         def _send(self, code: int, text: str, headers: dict[str, str] | None = None) -> None:

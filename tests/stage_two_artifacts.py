@@ -11,27 +11,42 @@ from pathlib import Path
 from typing import Any
 
 from bot.core import stats as bench
-from bot.core.domain import (CandidateSource, CheckResult, Environment, Measurement, Origin, Problem, Shape,
-                        Trigger, Verdict)
-from bot.engine.optimize import Attempt, OptimizeResult
+from bot.core.domain import (
+    CandidateSource,
+    CheckResult,
+    Environment,
+    Measurement,
+    Origin,
+    Problem,
+    Shape,
+    Trigger,
+    Verdict,
+)
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
+from bot.engine.optimize import Attempt, OptimizeResult
 from bot.engine.outputs import results_document
 
-PROBLEM_SOURCE = ('import torch\n\nTARGET = "kernels/rmsnorm.py"\n\n'
-                  "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n"
-                  "def get_inputs():\n    return [torch.randn(8, 8)]\n\n"
-                  "def get_init_inputs():\n    return []\n")
+PROBLEM_SOURCE = (
+    'import torch\n\nTARGET = "kernels/rmsnorm.py"\n\n'
+    "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n"
+    "def get_inputs():\n    return [torch.randn(8, 8)]\n\n"
+    "def get_init_inputs():\n    return []\n"
+)
 KERNEL_SOURCE = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 1\n"
 FAST_SOURCE = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x  # fast\n"
 
 
-def measurement(center_us: float, seed: int, batches: int = 8, per_batch: int = 5, workers: int = 2,
-                worker_offset: float = 0.04) -> Measurement:
+def measurement(
+    center_us: float, seed: int, batches: int = 8, per_batch: int = 5, workers: int = 2, worker_offset: float = 0.04
+) -> Measurement:
     """Samples within 3 % of `center_us`, each worker process `worker_offset` slower than the last
     (fresh processes of one kernel differ so on the H200: docs/benchmark.md)."""
     rng = random.Random(seed)
-    samples = tuple(center_us * (1 + worker_offset * (b % workers)) * (1 + 0.03 * rng.random())
-                    for b in range(batches) for _ in range(per_batch))
+    samples = tuple(
+        center_us * (1 + worker_offset * (b % workers)) * (1 + 0.03 * rng.random())
+        for b in range(batches)
+        for _ in range(per_batch)
+    )
     return Measurement(samples, (per_batch,) * batches, tuple(i % workers for i in range(batches)))
 
 
@@ -40,14 +55,21 @@ def _outcome(name: str, source: str, role: str, shapes: tuple[ShapeOutcome, ...]
     return ContenderOutcome(CandidateSource(name, source, Origin("search", "test")), role, verdict, shapes)
 
 
-def honest_results(speedup_factor: float = 2.0, target: str = "kernels/rmsnorm.py",
-                   min_speedup: float = 1.05, device_name: str = "NVIDIA H100 80GB HBM3",
-                   slower_attempts: int = 0, batches: int = 8, per_batch: int = 5) -> dict[str, Any]:
+def honest_results(
+    speedup_factor: float = 2.0,
+    target: str = "kernels/rmsnorm.py",
+    min_speedup: float = 1.05,
+    device_name: str = "NVIDIA H100 80GB HBM3",
+    slower_attempts: int = 0,
+    batches: int = 8,
+    per_batch: int = 5,
+) -> dict[str, Any]:
     """results.json of one problem (rmsnorm) whose candidate is `speedup_factor` times faster,
     beside `slower_attempts` accepted candidates between it and the baseline."""
     base_m = measurement(100.0, 1, batches, per_batch)
-    factors = [speedup_factor] + [1 + (speedup_factor - 1) * (k + 1) / (slower_attempts + 2)
-                                  for k in range(slower_attempts)]
+    factors = [speedup_factor] + [
+        1 + (speedup_factor - 1) * (k + 1) / (slower_attempts + 2) for k in range(slower_attempts)
+    ]
     timed = [measurement(100.0 / f, 2 + k, batches, per_batch) for k, f in enumerate(factors)]
     spread = bench.worker_spread([base_m, *timed], trusted=base_m)
     shape = Shape("default")
@@ -57,10 +79,27 @@ def honest_results(speedup_factor: float = 2.0, target: str = "kernels/rmsnorm.p
     for k, m in enumerate(timed):
         sp = bench.speedup(base_m, m, min_speedup, spread=spread)
         name, source = ("fast-rmsnorm", FAST_SOURCE) if k == 0 else (f"tile-{k}", FAST_SOURCE + f"# {k}\n")
-        outcomes.append(_outcome(name, source, "candidate",
-                                 (ShapeOutcome(shape.name, "float32[8, 8]", "float32", m, sp, None, 0.0, 0.0),)))
-    problem = Problem(Path("/repo/problems/rmsnorm.py"), "rmsnorm", PROBLEM_SOURCE, Path("/repo"), target,
-                      (shape,), (shape,), {}, ("standard",), "float64", ())
+        outcomes.append(
+            _outcome(
+                name,
+                source,
+                "candidate",
+                (ShapeOutcome(shape.name, "float32[8, 8]", "float32", m, sp, None, 0.0, 0.0),),
+            )
+        )
+    problem = Problem(
+        Path("/repo/problems/rmsnorm.py"),
+        "rmsnorm",
+        PROBLEM_SOURCE,
+        Path("/repo"),
+        target,
+        (shape,),
+        (shape,),
+        {},
+        ("standard",),
+        "float64",
+        (),
+    )
     env = Environment("cuda", device_name, "2.13.0", "3.9.0", "12.8", "570.1", "3.11.7")
     chosen = outcomes[0] if outcomes[0].significant(min_speedup) else None
     result = OptimizeResult(problem, env, baseline, chosen, tuple(Attempt(0, o) for o in outcomes), (), "done", 12.5)

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from bot.core.stats import WorkerSpread, converged, geomean, speedup, worker_spread
 from bot.core.domain import Measurement
+from bot.core.stats import WorkerSpread, converged, geomean, speedup, worker_spread
 
 
 def _noisy(median: float, n: int, rng: random.Random, spread: float = 0.03) -> Measurement:
@@ -17,7 +17,7 @@ def _noisy(median: float, n: int, rng: random.Random, spread: float = 0.03) -> M
 
 def test_a_against_a_is_no_significant_difference():
     rng = random.Random(1)
-    for trial in range(20):
+    for _trial in range(20):
         a, b = _noisy(100.0, 60, rng), _noisy(100.0, 60, rng)
         result = speedup(a, b, min_speedup=1.05)
         assert result.significance == "no significant difference"
@@ -53,8 +53,9 @@ def test_geomean():
     assert geomean([]) is None
 
 
-def _batched(median: float, batches: int, size: int, rng: random.Random,
-             between: float = 0.06, within: float = 0.002) -> Measurement:
+def _batched(
+    median: float, batches: int, size: int, rng: random.Random, between: float = 0.06, within: float = 0.002
+) -> Measurement:
     """Timings whose batches each sit at their own level (a clock or host state that lasts
     a batch), with little noise inside a batch: what a launch-bound GPU shape looks like."""
     samples = []
@@ -67,7 +68,7 @@ def _batched(median: float, batches: int, size: int, rng: random.Random,
 def test_correlated_batches_make_no_false_claims_where_calls_alone_would():
     rng = random.Random(4)
     false_as_batches = false_as_calls = 0
-    for trial in range(20):
+    for _trial in range(20):
         a, b = _batched(100.0, 3, 50, rng, 0.08), _batched(100.0, 3, 50, rng, 0.08)
         if speedup(a, b).significance != "no significant difference":
             false_as_batches += 1
@@ -102,15 +103,15 @@ def test_batch_sizes_must_cover_the_samples():
 
 
 def test_a_single_call_on_either_side_claims_nothing():
-    assert speedup(Measurement((1000.0,)), Measurement((1.0, 1.1, 0.9))).significance == \
-        "no significant difference"
+    assert speedup(Measurement((1000.0,)), Measurement((1.0, 1.1, 0.9))).significance == "no significant difference"
     one_batch = Measurement((100.0, 101.0, 99.0, 100.5), (4,))  # falls back to the calls
     result = speedup(one_batch, Measurement((50.0, 50.5, 49.5, 50.2), (4,)))
     assert result.significance == "faster" and result.ci_low < result.ci_high
 
 
-def _in_workers(median: float, offsets: list[float], rng: random.Random, batches: int = 6,
-                size: int = 30, within: float = 0.003) -> Measurement:
+def _in_workers(
+    median: float, offsets: list[float], rng: random.Random, batches: int = 6, size: int = 30, within: float = 0.003
+) -> Measurement:
     """Batches from one worker process per offset, visited in turn: each process runs the
     kernel at its own level (what fresh processes did on the H200's 5 us gelu decode)."""
     samples, sizes, workers = [], [], []
@@ -148,7 +149,7 @@ def test_per_worker_offsets_fool_one_worker_each_but_not_replicas_with_their_spr
     rng = random.Random(7)
     offset = lambda: math.exp(rng.gauss(0, 0.04))  # 4 % between processes of the same code
     fooled_alone = fooled_with_replicas = 0
-    for trial in range(20):
+    for _trial in range(20):
         a, b = _in_workers(5.0, [offset()], rng), _in_workers(5.0, [offset()], rng)
         if speedup(a, b).significance != "no significant difference":
             fooled_alone += 1
@@ -163,7 +164,7 @@ def test_replicas_with_their_spread_still_detect_a_real_gain():
     rng = random.Random(9)
     offset = lambda: math.exp(rng.gauss(0, 0.04))
     found = 0
-    for trial in range(20):
+    for _trial in range(20):
         # As in a run: the spread is pooled over every contender timed (here four, df 4).
         base, fast, *others = (_in_workers(m, [offset(), offset()], rng) for m in (7.5, 5.0, 6.0, 8.0))
         spread = worker_spread([base, fast, *others])
@@ -215,12 +216,15 @@ def _numpy_interval(baseline: Measurement, candidate: Measurement, resamples: in
 def test_the_pure_python_interval_matches_the_numpy_one_it_replaced():
     # Different random streams, same estimator: bounds agree to Monte-Carlo error (a few % of the width).
     rng = random.Random(7)
-    for trial in range(5):
+    for _trial in range(5):
         base = Measurement(tuple(100 * (1 + rng.gauss(0, 0.03)) for _ in range(60)), (6,) * 10)
         cand = Measurement(tuple(80 * (1 + rng.gauss(0, 0.03)) for _ in range(60)), (6,) * 10)
         ours, theirs = speedup(base, cand), _numpy_interval(base, cand)
         width = theirs[1] - theirs[0]
-        assert abs(ours.ci_low - theirs[0]) < 0.1 * width and abs(ours.ci_high - theirs[1]) < 0.1 * width, (ours, theirs)
+        assert abs(ours.ci_low - theirs[0]) < 0.1 * width and abs(ours.ci_high - theirs[1]) < 0.1 * width, (
+            ours,
+            theirs,
+        )
 
 
 def test_the_interval_is_a_function_of_the_samples_alone(tmp_path):
@@ -235,11 +239,18 @@ def test_the_interval_is_a_function_of_the_samples_alone(tmp_path):
     cand = Measurement(tuple(70 * (1 + rng.gauss(0, 0.03)) for _ in range(40)), (5,) * 8, (0, 1) * 4)
     spread = worker_spread([base, cand], trusted=base)
     here = speedup(base, cand, spread=spread)
-    code = ("import json, sys; from bot.core.stats import speedup, WorkerSpread; from bot.core.domain import Measurement as M\n"
-            "b, c, s = json.loads(sys.argv[1])\n"
-            "r = speedup(M.from_samples_json(b), M.from_samples_json(c), spread=WorkerSpread(*s))\n"
-            "print(json.dumps([r.ratio, r.ci_low, r.ci_high, 'numpy' in sys.modules]))")
+    code = (
+        "import json, sys; from bot.core.stats import speedup, WorkerSpread; from bot.core.domain import Measurement as M\n"  # noqa: E501
+        "b, c, s = json.loads(sys.argv[1])\n"
+        "r = speedup(M.from_samples_json(b), M.from_samples_json(c), spread=WorkerSpread(*s))\n"
+        "print(json.dumps([r.ratio, r.ci_low, r.ci_high, 'numpy' in sys.modules]))"
+    )
     arg = json.dumps([base.samples_json(), cand.samples_json(), [spread.log_sd, spread.df]])
-    out = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code, arg],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    ).stdout
     assert json.loads(out) == [here.ratio, here.ci_low, here.ci_high, False]

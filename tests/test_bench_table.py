@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from conftest import ROOT
+
 from bot.core.domain import STEADY_REPLICAS, CandidateSource, Environment, Measurement, Origin, Verdict
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.engine.problems import load_problem
 from bot.report.tables import render_table
-from conftest import ROOT
 
 
 def _measured(median_us: float, workers: int) -> Measurement:
@@ -17,10 +18,13 @@ def _measured(median_us: float, workers: int) -> Measurement:
 
 def _evaluation(device: str, medians: dict[str, float], workers: int) -> Evaluation:
     problem = load_problem(ROOT / "problems" / "gelu.py", root=ROOT)
-    shapes = tuple(ShapeOutcome(name, "bfloat16[32, 14336]", "bfloat16", _measured(us, workers), None, None,
-                                None, None) for name, us in medians.items())
-    baseline = ContenderOutcome(CandidateSource("reference", problem.source, Origin("reference")), "baseline",
-                                Verdict("accepted", ()), shapes)
+    shapes = tuple(
+        ShapeOutcome(name, "bfloat16[32, 14336]", "bfloat16", _measured(us, workers), None, None, None, None)
+        for name, us in medians.items()
+    )
+    baseline = ContenderOutcome(
+        CandidateSource("reference", problem.source, Origin("reference")), "baseline", Verdict("accepted", ()), shapes
+    )
     env = Environment(device, "NVIDIA H200", "2.11", "3.6", None, None, "3.12")
     return Evaluation(problem, env, baseline, ())
 

@@ -14,15 +14,22 @@ from bot.sandbox.scrub import REDACTED, scrub, secret_values
 
 
 def test_scrub_redacts_secret_values_everywhere_and_nothing_else():
-    environ = {"GITHUB_TOKEN": "ghp_abcdef123456", "OPENAI_API_KEY": "sk-987654321", "FLAG_KEY": "1",
-               "PATH": "/usr/bin"}
+    environ = {
+        "GITHUB_TOKEN": "ghp_abcdef123456",
+        "OPENAI_API_KEY": "sk-987654321",
+        "FLAG_KEY": "1",
+        "PATH": "/usr/bin",
+    }
     found = secret_values(environ)
     assert set(found) == {"ghp_abcdef123456", "sk-987654321"}  # "1" is too short to redact
-    reply = {"error": "got ghp_abcdef123456", "nested": [("sk-987654321",), {"sk-987654321": 1.5}],
-             "n": 3, "path": "/usr/bin"}
+    reply = {
+        "error": "got ghp_abcdef123456",
+        "nested": [("sk-987654321",), {"sk-987654321": 1.5}],
+        "n": 3,
+        "path": "/usr/bin",
+    }
     clean = scrub(reply, found)
-    assert clean == {"error": f"got {REDACTED}", "nested": [(REDACTED,), {REDACTED: 1.5}], "n": 3,
-                     "path": "/usr/bin"}
+    assert clean == {"error": f"got {REDACTED}", "nested": [(REDACTED,), {REDACTED: 1.5}], "n": 3, "path": "/usr/bin"}
 
 
 @pytest.mark.skipif(not containment().cgroups, reason=f"containment here is {containment().description}")

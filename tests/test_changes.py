@@ -7,14 +7,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from bot.engine.changes import (affected_problems, changed_files_from_pr, changed_files_git,
-                         default_base)
-from bot.core.errors import BotError
-from bot.engine.problems import find_problems
 from conftest import ROOT
 
-PROBLEM = '''import torch
+from bot.core.errors import BotError
+from bot.engine.changes import affected_problems, changed_files_from_pr, changed_files_git, default_base
+from bot.engine.problems import find_problems
+
+PROBLEM = """import torch
 import torch.nn as nn
 
 class Model(nn.Module):
@@ -26,11 +25,16 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 # A hermetic git: no user or system config (no hooks, no signing, no renames=false surprises).
-GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+GIT_ENV = {
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -40,8 +44,7 @@ def hermetic_git(monkeypatch):
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
 def write(repo: Path, relpath: str, text: str) -> None:
@@ -62,8 +65,11 @@ def repo(tmp_path) -> Path:
     root = tmp_path / "repo"
     root.mkdir()
     git(root, "init", "-q", "-b", "main")
-    write(root, "problems/alpha.py",
-          PROBLEM + 'TARGET = "kernels/alpha_impl.py"\nWATCH = ["kernels/alpha*", "csrc/**/alpha*.cu"]\n')
+    write(
+        root,
+        "problems/alpha.py",
+        PROBLEM + 'TARGET = "kernels/alpha_impl.py"\nWATCH = ["kernels/alpha*", "csrc/**/alpha*.cu"]\n',
+    )
     write(root, "problems/beta.py", PROBLEM)
     write(root, "problems/gamma.py", PROBLEM + 'WATCH = ["shared/**"]\n')
     write(root, "kernels/alpha_impl.py", "# alpha v1\n")
@@ -92,11 +98,11 @@ def names(problems) -> list[str]:
 
 # --- changed_files_git ----------------------------------------------------------------------
 
+
 def test_diff_since_merge_base_excludes_later_main_commits(repo):
     changed = changed_files_git(repo, "main", "feature")
     # problems/beta.py changed on main after the fork: the three-dot form leaves it out.
-    assert changed == ["docs/notes.md", "kernels/alpha_impl.py", "kernels/new_name.py",
-                       "kernels/old_name.py"]
+    assert changed == ["docs/notes.md", "kernels/alpha_impl.py", "kernels/new_name.py", "kernels/old_name.py"]
 
 
 def test_rename_reports_new_then_old_path(repo):
@@ -114,8 +120,9 @@ def test_result_does_not_depend_on_the_users_diff_config(repo):
 
 def test_accepts_commit_shas(repo):
     base = git(repo, "merge-base", "main", "feature")
-    assert changed_files_git(repo, base, git(repo, "rev-parse", "feature")) == \
-        changed_files_git(repo, "main", "feature")
+    assert changed_files_git(repo, base, git(repo, "rev-parse", "feature")) == changed_files_git(
+        repo, "main", "feature"
+    )
 
 
 def test_no_changes_gives_empty_list(repo):
@@ -131,8 +138,7 @@ def test_paths_with_spaces_and_unicode_come_out_verbatim(repo):
 def test_unknown_ref_is_a_bot_error(repo):
     with pytest.raises(BotError) as exc:
         changed_files_git(repo, "no-such-branch", "HEAD")
-    assert str(exc.value) == (f"unknown git ref 'no-such-branch' in {repo} "
-                              "(not fetched? use fetch-depth: 0)")
+    assert str(exc.value) == (f"unknown git ref 'no-such-branch' in {repo} (not fetched? use fetch-depth: 0)")
 
 
 def test_ref_that_looks_like_an_option_is_refused(repo):
@@ -147,8 +153,10 @@ def test_unrelated_histories_report_gits_message(repo):
     commit(repo, "unrelated root")
     with pytest.raises(BotError) as exc:
         changed_files_git(repo, "main", "orphan")
-    assert str(exc.value) == (f"git diff main...orphan in {repo}: fatal: main...orphan: "
-                              "no merge base (shallow clone? fetch with fetch-depth: 0)")
+    assert str(exc.value) == (
+        f"git diff main...orphan in {repo}: fatal: main...orphan: "
+        "no merge base (shallow clone? fetch with fetch-depth: 0)"
+    )
 
 
 def test_not_a_repository_reports_gits_message(tmp_path):
@@ -157,6 +165,7 @@ def test_not_a_repository_reports_gits_message(tmp_path):
 
 
 # --- default_base ---------------------------------------------------------------------------
+
 
 def test_default_base_is_merge_base_with_main(repo):
     fork_point = git(repo, "rev-parse", "main~1")
@@ -187,11 +196,13 @@ def test_no_default_branch_is_a_bot_error(repo):
     git(repo, "branch", "-m", "main", "trunk")
     with pytest.raises(BotError) as exc:
         default_base(repo)
-    assert str(exc.value) == (f"no default branch in {repo}: none of origin/HEAD, main, master "
-                              "exists; pass the base ref explicitly")
+    assert str(exc.value) == (
+        f"no default branch in {repo}: none of origin/HEAD, main, master exists; pass the base ref explicitly"
+    )
 
 
 # --- affected_problems ----------------------------------------------------------------------
+
 
 def test_target_change_selects_the_problem(repo):
     assert names(affected_problems(problems_of(repo), ["kernels/alpha_impl.py"])) == ["alpha"]
@@ -201,15 +212,18 @@ def test_problem_file_change_selects_the_problem(repo):
     assert names(affected_problems(problems_of(repo), ["problems/beta.py"])) == ["beta"]
 
 
-@pytest.mark.parametrize("path, expected", [
-    ("kernels/alpha_fast.py", ["alpha"]),  # kernels/alpha*
-    ("csrc/alpha.cu", ["alpha"]),  # csrc/**/alpha*.cu, `**` = zero segments
-    ("csrc/ops/fused/alpha_bwd.cu", ["alpha"]),
-    ("csrc/ops/beta.cu", []),
-    ("kernels/alpha/sub.py", []),  # `*` does not cross a folder
-    ("shared/util/helpers.py", ["gamma"]),  # shared/**
-    ("shared", []),
-])
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        ("kernels/alpha_fast.py", ["alpha"]),  # kernels/alpha*
+        ("csrc/alpha.cu", ["alpha"]),  # csrc/**/alpha*.cu, `**` = zero segments
+        ("csrc/ops/fused/alpha_bwd.cu", ["alpha"]),
+        ("csrc/ops/beta.cu", []),
+        ("kernels/alpha/sub.py", []),  # `*` does not cross a folder
+        ("shared/util/helpers.py", ["gamma"]),  # shared/**
+        ("shared", []),
+    ],
+)
 def test_watch_globs(repo, path, expected):
     assert names(affected_problems(problems_of(repo), [path])) == expected
 
@@ -252,6 +266,7 @@ def test_bundled_problems_map_their_kernels():
 
 
 # --- changed_files_from_pr ------------------------------------------------------------------
+
 
 def test_pr_file_list_is_stripped_and_deduplicated_in_order():
     files = ["kernels/b.py", " kernels/a.py ", "", "kernels/b.py", "  ", "docs/x.md"]

@@ -17,15 +17,22 @@ def _pair(key=b"k" * 32):
 
 def test_round_trip_of_tensors_in_every_dtype():
     tx, rx = _pair()
-    tensors = [torch.randn(3, 4), torch.randn(5).bfloat16(), torch.randn(2, 2).to(torch.float8_e4m3fn),
-               torch.arange(6).reshape(2, 3), torch.tensor(1.5, dtype=torch.float64),
-               torch.empty(0, 3)]
+    tensors = [
+        torch.randn(3, 4),
+        torch.randn(5).bfloat16(),
+        torch.randn(2, 2).to(torch.float8_e4m3fn),
+        torch.arange(6).reshape(2, 3),
+        torch.tensor(1.5, dtype=torch.float64),
+        torch.empty(0, 3),
+    ]
     tx.send({"op": "x", "outs": tensors, "nested": {"t": tensors[0]}, "n": 1.5})
     got = rx.recv()
     for a, b in zip(tensors, got["outs"]):
         assert a.dtype == b.dtype and a.shape == b.shape
-        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
-                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+        assert torch.equal(
+            a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+            b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b,
+        )
     assert torch.equal(got["nested"]["t"], tensors[0]) and got["n"] == 1.5
 
 

@@ -5,40 +5,64 @@ from __future__ import annotations
 import io
 
 import pytest
+from conftest import typed
 
 from bot.report.chart import CLAIMED, PARITY, SLOWER, chart_title, results_chart, speedup_figure
 from bot.report.data import chart_bars
-from conftest import typed
 
 CPU = {"device": "cpu", "device_name": "AMD EPYC"}
 
 
-def _problem(name: str, ratio: float | None, low: float | None, high: float | None, best: bool = False,
-             **extra) -> dict:
-    attempt = {"name": f"cand-{name}", "accepted": True, "speedup": ratio,
-               "speedup_ci": [low, high] if ratio else None,
-               "shapes": [{"shape": "small", "speedup": ratio, "speedup_ci": [low, high] if ratio else None,
-                           "measurement": {"median_us": 10.0}}]}
-    return {"problem": name, "best": dict(attempt, source="x") if best else None,
-            "attempts": [attempt] if ratio else [], "min_speedup": 1.05, "environment": CPU, **extra}
+def _problem(
+    name: str, ratio: float | None, low: float | None, high: float | None, best: bool = False, **extra
+) -> dict:
+    attempt = {
+        "name": f"cand-{name}",
+        "accepted": True,
+        "speedup": ratio,
+        "speedup_ci": [low, high] if ratio else None,
+        "shapes": [
+            {
+                "shape": "small",
+                "speedup": ratio,
+                "speedup_ci": [low, high] if ratio else None,
+                "measurement": {"median_us": 10.0},
+            }
+        ],
+    }
+    return {
+        "problem": name,
+        "best": dict(attempt, source="x") if best else None,
+        "attempts": [attempt] if ratio else [],
+        "min_speedup": 1.05,
+        "environment": CPU,
+        **extra,
+    }
 
 
 @pytest.fixture
 def results() -> dict:
-    return {"schema_version": 1, "created": "2026-12-05T13:00:00+00:00", "problems": [
-        _problem("rotary_embedding", 6.37, 6.25, 6.48, best=True),
-        _problem("layernorm", 0.45, 0.44, 0.46),
-        _problem("swiglu", 0.99, 0.96, 1.02),
-        _problem("rmsnorm", None, None, None, not_timed="runs in Triton's interpreter on this CPU"),
-        _problem("gelu", 4675.0, 4600.0, 4700.0, max_plausible_speedup=100.0),  # never drawn
-    ]}
+    return {
+        "schema_version": 1,
+        "created": "2026-12-05T13:00:00+00:00",
+        "problems": [
+            _problem("rotary_embedding", 6.37, 6.25, 6.48, best=True),
+            _problem("layernorm", 0.45, 0.44, 0.46),
+            _problem("swiglu", 0.99, 0.96, 1.02),
+            _problem("rmsnorm", None, None, None, not_timed="runs in Triton's interpreter on this CPU"),
+            _problem("gelu", 4675.0, 4600.0, 4700.0, max_plausible_speedup=100.0),  # never drawn
+        ],
+    }
 
 
 def test_figure_has_a_bar_per_operator_and_shape_on_a_log_axis_with_a_1x_line(results):
     bars = chart_bars(typed(results))
     assert [(b.problem, b.shape, b.claimed) for b in bars] == [
-        ("rotary_embedding", "small", True), ("layernorm", "small", False), ("swiglu", "small", False),
-        ("rmsnorm", "", False)]
+        ("rotary_embedding", "small", True),
+        ("layernorm", "small", False),
+        ("swiglu", "small", False),
+        ("rmsnorm", "", False),
+    ]
     fig = speedup_figure(bars, chart_title(typed(results)))
     ax = fig.axes[0]
     assert ax.get_xscale() == "log"

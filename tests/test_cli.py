@@ -6,9 +6,9 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import CANDIDATES, PROBLEMS
 
 from bot.cli import main
-from conftest import CANDIDATES, PROBLEMS
 
 PROBLEM = str(PROBLEMS / "scale_add.py")
 
@@ -23,8 +23,14 @@ def test_verify_accepts_honest_candidate_with_exit_0_and_json():
     data = json.loads(result.stdout)
     assert data["accepted"] is True and data["status"] == "accepted" and data["reasons"] == []
     names = {c["name"] for c in data["checks"]}
-    assert {"values", "inputs unchanged", "output structure", "no new threads",
-            "timed-call outputs", "wall clock"} <= names
+    assert {
+        "values",
+        "inputs unchanged",
+        "output structure",
+        "no new threads",
+        "timed-call outputs",
+        "wall clock",
+    } <= names
     assert all(c["passed"] for c in data["checks"])
 
 
@@ -34,11 +40,14 @@ def test_verify_rejects_with_exit_1_and_names_the_check():
     assert "REJECTED" in result.stdout and "FAIL values" in result.stdout
 
 
-@pytest.mark.parametrize("problem,candidate,message", [
-    ("missing.py", str(CANDIDATES / "honest.py"), "cannot read problem file"),
-    (PROBLEM, "missing_candidate.py", "cannot read candidate"),
-    (str(CANDIDATES / "honest.py"), str(CANDIDATES / "honest.py"), "not a KernelBench problem"),
-])
+@pytest.mark.parametrize(
+    "problem,candidate,message",
+    [
+        ("missing.py", str(CANDIDATES / "honest.py"), "cannot read problem file"),
+        (PROBLEM, "missing_candidate.py", "cannot read candidate"),
+        (str(CANDIDATES / "honest.py"), str(CANDIDATES / "honest.py"), "not a KernelBench problem"),
+    ],
+)
 def test_unusable_input_exits_2_with_one_line(problem, candidate, message):
     result = _invoke("verify", problem, candidate, "--device", "cpu")
     assert result.exit_code == 2
@@ -47,12 +56,23 @@ def test_unusable_input_exits_2_with_one_line(problem, candidate, message):
 
 
 def test_bench_json_has_candidates_with_speedup_and_interval():
-    result = _invoke("bench", PROBLEM, str(CANDIDATES / "honest.py"), str(CANDIDATES / "slow2x.py"),
-                     str(CANDIDATES / "cheat_empty.py"), "--device", "cpu", "--time-cap-s", "4",
-                     # Three processes each, and a cap that gives each 15 or more batches: on a 2-vCPU VM
-                     # processes of one code differ by 10-40 %, and with 1.5 s (a few batches each) the
-                     # interval of a true 2x slowdown reached past 1 in two clean-clone CI runs on 2026-12-04.
-                     "--replicas", "3", "--json")
+    result = _invoke(
+        "bench",
+        PROBLEM,
+        str(CANDIDATES / "honest.py"),
+        str(CANDIDATES / "slow2x.py"),
+        str(CANDIDATES / "cheat_empty.py"),
+        "--device",
+        "cpu",
+        "--time-cap-s",
+        "4",
+        # Three processes each, and a cap that gives each 15 or more batches: on a 2-vCPU VM
+        # processes of one code differ by 10-40 %, and with 1.5 s (a few batches each) the
+        # interval of a true 2x slowdown reached past 1 in two clean-clone CI runs on 2026-12-04.
+        "--replicas",
+        "3",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["baseline"]["name"] == "reference" and data["baseline"]["accepted"]
@@ -102,8 +122,17 @@ def test_a_candidate_whose_second_worker_fails_is_rejected_and_says_so(tmp_path)
     candidate = tmp_path / "first_process_only.py"
     candidate.write_text(SECOND_PROCESS_FAILS)
     tmp_path.chmod(0o777)  # workers run as users of their own: the marker's folder must be theirs to write
-    result = _invoke("bench", PROBLEM, str(candidate), str(CANDIDATES / "honest.py"), "--device", "cpu",
-                     "--time-cap-s", "0.5", "--json")
+    result = _invoke(
+        "bench",
+        PROBLEM,
+        str(candidate),
+        str(CANDIDATES / "honest.py"),
+        "--device",
+        "cpu",
+        "--time-cap-s",
+        "0.5",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     by_name = {c["name"]: c for c in json.loads(result.stdout)["candidates"]}
     failed = [c for c in by_name["first_process_only"]["checks"] if not c["passed"]]
@@ -117,14 +146,25 @@ def test_bench_human_table_with_progress():
     assert result.exit_code == 0
     assert "contender" in result.stdout and "honest" in result.stdout and "95% CI" in result.stdout
     assert "reference 1/6" in result.stderr and "6 trials on 2 contender(s)" in result.stderr
-    elapsed = [float(line.split("[")[1].split("s]")[0]) for line in result.stderr.splitlines()
-               if line.startswith("... [")]
+    elapsed = [
+        float(line.split("[")[1].split("s]")[0]) for line in result.stderr.splitlines() if line.startswith("... [")
+    ]
     assert len(elapsed) >= 3 and elapsed == sorted(elapsed)  # seconds since the start, in order
 
 
 def test_shapes_picks_some_of_a_problems_shapes_and_names_the_ones_it_has():
-    result = _invoke("bench", PROBLEM, str(CANDIDATES / "honest.py"), "--device", "cpu", "--time-cap-s", "0.3",
-                     "--shapes", "wide", "--json")
+    result = _invoke(
+        "bench",
+        PROBLEM,
+        str(CANDIDATES / "honest.py"),
+        "--device",
+        "cpu",
+        "--time-cap-s",
+        "0.3",
+        "--shapes",
+        "wide",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [s["shape"] for s in data["candidates"][0]["shapes"]] == ["wide"]
@@ -138,8 +178,9 @@ def test_a_problem_that_fails_is_reported_and_the_others_results_are_kept(tmp_pa
     bad = tmp_path / "bad_runtime.py"
     bad.write_text((PROBLEMS / "scale_add.py").read_text() + "\n\ndef get_inputs():\n    return 3\n")
     out = tmp_path / "out"
-    result = _invoke("optimize", PROBLEM, str(bad), "--device", "cpu", "--exclude", "*", "--jobs", "2",
-                     "--json", "--out", str(out))
+    result = _invoke(
+        "optimize", PROBLEM, str(bad), "--device", "cpu", "--exclude", "*", "--jobs", "2", "--json", "--out", str(out)
+    )
     assert result.exit_code == 2
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: 1 of 2 problem(s) failed") and "get_inputs() returned int" in last
@@ -156,8 +197,18 @@ def test_a_problem_that_fails_is_reported_and_the_others_results_are_kept(tmp_pa
 
 
 def test_replicas_option_sets_the_processes_per_contender_and_refuses_zero_and_more_than_16():
-    result = _invoke("bench", PROBLEM, str(CANDIDATES / "honest.py"), "--device", "cpu", "--time-cap-s", "0.3",
-                     "--replicas", "1", "--json")
+    result = _invoke(
+        "bench",
+        PROBLEM,
+        str(CANDIDATES / "honest.py"),
+        "--device",
+        "cpu",
+        "--time-cap-s",
+        "0.3",
+        "--replicas",
+        "1",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     measurement = json.loads(result.stdout)["candidates"][0]["shapes"][0]["measurement"]
     assert measurement["workers"] == 1 and set(measurement["batch_workers"]) <= {0}
@@ -174,12 +225,27 @@ def test_optimize_fails_a_problem_whose_baseline_the_verifier_rejects(tmp_path):
     # swiglu's ran out of memory) "no significant improvement" would blame the candidates.
     problem = tmp_path / "scale_add.py"
     problem.write_text((PROBLEMS / "scale_add.py").read_text() + 'TARGET = "scale_add_impl.py"\n')
-    wrong = (CANDIDATES / "honest.py").read_text().replace(
-        "torch.clamp_min(torch.addcmul(self.b, x, self.w), 0)", "torch.addcmul(self.b, x, self.w)")  # no relu
+    wrong = (
+        (CANDIDATES / "honest.py")
+        .read_text()
+        .replace("torch.clamp_min(torch.addcmul(self.b, x, self.w), 0)", "torch.addcmul(self.b, x, self.w)")
+    )  # no relu
     (tmp_path / "scale_add_impl.py").write_text(wrong)
     out = tmp_path / "out"
-    result = _invoke("optimize", str(problem), "--strategy", "search", "--device", "cpu",
-                     "--exclude", "*", "--time-cap-s", "0.5", "--out", str(out))
+    result = _invoke(
+        "optimize",
+        str(problem),
+        "--strategy",
+        "search",
+        "--device",
+        "cpu",
+        "--exclude",
+        "*",
+        "--time-cap-s",
+        "0.5",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 2, result.output
     assert "the baseline target:scale_add_impl.py was rejected by the verifier" in result.stderr
     assert "values" in result.stderr

@@ -65,8 +65,9 @@ def test_gross_hiding_rejects_and_less_is_counted_into_the_times():
 def test_a_contender_cannot_widen_what_is_counted_by_scattering_its_batches():
     from bot.engine.verify import hidden_time
 
-    scattered = hidden_time([0.0, 200.0, 40.0, 180.0, 40.0, 10.0, 190.0, 40.0, 40.0], [1000.0] * 9,
-                            [40.0] * 9, [3.0] * 9)
+    scattered = hidden_time(
+        [0.0, 200.0, 40.0, 180.0, 40.0, 10.0, 190.0, 40.0, 40.0], [1000.0] * 9, [40.0] * 9, [3.0] * 9
+    )
     assert scattered.noise_us > 10.0  # its own scatter widens the rejection bound ...
     assert scattered.counted_us == 40.0  # ... not what is counted
 
@@ -77,11 +78,14 @@ def test_candidates_are_held_to_the_baselines_unexplained_time_and_the_baseline_
     from bot.engine.verify import hidden_time_checks
 
     def record(unexplained):
-        return SimpleNamespace(unexplained_us=unexplained, reported_us=[100.0] * 6,
-                               harness_us=[40.0] * 6, noise_us=[2.0] * 6)
+        return SimpleNamespace(
+            unexplained_us=unexplained, reported_us=[100.0] * 6, harness_us=[40.0] * 6, noise_us=[2.0] * 6
+        )
 
-    found = hidden_time_checks({"base": record([30.0] * 6), "twin": record([31.0, 29.0, 30.0, 32.0, 30.0, 28.0]),
-                                "cheat": record([55.0] * 6)}, "base")
+    found = hidden_time_checks(
+        {"base": record([30.0] * 6), "twin": record([31.0, 29.0, 30.0, 32.0, 30.0, 28.0]), "cheat": record([55.0] * 6)},
+        "base",
+    )
     assert found["base"].hidden_us == 30.0 and found["base"].counted_us == 0.0
     assert abs(found["twin"].hidden_us) < 1.0 and found["twin"].counted_us == 0.0
     assert found["cheat"].hidden_us == 25.0 and found["cheat"].counted_us == 25.0
@@ -96,7 +100,7 @@ def _rows_of_scales(scales, width=256, seed=2):
 def test_a_tiny_row_is_judged_at_its_own_scale_not_the_outputs():
     # GELU-like output: rows of 128 beside rows of 1e-6. Flushing the tiny rows to zero is
     # 100 % wrong there, yet within 1 % of the output's max |ref|.
-    ref = _rows_of_scales([128.0, 2.0 ** -20, 1.0, 0.0] * 4)
+    ref = _rows_of_scales([128.0, 2.0**-20, 1.0, 0.0] * 4)
     flushed = ref.clone()
     flushed[ref.abs() < 1e-4] = 0
     result = compare_values(ref, flushed.to(torch.bfloat16), "bfloat16", None, "shape s, rows inputs")
@@ -105,19 +109,18 @@ def test_a_tiny_row_is_judged_at_its_own_scale_not_the_outputs():
     row = int(re.search(r"element \((\d+),", result.evidence).group(1))
     assert row % 4 == 1, result.evidence  # one of the 1e-6 rows
     # The same error judged against the whole output's max (a row of one element each) passes.
-    whole = compare_values(ref.reshape(-1, 1), flushed.reshape(-1, 1).to(torch.bfloat16), "bfloat16",
-                           None, "x")
+    whole = compare_values(ref.reshape(-1, 1), flushed.reshape(-1, 1).to(torch.bfloat16), "bfloat16", None, "x")
     assert whole.passed
 
 
 def test_honest_rounding_passes_in_every_row_and_an_all_zero_output_matches_zero():
-    ref = _rows_of_scales([128.0, 2.0 ** -20, 1.0, 2.0 ** -10, 0.0] * 4)
+    ref = _rows_of_scales([128.0, 2.0**-20, 1.0, 2.0**-10, 0.0] * 4)
     for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16"), (torch.float32, "float32")):
         assert compare_values(ref, ref.to(dtype), name, None, "x").passed, name
     zeros = torch.zeros(16, 64, dtype=torch.float64)
     assert compare_values(zeros, zeros.float(), "float32", None, "x").passed
     # One step of float16's subnormals (6e-8) off an all-zero reference: what the dtype resolves.
-    step = torch.full((16, 64), 2.0 ** -24, dtype=torch.float16)
+    step = torch.full((16, 64), 2.0**-24, dtype=torch.float16)
     assert compare_values(zeros, step, "float16", None, "x").passed
     nonzero = compare_values(zeros, step * 16, "float16", None, "zeros inputs")
     assert not nonzero.passed and "zeros inputs" in nonzero.evidence

@@ -6,17 +6,21 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import CANDIDATES, PROBLEMS, ROOT
 
 from bot.engine.candidates import load_candidate
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from conftest import CANDIDATES, PROBLEMS, ROOT
 
 
 @pytest.mark.slow
 def test_cpp_compile_error_is_rejected_with_the_compiler_message(quick_options):
-    result = evaluate(load_problem(PROBLEMS / "scale_add.py"),
-                      [load_candidate(CANDIDATES / "cpp_compile_error.py")], None, quick_options())
+    result = evaluate(
+        load_problem(PROBLEMS / "scale_add.py"),
+        [load_candidate(CANDIDATES / "cpp_compile_error.py")],
+        None,
+        quick_options(),
+    )
     verdict = result.candidates[0].verdict
     assert not verdict.accepted
     assert "import" in verdict.reasons[0]
@@ -37,10 +41,13 @@ def test_bundled_triton_target_is_accepted_on_cpu(quick_options):
     assert result.candidates[0].verdict.accepted, result.candidates[0].verdict.reasons
 
 
-@pytest.mark.parametrize("problem_name, candidate", [
-    ("matmul_bias_gelu", "matmul_bias_gelu_triton.py"),  # bf16 tl.dot: see bot/harness/triton_interp.py
-    ("gelu", "gelu_tanh_triton.py"),
-])
+@pytest.mark.parametrize(
+    "problem_name, candidate",
+    [
+        ("matmul_bias_gelu", "matmul_bias_gelu_triton.py"),  # bf16 tl.dot: see bot/harness/triton_interp.py
+        ("gelu", "gelu_tanh_triton.py"),
+    ],
+)
 def test_bf16_triton_candidates_are_accepted_through_the_interpreter(quick_options, problem_name, candidate):
     problem = load_problem(ROOT / "problems" / f"{problem_name}.py", root=ROOT)
     result = evaluate(problem, [load_candidate(CANDIDATES / candidate)], None, quick_options())
@@ -68,7 +75,8 @@ def test_mended_interpreter_computes_bf16_dots_like_float32(tmp_path):
         "a, b = (torch.randn(16, 16, dtype=torch.bfloat16) for _ in range(2))\n"
         "c = torch.empty(16, 16)\n"
         "k[(1,)](a, b, c)\n"
-        "print((c - a.float() @ b.float()).abs().max().item())\n")
+        "print((c - a.float() @ b.float()).abs().max().item())\n"
+    )
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

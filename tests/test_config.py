@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from bot.config import (GitHubEnv, Settings, github_env, load_settings, path_allowed,
-                        path_matches)
-from bot.core.errors import BotError
 from conftest import ROOT
+
+from bot.config import GitHubEnv, Settings, github_env, load_settings, path_allowed, path_matches
+from bot.core.errors import BotError
 
 
 def pyproject(tmp_path, body: str):
@@ -28,12 +27,17 @@ def error(tmp_path, environ=None, overrides=None) -> str:
 
 # --- files -------------------------------------------------------------------------------
 
+
 def test_no_config_file_gives_the_defaults(tmp_path):
     settings = load_settings(tmp_path, {})
     assert settings == Settings()
     assert settings.kernel_paths == ("kernels/**", "problems/**")
-    assert (settings.strategy, settings.sandbox, settings.budget_s, settings.model) == \
-        ("search", "process", 900.0, None)
+    assert (settings.strategy, settings.sandbox, settings.budget_s, settings.model) == (
+        "search",
+        "process",
+        900.0,
+        None,
+    )
 
 
 def test_this_repository_has_no_bot_table_and_loads_with_defaults():
@@ -41,16 +45,31 @@ def test_this_repository_has_no_bot_table_and_loads_with_defaults():
 
 
 def test_pyproject_table_with_kebab_case_keys(tmp_path):
-    pyproject(tmp_path, 'problems-dir = "ops/problems"\nlabel = "speed-me"\nstrategy = "all"\n'
-                        'budget-s = 60\nmax-rounds = 2\nsamples = 4\nmin-speedup = 1.2\n'
-                        'model = "gpt-x"\nbackend = "cuda"\nsandbox = "docker"\nmax-open-prs = 0\n'
-                        'kernel-paths = ["ops/kernels/**"]\ntime-cap-s = 2.5\ndevice = "cpu"\n'
-                        'timing = "throughput"\n')
+    pyproject(
+        tmp_path,
+        'problems-dir = "ops/problems"\nlabel = "speed-me"\nstrategy = "all"\n'
+        "budget-s = 60\nmax-rounds = 2\nsamples = 4\nmin-speedup = 1.2\n"
+        'model = "gpt-x"\nbackend = "cuda"\nsandbox = "docker"\nmax-open-prs = 0\n'
+        'kernel-paths = ["ops/kernels/**"]\ntime-cap-s = 2.5\ndevice = "cpu"\n'
+        'timing = "throughput"\n',
+    )
     assert load_settings(tmp_path, {}) == Settings(
-        problems_dir="ops/problems", label="speed-me", strategy="all", budget_s=60.0, max_rounds=2,
-        samples=4, min_speedup=1.2, model="gpt-x", backend="cuda", sandbox="docker",
-        max_open_prs=0, kernel_paths=("ops/kernels/**",), time_cap_s=2.5, device="cpu",
-        timing="throughput")
+        problems_dir="ops/problems",
+        label="speed-me",
+        strategy="all",
+        budget_s=60.0,
+        max_rounds=2,
+        samples=4,
+        min_speedup=1.2,
+        model="gpt-x",
+        backend="cuda",
+        sandbox="docker",
+        max_open_prs=0,
+        kernel_paths=("ops/kernels/**",),
+        time_cap_s=2.5,
+        device="cpu",
+        timing="throughput",
+    )
 
 
 def test_graph_timing_is_a_mode_the_file_may_choose(tmp_path):
@@ -84,15 +103,14 @@ def test_kernel_bot_toml_takes_top_level_keys(tmp_path):
 
 def test_kernel_bot_toml_beside_a_pyproject_without_the_table_is_fine(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.ruff]\nline-length = 99\n')
-    own_file(tmp_path, 'samples = 3\n')
+    own_file(tmp_path, "samples = 3\n")
     assert load_settings(tmp_path, {}).samples == 3
 
 
 def test_both_config_files_is_an_error_naming_both(tmp_path):
     pp = pyproject(tmp_path, 'label = "a"\n')
     own = own_file(tmp_path, 'label = "b"\n')
-    assert error(tmp_path) == (f"kernel-bot is configured twice: {pp} ([tool.kernel-bot]) and "
-                               f"{own}; keep one")
+    assert error(tmp_path) == (f"kernel-bot is configured twice: {pp} ([tool.kernel-bot]) and {own}; keep one")
 
 
 def test_kernel_bot_table_inside_kernel_bot_toml_is_rejected(tmp_path):
@@ -105,7 +123,8 @@ def test_unknown_key_with_closest_suggestion(tmp_path):
     message = error(tmp_path)
     assert message.startswith(
         f"{pp}: unknown [tool.kernel-bot] key(s) 'min-speedp' (did you mean 'min-speedup'?), "
-        "'max_open_prs' (did you mean 'max-open-prs'?), 'colour'; known: problems-dir, label, ")
+        "'max_open_prs' (did you mean 'max-open-prs'?), 'colour'; known: problems-dir, label, "
+    )
     assert message.endswith("time-cap-s, timing, device")
 
 
@@ -114,43 +133,62 @@ def test_unknown_key_in_kernel_bot_toml(tmp_path):
     assert error(tmp_path).startswith(f"{own}: unknown key(s) 'strategie' (did you mean 'strategy'?)")
 
 
-@pytest.mark.parametrize("line, message", [
-    ('budget-s = "900"', "budget-s: expected a positive number of seconds, got '900'"),
-    ("budget-s = -5", "budget-s: expected a positive number of seconds, got -5"),
-    ("budget-s = 0", "budget-s: expected a positive number of seconds, got 0"),
-    ("budget-s = nan", "budget-s: expected a positive number of seconds, got nan"),
-    ("time-cap-s = -1.0", "time-cap-s: expected a positive number of seconds, got -1.0"),
-    ("min-speedup = 0.9", "min-speedup: expected a number >= 1 (1.05 = 5% faster), got 0.9"),
-    ("max-plausible-speedup = 1", "max-plausible-speedup: expected a number > 1 (100 = a 100x speedup is "
-                                  "flagged), got 1"),
-    ('strategy = "fast"', "strategy: expected one of 'search', 'llm', 'all', got 'fast'"),
-    ('sandbox = "vm"', "sandbox: expected one of 'process', 'docker', got 'vm'"),
-    ('backend = "rocm"', "backend: expected one of 'triton', 'cuda', got 'rocm'"),
-    ('device = "gpu"', "device: expected one of 'auto', 'cpu', 'cuda', got 'gpu'"),
-    ("max-rounds = 1.5", "max-rounds: expected an integer >= 1, got 1.5"),
-    ("samples = true", "samples: expected an integer >= 1, got True"),
-    ("samples = 0", "samples: expected an integer >= 1, got 0"),
-    ("max-open-prs = -1", "max-open-prs: expected an integer >= 0, got -1"),
-    ('label = ""', "label: expected a non-empty string, got ''"),
-    ("model = 3", "model: expected a non-empty string, got 3"),
-    ('chart-path = "docs/chart.svg"',
-     'chart-path: expected a repository-relative path ending in .png, or "" for no chart, got \'docs/chart.svg\''),
-    ('chart-path = "/tmp/x.png"',
-     "chart-path: expected a repository-relative path (not absolute, no '..'), got '/tmp/x.png'"),
-    ('kernel-paths = "kernels/**"',
-     "kernel-paths: expected a list of repository-relative glob patterns, got 'kernels/**'"),
-    ('kernel-paths = ["kernels/**", "/etc/**"]',
-     "kernel-paths: expected repository-relative glob patterns (not absolute, no '..'); "
-     "'/etc/**' is not, got ['kernels/**', '/etc/**']"),
-    ('kernel-paths = ["kernels/../../home/**"]',
-     "kernel-paths: expected repository-relative glob patterns (not absolute, no '..'); "
-     "'kernels/../../home/**' is not, got ['kernels/../../home/**']"),
-    ('kernel-paths = ["C:\\\\Windows\\\\**"]',
-     "kernel-paths: expected repository-relative glob patterns (not absolute, no '..'); "
-     "'C:\\\\Windows\\\\**' is not, got ['C:\\\\Windows\\\\**']"),
-    ('problems-dir = "../elsewhere"',
-     "problems-dir: expected a repository-relative path (not absolute, no '..'), got '../elsewhere'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('budget-s = "900"', "budget-s: expected a positive number of seconds, got '900'"),
+        ("budget-s = -5", "budget-s: expected a positive number of seconds, got -5"),
+        ("budget-s = 0", "budget-s: expected a positive number of seconds, got 0"),
+        ("budget-s = nan", "budget-s: expected a positive number of seconds, got nan"),
+        ("time-cap-s = -1.0", "time-cap-s: expected a positive number of seconds, got -1.0"),
+        ("min-speedup = 0.9", "min-speedup: expected a number >= 1 (1.05 = 5% faster), got 0.9"),
+        (
+            "max-plausible-speedup = 1",
+            "max-plausible-speedup: expected a number > 1 (100 = a 100x speedup is flagged), got 1",
+        ),
+        ('strategy = "fast"', "strategy: expected one of 'search', 'llm', 'all', got 'fast'"),
+        ('sandbox = "vm"', "sandbox: expected one of 'process', 'docker', got 'vm'"),
+        ('backend = "rocm"', "backend: expected one of 'triton', 'cuda', got 'rocm'"),
+        ('device = "gpu"', "device: expected one of 'auto', 'cpu', 'cuda', got 'gpu'"),
+        ("max-rounds = 1.5", "max-rounds: expected an integer >= 1, got 1.5"),
+        ("samples = true", "samples: expected an integer >= 1, got True"),
+        ("samples = 0", "samples: expected an integer >= 1, got 0"),
+        ("max-open-prs = -1", "max-open-prs: expected an integer >= 0, got -1"),
+        ('label = ""', "label: expected a non-empty string, got ''"),
+        ("model = 3", "model: expected a non-empty string, got 3"),
+        (
+            'chart-path = "docs/chart.svg"',
+            "chart-path: expected a repository-relative path ending in .png, or \"\" for no chart, got 'docs/chart.svg'",  # noqa: E501
+        ),
+        (
+            'chart-path = "/tmp/x.png"',
+            "chart-path: expected a repository-relative path (not absolute, no '..'), got '/tmp/x.png'",
+        ),
+        (
+            'kernel-paths = "kernels/**"',
+            "kernel-paths: expected a list of repository-relative glob patterns, got 'kernels/**'",
+        ),
+        (
+            'kernel-paths = ["kernels/**", "/etc/**"]',
+            "kernel-paths: expected repository-relative glob patterns (not absolute, no '..'); "
+            "'/etc/**' is not, got ['kernels/**', '/etc/**']",
+        ),
+        (
+            'kernel-paths = ["kernels/../../home/**"]',
+            "kernel-paths: expected repository-relative glob patterns (not absolute, no '..'); "
+            "'kernels/../../home/**' is not, got ['kernels/../../home/**']",
+        ),
+        (
+            'kernel-paths = ["C:\\\\Windows\\\\**"]',
+            "kernel-paths: expected repository-relative glob patterns (not absolute, no '..'); "
+            "'C:\\\\Windows\\\\**' is not, got ['C:\\\\Windows\\\\**']",
+        ),
+        (
+            'problems-dir = "../elsewhere"',
+            "problems-dir: expected a repository-relative path (not absolute, no '..'), got '../elsewhere'",
+        ),
+    ],
+)
 def test_bad_values_name_file_key_and_expectation(tmp_path, line, message):
     pp = pyproject(tmp_path, line + "\n")
     assert error(tmp_path) == f"{pp}: [tool.kernel-bot] {message}"
@@ -167,17 +205,27 @@ def test_invalid_toml_names_the_file(tmp_path):
 
 
 def test_bot_table_that_is_not_a_table(tmp_path):
-    (tmp_path / "pyproject.toml").write_text('tool = {kernel-bot = 3}\n')
+    (tmp_path / "pyproject.toml").write_text("tool = {kernel-bot = 3}\n")
     assert error(tmp_path) == f"{tmp_path / 'pyproject.toml'}: [tool.kernel-bot] must be a table"
 
 
 # --- precedence ----------------------------------------------------------------------------
 
+
 def test_precedence_file_then_environment_then_overrides(tmp_path):
-    pyproject(tmp_path, 'label = "file"\nstrategy = "llm"\nbudget-s = 100\nmodel = "file-model"\n'
-                        'min-speedup = 1.5\nsandbox = "docker"\nsamples = 7\n')
-    environ = {"KERNEL_BOT_LABEL": "env", "KERNEL_BOT_STRATEGY": "all", "KERNEL_BOT_BUDGET_S": "200",
-               "KERNEL_BOT_MODEL": "", "KERNEL_BOT_MIN_SPEEDUP": "  ", "KERNEL_BOT_SANDBOX": "process"}
+    pyproject(
+        tmp_path,
+        'label = "file"\nstrategy = "llm"\nbudget-s = 100\nmodel = "file-model"\n'
+        'min-speedup = 1.5\nsandbox = "docker"\nsamples = 7\n',
+    )
+    environ = {
+        "KERNEL_BOT_LABEL": "env",
+        "KERNEL_BOT_STRATEGY": "all",
+        "KERNEL_BOT_BUDGET_S": "200",
+        "KERNEL_BOT_MODEL": "",
+        "KERNEL_BOT_MIN_SPEEDUP": "  ",
+        "KERNEL_BOT_SANDBOX": "process",
+    }
     overrides = {"strategy": "search", "budget_s": None, "samples": 9, "model": None}
     settings = load_settings(tmp_path, environ, overrides)
     assert settings.label == "env"  # env beats file
@@ -202,75 +250,105 @@ def test_unrelated_kernel_bot_variables_are_ignored(tmp_path):
     assert load_settings(tmp_path, environ) == Settings()
 
 
-@pytest.mark.parametrize("var, value, message", [
-    ("KERNEL_BOT_BUDGET_S", "abc", "environment variable KERNEL_BOT_BUDGET_S (action input "
-                                   "'budget-s'): expected a number, got 'abc'"),
-    ("KERNEL_BOT_BUDGET_S", "-3", "environment variable KERNEL_BOT_BUDGET_S (action input "
-                                  "'budget-s'): expected a positive number of seconds, got '-3'"),
-    ("KERNEL_BOT_MIN_SPEEDUP", "0.5", "environment variable KERNEL_BOT_MIN_SPEEDUP (action input "
-     "'min-speedup'): expected a number >= 1 (1.05 = 5% faster), got '0.5'"),
-    ("KERNEL_BOT_STRATEGY", "fast", "environment variable KERNEL_BOT_STRATEGY (action input "
-     "'strategy'): expected one of 'search', 'llm', 'all', got 'fast'"),
-    ("KERNEL_BOT_SANDBOX", "vm", "environment variable KERNEL_BOT_SANDBOX (action input "
-     "'sandbox'): expected one of 'process', 'docker', got 'vm'"),
-])
+@pytest.mark.parametrize(
+    "var, value, message",
+    [
+        (
+            "KERNEL_BOT_BUDGET_S",
+            "abc",
+            "environment variable KERNEL_BOT_BUDGET_S (action input 'budget-s'): expected a number, got 'abc'",
+        ),
+        (
+            "KERNEL_BOT_BUDGET_S",
+            "-3",
+            "environment variable KERNEL_BOT_BUDGET_S (action input "
+            "'budget-s'): expected a positive number of seconds, got '-3'",
+        ),
+        (
+            "KERNEL_BOT_MIN_SPEEDUP",
+            "0.5",
+            "environment variable KERNEL_BOT_MIN_SPEEDUP (action input "
+            "'min-speedup'): expected a number >= 1 (1.05 = 5% faster), got '0.5'",
+        ),
+        (
+            "KERNEL_BOT_STRATEGY",
+            "fast",
+            "environment variable KERNEL_BOT_STRATEGY (action input "
+            "'strategy'): expected one of 'search', 'llm', 'all', got 'fast'",
+        ),
+        (
+            "KERNEL_BOT_SANDBOX",
+            "vm",
+            "environment variable KERNEL_BOT_SANDBOX (action input "
+            "'sandbox'): expected one of 'process', 'docker', got 'vm'",
+        ),
+    ],
+)
 def test_bad_action_inputs_name_the_variable(tmp_path, var, value, message):
     assert error(tmp_path, {var: value}) == message
 
 
 def test_bad_override_names_the_option(tmp_path):
-    assert error(tmp_path, overrides={"budget_s": -1.0}) == \
-        "option --budget-s: expected a positive number of seconds, got -1.0"
+    assert (
+        error(tmp_path, overrides={"budget_s": -1.0})
+        == "option --budget-s: expected a positive number of seconds, got -1.0"
+    )
     assert error(tmp_path, overrides={"kernel_paths": ["../x/**"]}).startswith(
-        "option --kernel-paths: expected repository-relative glob patterns")
+        "option --kernel-paths: expected repository-relative glob patterns"
+    )
 
 
 def test_unknown_override_suggests_the_setting(tmp_path):
-    assert error(tmp_path, overrides={"budget": 3}) == \
-        "unknown setting(s) 'budget' (did you mean 'budget_s'?)"
+    assert error(tmp_path, overrides={"budget": 3}) == "unknown setting(s) 'budget' (did you mean 'budget_s'?)"
 
 
 def test_override_may_point_problems_dir_outside_the_repository(tmp_path):
     # The person at the command line is trusted; only the (possibly PR-supplied) file is fenced.
-    settings = load_settings(tmp_path, {}, {"problems_dir": "/abs/problems",
-                                            "kernel_paths": ["a/**", "b/*.py"]})
+    settings = load_settings(tmp_path, {}, {"problems_dir": "/abs/problems", "kernel_paths": ["a/**", "b/*.py"]})
     assert settings.problems_dir == "/abs/problems"
     assert settings.kernel_paths == ("a/**", "b/*.py")
 
 
 # --- paths the bot may change -------------------------------------------------------------
 
-@pytest.mark.parametrize("path, allowed", [
-    ("kernels/rmsnorm_triton.py", True),
-    ("kernels/sub/dir/x.cu", True),
-    ("problems/rmsnorm.py", True),
-    ("./kernels/a.py", True),
-    ("kernels", False),
-    (".github/workflows/optimize-kernel.yml", False),
-    ("bot/cli.py", False),
-    ("pyproject.toml", False),
-    ("/work/kernels/a.py", False),
-    ("kernels/../.github/workflows/x.yml", False),
-    ("../kernels/a.py", False),
-    ("kernels\\..\\bot\\cli.py", False),
-    ("", False),
-])
+
+@pytest.mark.parametrize(
+    "path, allowed",
+    [
+        ("kernels/rmsnorm_triton.py", True),
+        ("kernels/sub/dir/x.cu", True),
+        ("problems/rmsnorm.py", True),
+        ("./kernels/a.py", True),
+        ("kernels", False),
+        (".github/workflows/optimize-kernel.yml", False),
+        ("bot/cli.py", False),
+        ("pyproject.toml", False),
+        ("/work/kernels/a.py", False),
+        ("kernels/../.github/workflows/x.yml", False),
+        ("../kernels/a.py", False),
+        ("kernels\\..\\bot\\cli.py", False),
+        ("", False),
+    ],
+)
 def test_path_allowed_with_default_kernel_paths(path, allowed):
     assert path_allowed(path, Settings()) is allowed
 
 
-@pytest.mark.parametrize("path, pattern, matches", [
-    ("kernels/rmsnorm_triton.py", "kernels/rmsnorm*", True),
-    ("kernels/rmsnorm/inner.py", "kernels/rmsnorm*", False),  # `*` stays inside one segment
-    ("csrc/a/b/swiglu.cu", "csrc/**/swiglu*.cu", True),
-    ("csrc/swiglu.cu", "csrc/**/swiglu*.cu", True),  # `**` may be zero segments
-    ("swiglu.cu", "**/swiglu.cu", True),
-    ("kernels/k1.py", "kernels/k[0-9].py", True),
-    ("kernels/kx.py", "kernels/k[!0-9].py", True),
-    ("kernels/k?.py", "kernels/k?.py", True),
-    ("kernels/ab.py", "kernels/?.py", False),
-    ("Kernels/a.py", "kernels/*.py", False),  # case-sensitive, like git
-])
+@pytest.mark.parametrize(
+    "path, pattern, matches",
+    [
+        ("kernels/rmsnorm_triton.py", "kernels/rmsnorm*", True),
+        ("kernels/rmsnorm/inner.py", "kernels/rmsnorm*", False),  # `*` stays inside one segment
+        ("csrc/a/b/swiglu.cu", "csrc/**/swiglu*.cu", True),
+        ("csrc/swiglu.cu", "csrc/**/swiglu*.cu", True),  # `**` may be zero segments
+        ("swiglu.cu", "**/swiglu.cu", True),
+        ("kernels/k1.py", "kernels/k[0-9].py", True),
+        ("kernels/kx.py", "kernels/k[!0-9].py", True),
+        ("kernels/k?.py", "kernels/k?.py", True),
+        ("kernels/ab.py", "kernels/?.py", False),
+        ("Kernels/a.py", "kernels/*.py", False),  # case-sensitive, like git
+    ],
+)
 def test_path_matches_glob_semantics(path, pattern, matches):
     assert path_matches(path, pattern) is matches
 
@@ -286,22 +364,37 @@ def test_custom_kernel_paths(tmp_path):
 
 # --- the GitHub Actions environment ---------------------------------------------------------
 
+
 def actions_env(tmp_path) -> dict[str, str]:
     event = tmp_path / "event.json"
     event.write_text("{}")
-    return {"GITHUB_EVENT_PATH": str(event), "GITHUB_EVENT_NAME": "pull_request",
-            "GITHUB_REPOSITORY": "octo/kernels", "GITHUB_WORKSPACE": str(tmp_path),
-            "GITHUB_TOKEN": "ghs_secretsecret", "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
-            "GITHUB_OUTPUT": str(tmp_path / "out"), "GITHUB_SHA": "a" * 40, "GITHUB_RUN_ID": "42"}
+    return {
+        "GITHUB_EVENT_PATH": str(event),
+        "GITHUB_EVENT_NAME": "pull_request",
+        "GITHUB_REPOSITORY": "octo/kernels",
+        "GITHUB_WORKSPACE": str(tmp_path),
+        "GITHUB_TOKEN": "ghs_secretsecret",
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "GITHUB_OUTPUT": str(tmp_path / "out"),
+        "GITHUB_SHA": "a" * 40,
+        "GITHUB_RUN_ID": "42",
+    }
 
 
 def test_github_env_reads_every_variable(tmp_path):
     env = github_env(actions_env(tmp_path))
-    assert env == GitHubEnv(event_path=tmp_path / "event.json", event_name="pull_request",
-                            repository="octo/kernels", workspace=tmp_path,
-                            api_url="https://api.github.com", step_summary=tmp_path / "summary.md",
-                            output=tmp_path / "out", sha="a" * 40, run_id="42",
-                            token="ghs_secretsecret")
+    assert env == GitHubEnv(
+        event_path=tmp_path / "event.json",
+        event_name="pull_request",
+        repository="octo/kernels",
+        workspace=tmp_path,
+        api_url="https://api.github.com",
+        step_summary=tmp_path / "summary.md",
+        output=tmp_path / "out",
+        sha="a" * 40,
+        run_id="42",
+        token="ghs_secretsecret",
+    )
 
 
 def test_token_never_appears_in_repr(tmp_path):
@@ -321,14 +414,12 @@ def test_token_is_optional(tmp_path):
     assert github_env(environ).token is None
 
 
-@pytest.mark.parametrize("var", ["GITHUB_EVENT_PATH", "GITHUB_EVENT_NAME", "GITHUB_REPOSITORY",
-                                 "GITHUB_WORKSPACE"])
+@pytest.mark.parametrize("var", ["GITHUB_EVENT_PATH", "GITHUB_EVENT_NAME", "GITHUB_REPOSITORY", "GITHUB_WORKSPACE"])
 def test_missing_required_variable_is_named(tmp_path, var):
     environ = {**actions_env(tmp_path), var: ""}
     with pytest.raises(BotError) as exc:
         github_env(environ)
-    assert str(exc.value) == (f"{var} not set: `bot run` runs inside GitHub Actions "
-                              "(use `bot dry-run` locally)")
+    assert str(exc.value) == (f"{var} not set: `bot run` runs inside GitHub Actions (use `bot dry-run` locally)")
 
 
 def test_nothing_required_outside_actions():

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import CANDIDATES, PROBLEMS
 
 from bot.engine.candidates import load_candidate
 from bot.engine.evaluate import evaluate
@@ -18,18 +19,17 @@ from bot.engine.problems import load_problem
 from bot.sandbox import Limits
 from bot.sandbox.cgroup import TOP, cgroup2_mount
 from bot.sandbox.contained import containment
-from conftest import CANDIDATES, PROBLEMS
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ["process", pytest.param("docker", marks=pytest.mark.docker)]
-pytestmark = pytest.mark.skipif(not containment().cgroups or not containment().namespaces,
-                                reason=f"containment here is {containment().description}")
+pytestmark = pytest.mark.skipif(
+    not containment().cgroups or not containment().namespaces, reason=f"containment here is {containment().description}"
+)
 
 
 def _verdicts(names, quick_options, **opts):
     problem = load_problem(PROBLEMS / "scale_add.py")
-    result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names], None,
-                      quick_options(**opts))
+    result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names], None, quick_options(**opts))
     return {o.candidate.name: o.verdict for o in result.candidates}
 
 
@@ -49,11 +49,19 @@ def _pids_with(argument: str) -> list[int]:
 def test_a_child_that_renices_and_repins_everyone_reaches_nobody_and_is_rejected(quick_options):
     victim = subprocess.Popen(["sleep", "300"])
     try:
-        before = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0),
-                  os.getpriority(os.PRIO_PROCESS, victim.pid), os.sched_getaffinity(victim.pid))
+        before = (
+            os.getpriority(os.PRIO_PROCESS, 0),
+            os.sched_getaffinity(0),
+            os.getpriority(os.PRIO_PROCESS, victim.pid),
+            os.sched_getaffinity(victim.pid),
+        )
         verdicts = _verdicts(["cheat_starve_others", "honest"], quick_options)
-        after = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0),
-                 os.getpriority(os.PRIO_PROCESS, victim.pid), os.sched_getaffinity(victim.pid))
+        after = (
+            os.getpriority(os.PRIO_PROCESS, 0),
+            os.sched_getaffinity(0),
+            os.getpriority(os.PRIO_PROCESS, victim.pid),
+            os.sched_getaffinity(victim.pid),
+        )
     finally:
         victim.kill()
         victim.wait()
@@ -97,9 +105,21 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("sandbox", BACKENDS)
 def test_nothing_of_a_bot_killed_with_sigkill_survives_it(sandbox):
-    bot = subprocess.Popen([sys.executable, "-m", "bot", "verify", str(PROBLEMS / "scale_add.py"),
-                            str(CANDIDATES / "cheat_daemon_then_hang.py"), "--sandbox", sandbox], cwd=REPO,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    bot = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bot",
+            "verify",
+            str(PROBLEMS / "scale_add.py"),
+            str(CANDIDATES / "cheat_daemon_then_hang.py"),
+            "--sandbox",
+            sandbox,
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while not _pids_with("86392") and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -119,21 +139,36 @@ def test_nothing_of_a_bot_killed_with_sigkill_survives_it(sandbox):
         import docker
 
         from bot.sandbox.docker import PID_LABEL
+
         left = docker.from_env().containers.list(all=True, filters={"label": f"{PID_LABEL}={bot.pid}"})
         assert left == []
 
 
-SECRETS = {"GITHUB_TOKEN": "ghp_kernelbotTestToken0123456789", "OPENAI_API_KEY": "sk-kernelbot-test-0123456789",
-           "FOO_TOKEN": "foo-token-value-0123456789",
-           "BAR_KEY": "canary-kernel-bot-7f3a9c"}  # the candidate prints this one: it must be redacted
+SECRETS = {
+    "GITHUB_TOKEN": "ghp_kernelbotTestToken0123456789",
+    "OPENAI_API_KEY": "sk-kernelbot-test-0123456789",
+    "FOO_TOKEN": "foo-token-value-0123456789",
+    "BAR_KEY": "canary-kernel-bot-7f3a9c",
+}  # the candidate prints this one: it must be redacted
 
 
-@pytest.mark.parametrize("command,sandbox", [("verify", "process"), ("bench", "process"),
-                                             pytest.param("verify", "docker", marks=pytest.mark.docker)])
+@pytest.mark.parametrize(
+    "command,sandbox",
+    [("verify", "process"), ("bench", "process"), pytest.param("verify", "docker", marks=pytest.mark.docker)],
+)
 def test_a_candidate_finds_no_secret_and_none_reaches_the_output(command, sandbox):
     env = {**os.environ, **SECRETS}
-    args = [sys.executable, "-m", "bot", command, str(PROBLEMS / "scale_add.py"),
-            str(CANDIDATES / "cheat_read_secrets.py"), "--json", "--sandbox", sandbox]
+    args = [
+        sys.executable,
+        "-m",
+        "bot",
+        command,
+        str(PROBLEMS / "scale_add.py"),
+        str(CANDIDATES / "cheat_read_secrets.py"),
+        "--json",
+        "--sandbox",
+        sandbox,
+    ]
     if command == "bench":
         args += ["--time-cap-s", "0.2"]
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -146,15 +181,26 @@ def test_a_candidate_finds_no_secret_and_none_reaches_the_output(command, sandbo
         assert value not in out
 
 
-HANG_LIMITS = Limits(memory_mb=4096, import_timeout_s=120, construct_timeout_s=600, call_timeout_s=600,
-                     first_call_timeout_s=600, stall_timeout_s=3.0)
+HANG_LIMITS = Limits(
+    memory_mb=4096,
+    import_timeout_s=120,
+    construct_timeout_s=600,
+    call_timeout_s=600,
+    first_call_timeout_s=600,
+    stall_timeout_s=3.0,
+)
 
 
 @pytest.mark.parametrize("sandbox", BACKENDS)
 def test_hangs_are_rejected_within_the_stall_bound_and_a_busy_first_call_is_not(quick_options, sandbox):
     began = time.monotonic()
-    verdicts = _verdicts(["hang_forever", "hang_deadlock", "hang_pipe_read", "slow_first_call_cpu"],
-                         quick_options, limits=HANG_LIMITS, parallel=4, sandbox=sandbox)
+    verdicts = _verdicts(
+        ["hang_forever", "hang_deadlock", "hang_pipe_read", "slow_first_call_cpu"],
+        quick_options,
+        limits=HANG_LIMITS,
+        parallel=4,
+        sandbox=sandbox,
+    )
     took = time.monotonic() - began
     for name in ("hang_forever", "hang_deadlock", "hang_pipe_read"):
         reason = " ".join(verdicts[name].reasons)
@@ -166,9 +212,13 @@ def test_hangs_are_rejected_within_the_stall_bound_and_a_busy_first_call_is_not(
 @pytest.mark.slow
 def test_bot_verify_rejects_a_sleeping_forward_with_the_default_stall_bound():
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "bot", "verify", str(PROBLEMS / "scale_add.py"),
-                           str(CANDIDATES / "hang_forever.py")], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "bot", "verify", str(PROBLEMS / "scale_add.py"), str(CANDIDATES / "hang_forever.py")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 1 and "no progress for 60 s" in done.stdout, done.stdout[-2000:]
     assert time.monotonic() - began < 150  # the first call's own limit is 900 s
 
@@ -178,8 +228,7 @@ def test_docker_workers_children_are_counted_and_killed_and_reach_nobody(quick_o
     victim = subprocess.Popen(["sleep", "300"])
     try:
         before = (os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, victim.pid))
-        verdicts = _verdicts(["cheat_starve_others", "cheat_daemon", "honest"], quick_options,
-                             sandbox="docker")
+        verdicts = _verdicts(["cheat_starve_others", "cheat_daemon", "honest"], quick_options, sandbox="docker")
         after = (os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, victim.pid))
     finally:
         victim.kill()

@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 EVIDENCE = ROOT / "docs" / "evidence"
@@ -25,8 +24,12 @@ EXAMPLE_PATHS = {"kernels/x.py", "docs/kernel-bot/speedups.png"}
 
 
 def _docs() -> list[Path]:
-    found = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md",
-             *sorted((ROOT / "docs").glob("*.md"))]
+    found = [
+        ROOT / "README.md",
+        ROOT / "CHANGELOG.md",
+        ROOT / "benchmarks" / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+    ]
     return [p for p in found if p.exists()]
 
 
@@ -37,8 +40,10 @@ def _rel(path: Path) -> str:
 TOP = r"(?:bot|docs|benchmarks|ci|tests|problems|kernels|\.github|\.ci)"
 GLOB_CLASS = r"\[[\w-]+\]"  # `h200-2026-12-0[45]-...`: a glob's character class, not a link's bracket
 REPO_PATH = re.compile(rf"(?<![\w/.$~-]){TOP}/(?:[\w./*-]|{GLOB_CLASS})*(?:[\w*]|{GLOB_CLASS})")
-EVIDENCE_NAME = re.compile(rf"(?<![\w$-])(?:h100|h200|cpu)-\d{{4}}-\d{{2}}-(?:\d|{GLOB_CLASS})+-(?:[\w.*-]|{GLOB_CLASS})*?"
-                           r"\.(?:log|txt|json|md)(?:\.gz)?\b")
+EVIDENCE_NAME = re.compile(
+    rf"(?<![\w$-])(?:h100|h200|cpu)-\d{{4}}-\d{{2}}-(?:\d|{GLOB_CLASS})+-(?:[\w.*-]|{GLOB_CLASS})*?"
+    r"\.(?:log|txt|json|md)(?:\.gz)?\b"
+)
 
 
 def _exists(pattern: str, base: Path) -> bool:
@@ -64,17 +69,26 @@ def test_every_cited_path_exists(doc):
 
 
 def test_the_path_pattern_finds_what_docs_cite():
-    text = ("see docs/verifier.md. Run `python3 benchmarks/aa_noise.py`; `tests/test_gpu.py::test_x`; "
-            "[ci/README.md](ci/README.md); /tmp/docs/nothing.md and $OUT/bot/x.py are not ours; "
-            "`h200-2026-12-0[45]-gpu-test*.log`, docs/evidence/h200-2026-12-05-machine.txt.")
-    assert cited_paths(text) == {"docs/verifier.md", "benchmarks/aa_noise.py", "tests/test_gpu.py",
-                                 "ci/README.md", "docs/evidence/h200-2026-12-05-machine.txt"}
+    text = (
+        "see docs/verifier.md. Run `python3 benchmarks/aa_noise.py`; `tests/test_gpu.py::test_x`; "
+        "[ci/README.md](ci/README.md); /tmp/docs/nothing.md and $OUT/bot/x.py are not ours; "
+        "`h200-2026-12-0[45]-gpu-test*.log`, docs/evidence/h200-2026-12-05-machine.txt."
+    )
+    assert cited_paths(text) == {
+        "docs/verifier.md",
+        "benchmarks/aa_noise.py",
+        "tests/test_gpu.py",
+        "ci/README.md",
+        "docs/evidence/h200-2026-12-05-machine.txt",
+    }
     assert cited_evidence(text) == {"h200-2026-12-0[45]-gpu-test*.log", "h200-2026-12-05-machine.txt"}
 
 
-ORDINAL = (r"(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"
-           r"thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|"
-           r"\d+(?:st|nd|rd|th))")
+ORDINAL = (
+    r"(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"
+    r"thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|"
+    r"\d+(?:st|nd|rd|th))"
+)
 # Anywhere in the docs.
 DOC_DIARY = [
     re.compile(r"\bsessions?\b", re.I),
@@ -133,8 +147,11 @@ def test_product_code_and_tests_carry_no_diary_asides():
 
 
 def test_file_names_carry_no_run_numbers_or_sessions():
-    bad = [_rel(p) for p in _files("bot", "tests", "docs", "benchmarks", "ci", "problems", "kernels")
-           if NAME_RUN_NUMBER.search(p.name)]
+    bad = [
+        _rel(p)
+        for p in _files("bot", "tests", "docs", "benchmarks", "ci", "problems", "kernels")
+        if NAME_RUN_NUMBER.search(p.name)
+    ]
     bad += [_rel(p) for p in _files("docs", "benchmarks", "ci") if "session" in p.name.lower()]
     assert not bad, bad
 

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, ROOT
 from github_double.openapi import webhook_examples
 from github_double.server import GitHubDouble
@@ -22,14 +21,18 @@ SLOW = (TARGET_REPO / "kernels" / "row_scale.py").read_text()
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()
-            and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def _bot(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     full = {"PATH": os.environ["PATH"], "HOME": str(cwd), "PYTHONPATH": str(ROOT), **env}
-    return subprocess.run([sys.executable, "-m", "bot", *args], cwd=cwd, env=full, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=900
+    )
 
 
 def _checkout(double: GitHubDouble, ref: str, where: Path) -> Path:
@@ -55,14 +58,16 @@ def _pr_event(double: GitHubDouble, pr, fork: bool) -> dict:
     return event
 
 
-def _run_event(kind: str, head_branch: str, head_sha: str, pr_number: int | None,
-               head_repo: str = REPO) -> dict:
+def _run_event(kind: str, head_branch: str, head_sha: str, pr_number: int | None, head_repo: str = REPO) -> dict:
     event = json.loads(json.dumps(webhook_examples("workflow_run")[0]))
     run = event["workflow_run"]
     run["head_repository"]["full_name"] = head_repo
     run.update(event=kind, head_branch=head_branch, head_sha=head_sha, conclusion="success")
-    run["pull_requests"] = ([{"number": pr_number, "head": {"ref": head_branch, "sha": head_sha},
-                              "base": {"ref": "main"}}] if pr_number else [])
+    run["pull_requests"] = (
+        [{"number": pr_number, "head": {"ref": head_branch, "sha": head_sha}, "base": {"ref": "main"}}]
+        if pr_number
+        else []
+    )
     event["repository"]["full_name"] = REPO
     event["repository"]["default_branch"] = "main"
     return event
@@ -78,10 +83,16 @@ def double(tmp_path):
 def _stage_one(double, tmp_path, event_name, event, ref, token="test-token", name="s1"):
     ws = _checkout(double, ref, tmp_path / f"ws-{name}")
     (tmp_path / f"{name}.json").write_text(json.dumps(event))
-    env = {"GITHUB_EVENT_PATH": str(tmp_path / f"{name}.json"), "GITHUB_EVENT_NAME": event_name,
-           "GITHUB_REPOSITORY": REPO, "GITHUB_WORKSPACE": str(ws), "GITHUB_API_URL": double.url,
-           "GITHUB_TOKEN": token, "GITHUB_STEP_SUMMARY": str(tmp_path / f"{name}-summary.md"),
-           "GITHUB_OUTPUT": str(tmp_path / f"{name}-output.txt")}
+    env = {
+        "GITHUB_EVENT_PATH": str(tmp_path / f"{name}.json"),
+        "GITHUB_EVENT_NAME": event_name,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_WORKSPACE": str(ws),
+        "GITHUB_API_URL": double.url,
+        "GITHUB_TOKEN": token,
+        "GITHUB_STEP_SUMMARY": str(tmp_path / f"{name}-summary.md"),
+        "GITHUB_OUTPUT": str(tmp_path / f"{name}-output.txt"),
+    }
     results = tmp_path / f"results-{name}"
     proc = _bot(["run", "--results", str(results), "--device", "cpu", "--exclude", "compile-*"], env, ws)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -91,22 +102,31 @@ def _stage_one(double, tmp_path, event_name, event, ref, token="test-token", nam
 def _stage_two(double, tmp_path, results, event, token="test-token", name="s2"):
     main = _checkout(double, "main", tmp_path / f"main-{name}")
     (tmp_path / f"{name}.json").write_text(json.dumps(event))
-    env = {"GITHUB_EVENT_PATH": str(tmp_path / f"{name}.json"), "GITHUB_EVENT_NAME": "workflow_run",
-           "GITHUB_REPOSITORY": REPO, "GITHUB_WORKSPACE": str(main), "GITHUB_API_URL": double.url,
-           "GITHUB_TOKEN": token}
+    env = {
+        "GITHUB_EVENT_PATH": str(tmp_path / f"{name}.json"),
+        "GITHUB_EVENT_NAME": "workflow_run",
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_WORKSPACE": str(main),
+        "GITHUB_API_URL": double.url,
+        "GITHUB_TOKEN": token,
+    }
     return _bot(["publish", "--results", str(results)], env, main)
 
 
 def _git_show(double, spec: str) -> str:
-    return subprocess.run(["git", f"--git-dir={double.git.path}", "show", spec], capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        ["git", f"--git-dir={double.git.path}", "show", spec], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_labeled_pr_to_follow_up_pr_and_rerun_updates(double, tmp_path):
-    pr = double.repo.open_pull_request("feature/row-scale", {"kernels/row_scale.py": SLOW.encode() + b"# touched\n"},
-                                       title="Touch row_scale", labels=(LABEL,))
-    results, env = _stage_one(double, tmp_path, "pull_request", _pr_event(double, pr, fork=False),
-                              "feature/row-scale")
+    pr = double.repo.open_pull_request(
+        "feature/row-scale",
+        {"kernels/row_scale.py": SLOW.encode() + b"# touched\n"},
+        title="Touch row_scale",
+        labels=(LABEL,),
+    )
+    results, env = _stage_one(double, tmp_path, "pull_request", _pr_event(double, pr, fork=False), "feature/row-scale")
     data = json.loads((results / "results.json").read_text())
     assert [p["problem"] for p in data["problems"]] == ["row_scale"]
     best = data["problems"][0]["best"]
@@ -127,9 +147,11 @@ def test_labeled_pr_to_follow_up_pr_and_rerun_updates(double, tmp_path):
     assert "x [" in follow.body and "<!-- kernel-bot:report -->" in follow.body
     assert "--device cuda" not in follow.body  # stage 1 measured on a CPU: its command says so
     # The chart lands with the default kernel paths too: the publishing stage drew it itself.
-    chart = subprocess.run(["git", f"--git-dir={double.git.path}", "show",
-                            f"kernel-bot/pr-{pr.number}:docs/kernel-bot/speedups.png"],
-                           capture_output=True, check=True).stdout
+    chart = subprocess.run(
+        ["git", f"--git-dir={double.git.path}", "show", f"kernel-bot/pr-{pr.number}:docs/kernel-bot/speedups.png"],
+        capture_output=True,
+        check=True,
+    ).stdout
     assert chart.startswith(b"\x89PNG\r\n") and "docs/kernel-bot/speedups.png)" in follow.body
     comments = [c for c in double.repo.comments.values() if c.issue_number == pr.number]
     assert len(comments) == 1 and "<!-- kernel-bot:sticky -->" in comments[0].body
@@ -145,21 +167,30 @@ def test_labeled_pr_to_follow_up_pr_and_rerun_updates(double, tmp_path):
 
 
 def test_fork_pr_gets_the_patch_in_a_comment_and_nothing_is_pushed(double, tmp_path):
-    pr = double.repo.open_pull_request("patch-1", {"kernels/row_scale.py": SLOW.encode() + b"# fork\n"},
-                                       labels=(LABEL,), fork="contributor/octo-repo")
-    results, _ = _stage_one(double, tmp_path, "pull_request", _pr_event(double, pr, fork=True),
-                            "main", name="fork")  # the fork head is not a branch here
-    refs_before = subprocess.run(["git", f"--git-dir={double.git.path}", "for-each-ref"], capture_output=True,
-                                 text=True).stdout
+    pr = double.repo.open_pull_request(
+        "patch-1", {"kernels/row_scale.py": SLOW.encode() + b"# fork\n"}, labels=(LABEL,), fork="contributor/octo-repo"
+    )
+    results, _ = _stage_one(
+        double, tmp_path, "pull_request", _pr_event(double, pr, fork=True), "main", name="fork"
+    )  # the fork head is not a branch here
+    refs_before = subprocess.run(
+        ["git", f"--git-dir={double.git.path}", "for-each-ref"], capture_output=True, text=True
+    ).stdout
     head_sha = double.repo.git.resolve(f"refs/pull/{pr.number}/head")
     claimed = json.loads((results / "results.json").read_text())["trigger"]
     assert claimed["pr_number"] == pr.number and claimed["head_sha"] == head_sha
-    proc = _stage_two(double, tmp_path, results, _run_event("pull_request", "patch-1", head_sha, None,
-                                                                      "contributor/octo-repo"), name="fork2")
+    proc = _stage_two(
+        double,
+        tmp_path,
+        results,
+        _run_event("pull_request", "patch-1", head_sha, None, "contributor/octo-repo"),
+        name="fork2",
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert not [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
-    refs_after = subprocess.run(["git", f"--git-dir={double.git.path}", "for-each-ref"], capture_output=True,
-                                text=True).stdout
+    refs_after = subprocess.run(
+        ["git", f"--git-dir={double.git.path}", "for-each-ref"], capture_output=True, text=True
+    ).stdout
     assert refs_after == refs_before
     comment = next(c for c in double.repo.comments.values() if c.issue_number == pr.number)
     assert "```diff" in comment.body and "kernels/row_scale.py" in comment.body
@@ -171,8 +202,9 @@ def test_nightly_opens_a_pr_against_the_default_branch(double, tmp_path):
     event["ref"] = "refs/heads/main"
     results, _ = _stage_one(double, tmp_path, "workflow_dispatch", event, "main", name="nightly")
     head_sha = double.repo.branch_sha("main")
-    proc = _stage_two(double, tmp_path, results, _run_event("workflow_dispatch", "main", head_sha, None),
-                      name="nightly2")
+    proc = _stage_two(
+        double, tmp_path, results, _run_event("workflow_dispatch", "main", head_sha, None), name="nightly2"
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     nightly = [p for p in double.repo.pulls.values() if p.head_ref == "kernel-bot/nightly"]
     assert len(nightly) == 1 and nightly[0].base_ref == "main"

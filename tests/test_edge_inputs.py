@@ -8,19 +8,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import CANDIDATES, ROOT
 
 from bot.engine.candidates import load_candidate
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from conftest import CANDIDATES, ROOT
 
 BUNDLED = ROOT / "problems"
 
 
 def verdicts(problem_path: Path, names: list[str], options, lines: list[str] | None = None):
     problem = load_problem(problem_path, root=ROOT)
-    result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names], None, options,
-                      lines.append if lines is not None else (lambda _: None))
+    result = evaluate(
+        problem,
+        [load_candidate(CANDIDATES / f"{n}.py") for n in names],
+        None,
+        options,
+        lines.append if lines is not None else (lambda _: None),
+    )
     return {o.candidate.name: o.verdict for o in result.candidates}
 
 
@@ -30,15 +35,16 @@ def values_failure(verdict) -> str:
     return failed[0].evidence
 
 
-@pytest.mark.parametrize("problem,cheats,twin", [
-    # cheat -> the distribution its rejection names
-    ("rmsnorm", {"cheat_rmsnorm_no_eps": "zeros"}, "honest_rmsnorm"),
-    ("softmax", {"cheat_softmax_no_max": "large", "cheat_softmax_no_max_float64": "limits"},
-     "honest_softmax"),
-    ("layernorm", {"cheat_layernorm_no_eps": "zeros", "cheat_layernorm_zero_rows": "zeros"},
-     "honest_layernorm"),
-    ("gelu", {"cheat_gelu_flush_tiny": "rows"}, "honest_gelu"),
-])
+@pytest.mark.parametrize(
+    "problem,cheats,twin",
+    [
+        # cheat -> the distribution its rejection names
+        ("rmsnorm", {"cheat_rmsnorm_no_eps": "zeros"}, "honest_rmsnorm"),
+        ("softmax", {"cheat_softmax_no_max": "large", "cheat_softmax_no_max_float64": "limits"}, "honest_softmax"),
+        ("layernorm", {"cheat_layernorm_no_eps": "zeros", "cheat_layernorm_zero_rows": "zeros"}, "honest_layernorm"),
+        ("gelu", {"cheat_gelu_flush_tiny": "rows"}, "honest_gelu"),
+    ],
+)
 def test_edge_case_cheats_are_rejected_naming_the_distribution(quick_options, problem, cheats, twin):
     found = verdicts(BUNDLED / f"{problem}.py", [*cheats, twin], quick_options())
     assert found[twin].accepted, found[twin].reasons
@@ -59,8 +65,7 @@ def test_rows_alone_catch_a_dropped_eps_and_opting_out_of_both_lets_it_through(q
     lines: list[str] = []
     found = verdicts(no_zeros, ["cheat_rmsnorm_no_eps"], quick_options(), lines)
     assert "rows inputs" in values_failure(found["cheat_rmsnorm_no_eps"])
-    assert any("rmsnorm_no_zeros: no zeros inputs: padding never reaches this norm" in line
-               for line in lines), lines
+    assert any("rmsnorm_no_zeros: no zeros inputs: padding never reaches this norm" in line for line in lines), lines
     neither = tmp_path / "rmsnorm_no_small_rows.py"
     neither.write_text(source + 'SKIP_DISTRIBUTIONS = {"zeros": "no padding", "rows": "no small rows"}\n')
     found = verdicts(neither, ["cheat_rmsnorm_no_eps"], quick_options())

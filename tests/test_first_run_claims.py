@@ -7,25 +7,34 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from bot.engine.candidates import default_baseline, load_candidate
-from bot.report.chart import results_chart
-from bot.core.domain import CandidateSource, Measurement, Origin, Speedup, Trigger, Verdict
-from bot.engine.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
-from bot.core.outcomes import ContenderOutcome, ShapeOutcome
-from bot.core.results import Results
-from bot.engine.outputs import results_document
-from bot.report.plan import plan_pull_request
-from bot.core.plausible import implausibility
-from bot.engine.problems import load_problem
-from bot.report.data import chart_bars
-from bot.report.markdown import render_comment, render_step_summary
-from bot.engine.simulated import simulated_reason
 from conftest import CANDIDATES, PROBLEMS, typed
 
-PR = Trigger(kind="pull_request", repo="acme/kernels", action="labeled", pr_number=7, base_ref="main",
-             base_sha="b" * 40, head_ref="feature", head_sha="a" * 40, head_repo="acme/kernels",
-             default_branch="main")
+from bot.core.domain import CandidateSource, Measurement, Origin, Speedup, Trigger, Verdict
+from bot.core.outcomes import ContenderOutcome, ShapeOutcome
+from bot.core.plausible import implausibility
+from bot.core.results import Results
+from bot.engine.candidates import default_baseline, load_candidate
+from bot.engine.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
+from bot.engine.outputs import results_document
+from bot.engine.problems import load_problem
+from bot.engine.simulated import simulated_reason
+from bot.report.chart import results_chart
+from bot.report.data import chart_bars
+from bot.report.markdown import render_comment, render_step_summary
+from bot.report.plan import plan_pull_request
+
+PR = Trigger(
+    kind="pull_request",
+    repo="acme/kernels",
+    action="labeled",
+    pr_number=7,
+    base_ref="main",
+    base_sha="b" * 40,
+    head_ref="feature",
+    head_sha="a" * 40,
+    head_repo="acme/kernels",
+    default_branch="main",
+)
 INTERPRETER = "runs in Triton's interpreter on this CPU"
 
 
@@ -34,8 +43,11 @@ def _repo_with_target(tmp_path: Path, target: Path) -> Path:
     (tmp_path / "problems").mkdir()
     (tmp_path / "kernels").mkdir()
     source = (PROBLEMS / "big_add.py").read_text()
-    (tmp_path / "problems" / "big_add.py").write_text(source.replace(
-        'CPU_SHAPES = {"small": {"N": 4096}}', 'CPU_SHAPES = {"small": {"N": 4096}}\nTARGET = "kernels/add.py"'))
+    (tmp_path / "problems" / "big_add.py").write_text(
+        source.replace(
+            'CPU_SHAPES = {"small": {"N": 4096}}', 'CPU_SHAPES = {"small": {"N": 4096}}\nTARGET = "kernels/add.py"'
+        )
+    )
     shutil.copy(target, tmp_path / "kernels" / "add.py")
     return tmp_path / "problems" / "big_add.py"
 
@@ -43,21 +55,25 @@ def _repo_with_target(tmp_path: Path, target: Path) -> Path:
 def _optimize(problem_path: Path, quick_options, exclude: tuple[str, ...] = ()) -> tuple:
     problem = load_problem(problem_path, root=problem_path.parent.parent)
     # The eager reference and the Triton knob variants: enough contenders, no minutes of compiling.
-    opts = OptimizeOptions(exclude=("compile-*", "cuda-graph*", *exclude), budget_s=300,
-                           evaluation=quick_options())
+    opts = OptimizeOptions(exclude=("compile-*", "cuda-graph*", *exclude), budget_s=300, evaluation=quick_options())
     result = optimize(problem, default_baseline(problem), opts)
     return result, results_document([result], PR, opts.min_speedup)
 
 
 def _claims_nothing(results: Results, repo: Path) -> str:
     """Every rendering of `results` without a ratio; returns the step summary."""
-    plan = plan_pull_request(results, PR, repo, lambda p: p.startswith("kernels/"), results_chart(results),
-                             "bot optimize problems/big_add.py --device cpu")
+    plan = plan_pull_request(
+        results,
+        PR,
+        repo,
+        lambda p: p.startswith("kernels/"),
+        results_chart(results),
+        "bot optimize problems/big_add.py --device cpu",
+    )
     assert "faster" not in plan.title and "no significant improvement" in plan.title
     assert plan.check_run.title == "no significant improvement" and not plan.files
     # A ratio appears in the comment only as the guard's evidence, on the line that flags it.
-    assert all("implausible; check the baseline" in line for line in plan.comment_body.splitlines()
-               if "x [" in line)
+    assert all("implausible; check the baseline" in line for line in plan.comment_body.splitlines() if "x [" in line)
     return render_step_summary(results)
 
 
@@ -140,14 +156,29 @@ def test_plausibility_guard_bound_and_roofline():
 
 
 def test_renderers_refuse_an_implausible_or_simulated_best_from_untrusted_results(tmp_path):
-    best = {"name": "x", "accepted": True, "source": "class ModelNew: pass", "speedup": 4675.27, "speedup_ci": [4600.0, 4700.0],
-            "shapes": [{"shape": "small", "speedup": 4675.27, "speedup_ci": [4600.0, 4700.0],
-                        "measurement": {"median_us": 39.0}}]}
-    problem = {"problem": "rmsnorm", "target": "kernels/rmsnorm_triton.py", "best": best, "attempts": [best],
-               "min_speedup": 1.05, "environment": {"device": "cpu", "device_name": "Xeon"}}
+    best = {
+        "name": "x",
+        "accepted": True,
+        "source": "class ModelNew: pass",
+        "speedup": 4675.27,
+        "speedup_ci": [4600.0, 4700.0],
+        "shapes": [
+            {"shape": "small", "speedup": 4675.27, "speedup_ci": [4600.0, 4700.0], "measurement": {"median_us": 39.0}}
+        ],
+    }
+    problem = {
+        "problem": "rmsnorm",
+        "target": "kernels/rmsnorm_triton.py",
+        "best": best,
+        "attempts": [best],
+        "min_speedup": 1.05,
+        "environment": {"device": "cpu", "device_name": "Xeon"},
+    }
     for variant in ({}, {"not_timed": INTERPRETER}):
-        payload = {"schema_version": 1, "problems": [{**problem, **variant,
-                                                      "max_plausible_speedup": 1e9 if variant else None}]}
+        payload = {
+            "schema_version": 1,
+            "problems": [{**problem, **variant, "max_plausible_speedup": 1e9 if variant else None}],
+        }
         summary = _claims_nothing(typed(payload), tmp_path)
         assert "4675" not in render_comment(typed(payload), None, None).split("### How it was verified")[0]
         assert not [b for b in chart_bars(typed(payload)) if b.speedup]

@@ -10,20 +10,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import CANDIDATES, PROBLEMS
+
 from bot.engine.candidates import load_candidate
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
 from bot.sandbox import process
 from bot.sandbox.base import BOT_ROOT, WorkerLaunch, worker_env
-from bot.sandbox.fork_server import ForkServer, _shut_nvml_down, cuda_driver_initialized
 from bot.sandbox.contained import containment
+from bot.sandbox.fork_server import ForkServer, _shut_nvml_down, cuda_driver_initialized
 from bot.sandbox.isolate import UID_BASE
-from conftest import CANDIDATES, PROBLEMS
 
 NAMESPACES = containment().namespaces  # root here and on CI: each worker in its own namespaces
 
 # A candidate that reports, as its import error, what its process looks like from inside.
-PROBE = '''
+PROBE = """
 import json, os, resource, sys
 sockets = 0
 for fd in os.listdir("/proc/self/fd"):
@@ -43,7 +44,7 @@ raise RuntimeError("PROBE" + json.dumps({
     "headers": getattr(sys.modules.get("torch._inductor.config"), "cpp_cache_precompile_headers", None),
     "vector_isa": isa is not None and isa.valid_vec_isa_list.cache_info().currsize == 1,
 }) + "PROBE")
-'''
+"""
 
 
 def _evaluate(names_or_paths, quick_options):
@@ -140,9 +141,9 @@ def test_the_server_holds_no_credentials_and_reports_a_vanished_worker(tmp_path)
         environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
         assert not any(v.startswith(b"GITHUB_TOKEN=") for v in environ)
         assert any(v.startswith(b"TRITON_INTERPRET=") for v in environ)
-        assert server.exit_code(2 ** 22 + 12345) is None  # not one of its workers: unknown, not dead
+        assert server.exit_code(2**22 + 12345) is None  # not one of its workers: unknown, not dead
         server.close()
-        assert server.exit_code(2 ** 22 + 12345) == -9  # the server is gone and so is that process
+        assert server.exit_code(2**22 + 12345) == -9  # the server is gone and so is that process
     finally:
         server.close()
 
@@ -152,6 +153,7 @@ def test_confine_caps_the_address_space_of_a_cpu_worker():
     pid = os.fork()
     if pid == 0:
         import resource
+
         process.confine(1024, "cpu", set())
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
         os._exit(0 if soft == (1024 + 4096) << 20 else 1)
@@ -172,12 +174,19 @@ def test_a_server_that_cannot_start_leaves_workers_to_start_plainly(tmp_path, qu
 
 
 def test_the_compiler_import_leaves_the_cuda_probe_setting_as_it_found_it():
-    code = ("import os, sys; from bot.sandbox.fork_server import _import_the_compiler; "
-            "print(_import_the_compiler(), 'torch._inductor.compile_fx' in sys.modules, "
-            "os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK'))")
+    code = (
+        "import os, sys; from bot.sandbox.fork_server import _import_the_compiler; "
+        "print(_import_the_compiler(), 'torch._inductor.compile_fx' in sys.modules, "
+        "os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK'))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
-    out = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": str(BOT_ROOT)},
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "PYTHONPATH": str(BOT_ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.split() == ["True", "True", "None"]
 
 
@@ -243,11 +252,13 @@ DRIVER_TOUCHED_BOOT = (
     "    socket.socket(fileno=int(sys.argv[2])).sendall(json.dumps("
     "{'ready': False, 'driver_initialized': True, 'compiler': True}).encode())\n"
     "else:\n"
-    "    from bot.sandbox.fork_server import serve; serve(int(sys.argv[2]), False)\n")
+    "    from bot.sandbox.fork_server import serve; serve(int(sys.argv[2]), False)\n"
+)
 
 
 def test_a_server_whose_imports_initialised_the_driver_starts_again_without_the_compiler(
-        tmp_path, quick_options, monkeypatch):
+    tmp_path, quick_options, monkeypatch
+):
     from bot.sandbox import fork_server
 
     monkeypatch.setattr(process, "_servers", {})

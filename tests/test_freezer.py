@@ -6,36 +6,53 @@ import statistics
 import time
 
 import pytest
+from conftest import PROBLEMS
 
+from bot.engine.workers import WorkerClient
 from bot.sandbox import Limits, freezer
 from bot.sandbox.contained import containment
 from bot.sandbox.process import ProcessSandbox
-from bot.engine.workers import WorkerClient
-from conftest import PROBLEMS
 
 # At import: a child that burns CPU for as long as it is let run.
-BURNER = '''
+BURNER = """
 import os
 if os.fork() == 0:
     while True:
         pass
 from honest_module import *
-'''
+"""
 
 
 def _sandbox(name: str):
     if name == "docker":
         from bot.sandbox.docker import DockerSandbox
+
         return DockerSandbox()
     return ProcessSandbox(start_fork_server=False)
 
 
 def _client(tmp_path, label: str, module, sandbox) -> WorkerClient:
-    client = WorkerClient(sandbox, label, "cpu", tmp_path / f"w-{label}",
-                          tmp_path / "cache", (PROBLEMS / "scale_add.py", PROBLEMS, module),
-                          Limits(memory_mb=4096), threads=1)
-    client.request({"op": "load", "problem": str(PROBLEMS / "scale_add.py"), "module": str(module),
-                    "class_name": "ModelNew", "precision": "native"}, 120, "import")
+    client = WorkerClient(
+        sandbox,
+        label,
+        "cpu",
+        tmp_path / f"w-{label}",
+        tmp_path / "cache",
+        (PROBLEMS / "scale_add.py", PROBLEMS, module),
+        Limits(memory_mb=4096),
+        threads=1,
+    )
+    client.request(
+        {
+            "op": "load",
+            "problem": str(PROBLEMS / "scale_add.py"),
+            "module": str(module),
+            "class_name": "ModelNew",
+            "precision": "native",
+        },
+        120,
+        "import",
+    )
     return client
 
 
@@ -45,15 +62,24 @@ def _cpu_in(client: WorkerClient, seconds: float) -> float:
     return client.running.cpu_seconds() - before
 
 
-@pytest.mark.parametrize("backend", [
-    pytest.param("process", marks=pytest.mark.skipif(not containment().cgroups,
-                                                     reason=f"containment here is {containment().description}")),
-    pytest.param("docker", marks=pytest.mark.docker)])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param(
+            "process",
+            marks=pytest.mark.skipif(
+                not containment().cgroups, reason=f"containment here is {containment().description}"
+            ),
+        ),
+        pytest.param("docker", marks=pytest.mark.docker),
+    ],
+)
 def test_frozen_workers_and_their_children_do_not_run_and_the_reference_is_never_frozen(tmp_path, backend):
     sandbox = _sandbox(backend)
     module = tmp_path / "burner.py"
-    module.write_text(BURNER.replace("from honest_module import *",
-                                     (PROBLEMS.parent / "candidates" / "honest.py").read_text()))
+    module.write_text(
+        BURNER.replace("from honest_module import *", (PROBLEMS.parent / "candidates" / "honest.py").read_text())
+    )
     reference, burner, other = (_client(tmp_path, name, module, sandbox) for name in ("reference", "burner", "other"))
     try:
         assert _cpu_in(burner, 1.0) > 0.05  # its child burns CPU (2 shared cores: a share)
@@ -67,8 +93,10 @@ def test_frozen_workers_and_their_children_do_not_run_and_the_reference_is_never
                 began = time.perf_counter()
                 phase.only(burner if len(switches) % 2 == 0 else other)
                 switches.append(time.perf_counter() - began)
-            print(f"{backend}: freeze_all_but per batch: median {statistics.median(switches) * 1e3:.2f} ms, "
-                  f"max {max(switches) * 1e3:.2f} ms")
+            print(
+                f"{backend}: freeze_all_but per batch: median {statistics.median(switches) * 1e3:.2f} ms, "
+                f"max {max(switches) * 1e3:.2f} ms"
+            )
             assert statistics.median(switches) < (0.02 if backend == "process" else 0.2)
         assert not burner.running.frozen and not other.running.frozen
         assert _cpu_in(burner, 1.0) > 0.05  # thawed when the phase ended
@@ -99,11 +127,20 @@ def test_time_spent_frozen_counts_toward_neither_the_timeout_nor_the_stall_bound
     import threading
 
     module = tmp_path / "busy_import.py"
-    module.write_text("import time\nend = time.monotonic() + 1.0\nwhile time.monotonic() < end:\n    pass\n"
-                      + (PROBLEMS.parent / "candidates" / "honest.py").read_text())
-    client = WorkerClient(_sandbox("process"), "frozen-mid-request", "cpu", tmp_path / "w", tmp_path / "cache",
-                          (PROBLEMS / "scale_add.py", PROBLEMS, module),
-                          Limits(memory_mb=4096, stall_timeout_s=3.0), threads=1)
+    module.write_text(
+        "import time\nend = time.monotonic() + 1.0\nwhile time.monotonic() < end:\n    pass\n"
+        + (PROBLEMS.parent / "candidates" / "honest.py").read_text()
+    )
+    client = WorkerClient(
+        _sandbox("process"),
+        "frozen-mid-request",
+        "cpu",
+        tmp_path / "w",
+        tmp_path / "cache",
+        (PROBLEMS / "scale_add.py", PROBLEMS, module),
+        Limits(memory_mb=4096, stall_timeout_s=3.0),
+        threads=1,
+    )
 
     def freeze_for_a_while():
         time.sleep(0.3)
@@ -115,8 +152,17 @@ def test_time_spent_frozen_counts_toward_neither_the_timeout_nor_the_stall_bound
     try:
         began = time.monotonic()
         helper.start()
-        reply = client.request({"op": "load", "problem": str(PROBLEMS / "scale_add.py"), "module": str(module),
-                                "class_name": "ModelNew", "precision": "native"}, 6.0, "import")
+        reply = client.request(
+            {
+                "op": "load",
+                "problem": str(PROBLEMS / "scale_add.py"),
+                "module": str(module),
+                "class_name": "ModelNew",
+                "precision": "native",
+            },
+            6.0,
+            "import",
+        )
         assert reply["ok"] and time.monotonic() - began > 7.0
         assert client.running.frozen_seconds() >= 6.9
     finally:

@@ -6,14 +6,21 @@ from __future__ import annotations
 import random
 import time
 
+from test_timing_protocol import _time, _Worker
+
 from bot.core import stats as bench
 from bot.engine.futility import Futility, bar, first_batches
 from bot.engine.timing import TimingOptions, TimingRecord
-from test_timing_protocol import _time, _Worker
 
 
-def _round(records: dict[str, TimingRecord], medians: dict[str, float], rng: random.Random,
-           workers: int = 2, calls: int = 20, noise: float = 0.10) -> None:
+def _round(
+    records: dict[str, TimingRecord],
+    medians: dict[str, float],
+    rng: random.Random,
+    workers: int = 2,
+    calls: int = 20,
+    noise: float = 0.10,
+) -> None:
     """One interleaved round: a batch from every worker of every contender, all batches of the
     round moved by one shared factor (a busy host) and each by its own noise."""
     moment = 1 + rng.uniform(0, 0.5)
@@ -53,8 +60,7 @@ def test_a_clear_loser_stops_at_the_first_look_and_a_winner_never_does():
 
 def test_a_candidate_just_past_the_bar_is_timed_to_the_end():
     # A true 1.10x gain against a 1.05 bar, with 10 % noise per call and per batch.
-    stopped = sum(bool(_run({"base": 110.0, "gain": 100.0}, seed, bar(1.05, 1))[1].stopped)
-                  for seed in range(20))
+    stopped = sum(bool(_run({"base": 110.0, "gain": 100.0}, seed, bar(1.05, 1))[1].stopped) for seed in range(20))
     assert stopped == 0
 
 
@@ -62,8 +68,12 @@ def test_with_several_shapes_only_a_significant_loss_stops_a_candidate():
     # 5 % slower on this shape: alone it can never clear 1.05, so it stops; with several shapes
     # the others could still pay for it (it is not significantly slower), so it is timed on.
     assert bar(1.05, 1) == 1.05 and abs(bar(1.05, 3) - 1 / 1.05) < 1e-12
-    runs = {shapes: sum(bool(_run({"base": 100.0, "behind": 100 / 0.95}, seed, bar(1.05, shapes))[1].stopped)
-                        for seed in range(20)) for shapes in (1, 2)}
+    runs = {
+        shapes: sum(
+            bool(_run({"base": 100.0, "behind": 100 / 0.95}, seed, bar(1.05, shapes))[1].stopped) for seed in range(20)
+        )
+        for shapes in (1, 2)
+    }
     assert runs[1] >= 15 and runs[2] <= 1, runs
 
 
@@ -103,8 +113,11 @@ def test_first_batches_keeps_samples_sizes_and_workers_together():
 def test_the_protocol_stops_timing_a_loser_and_times_a_winner_to_the_cap():
     options = TimingOptions(time_cap_s=0.6, min_batches=6, target_rel_se=-1.0, batch_target_us=2_000)
     futility = Futility("base", bar(1.05, 1), 1.05)
-    workers = {"base": (_Worker(400.0), _Worker(400.0)), "fast": (_Worker(200.0), _Worker(200.0)),
-               "slow": (_Worker(800.0), _Worker(800.0))}
+    workers = {
+        "base": (_Worker(400.0), _Worker(400.0)),
+        "fast": (_Worker(200.0), _Worker(200.0)),
+        "slow": (_Worker(800.0), _Worker(800.0)),
+    }
     records = _time(workers, options, keep=frozenset({"base"}), stop=futility)
     batches = {n: len(r.batch_sizes) for n, r in records.items()}
     assert batches["slow"] == 6 and set(futility.stopped) == {"slow"}

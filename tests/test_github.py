@@ -8,13 +8,13 @@ import subprocess
 from dataclasses import replace
 
 import pytest
-
-from bot.core.errors import BotError
-from bot.github.client import STICKY_MARKER, GitHubClient, trigger_from_event
 from github_double import SECONDARY_RATE_LIMIT, SERVER_ERROR, Fault, GitHubDouble, Identity
 from github_double.openapi import webhook_examples
 from github_double.records import CommentRecord, now
 from github_double.session import SleepRecorder, client_for, sample_plan, tiny_png
+
+from bot.core.errors import BotError
+from bot.github.client import STICKY_MARKER, GitHubClient, trigger_from_event
 
 REPO = "octo-org/octo-repo"
 
@@ -30,13 +30,11 @@ def double(tmp_path):
 @pytest.fixture
 def source(double):
     """A contributor's same-repository pull request touching a problem file."""
-    return double.repo.open_pull_request("feature/softmax", {"problems/softmax.py": b"x = 1\n"},
-                                         labels=("kernel-bot",))
+    return double.repo.open_pull_request("feature/softmax", {"problems/softmax.py": b"x = 1\n"}, labels=("kernel-bot",))
 
 
 def git_show(double: GitHubDouble, spec: str) -> bytes:
-    return subprocess.run(["git", "-C", str(double.git.path), "show", spec], check=True,
-                          capture_output=True).stdout
+    return subprocess.run(["git", "-C", str(double.git.path), "show", spec], check=True, capture_output=True).stdout
 
 
 def posts(double: GitHubDouble) -> list[str]:
@@ -44,6 +42,7 @@ def posts(double: GitHubDouble) -> list[str]:
 
 
 # -- trigger_from_event ------------------------------------------------------------------
+
 
 def _example(action: str) -> dict:
     return next(e for e in webhook_examples("pull_request") if e["action"] == action)
@@ -85,22 +84,29 @@ def test_trigger_for_schedule_and_dispatch():
     trigger = trigger_from_event("workflow_dispatch", dispatch, dispatch["repository"]["full_name"])
     assert trigger.kind == "workflow_dispatch"
     assert trigger.default_branch == dispatch["repository"]["default_branch"]
-    built = {"inputs": {"problems": "softmax"}, "ref": "refs/heads/main",
-             "repository": {"full_name": REPO, "default_branch": "trunk"}}
+    built = {
+        "inputs": {"problems": "softmax"},
+        "ref": "refs/heads/main",
+        "repository": {"full_name": REPO, "default_branch": "trunk"},
+    }
     assert trigger_from_event("workflow_dispatch", built, REPO).default_branch == "trunk"
 
 
-@pytest.mark.parametrize("event, payload, words", [
-    ("push", {}, "unsupported event 'push'"),
-    ("pull_request", {"action": "closed"}, "unsupported pull_request action 'closed'"),
-    ("pull_request", {"action": "opened", "pull_request": {"number": 1}}, "malformed"),
-])
+@pytest.mark.parametrize(
+    "event, payload, words",
+    [
+        ("push", {}, "unsupported event 'push'"),
+        ("pull_request", {"action": "closed"}, "unsupported pull_request action 'closed'"),
+        ("pull_request", {"action": "opened", "pull_request": {"number": 1}}, "malformed"),
+    ],
+)
 def test_trigger_rejects_what_it_cannot_handle(event, payload, words):
     with pytest.raises(BotError, match=words):
         trigger_from_event(event, payload, REPO)
 
 
 # -- publish -----------------------------------------------------------------------------
+
 
 def test_publish_pushes_one_commit_and_opens_the_pull_request(double, source):
     plan = sample_plan(source.number, source.head_ref)
@@ -129,9 +135,13 @@ def test_second_publish_updates_instead_of_duplicating(double, source):
     first_tip = double.repo.branch_sha(plan.branch)
     again = client.publish(plan, max_open=3)  # the same plan: nothing new to commit
     assert double.repo.branch_sha(plan.branch) == first_tip
-    newer = replace(plan, title="kernel-bot: softmax 1.6x", body="now 1.6x",
-                    comment_body="kernel-bot found a 1.6x faster softmax.",
-                    files=(replace(plan.files[0], content=b"# v2\n"), plan.files[1]))
+    newer = replace(
+        plan,
+        title="kernel-bot: softmax 1.6x",
+        body="now 1.6x",
+        comment_body="kernel-bot found a 1.6x faster softmax.",
+        files=(replace(plan.files[0], content=b"# v2\n"), plan.files[1]),
+    )
     second = client.publish(newer, max_open=3)
 
     assert first.created and again.updated and second.updated and not second.created
@@ -150,8 +160,9 @@ def test_second_publish_updates_instead_of_duplicating(double, source):
 
 
 def test_fork_plan_only_comments_with_the_patch(double):
-    fork_pr = double.repo.open_pull_request("patch-1", {"problems/softmax.py": b"y = 2\n"},
-                                            fork="contributor/octo-repo")
+    fork_pr = double.repo.open_pull_request(
+        "patch-1", {"problems/softmax.py": b"y = 2\n"}, fork="contributor/octo-repo"
+    )
     plan = sample_plan(fork_pr.number, "main", fork=True)
     plan = replace(plan, comment_body=f"Apply with `git apply`:\n```diff\n{plan.patch}```")
     result = client_for(double).publish(plan, max_open=3)
@@ -168,8 +179,9 @@ def test_fork_plan_only_comments_with_the_patch(double):
 def test_cap_on_open_bot_pull_requests(double, source):
     client = client_for(double)
     for n in (101, 102):
-        assert client.publish(replace(sample_plan(source.number, "main"), branch=f"kernel-bot/pr-{n}",
-                                      source_pr=None), max_open=2).created
+        assert client.publish(
+            replace(sample_plan(source.number, "main"), branch=f"kernel-bot/pr-{n}", source_pr=None), max_open=2
+        ).created
     # A fork PR whose branch happens to look like ours is not ours.
     double.repo.open_pull_request("kernel-bot/x", {"a.py": b"1\n"}, fork="mallory/octo-repo")
     assert sorted(client.open_bot_pull_requests()) == [2, 3]
@@ -178,8 +190,9 @@ def test_cap_on_open_bot_pull_requests(double, source):
     assert capped.pr_number is None and "cap of 2" in capped.skipped_reason
     assert double.repo.branch_sha("kernel-bot/pr-1") is None  # nothing pushed for a skipped PR
     assert capped.comment_id is not None  # the source PR still hears about the result
-    existing = client.publish(replace(sample_plan(source.number, "main"), branch="kernel-bot/pr-101",
-                                      title="refreshed"), max_open=2)
+    existing = client.publish(
+        replace(sample_plan(source.number, "main"), branch="kernel-bot/pr-101", title="refreshed"), max_open=2
+    )
     assert existing.updated and double.repo.pulls[existing.pr_number].title == "refreshed"
 
 
@@ -193,27 +206,31 @@ def test_pull_request_files_reads_every_page(double):
 def test_sticky_marker_counts_only_in_the_bots_own_comments(double, source):
     stamp = now()
     quoted = f"> {STICKY_MARKER} someone quoting the bot"
-    double.repo.comments[1] = CommentRecord(1, source.number, quoted,
-                                            Identity("octocat", 583_231, kind="User"), stamp, stamp)
+    double.repo.comments[1] = CommentRecord(
+        1, source.number, quoted, Identity("octocat", 583_231, kind="User"), stamp, stamp
+    )
     client_for(double).publish(sample_plan(source.number, source.head_ref), max_open=3)
-    client_for(double).publish(replace(sample_plan(source.number, source.head_ref),
-                                       comment_body="second"), max_open=3)
+    client_for(double).publish(replace(sample_plan(source.number, source.head_ref), comment_body="second"), max_open=3)
     assert double.repo.comments[1].body == quoted
     [ours] = [c for c in double.repo.comments.values() if c.author.kind == "Bot"]
     assert ours.body == f"{STICKY_MARKER}\nsecond"
     # A personal token posts as a user: naming its login makes that user's comments ours.
     as_octocat = client_for(double, sticky_author="octocat")
-    assert as_octocat.publish(replace(sample_plan(source.number, "main", fork=True),
-                                      comment_body="mine"), max_open=3).comment_id == 1
+    assert (
+        as_octocat.publish(
+            replace(sample_plan(source.number, "main", fork=True), comment_body="mine"), max_open=3
+        ).comment_id
+        == 1
+    )
 
 
 # -- failures ----------------------------------------------------------------------------
 
+
 def test_bad_gateway_twice_then_success(double, source, caplog):
     sleep = SleepRecorder()
     double.fail_next(SERVER_ERROR, times=2)
-    result = client_for(double, sleep=sleep).publish(sample_plan(source.number, source.head_ref),
-                                                     max_open=3)
+    result = client_for(double, sleep=sleep).publish(sample_plan(source.number, source.head_ref), max_open=3)
     assert result.created and double.pending_faults == 0
     assert sleep.delays == [0.01, 0.02]  # exponential backoff from base_delay_s
     assert len(double.repo.open_pulls()) == 2
@@ -224,15 +241,20 @@ def test_bad_gateway_twice_then_success(double, source, caplog):
 def test_secondary_rate_limit_honours_retry_after(double, source, fault):
     sleep = SleepRecorder()
     double.fail_next(fault, times=1, methods=("POST",))
-    result = client_for(double, sleep=sleep).publish(sample_plan(source.number, source.head_ref),
-                                                     max_open=3)
+    result = client_for(double, sleep=sleep).publish(sample_plan(source.number, source.head_ref), max_open=3)
     assert result.created and sleep.delays == [1.0]  # Retry-After: 1 beats the 0.01 s backoff
     assert git_show(double, "kernel-bot/pr-1:kernels/softmax.py").startswith(b"# softmax")
 
 
 def test_primary_rate_limit_is_not_retried(double, source):
-    exhausted = Fault("rate limit", 403, {"message": "API rate limit exceeded for installation ID 1.",
-                                          "documentation_url": "https://docs.github.com/rest"})
+    exhausted = Fault(
+        "rate limit",
+        403,
+        {
+            "message": "API rate limit exceeded for installation ID 1.",
+            "documentation_url": "https://docs.github.com/rest",
+        },
+    )
     double.fail_next(exhausted)
     sleep = SleepRecorder()
     with pytest.raises(BotError, match="rate limit exhausted"):
@@ -257,23 +279,26 @@ def test_token_without_write_permission(double, source):
 
 def test_not_found_on_a_write_names_both_causes(double, source):
     # Fine-grained tokens without a permission get 404 on writes, not 403; so does a missing object.
-    double.fail_next(Fault("hidden", 404, {"message": "Not Found", "documentation_url": "x"}),
-                     methods=("POST",))
+    double.fail_next(Fault("hidden", 404, {"message": "Not Found", "documentation_url": "x"}), methods=("POST",))
     head_sha = double.repo.head_sha(source)
     plan = replace(sample_plan(source.number, "main", fork=True, head_sha=head_sha), comment_body=None)
     with pytest.raises(BotError) as err:
         client_for(double).publish(plan, max_open=3)
-    assert str(err.value) == ("GitHub answered 404 'Not Found' while trying to create check runs: it does not "
-                              "exist, or the token lacks `checks: write` (fine-grained tokens get 404, not 403, "
-                              "for a missing grant)")
+    assert str(err.value) == (
+        "GitHub answered 404 'Not Found' while trying to create check runs: it does not "
+        "exist, or the token lacks `checks: write` (fine-grained tokens get 404, not 403, "
+        "for a missing grant)"
+    )
 
 
 def test_a_missing_pull_request_reads_as_missing(double):
     double.fail_next(Fault("gone", 404, {"message": "Not Found", "documentation_url": "x"}), methods=("GET",))
     with pytest.raises(BotError) as err:
         client_for(double).pull_requests_for_commit("a" * 40)
-    assert str(err.value) == (f"GitHub answered 404 'Not Found' while trying to list the pull requests of commit "
-                              f"{'a' * 12}: it does not exist, or this token cannot see it")
+    assert str(err.value) == (
+        f"GitHub answered 404 'Not Found' while trying to list the pull requests of commit "
+        f"{'a' * 12}: it does not exist, or this token cannot see it"
+    )
 
 
 def test_bad_credentials(double):
@@ -288,8 +313,10 @@ def test_missing_token(token):
 
 
 def test_unsafe_paths_are_refused_before_any_request(double, source):
-    plan = replace(sample_plan(source.number, "main"),
-                   files=(replace(sample_plan(1, "main").files[0], path="../.github/workflows/x.yml"),))
+    plan = replace(
+        sample_plan(source.number, "main"),
+        files=(replace(sample_plan(1, "main").files[0], path="../.github/workflows/x.yml"),),
+    )
     with pytest.raises(BotError, match="refusing to write"):
         client_for(double).publish(plan, max_open=3)
     assert posts(double) == []

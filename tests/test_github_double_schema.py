@@ -4,7 +4,6 @@ validated against GitHub's official OpenAPI description (@octokit/openapi, pinne
 from __future__ import annotations
 
 import pytest
-
 from github_double import ROUTES, GitHubDouble
 from github_double.openapi import OpenAPIDescription, npm_file
 from github_double.session import scripted_session
@@ -26,7 +25,8 @@ def session_exchanges(tmp_path_factory):
 def test_every_route_matches_its_openapi_operation(description):
     for route in ROUTES:
         path = "/repos/octo-org/octo-repo" + route.pattern.replace(r"(\d+)", "7").replace(
-            "([0-9a-f]{40})", "a" * 40).replace("(.+)", "heads/kernel-bot/pr-7")
+            "([0-9a-f]{40})", "a" * 40
+        ).replace("(.+)", "heads/kernel-bot/pr-7")
         op = description.operation(route.method, path)
         assert op is not None and op.operation_id == route.operation_id, (route, op)
 
@@ -62,8 +62,10 @@ def test_every_response_matches_the_openapi_description(description, session_exc
             schema = description.error_schema()
         for error in description.validator(schema).iter_errors(exchange.body):
             where = "/".join(str(p) for p in error.absolute_path)
-            problems.append(f"{exchange.method} {exchange.path} -> {exchange.status} "
-                            f"({op.operation_id}) at {where or '<root>'}: {error.message[:300]}")
+            problems.append(
+                f"{exchange.method} {exchange.path} -> {exchange.status} "
+                f"({op.operation_id}) at {where or '<root>'}: {error.message[:300]}"
+            )
     assert not problems, f"{len(problems)} schema violations:\n" + "\n".join(problems[:40])
 
 
@@ -71,8 +73,12 @@ def test_validator_has_teeth(description):
     """The checks above would catch an invented field, a missing one, a bad date or a wrong null."""
     op = description.operation("POST", "/repos/octo-org/octo-repo/git/refs")
     validator = description.validator(description.response_schema(op, 201))
-    good = {"ref": "refs/heads/x", "node_id": "REF_1", "url": "https://api.github.com/repos/o/r/git/refs/heads/x",
-            "object": {"type": "commit", "sha": "a" * 40, "url": "https://api.github.com/repos/o/r/git/commits/a"}}
+    good = {
+        "ref": "refs/heads/x",
+        "node_id": "REF_1",
+        "url": "https://api.github.com/repos/o/r/git/refs/heads/x",
+        "object": {"type": "commit", "sha": "a" * 40, "url": "https://api.github.com/repos/o/r/git/commits/a"},
+    }
     assert list(validator.iter_errors(good)) == []
     assert list(validator.iter_errors({**good, "invented": 1}))
     assert list(validator.iter_errors({k: v for k, v in good.items() if k != "node_id"}))

@@ -6,34 +6,42 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import CANDIDATES, PROBLEMS, ROOT
 
 from bot.engine.candidates import default_baseline, load_candidate
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.problems import find_problems, load_problem
-from bot.sandbox import Limits
 from bot.engine.timing import TimingOptions
-from conftest import CANDIDATES, PROBLEMS, ROOT
+from bot.sandbox import Limits
 
 pytestmark = pytest.mark.gpu
 
 
 def _options(mode="latency", **kw):
-    return EvalOptions(device="cuda", limits=Limits(memory_mb=32768, call_timeout_s=60),
-                       timing=TimingOptions(time_cap_s=1.0, min_samples=10, mode=mode),
-                       cache_root=Path("/tmp/kernel-bot-gpu-cache"), **kw)
+    return EvalOptions(
+        device="cuda",
+        limits=Limits(memory_mb=32768, call_timeout_s=60),
+        timing=TimingOptions(time_cap_s=1.0, min_samples=10, mode=mode),
+        cache_root=Path("/tmp/kernel-bot-gpu-cache"),
+        **kw,
+    )
 
 
 def _verdicts(problem, names, mode="latency"):
-    result = evaluate(load_problem(PROBLEMS / problem), [load_candidate(CANDIDATES / f"{n}.py") for n in names],
-                      None, _options(mode))
+    result = evaluate(
+        load_problem(PROBLEMS / problem), [load_candidate(CANDIDATES / f"{n}.py") for n in names], None, _options(mode)
+    )
     return {o.candidate.name: o for o in result.candidates}
 
 
 def test_cuda_hacks_are_rejected_and_honest_kernels_pass():
-    out = _verdicts("big_add.py", ["cuda_side_stream", "cuda_empty", "big_add_triton", "big_add_cuda",
-                                   "big_add_cuda_compile_error"])
+    out = _verdicts(
+        "big_add.py", ["cuda_side_stream", "cuda_empty", "big_add_triton", "big_add_cuda", "big_add_cuda_compile_error"]
+    )
     side = out["cuda_side_stream"].verdict
-    assert not side.accepted and {"stream timing", "roofline"} & {c.name for c in side.checks if not c.passed}, side.reasons
+    assert not side.accepted and {"stream timing", "roofline"} & {c.name for c in side.checks if not c.passed}, (
+        side.reasons
+    )
     empty = out["cuda_empty"].verdict  # poisoned (NaN) or fresh memory: never the right values
     assert not empty.accepted and any(r.startswith("values:") for r in empty.reasons), empty.reasons
     for name in ("big_add_triton", "big_add_cuda"):
@@ -59,8 +67,9 @@ def test_graph_timing_replays_honest_kernels_and_rejects_what_capture_hides():
     assert honest.verdict.accepted, honest.verdict.reasons
     assert honest.shapes[0].measurement is not None and honest.shapes[0].pct_of_floor is not None
     side = out["cuda_side_stream"].verdict  # its stream forks from the capture and never joins it
-    assert not side.accepted and any("CUDA graph capture for --timing graph failed" in r
-                                     for r in side.reasons), side.reasons
+    assert not side.accepted and any("CUDA graph capture for --timing graph failed" in r for r in side.reasons), (
+        side.reasons
+    )
     stale = out["cheat_graph_stale"].verdict  # replays write nothing: stale on fresh inputs
     assert not stale.accepted and any("timed call" in r for r in stale.reasons), stale.reasons
 
@@ -76,8 +85,7 @@ def test_time_hidden_by_rebinding_the_harness_clocks_is_caught_and_honest_code_p
         assert any(c.name == "hidden time" and c.passed for c in honest.checks), mode
         if mode == "latency":
             cheat = out["cheat_patch_harness"].verdict
-            assert not cheat.accepted and "hidden time" in {c.name for c in cheat.checks if not c.passed}, \
-                cheat.reasons
+            assert not cheat.accepted and "hidden time" in {c.name for c in cheat.checks if not c.passed}, cheat.reasons
 
 
 def test_time_below_the_roofline_floor_is_rejected_as_implausible():
@@ -105,15 +113,20 @@ def test_each_sdpa_backend_and_per_shape_compile_of_attention_is_judged_on_its_o
 
     prob = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
     base = bases_for(prob)[0]
-    keys = ("sdpa:flash_attention", "sdpa:efficient_attention", "sdpa:cudnn_attention",
-            "compile:default:static", "compile:default:dynamic")
+    keys = (
+        "sdpa:flash_attention",
+        "sdpa:efficient_attention",
+        "sdpa:cudnn_attention",
+        "compile:default:static",
+        "compile:default:dynamic",
+    )
     result = evaluate(prob, [path_candidate(base, PATHS[k]) for k in keys], default_baseline(prob), _options())
     for outcome in result.candidates:
         assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
         assert len(outcome.shapes) == 2 and outcome.speedup is not None
 
 
-COMPILED_AFFINE = '''
+COMPILED_AFFINE = """
 import os
 import sys
 import torch
@@ -132,7 +145,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         return self.affine(x)
-'''
+"""
 
 
 def test_a_gpu_fork_server_imports_the_compiler_and_its_forks_still_use_cuda(tmp_path, monkeypatch):
@@ -142,13 +155,15 @@ def test_a_gpu_fork_server_imports_the_compiler_and_its_forks_still_use_cuda(tmp
     from bot.sandbox.base import WorkerLaunch
 
     monkeypatch.setattr(process, "_servers", {})
-    server = process.fork_server_for(WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c",
-                                                  readable=(), device="cuda"))
+    server = process.fork_server_for(
+        WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(), device="cuda")
+    )
     assert server is not None and server.compiler
     compiled = tmp_path / "compiled_affine.py"
     compiled.write_text(COMPILED_AFFINE.replace("{server_pid}", str(server.proc.pid)))
-    candidates = [load_candidate(compiled)] + [load_candidate(CANDIDATES / f"{n}.py")
-                                               for n in ("big_add_triton", "big_add_cuda")]
+    candidates = [load_candidate(compiled)] + [
+        load_candidate(CANDIDATES / f"{n}.py") for n in ("big_add_triton", "big_add_cuda")
+    ]
     result = evaluate(load_problem(PROBLEMS / "big_add.py"), candidates, None, _options())
     for outcome in result.candidates:
         assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
@@ -163,8 +178,7 @@ def test_inductor_tuning_paths_compile_and_pass_the_verifier():
     base = bases_for(prob)[0]
     paths = [PATHS[f"compile:default:static:{t}"] for t in INDUCTOR_TUNING]
     said: list[str] = []
-    result = evaluate(prob, [path_candidate(base, p) for p in paths], default_baseline(prob), _options(),
-                      said.append)
+    result = evaluate(prob, [path_candidate(base, p) for p in paths], default_baseline(prob), _options(), said.append)
     for outcome in result.candidates:
         assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
         assert outcome.speedup is not None
@@ -173,12 +187,15 @@ def test_inductor_tuning_paths_compile_and_pass_the_verifier():
     assert not any("one at a time" in s for s in said), said
 
 
-@pytest.mark.parametrize("problem, key, honest_text, broken_text", [
-    # causal_attention's decode (64 keys) goes through the kernel, its prefill (4096) to SDPA.
-    ("causal_attention", "sdpa:triton-short", "visible = visible & (cols[None, :] <= rows[:, None])", "pass"),
-    # gelu's both shapes, with the GPU's tanh instruction (inline PTX, which the CPU tests cannot run).
-    ("gelu", "kernel:gelu-tanh", "0.044715 * x * x * x", "0.44715 * x * x * x"),
-])
+@pytest.mark.parametrize(
+    "problem, key, honest_text, broken_text",
+    [
+        # causal_attention's decode (64 keys) goes through the kernel, its prefill (4096) to SDPA.
+        ("causal_attention", "sdpa:triton-short", "visible = visible & (cols[None, :] <= rows[:, None])", "pass"),
+        # gelu's both shapes, with the GPU's tanh instruction (inline PTX, which the CPU tests cannot run).
+        ("gelu", "kernel:gelu-tanh", "0.044715 * x * x * x", "0.44715 * x * x * x"),
+    ],
+)
 def test_replacement_kernels_pass_on_the_gpu_and_broken_copies_do_not(problem, key, honest_text, broken_text):
     from dataclasses import replace
 
@@ -202,15 +219,22 @@ def test_timed_calls_are_checked_on_their_committed_fingerprints_and_full_output
         out = _verdicts("scale_add.py", ["cheat_some_calls", "cheat_compute_on_reveal", "honest"], mode=mode)
         for name in ("cheat_some_calls", "cheat_compute_on_reveal"):
             verdict = out[name].verdict
-            assert not verdict.accepted and "timed-call outputs" in {c.name for c in verdict.checks
-                                                                    if not c.passed}, (mode, name, verdict.reasons)
+            assert not verdict.accepted and "timed-call outputs" in {c.name for c in verdict.checks if not c.passed}, (
+                mode,
+                name,
+                verdict.reasons,
+            )
         assert out["honest"].verdict.accepted, (mode, out["honest"].verdict.reasons)
 
 
 def test_hiding_five_percent_of_a_compute_bound_gpu_call_is_caught():
     problem = load_problem(PROBLEMS / "tall_matmul.py")
-    result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in ("cheat_shave_clock", "tall_matmul_honest")],
-                      default_baseline(problem), _options())
+    result = evaluate(
+        problem,
+        [load_candidate(CANDIDATES / f"{n}.py") for n in ("cheat_shave_clock", "tall_matmul_honest")],
+        default_baseline(problem),
+        _options(),
+    )
     by_name = {o.candidate.name: o for o in result.candidates}
     hidden = next(c for c in by_name["cheat_shave_clock"].verdict.checks if c.name == "hidden time")
     assert not hidden.passed or hidden.details["counted_us"] > 0.02 * hidden.details["claimed_us"], hidden.details
@@ -225,8 +249,9 @@ def test_answers_computed_while_inputs_are_staged_are_on_the_parents_clock():
     # clock, beside its calls' (bot.engine.timing._stage).
     problem = load_problem(PROBLEMS / "tall_matmul.py")
     names = ("cheat_precompute_on_stage", "tall_matmul_honest")
-    result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names],
-                      default_baseline(problem), _options())
+    result = evaluate(
+        problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names], default_baseline(problem), _options()
+    )
     by_name = {o.candidate.name: o for o in result.candidates}
     cheat = by_name["cheat_precompute_on_stage"]
     hidden = next(c for c in cheat.verdict.checks if c.name == "hidden time")

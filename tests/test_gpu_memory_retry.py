@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import pytest
+from conftest import PROBLEMS
 
 import bot.engine.evaluate as ev
-from bot.core.errors import GpuOutOfMemory
 from bot.core.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
-from bot.engine.evaluate import EvalOptions
+from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation
+from bot.engine.evaluate import EvalOptions
 from bot.engine.problems import load_problem
-from conftest import PROBLEMS
 
 OOM = CheckResult("call", False, "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB.")
 ENV = Environment("cuda", "H200", "2.11", None, None, None, "3.12")
 
 
 def _outcome(cand: CandidateSource, ok: bool, role: str = "candidate") -> ContenderOutcome:
-    return ContenderOutcome(cand, role, Verdict("accepted" if ok else "rejected",
-                                                () if ok else (OOM,)), ())
+    return ContenderOutcome(cand, role, Verdict("accepted" if ok else "rejected", () if ok else (OOM,)), ())
 
 
 @pytest.fixture
@@ -30,8 +29,12 @@ def setup(monkeypatch):
     def fake(problem_, cands, baseline, options, progress):
         calls.append(([c.name for c in cands], options.parallel))
         short = scripted.pop(0)
-        return Evaluation(problem_, ENV, _outcome(baseline, "base" not in short, "baseline"),
-                          tuple(_outcome(c, c.name not in short) for c in cands))
+        return Evaluation(
+            problem_,
+            ENV,
+            _outcome(baseline, "base" not in short, "baseline"),
+            tuple(_outcome(c, c.name not in short) for c in cands),
+        )
 
     scripted: list[set[str]] = []
     monkeypatch.setattr(ev, "_evaluate_once", fake)
@@ -95,18 +98,26 @@ def test_beside_other_problems_a_rerun_that_fits_is_kept(setup):
 
 
 # What the H200 printed for swiglu's contenders out of memory beside rmsnorm's 31 workers.
-NVML_REPORT = ('call: RuntimeError: NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT '
-               'FAILED at "/pytorch/c10/cuda/CUDACachingAllocator.cpp":1135, please report a bug to PyTorch. ')
+NVML_REPORT = (
+    "call: RuntimeError: NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT "
+    'FAILED at "/pytorch/c10/cuda/CUDACachingAllocator.cpp":1135, please report a bug to PyTorch. '
+)
 
 
-@pytest.mark.parametrize("evidence, short", [
-    (NVML_REPORT, True),
-    (OOM.evidence, True),
-    # the same assertion elsewhere (peer access, expandable segments) is not an allocation failure
-    ('RuntimeError: NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at '
-     '"/pytorch/aten/src/ATen/cuda/PeerToPeerAccess.cpp":83', False),
-    ("RuntimeError: shape mismatch", False),
-])
+@pytest.mark.parametrize(
+    "evidence, short",
+    [
+        (NVML_REPORT, True),
+        (OOM.evidence, True),
+        # the same assertion elsewhere (peer access, expandable segments) is not an allocation failure
+        (
+            "RuntimeError: NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at "
+            '"/pytorch/aten/src/ATen/cuda/PeerToPeerAccess.cpp":83',
+            False,
+        ),
+        ("RuntimeError: shape mismatch", False),
+    ],
+)
 def test_an_allocation_failure_whose_memory_report_could_not_start_nvml_counts_as_out_of_memory(evidence, short):
     cand = CandidateSource("a", "# a", Origin("search"))
     outcome = ContenderOutcome(cand, "candidate", Verdict("rejected", (CheckResult("call", False, evidence),)), ())

@@ -25,17 +25,33 @@ main()
 
 
 def _bot_without_edges(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", BLOCKER, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKER, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_verify_and_optimize_need_none_of_the_edge_packages(tmp_path):
-    proc = _bot_without_edges("verify", str(PROBLEMS / "scale_add.py"), str(CANDIDATES / "honest.py"),
-                              "--device", "cpu", "--json")
+    proc = _bot_without_edges(
+        "verify", str(PROBLEMS / "scale_add.py"), str(CANDIDATES / "honest.py"), "--device", "cpu", "--json"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["accepted"] is True
-    proc = _bot_without_edges("optimize", str(PROBLEMS / "scale_add.py"), "--device", "cpu",
-                              "--exclude", "*", "--json", "--out", str(tmp_path / "out"))
+    proc = _bot_without_edges(
+        "optimize",
+        str(PROBLEMS / "scale_add.py"),
+        "--device",
+        "cpu",
+        "--exclude",
+        "*",
+        "--json",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["best"] is None  # every candidate excluded: nothing to pick
     assert (tmp_path / "out" / "results.json").is_file()

@@ -93,6 +93,7 @@ def test_a_timing_interrupted_while_waiting_leaves_the_queue():
     def timing():
         with gpu_exclusive(key):  # would wait forever behind the one that left
             got.set()
+
     threading.Thread(target=timing, daemon=True).start()
     assert got.wait(3), "a timing waits behind one that gave up waiting"
 
@@ -102,6 +103,7 @@ def _give_up_waiting(lock):
 
     def interrupted(*args):
         raise KeyboardInterrupt
+
     lock._cond.wait = interrupted
     try:
         with lock.exclusive():

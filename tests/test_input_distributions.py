@@ -7,12 +7,12 @@ import random
 
 import pytest
 import torch
+from conftest import PROBLEMS
 
 from bot.core.distributions import DISTRIBUTIONS
 from bot.engine.problems import load_problem
 from bot.engine.trials import skip_notes, trial_plan
 from bot.harness.inputs import ROW_SCALES, limit_scale, transform
-from conftest import PROBLEMS
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -55,7 +55,7 @@ def test_rows_take_every_scale_exactly_with_the_pattern_drawn_from_the_seed():
 def test_a_one_dimensional_tensor_is_cut_into_blocks_of_each_scale():
     v = torch.randn(1003)
     (out,) = transform([v], "rows", 9)
-    ratios = [float((out[i] / v[i])) for i in range(0, 1003, 201)]
+    ratios = [float(out[i] / v[i]) for i in range(0, 1003, 201)]
     assert sorted(ratios) == sorted(ROW_SCALES)
     assert torch.equal(transform([torch.randn(0, 5)], "rows", 1)[0], torch.randn(0, 5))
 
@@ -79,7 +79,7 @@ def test_limits_stay_finite_for_honest_kernels_in_their_own_precision(dtype):
     big = x.to(acc).abs().max()
     assert torch.isfinite(x.to(acc)).all() and big >= limit_scale(dtype)
     assert torch.isfinite(x + residual).all()
-    assert torch.isfinite(x.to(acc).pow(2).sum(-1) * (2 ** 17 / x.shape[-1])).all()
+    assert torch.isfinite(x.to(acc).pow(2).sum(-1) * (2**17 / x.shape[-1])).all()
     if dtype != torch.float16:
         assert torch.isfinite(x.to(acc).pow(3)).all()
     assert not torch.isfinite(torch.exp(x.to(torch.float64))).all()

@@ -6,15 +6,15 @@ import threading
 import time
 
 import pytest
+from conftest import CANDIDATES, PROBLEMS
 
-from bot.sandbox import cores
-from bot.engine.candidates import default_baseline, load_candidate
 from bot.core.errors import BotError, GpuOutOfMemory, ProblemError
+from bot.engine.candidates import default_baseline, load_candidate
 from bot.engine.evaluate import _problem_failure, evaluate
 from bot.engine.lanes import Lanes, run_problems
 from bot.engine.problems import load_problem
 from bot.engine.workers import WorkerFailure
-from conftest import CANDIDATES, PROBLEMS
+from bot.sandbox import cores
 
 
 def _problems(n):
@@ -64,14 +64,21 @@ def test_verdicts_do_not_depend_on_the_number_of_lanes(quick_options):
         lanes = Lanes(devices)
 
         def work(prob, gpu, beside_others):
-            result = evaluate(prob, [load_candidate(CANDIDATES / f"{n}.py") for n in names],
-                              default_baseline(prob), quick_options(gpu_index=gpu))
+            result = evaluate(
+                prob,
+                [load_candidate(CANDIDATES / f"{n}.py") for n in names],
+                default_baseline(prob),
+                quick_options(gpu_index=gpu),
+            )
             return {o.candidate.name: o.verdict.status for o in result.candidates}
-        verdicts.append(run_problems([problem, problem], work, jobs=len(devices), lanes=lanes,
-                                     progress=lambda _: None))
+
+        verdicts.append(run_problems([problem, problem], work, jobs=len(devices), lanes=lanes, progress=lambda _: None))
     assert verdicts[0] == verdicts[1]
-    assert verdicts[0][0] == {"honest": "accepted", "cheat_low_precision": "rejected",
-                              "cheat_stale_after_warmup": "rejected"}
+    assert verdicts[0][0] == {
+        "honest": "accepted",
+        "cheat_low_precision": "rejected",
+        "cheat_stale_after_warmup": "rejected",
+    }
 
 
 def test_a_problem_out_of_gpu_memory_beside_others_runs_again_alone_after_them():
@@ -126,7 +133,8 @@ def test_one_problems_error_does_not_stop_the_others_and_is_raised_after_them():
     assert sorted(finished) == ["p1", "p3"]
     assert {line for line in seen if "failed" in line} == {
         "[1/4] failed: p0: get_inputs() must return a list",
-        "[3/4] failed: p2: get_inputs() must return a list"}
+        "[3/4] failed: p2: get_inputs() must return a list",
+    }
     assert "2 of 4 problems failed" in str(raised.value)
     assert "p0: get_inputs()" in str(raised.value) and "p2: get_inputs()" in str(raised.value)
 

@@ -18,8 +18,7 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 def _lint_imports(root: Path) -> subprocess.CompletedProcess:
     assert LINT_IMPORTS.is_file(), f"{LINT_IMPORTS} missing: install the test extra (pip install -e '.[test]')"
     # --no-cache: a cache left by an earlier run must never answer for this tree.
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, capture_output=True, text=True, timeout=120)
 
 
 def test_the_import_contracts_hold():

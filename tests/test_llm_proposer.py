@@ -22,7 +22,7 @@ except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.
     from openai_double import Answer, Delay, Malformed, OpenAIDouble, Status
 
 FAKE_KEY = "sk-kbtest-7Q2x9ZpL4mWv8RtY3nB6cD1e"
-REFERENCE = '''import torch
+REFERENCE = """import torch
 
 class Model(torch.nn.Module):
     def __init__(self, alpha: float):
@@ -38,9 +38,9 @@ def get_inputs():
 
 def get_init_inputs():
     return [0.01]
-'''
+"""
 CURRENT = "# TARGET: ops/leaky.py\nimport torch\nclass Model(torch.nn.Module):\n    pass  # current\n"
-GOOD = '''import torch
+GOOD = """import torch
 
 class ModelNew(torch.nn.Module):
     def __init__(self, alpha: float):
@@ -49,9 +49,8 @@ class ModelNew(torch.nn.Module):
 
     def forward(self, x):
         return torch.where(x > 0, x, x * self.alpha)
-'''
-BAD_SYNTAX = GOOD.replace("return torch.where(x > 0, x, x * self.alpha)",
-                          "return torch.where(x > 0, x, x * self.alpha")
+"""
+BAD_SYNTAX = GOOD.replace("return torch.where(x > 0, x, x * self.alpha)", "return torch.where(x > 0, x, x * self.alpha")
 
 
 def block(code: str, tag: str = "python") -> str:
@@ -59,18 +58,38 @@ def block(code: str, tag: str = "python") -> str:
 
 
 def make_problem() -> Problem:
-    return Problem(path=Path("problems/leaky_relu.py"), name="leaky_relu", source=REFERENCE,
-                   root=Path("."), target_relpath="ops/leaky.py",
-                   gpu_shapes=(Shape("main"), Shape("odd", {"N": 1000003})), cpu_shapes=(),
-                   tolerance={"elem_rtol": 1e-5}, distributions=("normal",),
-                   reference_precision="float64", watch=())
+    return Problem(
+        path=Path("problems/leaky_relu.py"),
+        name="leaky_relu",
+        source=REFERENCE,
+        root=Path("."),
+        target_relpath="ops/leaky.py",
+        gpu_shapes=(Shape("main"), Shape("odd", {"N": 1000003})),
+        cpu_shapes=(),
+        tolerance={"elem_rtol": 1e-5},
+        distributions=("normal",),
+        reference_precision="float64",
+        watch=(),
+    )
 
 
-def make_request(history: tuple[Feedback, ...] = (), samples: int = 1, backend: str = "triton",
-                 floor_us: float | None = 1.75, round_: int = 0) -> ProposalRequest:
-    return ProposalRequest(problem=make_problem(), current_source=CURRENT, hardware=H200,
-                           floor_us=floor_us, round=round_, samples=samples, history=history,
-                           backend=backend)
+def make_request(
+    history: tuple[Feedback, ...] = (),
+    samples: int = 1,
+    backend: str = "triton",
+    floor_us: float | None = 1.75,
+    round_: int = 0,
+) -> ProposalRequest:
+    return ProposalRequest(
+        problem=make_problem(),
+        current_source=CURRENT,
+        hardware=H200,
+        floor_us=floor_us,
+        round=round_,
+        samples=samples,
+        history=history,
+        backend=backend,
+    )
 
 
 @pytest.fixture
@@ -85,15 +104,22 @@ def proposer(srv: OpenAIDouble, sleeps: list[float], **kw) -> LlmProposer:
 
 # ---- right first time -------------------------------------------------------------------
 
+
 def test_right_first_time_plain(sleeps):
-    with OpenAIDouble([Answer("Here you go:\n" + block(GOOD) + "\nDone.", prompt_tokens=1200,
-                              completion_tokens=300)]) as srv:
+    with OpenAIDouble(
+        [Answer("Here you go:\n" + block(GOOD) + "\nDone.", prompt_tokens=1200, completion_tokens=300)]
+    ) as srv:
         p = proposer(srv, sleeps, temperature=0.3, price_per_mtok_in=1.0, price_per_mtok_out=4.0)
         cands = p.propose(make_request())
     assert [c.source for c in cands] == [GOOD]
     origin = cands[0].origin
-    assert origin == Origin(strategy="llm", detail="sample 0", model="r1-test", round=0,
-                            parent=hashlib.sha256(CURRENT.encode()).hexdigest()[:16])
+    assert origin == Origin(
+        strategy="llm",
+        detail="sample 0",
+        model="r1-test",
+        round=0,
+        parent=hashlib.sha256(CURRENT.encode()).hexdigest()[:16],
+    )
     assert origin.parent == CandidateSource("x", CURRENT, origin).source_hash
     (req,) = srv.requests
     assert req.path == "/v1/chat/completions"
@@ -109,8 +135,9 @@ def test_right_first_time_plain(sleeps):
 
 
 def test_right_first_time_streamed(sleeps):
-    with OpenAIDouble([Answer(block(GOOD), reasoning="Fuse the select.", prompt_tokens=900,
-                              completion_tokens=80)], chunk_chars=5) as srv:
+    with OpenAIDouble(
+        [Answer(block(GOOD), reasoning="Fuse the select.", prompt_tokens=900, completion_tokens=80)], chunk_chars=5
+    ) as srv:
         p = proposer(srv, sleeps, stream=True)
         cands = p.propose(make_request())
     assert [c.source for c in cands] == [GOOD]
@@ -149,10 +176,13 @@ def test_samples_are_separate_requests_and_env_configures_client(sleeps, monkeyp
 
 # ---- reasoning ----------------------------------------------------------------------------
 
+
 def test_r1_inline_think_parses_last_block(sleeps):
     draft = GOOD.replace("torch.where", "torch.draft_where")
-    answer = f"<think>\nFirst try:\n{block(draft)}\nHmm, better:\n</think>\n{block(draft)}\n" \
-             f"Final:\n{block(GOOD)}\nUsage:\n```python\nm = ModelNew(0.1)\n```"
+    answer = (
+        f"<think>\nFirst try:\n{block(draft)}\nHmm, better:\n</think>\n{block(draft)}\n"
+        f"Final:\n{block(GOOD)}\nUsage:\n```python\nm = ModelNew(0.1)\n```"
+    )
     with OpenAIDouble([Answer(answer)]) as srv:
         p = proposer(srv, sleeps)
         cands = p.propose(make_request())
@@ -161,8 +191,12 @@ def test_r1_inline_think_parses_last_block(sleeps):
 
 
 def test_reasoning_content_is_never_parsed(sleeps):
-    with OpenAIDouble([Answer(block(GOOD), reasoning="draft:\n" + block(BAD_SYNTAX)),
-                       Answer("I could not finish.", reasoning=block(GOOD))]) as srv:
+    with OpenAIDouble(
+        [
+            Answer(block(GOOD), reasoning="draft:\n" + block(BAD_SYNTAX)),
+            Answer("I could not finish.", reasoning=block(GOOD)),
+        ]
+    ) as srv:
         p = proposer(srv, sleeps)
         cands = p.propose(make_request(samples=2))
     assert [c.source for c in cands] == [GOOD]
@@ -183,6 +217,7 @@ def test_split_think_variants():
 
 # ---- unusable answers ---------------------------------------------------------------------
 
+
 def test_syntax_error_reported_with_line(sleeps):
     with OpenAIDouble([Answer(block(BAD_SYNTAX))]) as srv:
         p = proposer(srv, sleeps)
@@ -202,8 +237,7 @@ def test_syntax_error_reported_with_line(sleeps):
 
 def test_empty_and_malformed_answers_give_failures(sleeps):
     no_model_new = block("import torch\nprint('hi')\n")
-    with OpenAIDouble([Answer(""), Answer("Sorry, I can't."), Answer(no_model_new),
-                       Malformed()]) as srv:
+    with OpenAIDouble([Answer(""), Answer("Sorry, I can't."), Answer(no_model_new), Malformed()]) as srv:
         p = proposer(srv, sleeps)
         assert p.propose(make_request(samples=4)) == []
     assert [f.status for f in p.last_failures] == ["empty"] * 4
@@ -214,6 +248,7 @@ def test_empty_and_malformed_answers_give_failures(sleeps):
 
 
 # ---- retries ------------------------------------------------------------------------------
+
 
 def test_429_then_success_honours_retry_after(sleeps):
     with OpenAIDouble([Status(429, {"Retry-After": "7"}), Answer(block(GOOD))]) as srv:
@@ -257,6 +292,7 @@ def test_400_is_not_retried(sleeps):
 
 # ---- budget -------------------------------------------------------------------------------
 
+
 def test_budget_exhausted_before_any_request(sleeps):
     with OpenAIDouble([Answer(block(GOOD))]) as srv:
         p = proposer(srv, sleeps, max_total_tokens=100)  # less than the prompt alone
@@ -287,12 +323,17 @@ def test_cost_budget(sleeps):
 
 # ---- secrets ------------------------------------------------------------------------------
 
+
 def test_api_key_never_logged_or_written(sleeps, caplog, tmp_path):
     echo = json.dumps({"error": {"message": f"Incorrect API key provided: {FAKE_KEY}"}})
     transcript = tmp_path / "llm" / "transcript.jsonl"
-    script = [Status(500, body=echo), Status(429, {"Retry-After": "1"}, body=echo),
-              Answer(f"The key is {FAKE_KEY}\n" + block(GOOD), reasoning=f"Bearer {FAKE_KEY}"),
-              Malformed(), Status(401, body=echo)]
+    script = [
+        Status(500, body=echo),
+        Status(429, {"Retry-After": "1"}, body=echo),
+        Answer(f"The key is {FAKE_KEY}\n" + block(GOOD), reasoning=f"Bearer {FAKE_KEY}"),
+        Malformed(),
+        Status(401, body=echo),
+    ]
     caplog.set_level(logging.DEBUG)
     with OpenAIDouble(script) as srv:
         p = proposer(srv, sleeps, stream=False, transcript_path=transcript)
@@ -319,6 +360,7 @@ def test_redact():
 
 # ---- prompt -------------------------------------------------------------------------------
 
+
 def feedback(status: str, message: str, round_: int, **kw) -> Feedback:
     cand = CandidateSource(f"c{round_}", GOOD, Origin("llm", detail="sample 0", round=round_))
     return Feedback(candidate=cand, status=status, message=message, **kw)
@@ -326,12 +368,25 @@ def feedback(status: str, message: str, round_: int, **kw) -> Feedback:
 
 def test_prompt_has_hardware_floor_sources_contract():
     system, user = (m["content"] for m in build_messages(make_request()))
-    for number in ("132 SMs", "60 MB L2", "228 KB shared memory per SM", "4800 GB/s",
-                   "989 TFLOP/s bf16", "67 TFLOP/s fp32", "9.0"):
+    for number in (
+        "132 SMs",
+        "60 MB L2",
+        "228 KB shared memory per SM",
+        "4800 GB/s",
+        "989 TFLOP/s bf16",
+        "67 TFLOP/s fp32",
+        "9.0",
+    ):
         assert number in system
     assert "class ModelNew(torch.nn.Module)" in system and "same constructor signature" in system
-    for rule in ("No other CUDA streams", "No threads", "No caching of outputs",
-                 "lower precision", "falling back to the reference", "must not read files"):
+    for rule in (
+        "No other CUDA streams",
+        "No threads",
+        "No caching of outputs",
+        "lower precision",
+        "falling back to the reference",
+        "must not read files",
+    ):
         assert rule in system
     assert "ONE ```python block" in system
     assert "1.75 µs" in user and "ops/leaky.py" in user and "odd {'N': 1000003}" in user
@@ -353,10 +408,11 @@ def test_prompt_example_follows_backend():
 
 
 def test_prompt_feedback_evidence_newest_last():
-    history = (feedback("compile_error", "kernel.cu(12): error: identifier \"foo\" is undefined", 0),
-               feedback("rejected", "no_caching: second call returned the first call's output", 1),
-               feedback("accepted", "", 2, speedup=2.5, median_us=12.0, baseline_us=30.0,
-                        floor_us=6.0))
+    history = (
+        feedback("compile_error", 'kernel.cu(12): error: identifier "foo" is undefined', 0),
+        feedback("rejected", "no_caching: second call returned the first call's output", 1),
+        feedback("accepted", "", 2, speedup=2.5, median_us=12.0, baseline_us=30.0, floor_us=6.0),
+    )
     user = build_messages(make_request(history=history))[1]["content"]
     i0 = user.index('kernel.cu(12): error: identifier "foo" is undefined')
     i1 = user.index("no_caching: second call returned")
@@ -367,8 +423,7 @@ def test_prompt_feedback_evidence_newest_last():
 
 
 def test_feedback_is_capped_keeping_the_newest():
-    history = tuple(feedback("runtime_error", f"Traceback #{i}\n" + "x" * 3000 + f"\nEND{i}", i)
-                    for i in range(20))
+    history = tuple(feedback("runtime_error", f"Traceback #{i}\n" + "x" * 3000 + f"\nEND{i}", i) for i in range(20))
     text = format_feedback(history, max_chars=8000)
     assert len(text) <= 8000 + 200
     assert "END19" in text and "Traceback #0\n" not in text

@@ -25,8 +25,7 @@ pytestmark = pytest.mark.skipif(not memory.supported(), reason="no process_vm_re
 
 
 def _holder(data: bytes) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     proc.stdin.write(data.hex() + "\n")
     proc.stdin.flush()
     return proc, int(proc.stdout.readline())

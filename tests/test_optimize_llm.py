@@ -8,15 +8,16 @@ import json
 import subprocess
 import sys
 
+from conftest import CANDIDATES, PROBLEMS, ROOT
+from openai_double import Answer, Delay, Malformed, OpenAIDouble, Status
+
 from bot.engine.candidates import default_baseline
 from bot.engine.evaluate import EvalOptions
 from bot.engine.optimize import OptimizeOptions, optimize
 from bot.engine.problems import load_problem
+from bot.engine.timing import TimingOptions
 from bot.propose.llm import LlmProposer
 from bot.sandbox import Limits
-from bot.engine.timing import TimingOptions
-from conftest import CANDIDATES, PROBLEMS, ROOT
-from openai_double import Answer, Delay, Malformed, OpenAIDouble, Status
 
 KEY = "sk-kernelbot-test-key-DO-NOT-PRINT-123"
 HONEST = (CANDIDATES / "honest.py").read_text()
@@ -30,20 +31,28 @@ def block(code: str) -> str:
 
 
 def _options(**kw) -> OptimizeOptions:
-    evaluation = EvalOptions(device="cpu", limits=Limits(memory_mb=4096, call_timeout_s=20),
-                             timing=TimingOptions(time_cap_s=0.3, min_samples=5))
-    return OptimizeOptions(strategy="llm", model="test-model", samples=1,
-                           evaluation=evaluation, **kw)
+    evaluation = EvalOptions(
+        device="cpu",
+        limits=Limits(memory_mb=4096, call_timeout_s=20),
+        timing=TimingOptions(time_cap_s=0.3, min_samples=5),
+    )
+    return OptimizeOptions(strategy="llm", model="test-model", samples=1, evaluation=evaluation, **kw)
 
 
 def _run(script, rounds=2, stream=False, **kw):
     problem = load_problem(PROBLEMS / "scale_add.py")
     with OpenAIDouble(script) as srv:
-        proposer = LlmProposer("test-model", base_url=srv.base_url, api_key=KEY, stream=stream,
-                               samples=1, timeout_s=kw.pop("timeout_s", 30.0), sleep=lambda s: None,
-                               max_total_tokens=kw.pop("max_total_tokens", None))
-        result = optimize(problem, default_baseline(problem), _options(max_rounds=rounds, **kw),
-                          proposer=proposer)
+        proposer = LlmProposer(
+            "test-model",
+            base_url=srv.base_url,
+            api_key=KEY,
+            stream=stream,
+            samples=1,
+            timeout_s=kw.pop("timeout_s", 30.0),
+            sleep=lambda s: None,
+            max_total_tokens=kw.pop("max_total_tokens", None),
+        )
+        result = optimize(problem, default_baseline(problem), _options(max_rounds=rounds, **kw), proposer=proposer)
         prompts = [r.body["messages"][-1]["content"] for r in srv.requests if r.body]
     return result, prompts
 
@@ -79,15 +88,13 @@ def test_cheating_answer_is_rejected_and_never_selected():
 
 
 def test_empty_and_malformed_answers_then_success():
-    result, prompts = _run([Answer("I cannot help with that."), Malformed(), Answer(block(HONEST))],
-                           rounds=3)
+    result, prompts = _run([Answer("I cannot help with that."), Malformed(), Answer(block(HONEST))], rounds=3)
     assert _statuses(result) == [(3, "accepted")]
     assert "empty" in prompts[1].lower() or "no python" in prompts[1].lower()
 
 
 def test_rate_limit_and_timeout_are_retried():
-    result, _ = _run([Status(429, {"Retry-After": "1"}), Delay(3.0), Answer(block(HONEST))],
-                     rounds=1, timeout_s=1.0)
+    result, _ = _run([Status(429, {"Retry-After": "1"}), Delay(3.0), Answer(block(HONEST))], rounds=1, timeout_s=1.0)
     assert _statuses(result) == [(1, "accepted")]
 
 
@@ -108,13 +115,37 @@ def test_token_budget_stops_the_loop():
 def test_cli_json_and_out_never_contain_the_key(tmp_path):
     out = tmp_path / "out"
     with OpenAIDouble([Answer(block(LOW_PRECISION)), Answer(block(HONEST))]) as srv:
-        env = {"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": srv.base_url,
-               "HOME": str(tmp_path)}
-        proc = subprocess.run([sys.executable, "-m", "bot", "-v", "optimize", str(PROBLEMS / "scale_add.py"),
-                               "--strategy", "llm", "--model", "test-model", "--device", "cpu",
-                               "--max-rounds", "2", "--samples", "1", "--time-cap-s", "0.3",
-                               "--json", "--out", str(out)],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        env = {"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": srv.base_url, "HOME": str(tmp_path)}
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bot",
+                "-v",
+                "optimize",
+                str(PROBLEMS / "scale_add.py"),
+                "--strategy",
+                "llm",
+                "--model",
+                "test-model",
+                "--device",
+                "cpu",
+                "--max-rounds",
+                "2",
+                "--samples",
+                "1",
+                "--time-cap-s",
+                "0.3",
+                "--json",
+                "--out",
+                str(out),
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     assert [(a["round"], a["status"]) for a in data["attempts"]] == [(1, "rejected"), (2, "accepted")]

@@ -5,13 +5,13 @@ reference's do-nothing calls, and full outputs of calls the parent picks after t
 from __future__ import annotations
 
 import pytest
+from conftest import CANDIDATES, PROBLEMS
 
 from bot.engine.candidates import default_baseline, load_candidate
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.problems import load_problem
-from bot.sandbox import Limits
 from bot.engine.timing import TimingOptions
-from conftest import CANDIDATES, PROBLEMS
+from bot.sandbox import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -19,11 +19,15 @@ pytestmark = pytest.mark.slow
 def _bench(problem_file: str, names: list[str], cap_s: float = 3.0, sandbox: str = "process"):
     problem = load_problem(PROBLEMS / problem_file)
     # Batches of about 40 ms: the harness's fixed cost per batch spread over some 25 calls.
-    options = EvalOptions(device="cpu", sandbox=sandbox, limits=Limits(memory_mb=4096, call_timeout_s=30),
-                          timing=TimingOptions(time_cap_s=cap_s, min_samples=5, min_batches=8,
-                                               batch_target_us=40_000))
-    result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names],
-                      default_baseline(problem), options)
+    options = EvalOptions(
+        device="cpu",
+        sandbox=sandbox,
+        limits=Limits(memory_mb=4096, call_timeout_s=30),
+        timing=TimingOptions(time_cap_s=cap_s, min_samples=5, min_batches=8, batch_target_us=40_000),
+    )
+    result = evaluate(
+        problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names], default_baseline(problem), options
+    )
     return result.baseline, {o.candidate.name: o for o in result.candidates}
 
 
@@ -65,8 +69,7 @@ def test_work_moved_into_the_commitment_is_never_called_faster():
 def test_answers_computed_while_inputs_are_staged_never_reach_the_timed_calls(sandbox):
     # The inputs a contender stages are empty buffers; the parent fills them from the reference's
     # while the contender is frozen, so answers computed at staging are answers to nothing.
-    baseline, outcomes = _bench("tall_matmul.py", ["cheat_precompute_on_stage", "tall_matmul_honest"],
-                                sandbox=sandbox)
+    baseline, outcomes = _bench("tall_matmul.py", ["cheat_precompute_on_stage", "tall_matmul_honest"], sandbox=sandbox)
     cheat = outcomes["cheat_precompute_on_stage"]
     assert cheat.verdict.status == "rejected", (cheat.speedup, cheat.speedup_ci)
     assert "timed-call outputs" in [c.name for c in cheat.verdict.checks if not c.passed]
@@ -74,7 +77,7 @@ def test_answers_computed_while_inputs_are_staged_never_reach_the_timed_calls(sa
         assert outcome.verdict.status == "accepted", outcome.verdict.reasons
 
 
-OPAQUE_INPUT = '''
+OPAQUE_INPUT = """
 import torch
 import torch.nn as nn
 
@@ -87,7 +90,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def test_inputs_the_parent_cannot_lay_out_are_staged_in_the_worker_and_said_so(tmp_path):
@@ -95,8 +98,11 @@ def test_inputs_the_parent_cannot_lay_out_are_staged_in_the_worker_and_said_so(t
     path.write_text(OPAQUE_INPUT)
     problem = load_problem(path)
     lines: list[str] = []
-    options = EvalOptions(device="cpu", limits=Limits(memory_mb=4096, call_timeout_s=30),
-                          timing=TimingOptions(time_cap_s=1.0, min_samples=5, min_batches=3))
+    options = EvalOptions(
+        device="cpu",
+        limits=Limits(memory_mb=4096, call_timeout_s=30),
+        timing=TimingOptions(time_cap_s=1.0, min_samples=5, min_batches=3),
+    )
     result = evaluate(problem, [], default_baseline(problem), options, progress=lines.append)
     assert result.baseline.verdict.status == "accepted", result.baseline.verdict.reasons
     assert all(s.measurement is not None for s in result.baseline.shapes), "timed all the same"

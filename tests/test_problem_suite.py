@@ -46,11 +46,22 @@ EXPECTED_OUTPUTS = {
     "fused_add_rmsnorm": (torch.bfloat16, torch.bfloat16),
 }
 NAMES = sorted(EXPECTED_OUTPUTS)
-TARGETS = {"rmsnorm": "kernels/rmsnorm_triton.py", "swiglu": "kernels/swiglu_torch.py",
-           "rotary_embedding": "kernels/rotary_torch.py"}
+TARGETS = {
+    "rmsnorm": "kernels/rmsnorm_triton.py",
+    "swiglu": "kernels/swiglu_torch.py",
+    "rotary_embedding": "kernels/rotary_torch.py",
+}
 
-METADATA_NAMES = ("SHAPES", "CPU_SHAPES", "TOLERANCE", "REFERENCE_PRECISION",
-                  "DISTRIBUTIONS", "SKIP_DISTRIBUTIONS", "TARGET", "WATCH")
+METADATA_NAMES = (
+    "SHAPES",
+    "CPU_SHAPES",
+    "TOLERANCE",
+    "REFERENCE_PRECISION",
+    "DISTRIBUTIONS",
+    "SKIP_DISTRIBUTIONS",
+    "TARGET",
+    "WATCH",
+)
 ALL_DISTRIBUTIONS = DISTRIBUTIONS
 DEFAULT_TOLERANCE = {  # norm_rel, elem_rtol, elem_atol_rel
     torch.float32: {"norm_rel": 1e-5, "elem_rtol": 1e-4, "elem_atol_rel": 1e-5},
@@ -80,8 +91,12 @@ def static_metadata(path: Path) -> dict:
     tree = ast.parse(path.read_text(), filename=str(path))
     found = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                and isinstance(node.targets[0], ast.Name) and node.targets[0].id in METADATA_NAMES:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in METADATA_NAMES
+        ):
             found[node.targets[0].id] = ast.literal_eval(node.value)
     return found
 
@@ -118,8 +133,7 @@ def upcast_model(model):
 
 
 def upcast_inputs(inputs):
-    return [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-            for x in inputs]
+    return [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
 
 
 def tolerance(meta: dict, dtype) -> dict:
@@ -145,8 +159,9 @@ def assert_close(out, ref, tol: dict, what: str) -> None:
     r = ref.to(torch.float64)
     bound = tol["elem_atol_rel"] * r.abs().max() + tol["elem_rtol"] * r.abs()
     bad = int((absdiff > bound).sum())
-    assert bad == 0, (f"{what}: {bad} of {r.numel()} elements outside the elementwise bound "
-                      f"(worst |diff| {absdiff.max().item():.3g})")
+    assert bad == 0, (
+        f"{what}: {bad} of {r.numel()} elements outside the elementwise bound (worst |diff| {absdiff.max().item():.3g})"
+    )
 
 
 def make_case(name: str, shape: dict | None = None, seed: int = 0):
@@ -230,8 +245,7 @@ def test_gpu_shapes_on_meta_device(name):
     """Every SHAPES entry: no device argument in get_inputs, sizes within budget, flops >= 0."""
     meta = static_metadata(PROBLEMS / f"{name}.py")
     numels = {}
-    for shape_name, overrides in itertools.chain(meta["SHAPES"].items(),
-                                                 meta["CPU_SHAPES"].items()):
+    for shape_name, overrides in itertools.chain(meta["SHAPES"].items(), meta["CPU_SHAPES"].items()):
         module = load_module(PROBLEMS / f"{name}.py")
         apply(module, overrides)
         with torch.device("meta"):
@@ -240,8 +254,9 @@ def test_gpu_shapes_on_meta_device(name):
         assert inputs and all(isinstance(x, torch.Tensor) for x in inputs)
         assert all(x.device.type == "meta" for x in inputs), "get_inputs() names a device"
         assert all(p.device.type == "meta" for p in model.parameters()), "Model names a device"
-        assert not [b for b in model.buffers() if b.is_floating_point()], \
+        assert not [b for b in model.buffers() if b.is_floating_point()], (
             "floating buffers are not upcast by the reference: use parameters"
+        )
         size = total_bytes(inputs) + total_bytes(list(model.parameters()))
         if shape_name in meta["SHAPES"]:
             assert size < GPU_INPUT_BYTES_MAX, f"{shape_name}: {size / 1e9:.2f} GB of inputs"
@@ -341,8 +356,7 @@ def test_tolerance_check_can_fail():
     out = model(*inputs)
     ref = upcast_model(model)(*upcast_inputs(inputs))
     with pytest.raises(AssertionError):
-        assert_close((out.float() * 1.03).to(out.dtype), ref,
-                     tolerance(meta, out.dtype), "biased")
+        assert_close((out.float() * 1.03).to(out.dtype), ref, tolerance(meta, out.dtype), "biased")
     # An fp8 result off by more than one e4m3 step fails too.
     _, meta, model, inputs = make_case("fp8_quant")
     q, scales = model(*inputs)
@@ -476,14 +490,23 @@ def test_rmsnorm_triton_target_matches_model_in_interpreter():
     cases.append({"shape": {"TOKENS": 5, "HIDDEN": 200}, "block": 64, "dist": "shifted"})
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
-        [sys.executable, "-c", _TRITON_SCRIPT, str(PROBLEMS / "rmsnorm.py"),
-         str(ROOT / meta["TARGET"]), json.dumps(cases)],
-        capture_output=True, text=True, env=env, timeout=240, cwd=ROOT,
+        [
+            sys.executable,
+            "-c",
+            _TRITON_SCRIPT,
+            str(PROBLEMS / "rmsnorm.py"),
+            str(ROOT / meta["TARGET"]),
+            json.dumps(cases),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["bad_block"] and "power of two" in report["bad_block"], \
-        "BLOCK_SIZE is not read at call time"
+    assert report["bad_block"] and "power of two" in report["bad_block"], "BLOCK_SIZE is not read at call time"
     tol = tolerance(meta, torch.bfloat16)
     assert len(report["results"]) == len(cases)
     for result in report["results"]:

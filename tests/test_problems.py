@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from conftest import PROBLEMS, ROOT
 
 from bot.core.errors import ProblemError
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import find_problems, load_problem
-from conftest import PROBLEMS, ROOT
 
-KERNELBENCH = '''import torch
+KERNELBENCH = """import torch
 import torch.nn as nn
 
 class Model(nn.Module):
@@ -29,7 +29,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def test_unchanged_kernelbench_file_loads_with_defaults(tmp_path):
@@ -45,12 +45,16 @@ def test_unchanged_kernelbench_file_loads_with_defaults(tmp_path):
 
 def test_a_problem_skips_distributions_only_with_a_stated_reason(tmp_path):
     path = tmp_path / "logs.py"
-    path.write_text(KERNELBENCH + 'SKIP_DISTRIBUTIONS = {"zeros": "log of the inputs:   must be positive",\n'
-                    '                      "limits": "exp of the product overflows"}\n')
+    path.write_text(
+        KERNELBENCH + 'SKIP_DISTRIBUTIONS = {"zeros": "log of the inputs:   must be positive",\n'
+        '                      "limits": "exp of the product overflows"}\n'
+    )
     problem = load_problem(path, root=tmp_path)
     assert problem.distributions == ("standard", "shifted", "large", "rows")
-    assert problem.skipped_distributions == {"zeros": "log of the inputs: must be positive",
-                                             "limits": "exp of the product overflows"}
+    assert problem.skipped_distributions == {
+        "zeros": "log of the inputs: must be positive",
+        "limits": "exp of the product overflows",
+    }
     # The older DISTRIBUTIONS (the ones kept) still works; what it leaves out says so.
     path.write_text(KERNELBENCH + 'DISTRIBUTIONS = ("standard", "large")\n')
     problem = load_problem(path, root=tmp_path)
@@ -63,9 +67,11 @@ def test_metadata_is_read_without_running_the_file(tmp_path):
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "impl.py").write_text("class ModelNew: pass\n")
     path = tmp_path / "p.py"
-    path.write_text(KERNELBENCH + 'raise SystemExit("executed!")\nTARGET = "kernels/impl.py"\n'
-                    'SHAPES = {"big": {"M": 4096}, "small": {"M": 8}}\nCPU_SHAPES = {"tiny": {"M": 4}}\n'
-                    'TOLERANCE = {"norm_rel": 1e-3}\nWATCH = ["kernels/**"]\n')
+    path.write_text(
+        KERNELBENCH + 'raise SystemExit("executed!")\nTARGET = "kernels/impl.py"\n'
+        'SHAPES = {"big": {"M": 4096}, "small": {"M": 8}}\nCPU_SHAPES = {"tiny": {"M": 4}}\n'
+        'TOLERANCE = {"norm_rel": 1e-3}\nWATCH = ["kernels/**"]\n'
+    )
     problem = load_problem(path, root=tmp_path)
     assert problem.target == tmp_path / "kernels" / "impl.py"
     assert [s.name for s in problem.shapes_for("cuda")] == ["big", "small"]
@@ -73,24 +79,29 @@ def test_metadata_is_read_without_running_the_file(tmp_path):
     assert problem.tolerance == {"norm_rel": 1e-3} and problem.watch == ("kernels/**",)
 
 
-@pytest.mark.parametrize("text,message", [
-    ("def get_inputs(): pass\ndef get_init_inputs(): pass\n", "no class Model"),
-    ("class Model: pass\ndef get_init_inputs(): pass\n", "no function get_inputs"),
-    ("class Model(:\n", "syntax error"),
-    (KERNELBENCH + "SHAPES = {'x': {'NOPE': 1}}\n", "does not define at module level"),
-    (KERNELBENCH + "SHAPES = make_shapes()\n", "must be a literal"),
-    (KERNELBENCH + "TARGET = 'missing.py'\n", "is not a file inside"),
-    (KERNELBENCH + "TARGET = '../../etc/passwd'\n", "is not a file inside"),
-    (KERNELBENCH + "DISTRIBUTIONS = ('zeros',)\n", "DISTRIBUTIONS leaves out 'standard'"),
-    (KERNELBENCH + "DISTRIBUTIONS = ('standard', 'uniform')\n", "'uniform', which is not a distribution"),
-    (KERNELBENCH + "SKIP_DISTRIBUTIONS = {'ones': 'no reason'}\n", "'ones', which is not a distribution"),
-    (KERNELBENCH + "SKIP_DISTRIBUTIONS = {'zeros': '  '}\n", "must state a reason"),
-    (KERNELBENCH + "SKIP_DISTRIBUTIONS = ('zeros',)\n", "dict of name -> reason"),
-    (KERNELBENCH + "SKIP_DISTRIBUTIONS = {'standard': 'slow'}\n", "cannot be skipped"),
-    (KERNELBENCH + "DISTRIBUTIONS = ('standard', 'zeros')\nSKIP_DISTRIBUTIONS = {'zeros': 'x'}\n",
-     "both kept by DISTRIBUTIONS and skipped"),
-    (KERNELBENCH + "TOLERANCE = {'atol': 1}\n", "TOLERANCE"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("def get_inputs(): pass\ndef get_init_inputs(): pass\n", "no class Model"),
+        ("class Model: pass\ndef get_init_inputs(): pass\n", "no function get_inputs"),
+        ("class Model(:\n", "syntax error"),
+        (KERNELBENCH + "SHAPES = {'x': {'NOPE': 1}}\n", "does not define at module level"),
+        (KERNELBENCH + "SHAPES = make_shapes()\n", "must be a literal"),
+        (KERNELBENCH + "TARGET = 'missing.py'\n", "is not a file inside"),
+        (KERNELBENCH + "TARGET = '../../etc/passwd'\n", "is not a file inside"),
+        (KERNELBENCH + "DISTRIBUTIONS = ('zeros',)\n", "DISTRIBUTIONS leaves out 'standard'"),
+        (KERNELBENCH + "DISTRIBUTIONS = ('standard', 'uniform')\n", "'uniform', which is not a distribution"),
+        (KERNELBENCH + "SKIP_DISTRIBUTIONS = {'ones': 'no reason'}\n", "'ones', which is not a distribution"),
+        (KERNELBENCH + "SKIP_DISTRIBUTIONS = {'zeros': '  '}\n", "must state a reason"),
+        (KERNELBENCH + "SKIP_DISTRIBUTIONS = ('zeros',)\n", "dict of name -> reason"),
+        (KERNELBENCH + "SKIP_DISTRIBUTIONS = {'standard': 'slow'}\n", "cannot be skipped"),
+        (
+            KERNELBENCH + "DISTRIBUTIONS = ('standard', 'zeros')\nSKIP_DISTRIBUTIONS = {'zeros': 'x'}\n",
+            "both kept by DISTRIBUTIONS and skipped",
+        ),
+        (KERNELBENCH + "TOLERANCE = {'atol': 1}\n", "TOLERANCE"),
+    ],
+)
 def test_static_errors_are_one_clear_line(tmp_path, text, message):
     path = tmp_path / "bad.py"
     path.write_text(text)
@@ -99,12 +110,15 @@ def test_static_errors_are_one_clear_line(tmp_path, text, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("body,message", [
-    ("import not_a_module_xyz\n" + KERNELBENCH, "No module named 'not_a_module_xyz'"),
-    (KERNELBENCH.replace("return [A, B]", "return 3"), "get_inputs() returned int"),
-    (KERNELBENCH.replace("return []\n", "return 5\n"), "get_init_inputs() returned int"),
-    (KERNELBENCH.replace("torch.matmul(A, B)", "1 / 0"), "ZeroDivisionError"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("import not_a_module_xyz\n" + KERNELBENCH, "No module named 'not_a_module_xyz'"),
+        (KERNELBENCH.replace("return [A, B]", "return 3"), "get_inputs() returned int"),
+        (KERNELBENCH.replace("return []\n", "return 5\n"), "get_init_inputs() returned int"),
+        (KERNELBENCH.replace("torch.matmul(A, B)", "1 / 0"), "ZeroDivisionError"),
+    ],
+)
 def test_runtime_problem_errors_raise_problem_error(tmp_path, quick_options, body, message):
     path = tmp_path / "bad_runtime.py"
     path.write_text(body)

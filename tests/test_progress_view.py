@@ -6,20 +6,22 @@ import io
 import re
 
 from click.testing import CliRunner
+from conftest import CANDIDATES, PROBLEMS
 
 from bot.cli import main
 from bot.progress_view import ProblemPlan, progress_view, results_table
-from conftest import CANDIDATES, PROBLEMS
 
 # What one problem's evaluation reports, in order (bot.engine: evaluate, trials, timing, pipeline).
-RUN = ["[1/2] rotary_embedding",
-       "rotary_embedding: search round, 3 candidate(s), 24 skipped",
-       "rotary_embedding: starting 4 worker(s)",
-       "rotary_embedding: 4 worker(s) started in 9.1 s (each: process 0.1 s, hello 0.2 s, import 8.0 s; medians)",
-       "rotary_embedding [small] reference 1/4 (standard)",
-       "rotary_embedding [small] 4 trials on 3 contender(s)",
-       "rotary_embedding [small] verified: 3 of 3 contender(s) pass",
-       "rotary_embedding [small] timing round 5: 2 contender(s), worst relative error 1.9%"]
+RUN = [
+    "[1/2] rotary_embedding",
+    "rotary_embedding: search round, 3 candidate(s), 24 skipped",
+    "rotary_embedding: starting 4 worker(s)",
+    "rotary_embedding: 4 worker(s) started in 9.1 s (each: process 0.1 s, hello 0.2 s, import 8.0 s; medians)",
+    "rotary_embedding [small] reference 1/4 (standard)",
+    "rotary_embedding [small] 4 trials on 3 contender(s)",
+    "rotary_embedding [small] verified: 3 of 3 contender(s) pass",
+    "rotary_embedding [small] timing round 5: 2 contender(s), worst relative error 1.9%",
+]
 PLANS = [ProblemPlan("rotary_embedding", 1), ProblemPlan("rmsnorm", 1)]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -85,8 +87,10 @@ def test_final_table_is_a_table_on_a_terminal_only():
     from bot.core.results import BestResult, ProblemResult
 
     best = BestResult("compile-default-reference", "source", "0" * 64, 6.37, (6.25, 6.48), ())
-    problems = [ProblemResult("rotary_embedding", "improved", min_speedup=1.05, best=best),
-                ProblemResult("rmsnorm", "not timed", not_timed="runs in Triton's interpreter on this CPU")]
+    problems = [
+        ProblemResult("rotary_embedding", "improved", min_speedup=1.05, best=best),
+        ProblemResult("rmsnorm", "not timed", not_timed="runs in Triton's interpreter on this CPU"),
+    ]
     stream = io.StringIO()
     assert results_table(problems, stream, terminal=True, width=160)
     screen = _screen(stream.getvalue())

@@ -42,20 +42,38 @@ def test_every_request_survives_the_channel(request_):
 REPLIES = [
     (m.Load(problem="/p.py"), m.LoadReply(new_threads=["python:x"])),
     (m.Construct(seed=1), m.ConstructReply(param_bytes=24, new_threads=[])),
-    (m.Run(seed=1, distribution="standard"),
-     m.RunReply(meta=META, inputs_before=["a"], inputs_after=["a"], host_us=3.5, new_threads=[], outputs=[OUT])),
-    (m.ReferenceRun(seed=1, distribution="standard"),
-     m.RunReply(meta=META, inputs_before=["a"], outputs=[OUT], bytes=48, flops=None, input_meta=["float32[2, 3]"])),
-    (m.Fingerprints(seeds=[1], distribution="standard", fp_seed=2),
-     m.FingerprintsReply(fingerprints=[[[1.0, 2.0, 0.0]]], outputs=[[OUT]])),
-    (m.Stage(seeds=[1], distribution="standard", expose=True),
-     m.StageReply(layout=[[{"tensor": ["float32", [2, 3]]}]], regions=[[[4096, 24]]])),
+    (
+        m.Run(seed=1, distribution="standard"),
+        m.RunReply(meta=META, inputs_before=["a"], inputs_after=["a"], host_us=3.5, new_threads=[], outputs=[OUT]),
+    ),
+    (
+        m.ReferenceRun(seed=1, distribution="standard"),
+        m.RunReply(meta=META, inputs_before=["a"], outputs=[OUT], bytes=48, flops=None, input_meta=["float32[2, 3]"]),
+    ),
+    (
+        m.Fingerprints(seeds=[1], distribution="standard", fp_seed=2),
+        m.FingerprintsReply(fingerprints=[[[1.0, 2.0, 0.0]]], outputs=[[OUT]]),
+    ),
+    (
+        m.Stage(seeds=[1], distribution="standard", expose=True),
+        m.StageReply(layout=[[{"tensor": ["float32", [2, 3]]}]], regions=[[[4096, 24]]]),
+    ),
     (m.StageInto(layout=[[{"tensor": ["float32", [2, 3]]}]]), m.StageReply(regions=[[[8192, 24]]])),
-    (m.Time(fp_seed=1, calls=2),
-     m.TimeReply(host_us=[1.0, 2.0], event_us=None, fingerprints=[["d1"], ["d2"]], new_threads=[])),
-    (m.Time(fp_seed=1, mode="throughput", calls=2),
-     m.TimeReply(host_us=[9.0], event_us=[3.0, 4.0], fingerprints=[[[1.0, 2.0, 0.0]]] * 2, new_threads=[],
-                 batch_span_us=8.0, samples_us=[3.0, 4.0])),
+    (
+        m.Time(fp_seed=1, calls=2),
+        m.TimeReply(host_us=[1.0, 2.0], event_us=None, fingerprints=[["d1"], ["d2"]], new_threads=[]),
+    ),
+    (
+        m.Time(fp_seed=1, mode="throughput", calls=2),
+        m.TimeReply(
+            host_us=[9.0],
+            event_us=[3.0, 4.0],
+            fingerprints=[[[1.0, 2.0, 0.0]]] * 2,
+            new_threads=[],
+            batch_span_us=8.0,
+            samples_us=[3.0, 4.0],
+        ),
+    ),
     (m.Outputs(picks=[1]), m.OutputsReply(outputs=[[OUT]])),
     (m.Quiet(chunks=2, chunk_us=100.0), m.QuietReply(wall_us=250.0, intervals_us=[100.0, 101.0])),
     (m.Gate(), m.GateReply(hooks=["triton Autotuner._bench"])),
@@ -71,8 +89,13 @@ def test_every_reply_survives_the_channel(request_, reply):
     assert type(parsed) is type(reply)
     for name, value in vars(reply).items():
         got = getattr(parsed, name)
-        if isinstance(value, list) and value and isinstance(value[0], list) and value[0] \
-                and isinstance(value[0][0], torch.Tensor):
+        if (
+            isinstance(value, list)
+            and value
+            and isinstance(value[0], list)
+            and value[0]
+            and isinstance(value[0][0], torch.Tensor)
+        ):
             assert all(torch.equal(a, b) for x, y in zip(value, got) for a, b in zip(x, y))
         elif isinstance(value, list) and value and isinstance(value[0], torch.Tensor):
             assert all(torch.equal(a, b) for a, b in zip(value, got))
@@ -83,8 +106,9 @@ def test_every_reply_survives_the_channel(request_, reply):
 def test_the_time_reply_samples_are_the_parents_per_call_times():
     cpu = m.TimeReply(host_us=[1.0, 2.0], event_us=None, fingerprints=[], new_threads=[])
     cuda = m.TimeReply(host_us=[1.5, 2.5], event_us=[1.0, 2.0], fingerprints=[], new_threads=[])
-    b2b = m.TimeReply(host_us=[9.0], event_us=[3.0, 1.0], fingerprints=[], new_threads=[],
-                      batch_span_us=8.0, samples_us=[3.0, 4.0])
+    b2b = m.TimeReply(
+        host_us=[9.0], event_us=[3.0, 1.0], fingerprints=[], new_threads=[], batch_span_us=8.0, samples_us=[3.0, 4.0]
+    )
     assert (cpu.samples, cuda.samples, b2b.samples) == ([1.0, 2.0], [1.0, 2.0], [3.0, 4.0])
 
 
@@ -92,20 +116,23 @@ TIME = m.Time(fp_seed=1, calls=2)
 GOOD_TIME = {"ok": True, "host_us": [1.0, 2.0], "event_us": None, "fingerprints": [["d"], ["d"]], "new_threads": []}
 
 
-@pytest.mark.parametrize("change,says", [
-    ({"fingerprints": None}, "missing field 'fingerprints'"),
-    ({"host_us": "fast"}, "TimeReply.host_us: expected a list"),
-    ({"host_us": [1.0, "2"]}, "TimeReply.host_us[1]: expected a number"),
-    ({"host_us": [1.0, True]}, "TimeReply.host_us[1]: expected a number"),
-    ({"new_threads": "none"}, "TimeReply.new_threads: expected a list"),
-    ({"fingerprints": [["d"]]}, "fingerprints: expected 2 entries, got 1"),
-    ({"fingerprints": [["d"], [[1.0, 2.0]]]}, "a digest or a fingerprint of 3 numbers"),
-    ({"host_us": [1.0]}, "samples: expected 2 entries, got 1"),
-    ({"host_us": [1.0, float("nan")]}, "TimeReply.host_us[1]: expected a finite number"),
-    ({"host_us": [1.0, -5.0]}, "TimeReply.host_us[1]: expected a time of 0 or more"),
-    ({"fingerprints": [["d"], [[float("nan"), 1.0, 0.0]]]}, "fingerprints[1][0][0]: expected a finite number"),
-    ({"event_us": [1.0]}, "samples: expected 2 entries, got 1"),
-])
+@pytest.mark.parametrize(
+    "change,says",
+    [
+        ({"fingerprints": None}, "missing field 'fingerprints'"),
+        ({"host_us": "fast"}, "TimeReply.host_us: expected a list"),
+        ({"host_us": [1.0, "2"]}, "TimeReply.host_us[1]: expected a number"),
+        ({"host_us": [1.0, True]}, "TimeReply.host_us[1]: expected a number"),
+        ({"new_threads": "none"}, "TimeReply.new_threads: expected a list"),
+        ({"fingerprints": [["d"]]}, "fingerprints: expected 2 entries, got 1"),
+        ({"fingerprints": [["d"], [[1.0, 2.0]]]}, "a digest or a fingerprint of 3 numbers"),
+        ({"host_us": [1.0]}, "samples: expected 2 entries, got 1"),
+        ({"host_us": [1.0, float("nan")]}, "TimeReply.host_us[1]: expected a finite number"),
+        ({"host_us": [1.0, -5.0]}, "TimeReply.host_us[1]: expected a time of 0 or more"),
+        ({"fingerprints": [["d"], [[float("nan"), 1.0, 0.0]]]}, "fingerprints[1][0][0]: expected a finite number"),
+        ({"event_us": [1.0]}, "samples: expected 2 entries, got 1"),
+    ],
+)
 def test_a_malformed_time_reply_is_refused_naming_the_field(change, says):
     wire = {k: v for k, v in {**GOOD_TIME, **change}.items() if v is not None or k == "event_us"}
     with pytest.raises(m.ProtocolError, match="malformed reply to op 'time'") as caught:
@@ -113,49 +140,75 @@ def test_a_malformed_time_reply_is_refused_naming_the_field(change, says):
     assert says in str(caught.value)
 
 
-@pytest.mark.parametrize("request_,wire,says", [
-    (m.Outputs(picks=[0, 1]), {"ok": True, "outputs": [[OUT]]}, "outputs: expected 2 entries, got 1"),
-    (m.Outputs(picks=[0]), {"ok": True, "outputs": [["not a tensor"]]}, "outputs[0][0]: expected a tensor"),
-    (m.Outputs(picks=[0]), {"ok": True, "outputs": {"0": [OUT]}}, "OutputsReply.outputs: expected a list"),
-    (m.Quiet(chunks=3, chunk_us=1.0), {"ok": True, "wall_us": 5.0, "intervals_us": [1.0]}, "expected 3 entries"),
-    (m.Quiet(chunks=1, chunk_us=1.0), {"ok": True, "wall_us": float("nan"), "intervals_us": [1.0]},
-     "a finite number"),
-    (m.Construct(seed=1), {"ok": True, "new_threads": []}, "missing field 'param_bytes'"),
-    (m.Construct(seed=1), {"ok": True, "param_bytes": 1.5, "new_threads": []}, "expected an integer"),
-    (m.Run(seed=1, distribution="standard"),
-     {"ok": True, "meta": META, "inputs_before": [], "inputs_after": [], "new_threads": []},
-     "outputs: expected 1 entries, got none"),
-    (m.Run(seed=1, distribution="standard"),
-     {"ok": True, "meta": [{"type": "Tensor", "dtype": "float32", "shape": "big", "device": "cpu"}],
-      "inputs_before": [], "outputs": [OUT]}, "RunReply.meta[0].shape: expected a list"),
-    (m.Run(seed=1, distribution="standard"),
-     {"ok": True, "meta": META, "inputs_before": [], "outputs": [OUT], "new_threads": []},
-     "missing field 'inputs_after'"),
-    (m.ReferenceRun(seed=1, distribution="standard"),
-     {"ok": True, "meta": META, "inputs_before": [], "outputs": [OUT], "input_meta": []}, "missing field 'bytes'"),
-    (m.Fingerprints(seeds=[1, 2], distribution="standard", fp_seed=1),
-     {"ok": True, "fingerprints": [None, None], "outputs": [[OUT], [OUT]]}, "fingerprints: one is missing"),
-    (m.StageInto(layout=[[], []]), {"ok": True, "regions": [[[1, 2, 3]]]}, "[address, bytes]"),
-    (m.StageInto(layout=[[], []]), {"ok": True}, "regions: expected 2 entries, got none"),
-    (m.Gate(), {"ok": True, "hooks": [1]}, "GateReply.hooks[0]: expected a string"),
-    (m.Gate(), ["ok"], "GateReply: expected an object, got list"),
-])
+@pytest.mark.parametrize(
+    "request_,wire,says",
+    [
+        (m.Outputs(picks=[0, 1]), {"ok": True, "outputs": [[OUT]]}, "outputs: expected 2 entries, got 1"),
+        (m.Outputs(picks=[0]), {"ok": True, "outputs": [["not a tensor"]]}, "outputs[0][0]: expected a tensor"),
+        (m.Outputs(picks=[0]), {"ok": True, "outputs": {"0": [OUT]}}, "OutputsReply.outputs: expected a list"),
+        (m.Quiet(chunks=3, chunk_us=1.0), {"ok": True, "wall_us": 5.0, "intervals_us": [1.0]}, "expected 3 entries"),
+        (
+            m.Quiet(chunks=1, chunk_us=1.0),
+            {"ok": True, "wall_us": float("nan"), "intervals_us": [1.0]},
+            "a finite number",
+        ),
+        (m.Construct(seed=1), {"ok": True, "new_threads": []}, "missing field 'param_bytes'"),
+        (m.Construct(seed=1), {"ok": True, "param_bytes": 1.5, "new_threads": []}, "expected an integer"),
+        (
+            m.Run(seed=1, distribution="standard"),
+            {"ok": True, "meta": META, "inputs_before": [], "inputs_after": [], "new_threads": []},
+            "outputs: expected 1 entries, got none",
+        ),
+        (
+            m.Run(seed=1, distribution="standard"),
+            {
+                "ok": True,
+                "meta": [{"type": "Tensor", "dtype": "float32", "shape": "big", "device": "cpu"}],
+                "inputs_before": [],
+                "outputs": [OUT],
+            },
+            "RunReply.meta[0].shape: expected a list",
+        ),
+        (
+            m.Run(seed=1, distribution="standard"),
+            {"ok": True, "meta": META, "inputs_before": [], "outputs": [OUT], "new_threads": []},
+            "missing field 'inputs_after'",
+        ),
+        (
+            m.ReferenceRun(seed=1, distribution="standard"),
+            {"ok": True, "meta": META, "inputs_before": [], "outputs": [OUT], "input_meta": []},
+            "missing field 'bytes'",
+        ),
+        (
+            m.Fingerprints(seeds=[1, 2], distribution="standard", fp_seed=1),
+            {"ok": True, "fingerprints": [None, None], "outputs": [[OUT], [OUT]]},
+            "fingerprints: one is missing",
+        ),
+        (m.StageInto(layout=[[], []]), {"ok": True, "regions": [[[1, 2, 3]]]}, "[address, bytes]"),
+        (m.StageInto(layout=[[], []]), {"ok": True}, "regions: expected 2 entries, got none"),
+        (m.Gate(), {"ok": True, "hooks": [1]}, "GateReply.hooks[0]: expected a string"),
+        (m.Gate(), ["ok"], "GateReply: expected an object, got list"),
+    ],
+)
 def test_malformed_replies_are_refused_naming_the_field(request_, wire, says):
     with pytest.raises(m.ProtocolError) as caught:
         request_.parse_reply(wire)
     assert says in str(caught.value) and f"op {request_.op!r}" in str(caught.value)
 
 
-@pytest.mark.parametrize("wire,says", [
-    ({"op": "time"}, "Time: missing field 'fp_seed'"),
-    ({"op": "time", "fp_seed": 1, "mode": "fastest"}, "Time.mode: expected 'latency' or 'throughput' or 'graph'"),
-    ({"op": "run", "seed": "1", "distribution": "standard"}, "Run.seed: expected an integer"),
-    ({"op": "run", "seed": 1, "distribution": "standard", "want": "both"}, "needs fp_seed"),
-    ({"op": "stage", "seeds": [1], "distribution": "standard", "stub": True}, "a stub needs meta"),
-    ({"op": "outputs", "picks": ["0"]}, "Outputs.picks[0]: expected an integer"),
-    ({"op": "launch"}, "unknown op 'launch'"),
-    ({"seeds": []}, "unknown op None"),
-])
+@pytest.mark.parametrize(
+    "wire,says",
+    [
+        ({"op": "time"}, "Time: missing field 'fp_seed'"),
+        ({"op": "time", "fp_seed": 1, "mode": "fastest"}, "Time.mode: expected 'latency' or 'throughput' or 'graph'"),
+        ({"op": "run", "seed": "1", "distribution": "standard"}, "Run.seed: expected an integer"),
+        ({"op": "run", "seed": 1, "distribution": "standard", "want": "both"}, "needs fp_seed"),
+        ({"op": "stage", "seeds": [1], "distribution": "standard", "stub": True}, "a stub needs meta"),
+        ({"op": "outputs", "picks": ["0"]}, "Outputs.picks[0]: expected an integer"),
+        ({"op": "launch"}, "unknown op 'launch'"),
+        ({"seeds": []}, "unknown op None"),
+    ],
+)
 def test_malformed_requests_are_refused_naming_the_field(wire, says):
     with pytest.raises(m.ProtocolError) as caught:
         m.parse_request(wire)

@@ -10,13 +10,13 @@ import json
 import subprocess
 
 import pytest
-
-from bot.github.stage_two import publish_stage_two
-from bot.core.errors import BotError
 from github_double import Fault, GitHubDouble
 from github_double import payloads as P
 from github_double.session import client_for
 from stage_two_artifacts import FAST_SOURCE, KERNEL_SOURCE, PROBLEM_SOURCE, honest_results
+
+from bot.core.errors import BotError
+from bot.github.stage_two import publish_stage_two
 
 REPO = "octo-org/octo-repo"
 
@@ -24,8 +24,11 @@ REPO = "octo-org/octo-repo"
 @pytest.fixture
 def double(tmp_path):
     with GitHubDouble(tmp_path / "github", repo=REPO) as d:
-        d.repo.commit_files("main", {"problems/rmsnorm.py": PROBLEM_SOURCE.encode(),
-                                     "kernels/rmsnorm.py": KERNEL_SOURCE.encode()}, "kernels")
+        d.repo.commit_files(
+            "main",
+            {"problems/rmsnorm.py": PROBLEM_SOURCE.encode(), "kernels/rmsnorm.py": KERNEL_SOURCE.encode()},
+            "kernels",
+        )
         yield d
 
 
@@ -38,12 +41,24 @@ def root(tmp_path):
     return path
 
 
-def run_event(head_sha: str, head_branch: str, pr_numbers: tuple[int, ...] = (), head_repo: str | None = REPO,
-              event: str = "pull_request") -> dict:
-    return {"workflow_run": {"event": event, "head_sha": head_sha, "head_branch": head_branch,
-                             "head_repository": None if head_repo is None else {"full_name": head_repo},
-                             "pull_requests": [{"number": n} for n in pr_numbers], "conclusion": "success"},
-            "repository": {"full_name": REPO, "default_branch": "main"}}
+def run_event(
+    head_sha: str,
+    head_branch: str,
+    pr_numbers: tuple[int, ...] = (),
+    head_repo: str | None = REPO,
+    event: str = "pull_request",
+) -> dict:
+    return {
+        "workflow_run": {
+            "event": event,
+            "head_sha": head_sha,
+            "head_branch": head_branch,
+            "head_repository": None if head_repo is None else {"full_name": head_repo},
+            "pull_requests": [{"number": n} for n in pr_numbers],
+            "conclusion": "success",
+        },
+        "repository": {"full_name": REPO, "default_branch": "main"},
+    }
 
 
 _RUNS = itertools.count()
@@ -55,19 +70,28 @@ def publish(double, tmp_path, root, results: dict, event: dict) -> list[str]:
     art.mkdir()
     (art / "results.json").write_text(json.dumps(results))
     (tmp_path / f"event-{name}.json").write_text(json.dumps(event))
-    environ = {"GITHUB_REPOSITORY": REPO, "GITHUB_EVENT_NAME": "workflow_run", "GITHUB_TOKEN": "test-token",
-               "GITHUB_EVENT_PATH": str(tmp_path / f"event-{name}.json"), "GITHUB_API_URL": double.url}
+    environ = {
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_EVENT_NAME": "workflow_run",
+        "GITHUB_TOKEN": "test-token",
+        "GITHUB_EVENT_PATH": str(tmp_path / f"event-{name}.json"),
+        "GITHUB_API_URL": double.url,
+    }
     said: list[str] = []
     publish_stage_two(art, root, said.append, environ, client=client_for(double))
     return said
 
 
 def snapshot(double: GitHubDouble) -> tuple:
-    refs = subprocess.run(["git", f"--git-dir={double.git.path}", "for-each-ref"], capture_output=True,
-                          text=True, check=True).stdout
-    return (refs, sorted((p.number, p.title, p.state, p.body) for p in double.repo.pulls.values()),
-            sorted((c.id, c.issue_number, c.body) for c in double.repo.comments.values()),
-            sorted(double.repo.check_runs))
+    refs = subprocess.run(
+        ["git", f"--git-dir={double.git.path}", "for-each-ref"], capture_output=True, text=True, check=True
+    ).stdout
+    return (
+        refs,
+        sorted((p.number, p.title, p.state, p.body) for p in double.repo.pulls.values()),
+        sorted((c.id, c.issue_number, c.body) for c in double.repo.comments.values()),
+        sorted(double.repo.check_runs),
+    )
 
 
 def writes(double: GitHubDouble) -> list[str]:
@@ -83,12 +107,16 @@ def refused(double, tmp_path, root, results, event, message: str) -> None:
 
 
 def same_repo_pr(double, files: dict[str, bytes] | None = None):
-    pr = double.repo.open_pull_request("feature/rmsnorm", files or {"kernels/rmsnorm.py": b"# touched\n"
-                                       + KERNEL_SOURCE.encode()}, labels=("kernel-bot",))
+    pr = double.repo.open_pull_request(
+        "feature/rmsnorm",
+        files or {"kernels/rmsnorm.py": b"# touched\n" + KERNEL_SOURCE.encode()},
+        labels=("kernel-bot",),
+    )
     return pr, double.repo.head_sha(pr)
 
 
 # -- the honest path, and re-runs ------------------------------------------------------------
+
 
 def test_honest_artifact_opens_one_follow_up_and_a_rerun_duplicates_nothing(double, tmp_path, root):
     pr, sha = same_repo_pr(double)
@@ -98,8 +126,12 @@ def test_honest_artifact_opens_one_follow_up_and_a_rerun_duplicates_nothing(doub
     follow = [p for p in double.repo.pulls.values() if p.head_ref == f"kernel-bot/pr-{pr.number}"]
     assert len(follow) == 1 and follow[0].base_ref == "feature/rmsnorm" and said[0].startswith("kernel-bot: opened")
     tip = double.repo.branch_sha(f"kernel-bot/pr-{pr.number}")
-    show = subprocess.run(["git", f"--git-dir={double.git.path}", "show", f"{tip}:kernels/rmsnorm.py"],
-                          capture_output=True, text=True, check=True).stdout
+    show = subprocess.run(
+        ["git", f"--git-dir={double.git.path}", "show", f"{tip}:kernels/rmsnorm.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert show == FAST_SOURCE and f"{results['problems'][0]['best']['speedup']:.2f}x faster" in follow[0].title
     publish(double, tmp_path, root, honest_results(), event)
     assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") == tip  # no new commit
@@ -124,6 +156,7 @@ def test_a_failure_between_push_and_pull_request_is_repaired_by_a_rerun(double, 
 
 # -- identity: from the API, never from the artifact ---------------------------------------
 
+
 def _other_contributor_pr(double):
     """PR #n with a follow-up branch of its own: the target of the attacks."""
     victim, _ = same_repo_pr(double)
@@ -134,8 +167,12 @@ def _other_contributor_pr(double):
 @pytest.mark.parametrize("deleted", [False, True])
 def test_fork_claiming_another_pr_gets_only_its_own_comment(double, tmp_path, root, deleted):
     victim = _other_contributor_pr(double)
-    fork = double.repo.open_pull_request("main", {"kernels/rmsnorm.py": b"# fork\n" + KERNEL_SOURCE.encode()},
-                                         fork="attacker/octo-repo", labels=("kernel-bot",))
+    fork = double.repo.open_pull_request(
+        "main",
+        {"kernels/rmsnorm.py": b"# fork\n" + KERNEL_SOURCE.encode()},
+        fork="attacker/octo-repo",
+        labels=("kernel-bot",),
+    )
     if deleted:
         double.repo.delete_fork(fork)
     sha = double.repo.head_sha(fork)
@@ -154,74 +191,134 @@ def test_a_run_whose_commit_has_no_open_pull_request_is_refused(double, tmp_path
     fork = double.repo.open_pull_request("main", {"kernels/rmsnorm.py": b"# fork\n"}, fork="attacker/octo-repo")
     fork.state = "closed"
     sha = double.repo.head_sha(fork)
-    refused(double, tmp_path, root, honest_results(), run_event(sha, "main", (), "attacker/octo-repo"),
-            f"no open pull request in {REPO} has head commit {sha[:12]} from attacker/octo-repo "
-            f"(found: #{fork.number} (closed, head {sha[:12]} from attacker/octo-repo)); nothing is published")
+    refused(
+        double,
+        tmp_path,
+        root,
+        honest_results(),
+        run_event(sha, "main", (), "attacker/octo-repo"),
+        f"no open pull request in {REPO} has head commit {sha[:12]} from attacker/octo-repo "
+        f"(found: #{fork.number} (closed, head {sha[:12]} from attacker/octo-repo)); nothing is published",
+    )
 
 
 def test_a_missing_pull_request_is_named_as_missing_not_as_a_permission(double, tmp_path, root):
     _, sha = same_repo_pr(double)
-    refused(double, tmp_path, root, honest_results(), run_event(sha, "feature/rmsnorm", (42,)),
-            f"pull request #42 named by the workflow run does not exist in {REPO}")
+    refused(
+        double,
+        tmp_path,
+        root,
+        honest_results(),
+        run_event(sha, "feature/rmsnorm", (42,)),
+        f"pull request #42 named by the workflow run does not exist in {REPO}",
+    )
 
 
 def test_a_nightly_run_from_another_branch_publishes_nothing(double, tmp_path, root):
     _, sha = same_repo_pr(double)
-    refused(double, tmp_path, root, honest_results(), run_event(sha, "feature/rmsnorm", event="workflow_dispatch"),
-            f"a workflow_dispatch run on {REPO}:feature/rmsnorm, not on {REPO}'s default branch 'main': "
-            "nothing is published")
+    refused(
+        double,
+        tmp_path,
+        root,
+        honest_results(),
+        run_event(sha, "feature/rmsnorm", event="workflow_dispatch"),
+        f"a workflow_dispatch run on {REPO}:feature/rmsnorm, not on {REPO}'s default branch 'main': "
+        "nothing is published",
+    )
 
 
 # -- write scope: the TARGET the problem file declares at the head commit --------------------
+
 
 def _declaring(target: str) -> bytes:
     return PROBLEM_SOURCE.replace('TARGET = "kernels/rmsnorm.py"', f"TARGET = {target!r}").encode()
 
 
-@pytest.mark.parametrize("target,extra,why", [
-    ("problems/rmsnorm.py", {}, "is under problems/, where the problems (the definition of correct) live"),
-    ("problems/conftest.py", {"problems/conftest.py": b"x = 1\n"},
-     "is under problems/, where the problems (the definition of correct) live"),
-    ("kernels/__init__.py", {"kernels/__init__.py": b""},
-     "is not a kernel module (a .py file other than package and test plumbing)"),
-    ("kernels/.gitattributes", {"kernels/.gitattributes": b"* text\n"},
-     "is not a kernel module (a .py file other than package and test plumbing)"),
-    ("kernels/Makefile", {"kernels/Makefile": b"all:\n"},
-     "is not a kernel module (a .py file other than package and test plumbing)"),
-    (".github/workflows/x.py", {".github/workflows/x.py": b"x = 1\n"}, "is outside the configured kernel paths"),
-])
+@pytest.mark.parametrize(
+    "target,extra,why",
+    [
+        ("problems/rmsnorm.py", {}, "is under problems/, where the problems (the definition of correct) live"),
+        (
+            "problems/conftest.py",
+            {"problems/conftest.py": b"x = 1\n"},
+            "is under problems/, where the problems (the definition of correct) live",
+        ),
+        (
+            "kernels/__init__.py",
+            {"kernels/__init__.py": b""},
+            "is not a kernel module (a .py file other than package and test plumbing)",
+        ),
+        (
+            "kernels/.gitattributes",
+            {"kernels/.gitattributes": b"* text\n"},
+            "is not a kernel module (a .py file other than package and test plumbing)",
+        ),
+        (
+            "kernels/Makefile",
+            {"kernels/Makefile": b"all:\n"},
+            "is not a kernel module (a .py file other than package and test plumbing)",
+        ),
+        (".github/workflows/x.py", {".github/workflows/x.py": b"x = 1\n"}, "is outside the configured kernel paths"),
+    ],
+)
 def test_a_target_outside_the_exact_scope_is_refused(double, tmp_path, root, target, extra, why):
     pr, sha = same_repo_pr(double, {"problems/rmsnorm.py": _declaring(target), **extra})
     results = honest_results(target=target)
     message = f"rmsnorm: TARGET {target!r} {why}; nothing is published"
     if target.startswith(".github"):  # the artifact's own target already fails the allowlist
-        message = f"untrusted results rejected: results.problems[0].target: {target!r} is outside the configured kernel paths"
+        message = (
+            f"untrusted results rejected: results.problems[0].target: {target!r} is outside the configured kernel paths"
+        )
     refused(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)), message)
 
 
 def test_a_shell_like_target_fails_the_schema(double, tmp_path, root):
     pr, sha = same_repo_pr(double)
     results = honest_results(target="kernels/x.py; rm -rf ~ $(id)")
-    refused(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)),
-            "untrusted results rejected: results.problems[0].target: pattern: 'kernels/x.py; rm -rf ~ $(id)' "
-            "has characters or a length this field does not allow")
+    refused(
+        double,
+        tmp_path,
+        root,
+        results,
+        run_event(sha, pr.head_ref, (pr.number,)),
+        "untrusted results rejected: results.problems[0].target: pattern: 'kernels/x.py; rm -rf ~ $(id)' "
+        "has characters or a length this field does not allow",
+    )
 
 
 def test_a_new_file_a_mismatched_target_and_no_target_are_refused(double, tmp_path, root):
     pr, sha = same_repo_pr(double, {"problems/rmsnorm.py": _declaring("kernels/new.py")})
     event = run_event(sha, pr.head_ref, (pr.number,))
-    refused(double, tmp_path, root, honest_results(target="kernels/new.py"), event,
-            f"rmsnorm: TARGET 'kernels/new.py' does not exist at {sha[:12]}: a follow-up never adds a file; "
-            "nothing is published")
-    refused(double, tmp_path, root, honest_results(target="kernels/rmsnorm.py"), event,
-            f"rmsnorm: the results name target 'kernels/rmsnorm.py', but problems/rmsnorm.py declares TARGET "
-            f"'kernels/new.py' at {sha[:12]}; nothing is published")
+    refused(
+        double,
+        tmp_path,
+        root,
+        honest_results(target="kernels/new.py"),
+        event,
+        f"rmsnorm: TARGET 'kernels/new.py' does not exist at {sha[:12]}: a follow-up never adds a file; "
+        "nothing is published",
+    )
+    refused(
+        double,
+        tmp_path,
+        root,
+        honest_results(target="kernels/rmsnorm.py"),
+        event,
+        f"rmsnorm: the results name target 'kernels/rmsnorm.py', but problems/rmsnorm.py declares TARGET "
+        f"'kernels/new.py' at {sha[:12]}; nothing is published",
+    )
     no_target = PROBLEM_SOURCE.replace('TARGET = "kernels/rmsnorm.py"\n', "").encode()
     pr2 = double.repo.open_pull_request("feature/no-target", {"problems/rmsnorm.py": no_target})
     sha2 = double.repo.head_sha(pr2)
-    refused(double, tmp_path, root, honest_results(), run_event(sha2, pr2.head_ref, (pr2.number,)),
-            f"rmsnorm: the results name target 'kernels/rmsnorm.py', but problems/rmsnorm.py declares no TARGET "
-            f"at {sha2[:12]}; nothing is published")
+    refused(
+        double,
+        tmp_path,
+        root,
+        honest_results(),
+        run_event(sha2, pr2.head_ref, (pr2.number,)),
+        f"rmsnorm: the results name target 'kernels/rmsnorm.py', but problems/rmsnorm.py declares no TARGET "
+        f"at {sha2[:12]}; nothing is published",
+    )
 
 
 def test_a_problem_without_target_gets_no_new_file_only_a_note(double, tmp_path, root):
@@ -239,11 +336,18 @@ def test_content_other_than_the_verified_candidate_is_refused(double, tmp_path, 
     pr, sha = same_repo_pr(double)
     results = honest_results()
     results["problems"][0]["best"]["source"] = "import os\nos.system('id')\n"
-    refused(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)),
-            "rmsnorm: the best candidate's source does not hash to its recorded SHA-256; nothing is published")
+    refused(
+        double,
+        tmp_path,
+        root,
+        results,
+        run_event(sha, pr.head_ref, (pr.number,)),
+        "rmsnorm: the best candidate's source does not hash to its recorded SHA-256; nothing is published",
+    )
 
 
 # -- numbers: re-derived from the samples, judged by the trusted min-speedup -------------------
+
 
 def _forge(results: dict, speedup: float, ci: list[float]) -> dict:
     forged = copy.deepcopy(results)
@@ -257,7 +361,11 @@ def _forge(results: dict, speedup: float, ci: list[float]) -> dict:
 def _only_failed_check(double, before, sha: str) -> None:
     assert writes(double) == ["checks/create"]
     (run,) = double.repo.check_runs.values()
-    assert (run.conclusion, run.head_sha, run.output["title"]) == ("failure", sha, "the results artifact is inconsistent")
+    assert (run.conclusion, run.head_sha, run.output["title"]) == (
+        "failure",
+        sha,
+        "the results artifact is inconsistent",
+    )
     after = snapshot(double)
     assert after[:3] == before[:3]
 
@@ -269,8 +377,10 @@ def test_forged_speedup_gets_a_failed_check_run_and_nothing_else(double, tmp_pat
     before = snapshot(double)
     with pytest.raises(BotError) as err:
         publish(double, tmp_path, root, _forge(honest, 50.0, [0.1, 0.2]), run_event(sha, pr.head_ref, (pr.number,)))
-    assert str(err.value) == ("nothing published: the results artifact is inconsistent (results.problems[0]"
-                              f".attempts[0].shapes[0].speedup is 50.0, its samples give {derived!r})")
+    assert str(err.value) == (
+        "nothing published: the results artifact is inconsistent (results.problems[0]"
+        f".attempts[0].shapes[0].speedup is 50.0, its samples give {derived!r})"
+    )
     _only_failed_check(double, before, sha)
 
 
@@ -281,16 +391,20 @@ def test_tampered_samples_and_a_narrowed_spread_are_inconsistent(double, tmp_pat
     shape["derivation"]["spread_log_sd"] = 0.0
     with pytest.raises(BotError) as err:
         publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
-    assert "results.problems[0].attempts[0].shapes[0].derivation: a worker spread narrower than the baseline's own" \
+    assert (
+        "results.problems[0].attempts[0].shapes[0].derivation: a worker spread narrower than the baseline's own"
         in str(err.value)
+    )
     results = honest_results()
     shape = results["problems"][0]["attempts"][0]["shapes"][0]
     shape["measurement"]["samples_us"][0] *= 0.01  # one forged call: the median stays, the interval moves
     with pytest.raises(BotError) as err:
         publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
-    assert str(err.value).startswith("nothing published: the results artifact is inconsistent (results.problems[0]"
-                                     f".attempts[0].shapes[0].speedup_ci[0] is {shape['speedup_ci'][0]!r}, "
-                                     "its samples give ")
+    assert str(err.value).startswith(
+        "nothing published: the results artifact is inconsistent (results.problems[0]"
+        f".attempts[0].shapes[0].speedup_ci[0] is {shape['speedup_ci'][0]!r}, "
+        "its samples give "
+    )
     assert not [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
     assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") is None
 
@@ -322,9 +436,13 @@ def test_injected_text_is_inert_in_pr_comment_and_check_run(double, tmp_path, ro
     p["baseline"]["name"] = INJECTION
     publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
     (follow,) = [x for x in double.repo.pulls.values() if x.head_ref.startswith("kernel-bot/")]
-    texts = [follow.title, follow.body, *(c.body for c in double.repo.comments.values()),
-             *(r.output.get("summary") or "" for r in double.repo.check_runs.values()),
-             *(r.output.get("title") or "" for r in double.repo.check_runs.values())]
+    texts = [
+        follow.title,
+        follow.body,
+        *(c.body for c in double.repo.comments.values()),
+        *(r.output.get("summary") or "" for r in double.repo.check_runs.values()),
+        *(r.output.get("title") or "" for r in double.repo.check_runs.values()),
+    ]
     shown = "\n".join(texts)
     for bad in ("@octocat", "<img", "](https://evil", "https://evil", "Closes #1", "www.evil", "<details> Closes"):
         assert bad not in shown, bad
@@ -337,6 +455,8 @@ def test_device_names_that_could_inject_fail_the_schema(double, tmp_path, root, 
     results = honest_results(device_name=device_name)
     with pytest.raises(BotError) as err:
         publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
-    assert str(err.value) == ("untrusted results rejected: results.problems[0].environment.device_name: pattern: "
-                              f"{device_name[:200]!r} has characters or a length this field does not allow")
+    assert str(err.value) == (
+        "untrusted results rejected: results.problems[0].environment.device_name: pattern: "
+        f"{device_name[:200]!r} has characters or a length this field does not allow"
+    )
     assert writes(double) == []

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from stage_two_artifacts import honest_results
 
 from bot.core.distributions import DISTRIBUTIONS
 from bot.core.errors import BotError
 from bot.core.results_schema import MAX_DEPTH
 from bot.github.untrusted import MAX_RESULTS_BYTES, load_results, validate_results
-from stage_two_artifacts import honest_results
 
 ALLOWED = lambda path: path.startswith("kernels/")  # noqa: E731
 
@@ -30,38 +30,69 @@ def test_an_honest_artifact_passes():
 P0 = "results.problems[0]"
 
 
-@pytest.mark.parametrize("mutate,message", [
-    (lambda r: r.update(schema_version=1), "results.schema_version: expected 2, got '1'"),
-    (lambda r: r["problems"][0].update(wall_s="x"), f"{P0}.wall_s: type: 'x' is not of type 'number'"),
-    (lambda r: r["problems"][0].update(skipped="x"), f"{P0}.skipped: type: 'x' is not of type 'array'"),
-    (lambda r: r["problems"][0].update(min_speedup="x"), f"{P0}.min_speedup: type: 'x' is not of type 'number'"),
-    (lambda r: r["problems"][0].update(distributions=[1]),
-     f"{P0}.distributions[0]: enum: 1 is not one of {list(DISTRIBUTIONS)}"),
-    (lambda r: r["problems"][0]["attempts"][0].update(speedup_ci="x"),
-     f"{P0}.attempts[0].speedup_ci: anyOf: 'x' is not valid under any of the given schemas"),
-    (lambda r: r["problems"][0]["attempts"][0].update(median_us="x"),
-     f"{P0}.attempts[0].median_us: anyOf: 'x' is not valid under any of the given schemas"),
-    (lambda r: r["problems"][0]["attempts"][0].update(round="1<script>"),
-     f"{P0}.attempts[0].round: type: '1<script>' is not of type 'integer'"),
-    (lambda r: r["problems"][0].update(reference_precision="float64 <img src=x>"),
-     f"{P0}.reference_precision: enum: 'float64 <img src=x>' is not one of ['float64', 'float32', 'native']"),
-    (lambda r: r["problems"][0].update(target="kernels/a.py\nkernels/b.py"),
-     f"{P0}.target: pattern: 'kernels/a.py\\nkernels/b.py' has characters or a length this field does not allow"),
-    (lambda r: r["problems"][0].update(target="kernels/a.py\n"), f"{P0}.target: pattern: 'kernels/a.py\\n' has characters or a length this field does not allow"),
-    (lambda r: r["problems"][0].update(target="../../.github/workflows/x.yml"),
-     f"{P0}.target: '../../.github/workflows/x.yml' is not a plain repository-relative path"),
-    (lambda r: r["problems"][0].update(target=".github/workflows/ci.py"),
-     f"{P0}.target: '.github/workflows/ci.py' is outside the configured kernel paths"),
-    (lambda r: r["problems"][0].update(problem="../x"), f"{P0}.problem: pattern: '../x' has characters or a length this field does not allow"),
-    (lambda r: r["problems"][0]["environment"].update(host="runner-7.internal"),
-     f"{P0}.environment: additionalProperties: Additional properties are not allowed ('host' was unexpected)"),
-    (lambda r: r.update(surprise=1), "results: additionalProperties: Additional properties are not allowed "
-     "('surprise' was unexpected)"),
-    (lambda r: r["problems"][0].update(llm=_nested(MAX_DEPTH)), f"results: nested deeper than {MAX_DEPTH} levels"),
-    (lambda r: r["problems"][0]["best"].update(source="x" * (600 << 10)),
-     f"{P0}.best.source: maxLength: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
-    (lambda r: r.update(problems="all"), "results.problems: type: 'all' is not of type 'array'"),
-])
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda r: r.update(schema_version=1), "results.schema_version: expected 2, got '1'"),
+        (lambda r: r["problems"][0].update(wall_s="x"), f"{P0}.wall_s: type: 'x' is not of type 'number'"),
+        (lambda r: r["problems"][0].update(skipped="x"), f"{P0}.skipped: type: 'x' is not of type 'array'"),
+        (lambda r: r["problems"][0].update(min_speedup="x"), f"{P0}.min_speedup: type: 'x' is not of type 'number'"),
+        (
+            lambda r: r["problems"][0].update(distributions=[1]),
+            f"{P0}.distributions[0]: enum: 1 is not one of {list(DISTRIBUTIONS)}",
+        ),
+        (
+            lambda r: r["problems"][0]["attempts"][0].update(speedup_ci="x"),
+            f"{P0}.attempts[0].speedup_ci: anyOf: 'x' is not valid under any of the given schemas",
+        ),
+        (
+            lambda r: r["problems"][0]["attempts"][0].update(median_us="x"),
+            f"{P0}.attempts[0].median_us: anyOf: 'x' is not valid under any of the given schemas",
+        ),
+        (
+            lambda r: r["problems"][0]["attempts"][0].update(round="1<script>"),
+            f"{P0}.attempts[0].round: type: '1<script>' is not of type 'integer'",
+        ),
+        (
+            lambda r: r["problems"][0].update(reference_precision="float64 <img src=x>"),
+            f"{P0}.reference_precision: enum: 'float64 <img src=x>' is not one of ['float64', 'float32', 'native']",
+        ),
+        (
+            lambda r: r["problems"][0].update(target="kernels/a.py\nkernels/b.py"),
+            f"{P0}.target: pattern: 'kernels/a.py\\nkernels/b.py' has characters or a length this field does not allow",
+        ),
+        (
+            lambda r: r["problems"][0].update(target="kernels/a.py\n"),
+            f"{P0}.target: pattern: 'kernels/a.py\\n' has characters or a length this field does not allow",
+        ),
+        (
+            lambda r: r["problems"][0].update(target="../../.github/workflows/x.yml"),
+            f"{P0}.target: '../../.github/workflows/x.yml' is not a plain repository-relative path",
+        ),
+        (
+            lambda r: r["problems"][0].update(target=".github/workflows/ci.py"),
+            f"{P0}.target: '.github/workflows/ci.py' is outside the configured kernel paths",
+        ),
+        (
+            lambda r: r["problems"][0].update(problem="../x"),
+            f"{P0}.problem: pattern: '../x' has characters or a length this field does not allow",
+        ),
+        (
+            lambda r: r["problems"][0]["environment"].update(host="runner-7.internal"),
+            f"{P0}.environment: additionalProperties: Additional properties are not allowed ('host' was unexpected)",
+        ),
+        (
+            lambda r: r.update(surprise=1),
+            "results: additionalProperties: Additional properties are not allowed ('surprise' was unexpected)",
+        ),
+        (lambda r: r["problems"][0].update(llm=_nested(MAX_DEPTH)), f"results: nested deeper than {MAX_DEPTH} levels"),
+        (
+            lambda r: r["problems"][0]["best"].update(source="x" * (600 << 10)),
+            f"{P0}.best.source: maxLength: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+        ),
+        (lambda r: r.update(problems="all"), "results.problems: type: 'all' is not of type 'array'"),
+    ],
+)
 def test_malformed_fields_are_refused_with_the_field_named(mutate, message):
     data = honest_results()
     mutate(data)
@@ -72,17 +103,25 @@ def test_malformed_fields_are_refused_with_the_field_named(mutate, message):
 
 
 def test_size_cap_symlink_nan_deep_json_and_bad_json(tmp_path):
-    cases = {"a": b" " * (MAX_RESULTS_BYTES + 1), "c": b"{not json",
-             "d": json.dumps(honest_results()).replace('"wall_s": 12.5', '"wall_s": NaN').encode(),
-             "e": b"[" * 100_000 + b"]" * 100_000, "f": json.dumps(honest_results()).encode()}
+    cases = {
+        "a": b" " * (MAX_RESULTS_BYTES + 1),
+        "c": b"{not json",
+        "d": json.dumps(honest_results()).replace('"wall_s": 12.5', '"wall_s": NaN').encode(),
+        "e": b"[" * 100_000 + b"]" * 100_000,
+        "f": json.dumps(honest_results()).encode(),
+    }
     for name, raw in cases.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_bytes(raw)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "results.json").symlink_to("/etc/hostname")
-    expected = {"a": "exceeds the 16 MiB cap", "b": "not a regular file", "c": "not valid JSON",
-                "d": "not valid JSON (NaN is not a JSON number)",
-                "e": f"untrusted results rejected: results: nested deeper than {MAX_DEPTH} levels"}
+    expected = {
+        "a": "exceeds the 16 MiB cap",
+        "b": "not a regular file",
+        "c": "not valid JSON",
+        "d": "not valid JSON (NaN is not a JSON number)",
+        "e": f"untrusted results rejected: results: nested deeper than {MAX_DEPTH} levels",
+    }
     for name, text in expected.items():
         with pytest.raises(BotError) as err:
             load_results(tmp_path / name, ALLOWED)

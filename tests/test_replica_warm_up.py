@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 
+from conftest import CANDIDATES, PROBLEMS
+
 from bot.engine import evaluate as evaluate_module
 from bot.engine.candidates import load_candidate
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
 from bot.engine.workers import WorkerClient
-from conftest import CANDIDATES, PROBLEMS
 
 
 def test_a_replicas_first_call_is_made_under_the_shared_hold_before_the_timing(quick_options, monkeypatch):
@@ -26,6 +27,7 @@ def test_a_replicas_first_call_is_made_under_the_shared_hold_before_the_timing(q
                     yield
                 finally:
                     held.pop()
+
         return hold
 
     monkeypatch.setattr(evaluate_module, "gpu_shared", holding("shared", evaluate_module.gpu_shared))
@@ -36,12 +38,17 @@ def test_a_replicas_first_call_is_made_under_the_shared_hold_before_the_timing(q
         if message.get("op") in ("run", "time"):
             seen.append((self.label, message["op"], tuple(held)))
         return request(self, message, *args, **kwargs)
+
     monkeypatch.setattr(WorkerClient, "request", spy)
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     timing = TimingOptions(time_cap_s=0.3, min_samples=5, replicas=2)
-    result = evaluate_module.evaluate(problem, [load_candidate(CANDIDATES / "honest.py")],
-                                      load_candidate(CANDIDATES / "honest.py"), quick_options(timing=timing))
+    result = evaluate_module.evaluate(
+        problem,
+        [load_candidate(CANDIDATES / "honest.py")],
+        load_candidate(CANDIDATES / "honest.py"),
+        quick_options(timing=timing),
+    )
     assert result.candidates[0].verdict.accepted, result.candidates[0].verdict.reasons
     for replica in ("c0-r2", "c1-r2"):
         calls = [(op, hold) for label, op, hold in seen if label == replica]

@@ -17,18 +17,33 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
-from bot.core.domain import Trigger
-from bot.report.plan import CHART_PATH, plan_pull_request
-from bot.report.junit import render_junit
-from bot.report.markdown import (GITHUB_BODY_MAX_CHARS, REPORT_MARKER, STEP_SUMMARY_MAX_BYTES, STICKY_MARKER,
-                           render_comment, render_pr_body, render_step_summary)
 from conftest import ROOT, typed
 
+from bot.core.domain import Trigger
+from bot.report.junit import render_junit
+from bot.report.markdown import (
+    GITHUB_BODY_MAX_CHARS,
+    REPORT_MARKER,
+    STEP_SUMMARY_MAX_BYTES,
+    STICKY_MARKER,
+    render_comment,
+    render_pr_body,
+    render_step_summary,
+)
+from bot.report.plan import CHART_PATH, plan_pull_request
+
 REPRO = "bot optimize problems/swiglu.py --device cpu --out results"
-H200 = {"device": "cuda", "device_name": "NVIDIA H200", "torch": "2.7.0+cu128", "triton": "3.3.0",
-        "cuda": "12.8", "driver": "570.86.15", "python": "3.11.7",
-        "clocks": {"clocks.sm": "1980", "clocks.mem": "3201"}, "host": "runner-1"}
+H200 = {
+    "device": "cuda",
+    "device_name": "NVIDIA H200",
+    "torch": "2.7.0+cu128",
+    "triton": "3.3.0",
+    "cuda": "12.8",
+    "driver": "570.86.15",
+    "python": "3.11.7",
+    "clocks": {"clocks.sm": "1980", "clocks.mem": "3201"},
+    "host": "runner-1",
+}
 CANDIDATE_SOURCE = '''"""A faster SwiGLU."""
 import torch
 import torch.nn as nn
@@ -40,12 +55,30 @@ class ModelNew(nn.Module):
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate).mul_(up)
 '''
-PR = Trigger(kind="pull_request", repo="acme/kernels", action="labeled", pr_number=12, base_ref="main",
-             base_sha="b" * 40, head_ref="feature/swiglu", head_sha="a" * 40, head_repo="acme/kernels",
-             default_branch="main")
-FORK = Trigger(kind="pull_request", repo="acme/kernels", action="labeled", pr_number=13, base_ref="main",
-               base_sha="b" * 40, head_ref="patch-1", head_sha="c" * 40, head_repo="mallory/kernels",
-               default_branch="main")
+PR = Trigger(
+    kind="pull_request",
+    repo="acme/kernels",
+    action="labeled",
+    pr_number=12,
+    base_ref="main",
+    base_sha="b" * 40,
+    head_ref="feature/swiglu",
+    head_sha="a" * 40,
+    head_repo="acme/kernels",
+    default_branch="main",
+)
+FORK = Trigger(
+    kind="pull_request",
+    repo="acme/kernels",
+    action="labeled",
+    pr_number=13,
+    base_ref="main",
+    base_sha="b" * 40,
+    head_ref="patch-1",
+    head_sha="c" * 40,
+    head_repo="mallory/kernels",
+    default_branch="main",
+)
 NIGHTLY = Trigger(kind="schedule", repo="acme/kernels", default_branch="trunk")
 ALLOWED = lambda path: path.startswith(("kernels/", "docs/kernel-bot/"))  # noqa: E731
 
@@ -53,9 +86,27 @@ ALLOWED = lambda path: path.startswith(("kernels/", "docs/kernel-bot/"))  # noqa
 @pytest.fixture(scope="module")
 def real(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("optimize")
-    subprocess.run([sys.executable, "-m", "bot", "optimize", "problems/swiglu.py", "--device", "cpu",
-                    "--time-cap-s", "0.5", "--budget-s", "300", "--out", str(out)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=900)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bot",
+            "optimize",
+            "problems/swiglu.py",
+            "--device",
+            "cpu",
+            "--time-cap-s",
+            "0.5",
+            "--budget-s",
+            "300",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
     return json.loads((out / "results.json").read_text())
 
 
@@ -64,52 +115,91 @@ def _improved(real: dict, name: str, target: str | None, env: dict | None = None
     p = copy.deepcopy(real["problems"][0])
     p.update(problem=name, target=target, outcome="improved", environment=env or p["environment"])
     attempt = p["attempts"][0]
-    shape = dict(attempt["shapes"][0], speedup=1.4213, speedup_ci=[1.3812, 1.4749],
-                 measurement={"median_us": 36.68, "iqr_us": 1.0, "n": 50}, pct_of_floor=81.3,
-                 floor_us=29.8, max_abs_err=0.02734, norm_rel_err=0.002429)
-    attempt.update(speedup=1.4213, speedup_ci=[1.3812, 1.4749], significant=True, shapes=[shape],
-                   median_us=36.68)
+    shape = dict(
+        attempt["shapes"][0],
+        speedup=1.4213,
+        speedup_ci=[1.3812, 1.4749],
+        measurement={"median_us": 36.68, "iqr_us": 1.0, "n": 50},
+        pct_of_floor=81.3,
+        floor_us=29.8,
+        max_abs_err=0.02734,
+        norm_rel_err=0.002429,
+    )
+    attempt.update(speedup=1.4213, speedup_ci=[1.3812, 1.4749], significant=True, shapes=[shape], median_us=36.68)
     p["baseline"]["shapes"][0]["measurement"] = {"median_us": 52.13, "iqr_us": 1.2, "n": 50}
     p["baseline"]["median_us"] = 52.13
-    p["best"] = {"name": attempt["name"], "path": None, "source": CANDIDATE_SOURCE, "speedup": 1.4213,
-                 "speedup_ci": [1.3812, 1.4749], "origin": attempt["origin"], "shapes": [shape]}
+    p["best"] = {
+        "name": attempt["name"],
+        "path": None,
+        "source": CANDIDATE_SOURCE,
+        "speedup": 1.4213,
+        "speedup_ci": [1.3812, 1.4749],
+        "origin": attempt["origin"],
+        "shapes": [shape],
+    }
     return p
 
 
 def _rejected_only(real: dict) -> dict:
     p = copy.deepcopy(real["problems"][0])
     p.update(problem="softmax", target=None, best=None, outcome="no significant improvement")
-    reasons = [["values: element (3, 7) got 0, expected 1.5"], ["no new threads: 1 new thread(s)"],
-               ["values: normwise rel err 0.4 > 0.01"]]
-    p["attempts"] = [dict(copy.deepcopy(real["problems"][0]["attempts"][0]), name=f"bad-{i}", accepted=False,
-                          status="rejected", reasons=r, reason="; ".join(r), speedup=None, speedup_ci=None,
-                          median_us=None, shapes=[]) for i, r in enumerate(reasons)]
+    reasons = [
+        ["values: element (3, 7) got 0, expected 1.5"],
+        ["no new threads: 1 new thread(s)"],
+        ["values: normwise rel err 0.4 > 0.01"],
+    ]
+    p["attempts"] = [
+        dict(
+            copy.deepcopy(real["problems"][0]["attempts"][0]),
+            name=f"bad-{i}",
+            accepted=False,
+            status="rejected",
+            reasons=r,
+            reason="; ".join(r),
+            speedup=None,
+            speedup_ci=None,
+            median_us=None,
+            shapes=[],
+        )
+        for i, r in enumerate(reasons)
+    ]
     return p
 
 
 @pytest.fixture(scope="module")
 def mixed(real) -> dict:
-    return {"schema_version": 1, "problems": [_improved(real, "swiglu", "kernels/swiglu_torch.py", H200),
-                                              _improved(real, "gelu", None, H200), _rejected_only(real)]}
+    return {
+        "schema_version": 1,
+        "problems": [
+            _improved(real, "swiglu", "kernels/swiglu_torch.py", H200),
+            _improved(real, "gelu", None, H200),
+            _rejected_only(real),
+        ],
+    }
 
 
-ROW = ("| swiglu | small | bfloat16[64, 512] | 52.1 | 36.7 | 1.42x [1.38, 1.47] | 81% | 2.7e-02 | 2.4e-03 |")
+ROW = "| swiglu | small | bfloat16[64, 512] | 52.1 | 36.7 | 1.42x [1.38, 1.47] | 81% | 2.7e-02 | 2.4e-03 |"
 
 
 # -- markdown --------------------------------------------------------------------------------
+
 
 def test_pr_body_has_row_environment_verification_reproduce_and_marker(mixed):
     body = render_pr_body(typed(mixed), REPRO, "docs/kernel-bot/speedups.png")
     assert ROW in body
     assert "**2 of 3 operators improved** on NVIDIA H200" in body
-    assert ("| NVIDIA H200 | 570.86.15 | 12.8 | 2.7.0+cu128 | 3.3.0 | 3.11.7 "
-            "| clocks.sm=1980, clocks.mem=3201 |") in body
+    assert (
+        "| NVIDIA H200 | 570.86.15 | 12.8 | 2.7.0+cu128 | 3.3.0 | 3.11.7 | clocks.sm=1980, clocks.mem=3201 |"
+    ) in body
     assert f"```sh\n{REPRO}\n```" in body and "![speedups](docs/kernel-bot/speedups.png)" in body
-    assert ("softmax**: no significant improvement: no candidate was both verified and timed "
-            "(3 tried, 3 rejected)") in body
+    assert (
+        "softmax**: no significant improvement: no candidate was both verified and timed (3 tried, 3 rejected)"
+    ) in body
     assert "| softmax | 3 | 3 | values ×2, no new threads ×1 |" in body
-    assert ("6 distributions (standard normal, shifted and scaled, large magnitude, all zero, "
-            "rows of mixed scale from 0 to 128, near the dtype's range)") in body
+    assert (
+        "6 distributions (standard normal, shifted and scaled, large magnitude, all zero, "
+        "rows of mixed scale from 0 to 128, near the dtype's range)"
+    ) in body
     assert "CUDA-event time" in body and "roofline" in body
     assert body.rstrip().endswith(REPORT_MARKER) and body.count(REPORT_MARKER) == 1
 
@@ -166,6 +256,7 @@ def test_sticky_marker_matches_the_github_client():
 
 # -- JUnit -----------------------------------------------------------------------------------
 
+
 def test_junit_has_a_case_per_candidate_failures_and_skips(real, mixed):
     for results in (real, mixed):
         root = ET.fromstring(render_junit(typed(results)))
@@ -194,6 +285,7 @@ def test_junit_has_a_case_per_candidate_failures_and_skips(real, mixed):
 
 # -- plan ------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def repo(tmp_path) -> Path:
     """A repository holding the original TARGET, as the PR's checkout would."""
@@ -206,7 +298,12 @@ def repo(tmp_path) -> Path:
 def test_pr_plan_replaces_the_target_and_adds_the_chart_but_no_new_module(mixed, repo):
     plan = plan_pull_request(typed(mixed), PR, repo, ALLOWED, b"\x89PNG fake", REPRO)
     assert (plan.branch, plan.base, plan.source_pr, plan.fork, plan.repo) == (
-        "kernel-bot/pr-12", "feature/swiglu", 12, False, "acme/kernels")
+        "kernel-bot/pr-12",
+        "feature/swiglu",
+        12,
+        False,
+        "acme/kernels",
+    )
     files = {f.path: f.content for f in plan.files}
     assert files["kernels/swiglu_torch.py"] == CANDIDATE_SOURCE.encode()
     assert set(files) == {"kernels/swiglu_torch.py", CHART_PATH}  # gelu declares no TARGET
@@ -274,10 +371,16 @@ def test_fork_plan_puts_the_patch_in_the_comment_and_no_chart(mixed, repo):
 def test_nightly_plan_targets_the_default_branch(mixed, repo):
     plan = plan_pull_request(typed(mixed), NIGHTLY, repo, ALLOWED, None, REPRO)
     assert (plan.branch, plan.base, plan.source_pr, plan.comment_body, plan.fork) == (
-        "kernel-bot/nightly", "trunk", None, None, False)
+        "kernel-bot/nightly",
+        "trunk",
+        None,
+        None,
+        False,
+    )
     assert plan.check_run is None  # a schedule event names no commit to attach a check to
-    manual = plan_pull_request(typed(mixed), Trigger(kind="workflow_dispatch", repo="acme/kernels"), repo,
-                               ALLOWED, None, REPRO)
+    manual = plan_pull_request(
+        typed(mixed), Trigger(kind="workflow_dispatch", repo="acme/kernels"), repo, ALLOWED, None, REPRO
+    )
     assert (manual.branch, manual.base) == ("kernel-bot/nightly", "main")
 
 
@@ -295,16 +398,30 @@ def test_no_improvement_is_none_at_night_and_a_comment_on_a_pr(real, mixed, repo
 
 
 def test_report_modules_do_not_import_matplotlib_or_pygithub():
-    code = ("import sys; import bot.report.markdown, bot.report.junit, bot.report.chart, bot.report.plan; "
-            "bad = {'matplotlib', 'github', 'torch'} & set(sys.modules); assert not bad, bad")
+    code = (
+        "import sys; import bot.report.markdown, bot.report.junit, bot.report.chart, bot.report.plan; "
+        "bad = {'matplotlib', 'github', 'torch'} & set(sys.modules); assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
 def test_a_problem_that_could_not_be_evaluated_is_an_error_in_every_report(real, mixed):
-    broken = {"problem": "swiglu_broken", "problem_path": "problems/swiglu_broken.py", "target": None,
-              "best": None, "outcome": "failed", "error": "problems/swiglu_broken.py: get_inputs() returned int",
-              "min_speedup": 1.05, "stopped": "failed", "wall_s": 0.0, "baseline": None, "attempts": [],
-              "skipped": [], "environment": {}, "llm": {}}
+    broken = {
+        "problem": "swiglu_broken",
+        "problem_path": "problems/swiglu_broken.py",
+        "target": None,
+        "best": None,
+        "outcome": "failed",
+        "error": "problems/swiglu_broken.py: get_inputs() returned int",
+        "min_speedup": 1.05,
+        "stopped": "failed",
+        "wall_s": 0.0,
+        "baseline": None,
+        "attempts": [],
+        "skipped": [],
+        "environment": {},
+        "llm": {},
+    }
     results = {**mixed, "problems": [*mixed["problems"], broken]}
     summary = render_step_summary(typed(results))
     assert "2 of 4 operators improved" in summary and "1 could not be evaluated" in summary

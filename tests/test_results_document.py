@@ -8,15 +8,24 @@ import re
 from pathlib import Path
 
 import pytest
+from stage_two_artifacts import honest_results
 
 from bot.core.domain import Trigger
 from bot.core.results import ProblemResult, Results
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION, InvalidResults
-from stage_two_artifacts import honest_results
 
 ROOT = Path(__file__).resolve().parent.parent
-PR = Trigger(kind="pull_request", repo="o/r", action="labeled", pr_number=7, head_ref="feature",
-             head_sha="a" * 40, head_repo="fork/r", label="optimize-kernel", labels=("optimize-kernel", "gpu"))
+PR = Trigger(
+    kind="pull_request",
+    repo="o/r",
+    action="labeled",
+    pr_number=7,
+    head_ref="feature",
+    head_sha="a" * 40,
+    head_repo="fork/r",
+    label="optimize-kernel",
+    labels=("optimize-kernel", "gpu"),
+)
 
 
 def test_a_written_document_reads_back_to_the_same_text():

@@ -7,22 +7,25 @@ import pytest
 from bot.core.safe_text import inert, inert_results, title
 
 
-@pytest.mark.parametrize("text,gone", [
-    ("ping @octocat", "@octocat"),
-    ("<img src=x onerror=alert(1)>", "<img"),
-    ("<details><summary>x</summary>", "<details>"),
-    ("[click](https://evil.example)", "](https"),
-    ("see https://evil.example/x", "https://"),
-    ("see www.evil.example", "www.evil"),
-    ("Closes #1", "#1"),
-    ("fixes GH-12", "fixes GH-12"),
-    ("resolved: owner/repo#3", "#3"),
-    ("`code` ``` fence", "`"),
-    ("a | b", "|"),
-    ("&#64;octocat &lt;b&gt;", "&"),
-    ("![x](y)", "!["),
-    ("zero\u200bwidth @\u200buser", "\u200b"),
-])
+@pytest.mark.parametrize(
+    "text,gone",
+    [
+        ("ping @octocat", "@octocat"),
+        ("<img src=x onerror=alert(1)>", "<img"),
+        ("<details><summary>x</summary>", "<details>"),
+        ("[click](https://evil.example)", "](https"),
+        ("see https://evil.example/x", "https://"),
+        ("see www.evil.example", "www.evil"),
+        ("Closes #1", "#1"),
+        ("fixes GH-12", "fixes GH-12"),
+        ("resolved: owner/repo#3", "#3"),
+        ("`code` ``` fence", "`"),
+        ("a | b", "|"),
+        ("&#64;octocat &lt;b&gt;", "&"),
+        ("![x](y)", "!["),
+        ("zero\u200bwidth @\u200buser", "\u200b"),
+    ],
+)
 def test_each_markdown_construct_is_made_inert(text, gone):
     assert gone not in inert(text)
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.candidates import load_candidate
 from bot.core.errors import BotError
+from bot.engine.candidates import load_candidate
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.problems import load_problem
-from bot.sandbox import Limits, WorkerLaunch
 from bot.engine.timing import TimingOptions
 from bot.engine.workers import WorkerClient
+from bot.sandbox import Limits, WorkerLaunch
 
 pytestmark = pytest.mark.docker
 
@@ -67,9 +67,13 @@ def no_leftovers(request):
 
 
 def verify(candidate: str, tmp_path: Path, **limits):
-    options = EvalOptions(device="cpu", sandbox="docker", limits=Limits(**limits),
-                          timing=TimingOptions(time_cap_s=0.5, min_samples=5),
-                          cache_root=tmp_path / "cache")
+    options = EvalOptions(
+        device="cpu",
+        sandbox="docker",
+        limits=Limits(**limits),
+        timing=TimingOptions(time_cap_s=0.5, min_samples=5),
+        cache_root=tmp_path / "cache",
+    )
     result = evaluate(load_problem(PROBLEM), [load_candidate(CANDIDATES / candidate)], None, options)
     return result.candidates[0].verdict
 
@@ -82,8 +86,13 @@ def test_honest_candidate_is_accepted(engine, tmp_path):
 def test_container_is_confined(engine, tmp_path):
     from bot.sandbox.docker import DockerSandbox
 
-    launch = WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(PROBLEM,),
-                          device="cpu", limits=Limits(memory_mb=2048, pids=100, cpus=1.5))
+    launch = WorkerLaunch(
+        workdir=tmp_path / "w",
+        cache_dir=tmp_path / "c",
+        readable=(PROBLEM,),
+        device="cpu",
+        limits=Limits(memory_mb=2048, pids=100, cpus=1.5),
+    )
     worker = DockerSandbox().start(launch)
     try:
         attrs = engine.api.inspect_container(worker.id)
@@ -99,8 +108,7 @@ def test_container_is_confined(engine, tmp_path):
             assert bad not in sources
         writable = {m["Destination"] for m in attrs["Mounts"] if m["RW"]}
         assert writable == {"/kernel-bot/cache", "/chan"}
-        assert os.listdir(sources[next(s for s, m in sources.items()
-                                       if m["Destination"] == "/chan")]["Source"]) == []
+        assert os.listdir(sources[next(s for s, m in sources.items() if m["Destination"] == "/chan")]["Source"]) == []
         assert config["Labels"]["kernel-bot.worker"] == "1"
     finally:
         worker.kill()
@@ -133,8 +141,11 @@ def test_no_network(engine, tmp_path):
     assert verdict.accepted, verdict.reasons
 
 
-SECRETS = {"GITHUB_TOKEN": "ghp_test_secret", "OPENAI_API_KEY": "sk-test-secret",
-           "AWS_SECRET_ACCESS_KEY": "aws-test-secret"}
+SECRETS = {
+    "GITHUB_TOKEN": "ghp_test_secret",
+    "OPENAI_API_KEY": "sk-test-secret",
+    "AWS_SECRET_ACCESS_KEY": "aws-test-secret",
+}
 
 
 def test_no_secrets_in_environment_or_log(engine, tmp_path, monkeypatch):
@@ -146,11 +157,21 @@ def test_no_secrets_in_environment_or_log(engine, tmp_path, monkeypatch):
     from bot.sandbox.docker import DockerSandbox
 
     cand = CANDIDATES / "docker_secrets.py"
-    client = WorkerClient(DockerSandbox(), "secrets", "cpu", tmp_path / "w", tmp_path / "c",
-                          (PROBLEM, ROOT, cand), Limits())
+    client = WorkerClient(
+        DockerSandbox(), "secrets", "cpu", tmp_path / "w", tmp_path / "c", (PROBLEM, ROOT, cand), Limits()
+    )
     try:
-        client.request({"op": "load", "problem": str(PROBLEM), "module": str(cand),
-                        "class_name": "ModelNew", "precision": "native"}, 120, "import")
+        client.request(
+            {
+                "op": "load",
+                "problem": str(PROBLEM),
+                "module": str(cand),
+                "class_name": "ModelNew",
+                "precision": "native",
+            },
+            120,
+            "import",
+        )
         log = client.running.log_tail(100_000)
     finally:
         client.close()
@@ -164,8 +185,18 @@ def test_writes_outside_the_work_folder_fail(engine, tmp_path):
     import bot
 
     name = "kernel_bot_escape_probe"
-    folders = ["/tmp", "/etc", "/", "/run", str(CANDIDATES), str(ROOT), sys.prefix, sys.base_prefix,
-               os.path.dirname(torch.__file__), os.path.dirname(bot.__file__)]
+    folders = [
+        "/tmp",
+        "/etc",
+        "/",
+        "/run",
+        str(CANDIDATES),
+        str(ROOT),
+        sys.prefix,
+        sys.base_prefix,
+        os.path.dirname(torch.__file__),
+        os.path.dirname(bot.__file__),
+    ]
     for folder in folders:
         assert not os.path.exists(os.path.join(folder, name)), f"stale probe in {folder}"
     verdict = verify("docker_writes.py", tmp_path)
@@ -214,9 +245,21 @@ def test_hang_is_stopped_at_the_call_timeout(engine, tmp_path):
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_bot_leaves_no_container(engine, signum):
-    proc = subprocess.Popen([sys.executable, "-m", "bot", "verify", str(PROBLEM),
-                             str(CANDIDATES / "docker_hang.py"), "--sandbox", "docker"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bot",
+            "verify",
+            str(PROBLEM),
+            str(CANDIDATES / "docker_hang.py"),
+            "--sandbox",
+            "docker",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     mine = {"label": f"kernel-bot.parent-pid={proc.pid}"}
     try:
         deadline = time.monotonic() + 120
@@ -257,10 +300,10 @@ def test_missing_image_names_how_to_build_it(engine, monkeypatch):
 def test_gpu_worker_requests_exactly_one_gpu(engine, tmp_path, monkeypatch):
     """The device request names the one GPU. Without the NVIDIA toolkit the engine refuses
     to start it: a clear error and no container left; with it, the worker starts."""
+    from docker.models.containers import ContainerCollection
+
     from bot.core.errors import HarnessError
     from bot.sandbox.docker import DockerSandbox
-
-    from docker.models.containers import ContainerCollection
 
     seen = []
     real_create = ContainerCollection.create
@@ -272,8 +315,7 @@ def test_gpu_worker_requests_exactly_one_gpu(engine, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ContainerCollection, "create", spy)
     sandbox = DockerSandbox()
-    launch = WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(),
-                          device="cuda", gpu_index=0)
+    launch = WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(), device="cuda", gpu_index=0)
     try:
         sandbox.start(launch).kill()
     except HarnessError as exc:
@@ -287,8 +329,7 @@ def test_gpu_environment_names_the_one_passed_gpu(engine, tmp_path, monkeypatch)
     from bot.sandbox.docker import DockerSandbox
 
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "all")
-    launch = WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(),
-                          device="cuda", gpu_index=3)
+    launch = WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(), device="cuda", gpu_index=3)
     env = DockerSandbox()._environment(launch)
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and "NVIDIA_VISIBLE_DEVICES" not in env
     assert env["HOME"] == env["TMPDIR"] == "/kernel-bot/work"

@@ -5,25 +5,27 @@ from __future__ import annotations
 
 import os
 
+from conftest import CANDIDATES, PROBLEMS
+
 from bot.engine.candidates import load_candidate
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
 from bot.sandbox import Limits
 from bot.sandbox.base import WorkerLaunch, worker_env
-from conftest import CANDIDATES, PROBLEMS
 
 
 def _run(names, quick_options, **opts):
     problem = load_problem(PROBLEMS / "scale_add.py")
-    result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names], None,
-                      quick_options(**opts))
+    result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names], None, quick_options(**opts))
     return {o.candidate.name: o.verdict for o in result.candidates}
 
 
 def test_crash_hang_and_memory_are_rejected_and_the_bot_carries_on(quick_options):
-    verdicts = _run(["crash_segfault", "hang_forever", "memory_hog", "honest"], quick_options,
-                    limits=Limits(memory_mb=2048, call_timeout_s=3, first_call_timeout_s=3,
-                                  import_timeout_s=120))
+    verdicts = _run(
+        ["crash_segfault", "hang_forever", "memory_hog", "honest"],
+        quick_options,
+        limits=Limits(memory_mb=2048, call_timeout_s=3, first_call_timeout_s=3, import_timeout_s=120),
+    )
     assert "killed by signal 11" in verdicts["crash_segfault"].reasons[0]
     assert "timed out after 3 s" in verdicts["hang_forever"].reasons[0]
     memory = verdicts["memory_hog"].reasons[0].lower()
@@ -33,13 +35,30 @@ def test_crash_hang_and_memory_are_rejected_and_the_bot_carries_on(quick_options
 
 def test_worker_environment_is_an_allowlist_without_credentials(tmp_path):
     launch = WorkerLaunch(workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=(), device="cpu")
-    env = worker_env(launch, {"PATH": "/usr/bin", "GITHUB_TOKEN": "x", "OPENAI_API_KEY": "y",
-                              "TRITON_API_KEY": "z", "AWS_SECRET_ACCESS_KEY": "s", "HOME": "/root",
-                              "PYTHONPATH": "/evil", "LD_PRELOAD": "/evil.so", "OMP_NUM_THREADS": "2"})
+    env = worker_env(
+        launch,
+        {
+            "PATH": "/usr/bin",
+            "GITHUB_TOKEN": "x",
+            "OPENAI_API_KEY": "y",
+            "TRITON_API_KEY": "z",
+            "AWS_SECRET_ACCESS_KEY": "s",
+            "HOME": "/root",
+            "PYTHONPATH": "/evil",
+            "LD_PRELOAD": "/evil.so",
+            "OMP_NUM_THREADS": "2",
+        },
+    )
     assert env["PATH"] == "/usr/bin" and env["OMP_NUM_THREADS"] == "2"
     assert env["HOME"] == str(launch.workdir)
-    for key in ("GITHUB_TOKEN", "OPENAI_API_KEY", "TRITON_API_KEY", "AWS_SECRET_ACCESS_KEY",
-                "PYTHONPATH", "LD_PRELOAD"):
+    for key in (
+        "GITHUB_TOKEN",
+        "OPENAI_API_KEY",
+        "TRITON_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "PYTHONPATH",
+        "LD_PRELOAD",
+    ):
         assert key not in env
     assert env["TRITON_INTERPRET"] == "1"  # Triton candidates run through the interpreter on CPU
     assert env["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"] == "0"  # one per worker cost more than it saved
@@ -60,13 +79,25 @@ def test_contenders_built_side_by_side_each_keep_their_own_verdict(quick_options
     from bot.core.domain import CandidateSource, Origin
 
     honest = load_candidate(CANDIDATES / "honest.py")
-    broken = CandidateSource("broken-build", honest.source + (
-        "\n\nclass ModelNew(ModelNew):\n    def __init__(self, *args, **kwargs):\n"
-        "        raise RuntimeError('no weights for you')\n"), Origin("file"))
-    threaded = CandidateSource("threaded-build", honest.source + (
-        "\n\nimport threading, time\n\nclass ModelNew(ModelNew):\n    def __init__(self, *args, **kwargs):\n"
-        "        super().__init__(*args, **kwargs)\n"
-        "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"), Origin("file"))
+    broken = CandidateSource(
+        "broken-build",
+        honest.source
+        + (
+            "\n\nclass ModelNew(ModelNew):\n    def __init__(self, *args, **kwargs):\n"
+            "        raise RuntimeError('no weights for you')\n"
+        ),
+        Origin("file"),
+    )
+    threaded = CandidateSource(
+        "threaded-build",
+        honest.source
+        + (
+            "\n\nimport threading, time\n\nclass ModelNew(ModelNew):\n    def __init__(self, *args, **kwargs):\n"
+            "        super().__init__(*args, **kwargs)\n"
+            "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        ),
+        Origin("file"),
+    )
     problem = load_problem(PROBLEMS / "scale_add.py")
     result = evaluate(problem, [broken, honest, threaded], None, quick_options(parallel=3))
     verdicts = {o.candidate.name: o.verdict for o in result.candidates}

@@ -6,16 +6,17 @@ import ast
 import re
 from dataclasses import replace
 
+from conftest import CANDIDATES, PROBLEMS, ROOT
+
+from bot.core.domain import source_hash
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from bot.core.domain import source_hash
+from bot.engine.trials import tunes_on_first_call
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import PATHS, kernel_source, path_candidate, path_of
 from bot.propose.search import search_candidates
 from bot.propose.split import Split, split_candidate
 from bot.propose.tuning import TUNABLES, autotune_variants, setting_of, tunable_constants
-from bot.engine.trials import tunes_on_first_call
-from conftest import CANDIDATES, PROBLEMS, ROOT
 
 
 def _names(cands):
@@ -68,9 +69,13 @@ def test_under_graph_timing_the_paths_that_only_add_graph_replay_are_skipped():
 def test_on_cpu_gpu_only_transformations_are_skipped_with_reasons():
     problem = load_problem(ROOT / "problems" / "swiglu.py", root=ROOT)
     cands, skipped = search_candidates(problem, bases_for(problem), "cpu")
-    assert _names(cands) == {"compile-default-reference", "compile-max-autotune-no-cudagraphs-reference",
-                             "compile-default-target", "compile-max-autotune-no-cudagraphs-target",
-                             "eager-reference"}
+    assert _names(cands) == {
+        "compile-default-reference",
+        "compile-max-autotune-no-cudagraphs-reference",
+        "compile-default-target",
+        "compile-max-autotune-no-cudagraphs-target",
+        "eager-reference",
+    }
     reasons = [s.reason for s in skipped]
     assert "CUDA graphs need a GPU" in reasons and "TF32 exists only on GPUs" in reasons
     assert any("compile per shape" in r for r in reasons)
@@ -82,11 +87,19 @@ def test_attention_gets_one_candidate_per_sdpa_backend_on_gpu_only():
     problem = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
     cands, _ = search_candidates(problem, bases_for(problem), "cuda")
     held = {c.name: c for c in cands if c.name.startswith("sdpa-")}
-    assert set(held) == {"sdpa-flash-reference", "sdpa-efficient-reference", "sdpa-cudnn-reference",
-                         "sdpa-triton-short-reference"}
+    assert set(held) == {
+        "sdpa-flash-reference",
+        "sdpa-efficient-reference",
+        "sdpa-cudnn-reference",
+        "sdpa-triton-short-reference",
+    }
     assert "SDPBackend.CUDNN_ATTENTION)" in held["sdpa-cudnn-reference"].source
     assert {path_of(name, "reference") for name in held} == {
-        "sdpa:flash_attention", "sdpa:efficient_attention", "sdpa:cudnn_attention", "sdpa:triton-short"}
+        "sdpa:flash_attention",
+        "sdpa:efficient_attention",
+        "sdpa:cudnn_attention",
+        "sdpa:triton-short",
+    }
     short = held["sdpa-triton-short-reference"]
     assert "_KernelBotReplaced(super().forward)" in short.source and "def _kernel_bot_short_attention(" in short.source
     assert "def _kernel_bot_gelu_tanh(" not in short.source  # only the kernels this forward may use
@@ -102,14 +115,17 @@ def test_held_backend_and_per_shape_compiles_run_through_the_verifier(quick_opti
     # has a CPU version, the cuDNN one does not, and must be rejected with the error, not crash.
     problem = load_problem(ROOT / "problems" / "causal_attention.py", root=ROOT)
     base = bases_for(problem)[0]
-    names = ("sdpa:flash_attention", "sdpa:cudnn_attention", "compile:default:static",
-             "compile:default:dynamic")
+    names = ("sdpa:flash_attention", "sdpa:cudnn_attention", "compile:default:static", "compile:default:dynamic")
     cands = [path_candidate(base, PATHS[key]) for key in names]
     cands.append(split_candidate(base, Split("eager", "sdpa:flash_attention", 1000, 1.1)))
     result = evaluate(problem, cands, None, quick_options())
     verdicts = {o.candidate.name: o.verdict for o in result.candidates}
-    for name in ("sdpa-flash-reference", "compile-default-static-reference",
-                 "compile-default-dynamic-reference", "split-reference"):
+    for name in (
+        "sdpa-flash-reference",
+        "compile-default-static-reference",
+        "compile-default-dynamic-reference",
+        "split-reference",
+    ):
         assert verdicts[name].accepted, (name, verdicts[name].reasons)
     cudnn = verdicts["sdpa-cudnn-reference"]
     assert not cudnn.accepted and "kernel" in " ".join(cudnn.reasons).lower(), cudnn.reasons
@@ -119,9 +135,13 @@ def test_short_attention_kernel_is_verified_and_a_kernel_without_its_causal_mask
     # On a CPU the kernel runs through Triton's interpreter (CPU shapes: 64 queries and keys):
     # the verifier's float64 reference accepts it, and a mutant that lets every query see every
     # key is rejected, so the verified call did go through the kernel.
-    honest, unmasked = _kernel_and_broken_copy("causal_attention", "sdpa:triton-short",
-                                               "visible = visible & (cols[None, :] <= rows[:, None])", "pass",
-                                               quick_options)
+    honest, unmasked = _kernel_and_broken_copy(
+        "causal_attention",
+        "sdpa:triton-short",
+        "visible = visible & (cols[None, :] <= rows[:, None])",
+        "pass",
+        quick_options,
+    )
     assert honest.accepted, honest.reasons
     assert not unmasked.accepted
     assert "err" in " ".join(unmasked.reasons)
@@ -134,7 +154,9 @@ def _kernel_and_broken_copy(problem_name, key, honest_text, broken_text, quick_o
     honest = path_candidate(bases_for(problem)[0], PATHS[key])
     assert honest.source.count(honest_text) == 1
     broken = replace(honest, name=f"{honest.name}-broken", source=honest.source.replace(honest_text, broken_text))
-    verdicts = {o.candidate.name: o.verdict for o in evaluate(problem, [honest, broken], None, quick_options()).candidates}
+    verdicts = {
+        o.candidate.name: o.verdict for o in evaluate(problem, [honest, broken], None, quick_options()).candidates
+    }
     return verdicts[honest.name], verdicts[broken.name]
 
 
@@ -145,7 +167,11 @@ def test_replacement_kernels_leave_calls_they_do_not_cover_to_torch(tmp_path):
     import sys
 
     script = tmp_path / "fallthrough.py"
-    script.write_text("import torch\n" + PATHS["sdpa:triton-short"].helper + kernel_source("gelu_tanh.py") + """
+    script.write_text(
+        "import torch\n"
+        + PATHS["sdpa:triton-short"].helper
+        + kernel_source("gelu_tanh.py")
+        + """
 F = torch.nn.functional
 q = torch.randn(1, 2, 64, 32, dtype=torch.bfloat16)
 covered = _kernel_bot_short_sdpa(q, q, q, is_causal=True)
@@ -169,7 +195,8 @@ with _KernelBotReplacementMode():
     exact = F.gelu(x)
 torch.testing.assert_close(exact, F.gelu(x))
 print("ok")
-""")
+"""
+    )
     env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
@@ -183,7 +210,10 @@ def test_short_attention_kernel_matches_float64_on_shapes_the_problem_does_not_h
     import sys
 
     script = tmp_path / "shapes.py"
-    script.write_text("import torch\n" + PATHS["sdpa:triton-short"].helper + """
+    script.write_text(
+        "import torch\n"
+        + PATHS["sdpa:triton-short"].helper
+        + """
 from bot.harness.triton_interp import mend_bf16_dot
 assert mend_bf16_dot()
 F = torch.nn.functional
@@ -200,7 +230,8 @@ for b, h, n_q, n_k, d, causal, dtype, scale in [(1, 2, 64, 64, 32, True, torch.b
     err = float((got.double() - want).norm() / want.norm())
     assert got.dtype == dtype and got.shape == want.shape and err < 1e-2, (b, h, n_q, n_k, d, err)
 print("ok")
-""")
+"""
+    )
     env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
@@ -224,8 +255,9 @@ def test_tanh_gelu_gets_the_hardware_tanh_kernel_on_gpu_only_and_exact_gelu_does
 def test_gelu_kernel_is_verified_and_one_with_a_wrong_coefficient_is_not(quick_options):
     # On a CPU the interpreter computes tanh from exp (it runs no PTX): the wiring, the
     # fall-through and the kernel's arithmetic are what this checks; the GPU test the rest.
-    honest, wrong = _kernel_and_broken_copy("gelu", "kernel:gelu-tanh", "0.044715 * x * x * x",
-                                            "0.44715 * x * x * x", quick_options)
+    honest, wrong = _kernel_and_broken_copy(
+        "gelu", "kernel:gelu-tanh", "0.044715 * x * x * x", "0.44715 * x * x * x", quick_options
+    )
     assert honest.accepted, honest.reasons
     assert not wrong.accepted
 
@@ -238,8 +270,13 @@ def _compile_for_sm90(*flags):
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, str(ROOT / "ci" / "compile_kernels_sm90.py"), "--json", *flags],
-                          capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "ci" / "compile_kernels_sm90.py"), "--json", *flags],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.stdout, done.stderr[-2000:]
     return done.returncode, json.loads(done.stdout)
 
@@ -253,16 +290,21 @@ def test_replacement_kernels_compile_for_sm90_read_at_full_width_and_spill_nothi
     assert sorted(len(c) for c in configs.values()) == [6, 7, 7, 7, 7]  # three attention calls, two GELU
     # The pruning keeps two warps off 128 keys, where they spilled (the next test).
     assert not any("warps=2," in c for c in configs["attention 1x32x128x128 bf16 causal"])
-    assert all(b["vector_loads"] and not b["spilled_bytes"] and b["shared_bytes"] <= 227 * 1024
-               for b in report["builds"])
+    assert all(
+        b["vector_loads"] and not b["spilled_bytes"] and b["shared_bytes"] <= 227 * 1024 for b in report["builds"]
+    )
 
 
 def test_the_sm90_build_check_names_configurations_that_spill():
     rc, report = _compile_for_sm90("--unpruned")
     failed = [b for b in report["builds"] if b["problems"]]
     assert rc == 1 and report["failed"] == len(failed) > 0
-    assert all(b["call"] == "attention 1x32x128x128 bf16 causal" and "warps=2," in b["config"]
-               and b["problems"][0].startswith("spills ") for b in failed)
+    assert all(
+        b["call"] == "attention 1x32x128x128 bf16 causal"
+        and "warps=2," in b["config"]
+        and b["problems"][0].startswith("spills ")
+        for b in failed
+    )
 
 
 def test_tf32_only_where_the_tolerance_allows(tmp_path):
@@ -271,9 +313,13 @@ def test_tf32_only_where_the_tolerance_allows(tmp_path):
     strict.write_text(src)
     loose = tmp_path / "mm_loose.py"
     loose.write_text(src + "\nTOLERANCE = {'norm_rel': 1e-3, 'elem_rtol': 1e-2, 'elem_atol_rel': 1e-3}\n")
-    _, skipped = search_candidates(load_problem(strict, root=tmp_path), bases_for(load_problem(strict, root=tmp_path)), "cuda")
+    _, skipped = search_candidates(
+        load_problem(strict, root=tmp_path), bases_for(load_problem(strict, root=tmp_path)), "cuda"
+    )
     assert any("tighter than TF32" in s.reason for s in skipped)
-    cands, _ = search_candidates(load_problem(loose, root=tmp_path), bases_for(load_problem(loose, root=tmp_path)), "cuda")
+    cands, _ = search_candidates(
+        load_problem(loose, root=tmp_path), bases_for(load_problem(loose, root=tmp_path)), "cuda"
+    )
     assert "tf32" in _names(cands)
 
 
@@ -285,15 +331,19 @@ def test_autotune_variants_change_only_the_constants_and_are_verified(quick_opti
     for v in variants:
         consts = tunable_constants(v.source)
         assert consts != {"BLOCK_SIZE": 1024, "NUM_WARPS": 4}
-        assert v.source.replace(f"BLOCK_SIZE = {consts['BLOCK_SIZE']}", "BLOCK_SIZE = 1024") \
-                       .replace(f"NUM_WARPS = {consts['NUM_WARPS']}", "NUM_WARPS = 4") == source
+        assert (
+            v.source.replace(f"BLOCK_SIZE = {consts['BLOCK_SIZE']}", "BLOCK_SIZE = 1024").replace(
+                f"NUM_WARPS = {consts['NUM_WARPS']}", "NUM_WARPS = 4"
+            )
+            == source
+        )
     result = evaluate(load_problem(PROBLEMS / "big_add.py"), variants, None, quick_options())
     assert all(o.verdict.accepted for o in result.candidates), [o.verdict.reasons for o in result.candidates]
 
 
 def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_options, tmp_path):
-    from bot.engine.candidates import load_candidate
     from bot.core.domain import CandidateSource, Origin
+    from bot.engine.candidates import load_candidate
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     honest = load_candidate(CANDIDATES / "honest.py")
@@ -307,8 +357,9 @@ def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_opti
     assert any("2 candidate(s) from the cache" in c for c in calls)
     for a, b in zip(first.candidates, second.candidates):
         assert a.verdict.status == b.verdict.status and a.verdict.reasons == b.verdict.reasons
-        assert [s.measurement if s.measurement else None for s in a.shapes] == \
-               [s.measurement if s.measurement else None for s in b.shapes]
+        assert [s.measurement if s.measurement else None for s in a.shapes] == [
+            s.measurement if s.measurement else None for s in b.shapes
+        ]
         assert [s.speedup for s in a.shapes] == [s.speedup for s in b.shapes]
     # Timed against a baseline: two processes each, and the cache keeps which took each batch.
     assert second.candidates[0].shapes[0].measurement.workers == 2
@@ -318,8 +369,11 @@ def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_opti
     assert not any("from the cache" in c for c in calls) and third.candidates[0].verdict.accepted
     # Progress says where the start-up of the reference, baseline and candidate went.
     started = [c for c in calls if "started in" in c]
-    assert len(started) == 1 and re.search(r"3 worker\(s\) started in [\d.]+ s \(each: process [\d.]+ s, "
-                                           r"hello [\d.]+ s, import [\d.]+ s; medians\)", started[0]), calls
+    assert len(started) == 1 and re.search(
+        r"3 worker\(s\) started in [\d.]+ s \(each: process [\d.]+ s, "
+        r"hello [\d.]+ s, import [\d.]+ s; medians\)",
+        started[0],
+    ), calls
 
 
 def test_autotuning_sweeps_every_value_of_every_knob_before_moving_two_at_once():
@@ -331,12 +385,15 @@ def test_autotuning_sweeps_every_value_of_every_knob_before_moving_two_at_once()
     assert len(settings) == 16 and current not in settings
     for key, values in TUNABLES.items():
         if key in current:  # each other value of each knob, with every other knob kept
-            assert {s[key] for s in settings if all(s[k] == current[k] for k in current if k != key)} \
-                   == set(values) - {current[key]}
+            assert {s[key] for s in settings if all(s[k] == current[k] for k in current if k != key)} == set(values) - {
+                current[key]
+            }
     # Two knobs: the sweep (9) first, then pairs spread over the grid, nothing twice.
     source = (CANDIDATES / "big_add_triton.py").read_text()
-    settings = [tuple(sorted(tunable_constants(v.source).items()))
-                for v in autotune_variants(Base("target", source, "ModelNew"), limit=14)]
+    settings = [
+        tuple(sorted(tunable_constants(v.source).items()))
+        for v in autotune_variants(Base("target", source, "ModelNew"), limit=14)
+    ]
     assert len(settings) == len(set(settings)) == 14
     moved = [sum(a != b for a, b in zip(s, sorted({"BLOCK_SIZE": 1024, "NUM_WARPS": 4}.items()))) for s in settings]
     assert moved == sorted(moved) and moved.count(1) == 9
@@ -355,10 +412,15 @@ def _tuned_outcome(source: str, ratio: float, accepted: bool = True, parent: str
     from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 
     name = "tune-" + "-".join(f"{k.lower()}{v}" for k, v in tunable_constants(source).items())
-    sp = Speedup(ratio, ratio * 0.98, ratio * 1.02, 0.95, "faster" if ratio * 0.98 > 1.05 else "no significant difference")
-    return ContenderOutcome(CandidateSource(name, source, Origin("search", "autotune", parent=parent)), "candidate",
-                            Verdict("accepted" if accepted else "rejected", ()),
-                            (ShapeOutcome("prefill", "", "bfloat16", None, sp, None, None, None),))
+    sp = Speedup(
+        ratio, ratio * 0.98, ratio * 1.02, 0.95, "faster" if ratio * 0.98 > 1.05 else "no significant difference"
+    )
+    return ContenderOutcome(
+        CandidateSource(name, source, Origin("search", "autotune", parent=parent)),
+        "candidate",
+        Verdict("accepted" if accepted else "rejected", ()),
+        (ShapeOutcome("prefill", "", "bfloat16", None, sp, None, None, None),),
+    )
 
 
 def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline():
@@ -369,11 +431,20 @@ def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline(
     variants = autotune_variants(target)
     ratios = {i: 1.0 for i in range(len(variants))}
     ratios[3] = 1.3  # the fastest; another, faster still, was rejected
-    attempts = [Attempt(0, _tuned_outcome(v.source, ratios[i], parent=target.parent_hash))
-                for i, v in enumerate(variants)]
-    attempts.append(Attempt(0, _tuned_outcome(
-        variants[0].source.replace("NUM_WARPS = 4", "NUM_WARPS = 16"), 2.0, accepted=False,
-        parent=target.parent_hash)))
+    attempts = [
+        Attempt(0, _tuned_outcome(v.source, ratios[i], parent=target.parent_hash)) for i, v in enumerate(variants)
+    ]
+    attempts.append(
+        Attempt(
+            0,
+            _tuned_outcome(
+                variants[0].source.replace("NUM_WARPS = 4", "NUM_WARPS = 16"),
+                2.0,
+                accepted=False,
+                parent=target.parent_hash,
+            ),
+        )
+    )
     step = tuning_step(bases_for(problem), attempts)
     best = tunable_constants(variants[3].source)
     tried = {setting_of(a.outcome.candidate.source) for a in attempts} | {setting_of(target.source)}
@@ -389,8 +460,8 @@ def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline(
 def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
     import bot.engine.optimize as optimize_module
     from bot.core.domain import CandidateSource, Environment, Origin
-    from bot.engine.evaluate import EvalOptions
     from bot.core.outcomes import Evaluation
+    from bot.engine.evaluate import EvalOptions
     from bot.engine.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
@@ -400,12 +471,16 @@ def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
 
     def fake_evaluate(problem_, cands, baseline, options, progress=None):
         rounds.append([c.name for c in cands])
-        outcomes = tuple(_tuned_outcome(c.source, 1.5 if c.source == fastest.source else 1.0,
-                                        parent=c.origin.parent or "") if c.name.startswith("tune-")
-                         else _tuned_outcome(c.source, 1.0) for c in cands)
+        outcomes = tuple(
+            _tuned_outcome(c.source, 1.5 if c.source == fastest.source else 1.0, parent=c.origin.parent or "")
+            if c.name.startswith("tune-")
+            else _tuned_outcome(c.source, 1.0)
+            for c in cands
+        )
         outcomes = tuple(replace(o, candidate=c) for o, c in zip(outcomes, cands))
         env = Environment(options.device, "test", "2", None, None, None, "3.11")
         return Evaluation(problem_, env, None, outcomes)
+
     monkeypatch.setattr(optimize_module, "evaluate", fake_evaluate)
     baseline = CandidateSource("target", target.source, Origin("baseline"), problem.target, "ModelNew")
     for device, steps in (("cuda", 1), ("cpu", 0)):
@@ -418,15 +493,18 @@ def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
             best = tunable_constants(fastest.source)
             names = {a.outcome.candidate.name for a in result.attempts}
             assert set(step_rounds[0]) <= names
-            assert all(sum(tunable_constants(a.outcome.candidate.source)[k] != best[k] for k in best) == 1
-                       for a in result.attempts if a.outcome.candidate.name in step_rounds[0])
+            assert all(
+                sum(tunable_constants(a.outcome.candidate.source)[k] != best[k] for k in best) == 1
+                for a in result.attempts
+                if a.outcome.candidate.name in step_rounds[0]
+            )
 
 
 def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
     import bot.engine.optimize as optimize_module
     from bot.core.domain import CandidateSource, Environment, Origin
-    from bot.engine.evaluate import EvalOptions
     from bot.core.outcomes import Evaluation
+    from bot.engine.evaluate import EvalOptions
     from bot.engine.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
@@ -444,6 +522,7 @@ def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
         ratio = {llm.source: 1.5, fastest.source: 2.0}
         outcomes = tuple(replace(_tuned_outcome(c.source, ratio.get(c.source, 1.0)), candidate=c) for c in cands)
         return Evaluation(problem_, Environment(options.device, "test", "2", None, None, None, "3.11"), None, outcomes)
+
     monkeypatch.setattr(optimize_module, "evaluate", fake_evaluate)
     baseline = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
     options = OptimizeOptions(strategy="llm", max_rounds=1, evaluation=EvalOptions(device="cuda"))
@@ -451,8 +530,11 @@ def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
     assert [r for r, _ in rounds] == [1, 2, 2]  # the LLM round, its autotuning, one descent step
     assert len(rounds[1][1]) == 12 and rounds[2][1] and set(rounds[1][1]).isdisjoint(rounds[2][1])
     best = tunable_constants(fastest.source)
-    assert all(sum(tunable_constants(a.outcome.candidate.source)[k] != best[k] for k in best) == 1
-               for a in result.attempts if a.outcome.candidate.name in rounds[2][1])
+    assert all(
+        sum(tunable_constants(a.outcome.candidate.source)[k] != best[k] for k in best) == 1
+        for a in result.attempts
+        if a.outcome.candidate.name in rounds[2][1]
+    )
     assert result.best.candidate.source == fastest.source
 
 

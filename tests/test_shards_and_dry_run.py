@@ -8,12 +8,12 @@ import subprocess
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES, ROOT
 
 from bot.cli import main
 from bot.core.errors import BotError
-from bot.engine.problems import find_problems
 from bot.core.shards import assign, expected_cost, parse_shard
-from conftest import FIXTURES, ROOT
+from bot.engine.problems import find_problems
 
 
 def test_plan_covers_every_problem_once_and_balances():
@@ -77,8 +77,22 @@ def test_dry_run_optimises_the_changed_operator_and_prints_the_pr(tmp_path):
         fh.write("# touched\n")
     git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qam", "touch")
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["dry-run", "--repo", str(repo), "--device", "cpu", "--out", str(out),
-                                       "--exclude", "compile-*", "--time-cap-s", "0.5"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "dry-run",
+            "--repo",
+            str(repo),
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--exclude",
+            "compile-*",
+            "--time-cap-s",
+            "0.5",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "Would open a pull request" in result.stdout and "branch: kernel-bot/local" in result.stdout
     assert "kernels/row_scale.py" in result.stdout and "x [" in result.stdout
@@ -89,21 +103,35 @@ def test_dry_run_optimises_the_changed_operator_and_prints_the_pr(tmp_path):
 
 
 def test_merge_combines_shards(tmp_path):
-    shard = {"schema_version": 2, "min_speedup": 1.05, "trigger": {"kind": "schedule"},
-             "problems": [{"problem": "a", "target": None, "best": None, "outcome": "no significant improvement",
-                           "attempts": [], "environment": {}}]}
+    shard = {
+        "schema_version": 2,
+        "min_speedup": 1.05,
+        "trigger": {"kind": "schedule"},
+        "problems": [
+            {
+                "problem": "a",
+                "target": None,
+                "best": None,
+                "outcome": "no significant improvement",
+                "attempts": [],
+                "environment": {},
+            }
+        ],
+    }
     (tmp_path / "s1").mkdir()
     (tmp_path / "s1" / "results.json").write_text(json.dumps(shard))
     shard["problems"][0]["problem"] = "b"
     (tmp_path / "s2").mkdir()
     (tmp_path / "s2" / "results.json").write_text(json.dumps(shard))
-    result = CliRunner().invoke(main, ["merge", str(tmp_path / "s1"), str(tmp_path / "s2"),
-                                       "--out", str(tmp_path / "m"), "--repo", str(ROOT)])
+    result = CliRunner().invoke(
+        main, ["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m"), "--repo", str(ROOT)]
+    )
     assert result.exit_code == 0, result.output
     merged = json.loads((tmp_path / "m" / "results.json").read_text())
     assert [p["problem"] for p in merged["problems"]] == ["a", "b"] and merged["shards"] == 2
-    result = CliRunner().invoke(main, ["merge", str(tmp_path / "s1"), str(tmp_path / "s1"),
-                                       "--out", str(tmp_path / "m2"), "--repo", str(ROOT)])
+    result = CliRunner().invoke(
+        main, ["merge", str(tmp_path / "s1"), str(tmp_path / "s1"), "--out", str(tmp_path / "m2"), "--repo", str(ROOT)]
+    )
     assert result.exit_code == 2 and "more than one shard" in result.stderr
 
 
@@ -113,8 +141,14 @@ def test_problems_optimised_at_once_share_the_verification_workers(monkeypatch):
     from bot.engine.optimize import OptimizeOptions, failed_result
 
     seen = []
-    monkeypatch.setattr(pipeline, "optimize", lambda problem, baseline, options, progress: seen.append(
-        (options.evaluation.parallel, options.evaluation.beside_others)) or failed_result(problem, "not run", "cpu"))
+    monkeypatch.setattr(
+        pipeline,
+        "optimize",
+        lambda problem, baseline, options, progress: (
+            seen.append((options.evaluation.parallel, options.evaluation.beside_others))
+            or failed_result(problem, "not run", "cpu")
+        ),
+    )
     problems = find_problems(ROOT / "problems", root=ROOT)[:4]
     options = OptimizeOptions(evaluation=EvalOptions(device="cpu", parallel=8))
     pipeline.optimize_all(problems, options, None, 4, None, lambda _: None)
@@ -128,13 +162,29 @@ def test_dry_run_writes_every_report_before_exiting_2_for_a_problem_that_failed(
     repo, git = _repo(tmp_path)
     problems_dir = next(p.parent for p in repo.rglob("*.py") if p.parent.name == "problems")
     good = next(problems_dir.glob("*.py"))
-    (problems_dir / "broken_inputs.py").write_text(good.read_text().replace('TARGET = "kernels/row_scale.py"', "")
-                                                   + "\n\ndef get_inputs():\n    return 3\n")
+    (problems_dir / "broken_inputs.py").write_text(
+        good.read_text().replace('TARGET = "kernels/row_scale.py"', "") + "\n\ndef get_inputs():\n    return 3\n"
+    )
     git("-c", "user.email=a@b", "-c", "user.name=a", "add", "-A")
     git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "a broken problem")
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["dry-run", "--repo", str(repo), "--all", "--device", "cpu", "--out",
-                                       str(out), "--exclude", "*", "--time-cap-s", "0.3"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "dry-run",
+            "--repo",
+            str(repo),
+            "--all",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--exclude",
+            "*",
+            "--time-cap-s",
+            "0.3",
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert "1 of 2 problem(s) failed" in result.stderr and "get_inputs() returned int" in result.stderr
     assert {"results.json", "report.md", "junit.xml", "summary.md"} <= {p.name for p in out.iterdir()}

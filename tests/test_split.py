@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import torch
+from conftest import ROOT
 
 from bot.core.domain import CandidateSource, Environment, Origin, Speedup, Verdict
-from bot.engine.evaluate import EvalOptions, evaluate
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
+from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.optimize import Attempt, split_candidates
 from bot.engine.problems import load_problem
+from bot.engine.timing import TimingOptions
 from bot.propose.derive import Base
 from bot.propose.split import Split, input_bytes, plan_split, split_candidate
-from bot.engine.timing import TimingOptions
-from conftest import ROOT
 
 DECODE, PREFILL = "bfloat16[32, 4096], bfloat16[4096]", "bfloat16[8192, 4096], bfloat16[4096]"
 
@@ -25,8 +25,9 @@ def test_input_bytes_reads_the_shape_description():
 
 def test_split_where_small_and_large_shapes_have_different_winners():
     sizes = [100, 10_000, 1_000_000]
-    split = plan_split(sizes, {"cuda-graph": [2.0, 1.8, 0.5], "compile:default": [1.2, 1.1, 3.0],
-                               "eager": [1.0, 1.0, 1.0]})
+    split = plan_split(
+        sizes, {"cuda-graph": [2.0, 1.8, 0.5], "compile:default": [1.2, 1.1, 3.0], "eager": [1.0, 1.0, 1.0]}
+    )
     assert split is not None and (split.small, split.large) == ("cuda-graph", "compile:default")
     assert 10_000 <= split.threshold < 1_000_000
     # geomean 2.0*1.8*3.0 against the best single path (compile: 1.2*1.1*3.0)
@@ -42,26 +43,34 @@ def test_no_split_when_one_path_wins_everywhere_or_sizes_cannot_separate():
 
 def _speedup(r: float, spread: float = 0.02, min_speedup: float = 1.05) -> Speedup:
     low, high = r * (1 - spread), r * (1 + spread)
-    verdict = ("faster" if low >= min_speedup else "slower" if high <= 1 / min_speedup
-               else "no significant difference")
+    verdict = "faster" if low >= min_speedup else "slower" if high <= 1 / min_speedup else "no significant difference"
     return Speedup(r, low, high, 0.95, verdict)
 
 
 def _outcome(name: str, ratios: list[float], accepted: bool = True, spread: float = 0.02) -> ContenderOutcome:
-    shapes = tuple(ShapeOutcome(shape, inputs, "bfloat16", None, _speedup(r, spread), None, None, None)
-                   for (shape, inputs), r in zip([("decode", DECODE), ("prefill", PREFILL)], ratios))
-    return ContenderOutcome(CandidateSource(name, "", Origin("search")), "candidate",
-                            Verdict("accepted" if accepted else "rejected", ()), shapes)
+    shapes = tuple(
+        ShapeOutcome(shape, inputs, "bfloat16", None, _speedup(r, spread), None, None, None)
+        for (shape, inputs), r in zip([("decode", DECODE), ("prefill", PREFILL)], ratios)
+    )
+    return ContenderOutcome(
+        CandidateSource(name, "", Origin("search")),
+        "candidate",
+        Verdict("accepted" if accepted else "rejected", ()),
+        shapes,
+    )
 
 
 def test_split_candidates_come_from_the_search_round_of_the_same_base():
     problem = load_problem(ROOT / "problems" / "gelu.py", root=ROOT)
     baseline = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
-    searched = [Attempt(0, _outcome("cuda-graph-reference", [2.5, 0.45])),
-                Attempt(0, _outcome("compile-default-reference", [1.3, 1.6])),
-                Attempt(0, _outcome("compile-max-autotune-reference", [9.0, 9.0], accepted=False))]
-    evaluation = Evaluation(problem, Environment("cuda", "H200", "2.11", None, None, None, "3.12"),
-                            _outcome("reference", [1.0, 1.0]), ())
+    searched = [
+        Attempt(0, _outcome("cuda-graph-reference", [2.5, 0.45])),
+        Attempt(0, _outcome("compile-default-reference", [1.3, 1.6])),
+        Attempt(0, _outcome("compile-max-autotune-reference", [9.0, 9.0], accepted=False)),
+    ]
+    evaluation = Evaluation(
+        problem, Environment("cuda", "H200", "2.11", None, None, None, "3.12"), _outcome("reference", [1.0, 1.0]), ()
+    )
     [cand] = split_candidates(problem, baseline, searched, evaluation)
     assert cand.name == "split-reference" and cand.origin.strategy == "search"
     assert "CUDA graph replay for inputs up to" in cand.origin.detail
@@ -72,16 +81,22 @@ def test_split_candidates_come_from_the_search_round_of_the_same_base():
 
 def _two_size_problem(tmp_path):
     path = tmp_path / "sized.py"
-    path.write_text((ROOT / "tests/fixtures/problems/scale_add.py").read_text().replace(
-        'SHAPES = {"main": {"N": 64, "D": 128}, "wide": {"N": 16, "D": 512}}',
-        'SHAPES = {"small": {"N": 4, "D": 128}, "large": {"N": 512, "D": 128}}'))
+    path.write_text(
+        (ROOT / "tests/fixtures/problems/scale_add.py")
+        .read_text()
+        .replace(
+            'SHAPES = {"main": {"N": 64, "D": 128}, "wide": {"N": 16, "D": 512}}',
+            'SHAPES = {"small": {"N": 4, "D": 128}, "large": {"N": 512, "D": 128}}',
+        )
+    )
     return load_problem(path, root=tmp_path)
 
 
 def test_split_module_takes_each_path_by_input_size(tmp_path):
     problem = _two_size_problem(tmp_path)
-    cand = split_candidate(Base("reference", problem.source, "Model"),
-                           Split("eager", "compile:default", 4 * 128 * 4, 1.1))
+    cand = split_candidate(
+        Base("reference", problem.source, "Model"), Split("eager", "compile:default", 4 * 128 * 4, 1.1)
+    )
     namespace: dict = {}
     exec(compile(cand.source, "split.py", "exec"), namespace)  # test code, not the bot
     model = namespace["ModelNew"](128)
@@ -96,11 +111,11 @@ def test_split_module_takes_each_path_by_input_size(tmp_path):
 
 def test_split_candidate_is_accepted_by_the_verifier(tmp_path):
     problem = _two_size_problem(tmp_path)
-    cand = split_candidate(Base("reference", problem.source, "Model"),
-                           Split("eager", "compile:default", 4 * 128 * 4, 1.1))
+    cand = split_candidate(
+        Base("reference", problem.source, "Model"), Split("eager", "compile:default", 4 * 128 * 4, 1.1)
+    )
     baseline = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
-    result = evaluate(problem, [cand], baseline,
-                      EvalOptions(device="cpu", timing=TimingOptions(time_cap_s=0.3)))
+    result = evaluate(problem, [cand], baseline, EvalOptions(device="cpu", timing=TimingOptions(time_cap_s=0.3)))
     assert result.candidates[0].verdict.accepted, result.candidates[0].verdict.reasons
     assert len(result.candidates[0].shapes) == 2
 

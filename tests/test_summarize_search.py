@@ -14,14 +14,23 @@ SCRIPT = ROOT / "benchmarks" / "summarize_search.py"
 
 def _contender(name: str, median_us: float) -> dict:
     samples = [median_us * (1 + 0.001 * k) for k in (-2, -1, 0, 1, 2)] * 4
-    return {"name": name, "status": "accepted",
-            "shapes": [{"shape": "decode", "pct_of_floor": 50.0, "measurement": {"samples_us": samples}}]}
+    return {
+        "name": name,
+        "status": "accepted",
+        "shapes": [{"shape": "decode", "pct_of_floor": 50.0, "measurement": {"samples_us": samples}}],
+    }
 
 
 def _problem(name: str, eager_us: float, compiled_us: float) -> dict:
     eager, compiled = _contender("eager-reference", eager_us), _contender("compile-default-reference", compiled_us)
-    return {"problem": name, "target": None, "baseline": eager, "min_speedup": 1.05,
-            "best": {"name": compiled["name"]}, "attempts": [eager, compiled]}
+    return {
+        "problem": name,
+        "target": None,
+        "baseline": eager,
+        "min_speedup": 1.05,
+        "best": {"name": compiled["name"]},
+        "attempts": [eager, compiled],
+    }
 
 
 def _summary(*files) -> str:
@@ -32,8 +41,9 @@ def _summary(*files) -> str:
 
 def test_later_files_replace_a_problem_and_the_table_says_where_each_row_came_from(tmp_path):
     older = tmp_path / "s12-results.json.gz"
-    older.write_bytes(gzip.compress(json.dumps({"problems": [_problem("gelu", 10.0, 10.0),
-                                                             _problem("softmax", 10.0, 5.0)]}).encode()))
+    older.write_bytes(
+        gzip.compress(json.dumps({"problems": [_problem("gelu", 10.0, 10.0), _problem("softmax", 10.0, 5.0)]}).encode())
+    )
     newer = tmp_path / "s14-results.json"
     newer.write_text(json.dumps({"problems": [_problem("gelu", 10.0, 4.0)]}))
     alone = _summary(older)

@@ -8,13 +8,12 @@ import time
 
 import pytest
 import torch
-
-from bot.engine.problems import load_problem
-from bot.harness.shared import hash_tensor
-from bot.engine.timing import TimingOptions, screened_out, time_interleaved
-from bot.engine.trials import ReferenceInfo
 from conftest import PROBLEMS
 
+from bot.engine.problems import load_problem
+from bot.engine.timing import TimingOptions, screened_out, time_interleaved
+from bot.engine.trials import ReferenceInfo
+from bot.harness.shared import hash_tensor
 
 INFO = ReferenceInfo(meta=[{"type": "Tensor", "dtype": "float32", "shape": [2], "device": "cpu"}], nbytes=8)
 OUT = torch.ones(2)  # every stand-in call's output, and the reference's
@@ -40,8 +39,11 @@ class _Worker:
     def request(self, message, timeout_s, phase):
         op = message["op"]
         if op == "fingerprints":
-            return {"ok": True, "fingerprints": [None for _ in message["seeds"]],
-                    "outputs": [[OUT] for _ in message["seeds"]]}
+            return {
+                "ok": True,
+                "fingerprints": [None for _ in message["seeds"]],
+                "outputs": [[OUT] for _ in message["seeds"]],
+            }
         if op == "stage":
             self.staged = len(message["seeds"])
             return {"ok": True}
@@ -49,35 +51,66 @@ class _Worker:
             return {"ok": True, "outputs": [[OUT] for _ in message["picks"]]}
         n = self.staged
         if message.get("stub"):
-            return {"ok": True, "host_us": [0.0] * n, "event_us": None, "fingerprints": [[DIGEST]] * n,
-                    "new_threads": []}
+            return {
+                "ok": True,
+                "host_us": [0.0] * n,
+                "event_us": None,
+                "fingerprints": [[DIGEST]] * n,
+                "new_threads": [],
+            }
         time.sleep(n * self.call_us / 1e6)
         self.batches.append(n)
         self.modes.add(message["mode"])
         prints = [[DIGEST] for _ in range(n)]
         if message["mode"] == "throughput":
-            return {"ok": True, "host_us": [n * self.reported_us + 5.0], "event_us": [self.reported_us] * n,
-                    "batch_span_us": n * self.reported_us, "fingerprints": prints, "new_threads": []}
-        return {"ok": True, "host_us": [self.reported_us + 5.0] * n, "event_us": [self.reported_us] * n,
-                "fingerprints": prints, "new_threads": []}
+            return {
+                "ok": True,
+                "host_us": [n * self.reported_us + 5.0],
+                "event_us": [self.reported_us] * n,
+                "batch_span_us": n * self.reported_us,
+                "fingerprints": prints,
+                "new_threads": [],
+            }
+        return {
+            "ok": True,
+            "host_us": [self.reported_us + 5.0] * n,
+            "event_us": [self.reported_us] * n,
+            "fingerprints": prints,
+            "new_threads": [],
+        }
 
 
-def _time(contenders: dict[str, _Worker | tuple[_Worker, ...]], options: TimingOptions,
-          keep: frozenset[str] = frozenset(), stop=None):
+def _time(
+    contenders: dict[str, _Worker | tuple[_Worker, ...]],
+    options: TimingOptions,
+    keep: frozenset[str] = frozenset(),
+    stop=None,
+):
     """Times the contenders; a tuple is one contender's workers, the first one timed from the
     start and the others added by `replicate` before the final rounds."""
     problem = load_problem(PROBLEMS / "scale_add.py")
     first = {n: w[0] if isinstance(w, tuple) else w for n, w in contenders.items()}
     more = {n: w for n, w in contenders.items() if isinstance(w, tuple)}
-    return time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), first, INFO,
-                            random.Random(0), options, 10.0, lambda _: None, keep=keep,
-                            replicate=lambda chosen: {n: more.get(n, (w,)) for n, w in chosen.items()},
-                            stop=stop)
+    return time_interleaved(
+        problem,
+        problem.shapes_for("cpu")[0],
+        _Worker(1.0),
+        first,
+        INFO,
+        random.Random(0),
+        options,
+        10.0,
+        lambda _: None,
+        keep=keep,
+        replicate=lambda chosen: {n: more.get(n, (w,)) for n, w in chosen.items()},
+        stop=stop,
+    )
 
 
 def test_noisy_contenders_get_at_least_min_batches_within_the_cap():
-    records = _time({"a": _Worker(200.0), "b": _Worker(200.0)},
-                    TimingOptions(time_cap_s=5.0, min_batches=6, batch_target_us=2_000))
+    records = _time(
+        {"a": _Worker(200.0), "b": _Worker(200.0)}, TimingOptions(time_cap_s=5.0, min_batches=6, batch_target_us=2_000)
+    )
     for record in records.values():
         m = record.measurement()
         assert len(m.batch_sizes) >= 6 and sum(m.batch_sizes) == m.n
@@ -85,12 +118,12 @@ def test_noisy_contenders_get_at_least_min_batches_within_the_cap():
 
 def test_the_cap_waits_for_a_second_batch_of_a_slow_contender_but_not_forever():
     slow = _Worker(60_000.0)  # 60 ms a call: one call per batch
-    records = _time({"fast": _Worker(100.0), "slow": slow},
-                    TimingOptions(time_cap_s=0.01, min_batches=6, batch_target_us=1_000))
+    records = _time(
+        {"fast": _Worker(100.0), "slow": slow}, TimingOptions(time_cap_s=0.01, min_batches=6, batch_target_us=1_000)
+    )
     assert len(records["slow"].batch_sizes) == 2  # the cap had passed after the first
     started = time.monotonic()
-    records = _time({"slow": _Worker(60_000.0)}, TimingOptions(time_cap_s=0.01, min_batches=50,
-                                                                 target_rel_se=0.0))
+    records = _time({"slow": _Worker(60_000.0)}, TimingOptions(time_cap_s=0.01, min_batches=50, target_rel_se=0.0))
     assert time.monotonic() - started < 1.0  # ten times the cap, then it stops
 
 
@@ -102,8 +135,11 @@ def test_screening_keeps_the_baseline_and_the_fastest():
 
 def test_many_contenders_are_screened_then_the_finalists_get_precise_medians():
     workers = {"base": _Worker(400.0), **{f"c{i}": _Worker(100.0 + 100 * i) for i in range(8)}}
-    records = _time(workers, TimingOptions(time_cap_s=3.0, min_batches=6, finalists=2,
-                                           batch_target_us=2_000), keep=frozenset({"base"}))
+    records = _time(
+        workers,
+        TimingOptions(time_cap_s=3.0, min_batches=6, finalists=2, batch_target_us=2_000),
+        keep=frozenset({"base"}),
+    )
     batches = {n: len(r.batch_sizes) for n, r in records.items()}
     assert batches["base"] >= 6 and batches["c0"] >= 6 and batches["c1"] >= 6
     assert all(batches[f"c{i}"] == 2 for i in range(2, 8))  # screened out after two rounds
@@ -113,8 +149,11 @@ def test_finalists_get_their_own_cap_when_screening_took_longer_than_it():
     # 20 ms a call, one call a batch: two screening rounds of 9 contenders take 0.36 s, past
     # the 0.3 s cap; the baseline and the two finalists must still reach min_batches.
     workers = {"base": _Worker(20_000.0), **{f"c{i}": _Worker(20_000.0 + 1_000 * i) for i in range(8)}}
-    records = _time(workers, TimingOptions(time_cap_s=0.3, min_batches=6, min_samples=1, finalists=2,
-                                           batch_target_us=1_000), keep=frozenset({"base"}))
+    records = _time(
+        workers,
+        TimingOptions(time_cap_s=0.3, min_batches=6, min_samples=1, finalists=2, batch_target_us=1_000),
+        keep=frozenset({"base"}),
+    )
     batches = {n: len(r.batch_sizes) for n, r in records.items()}
     assert sorted(n for n, b in batches.items() if b >= 6) == ["base", "c0", "c1"], batches
     assert all(batches[f"c{i}"] == 2 for i in range(2, 8)), batches
@@ -123,8 +162,9 @@ def test_finalists_get_their_own_cap_when_screening_took_longer_than_it():
 def test_the_mode_reaches_the_worker_and_stream_pairs_follow_it():
     for mode in ("latency", "throughput"):
         worker = _Worker(300.0)
-        record = _time({"a": worker}, TimingOptions(time_cap_s=0.2, min_batches=3, mode=mode,
-                                                    batch_target_us=1_500))["a"]
+        record = _time({"a": worker}, TimingOptions(time_cap_s=0.2, min_batches=3, mode=mode, batch_target_us=1_500))[
+            "a"
+        ]
         assert worker.modes == {mode}
         pairs = len(record.batch_sizes) if mode == "throughput" else len(record.samples_us)
         assert len(record.host_us) == len(record.event_us) == pairs
@@ -133,8 +173,9 @@ def test_the_mode_reaches_the_worker_and_stream_pairs_follow_it():
 
 def test_every_replica_of_a_contender_is_visited_each_round_and_its_batches_are_marked():
     first, second = _Worker(100.0), _Worker(150.0)
-    records = _time({"a": (first, second), "b": _Worker(120.0)},
-                    TimingOptions(time_cap_s=0.5, min_batches=6, batch_target_us=1_000))
+    records = _time(
+        {"a": (first, second), "b": _Worker(120.0)}, TimingOptions(time_cap_s=0.5, min_batches=6, batch_target_us=1_000)
+    )
     record = records["a"]
     assert len(first.batches) == len(second.batches) >= 4  # a warm-up and three rounds at least
     assert sorted(set(record.batch_workers)) == [0, 1]
@@ -153,18 +194,23 @@ def test_a_failed_batch_on_any_replica_ends_the_contender():
                 reply["fingerprints"] = [[hash_tensor(OUT + 1)] for _ in reply["fingerprints"]]
             return reply
 
-    records = _time({"a": (_Worker(100.0), _WrongAfterWarmUp(100.0)), "b": _Worker(100.0)},
-                    TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=1_000))
+    records = _time(
+        {"a": (_Worker(100.0), _WrongAfterWarmUp(100.0)), "b": _Worker(100.0)},
+        TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=1_000),
+    )
     assert records["a"].failed and not records["b"].failed
     assert any(not c.passed for c in records["a"].checks)
 
 
-@pytest.mark.parametrize("forge", [
-    lambda reply: reply.pop("fingerprints"),  # a field left out
-    lambda reply: reply.update(host_us="fast"),  # a field of the wrong type
-    lambda reply: reply.update(fingerprints=reply["fingerprints"][:-1]),  # one call's commitment short
-    lambda reply: reply.update(fingerprints=[[[1.0, 2.0, 3.0]] for _ in reply["fingerprints"]]),  # not digests
-])
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda reply: reply.pop("fingerprints"),  # a field left out
+        lambda reply: reply.update(host_us="fast"),  # a field of the wrong type
+        lambda reply: reply.update(fingerprints=reply["fingerprints"][:-1]),  # one call's commitment short
+        lambda reply: reply.update(fingerprints=[[[1.0, 2.0, 3.0]] for _ in reply["fingerprints"]]),  # not digests
+    ],
+)
 def test_a_malformed_reply_fails_its_contender_and_the_others_carry_on(forge):
     # The worker is the candidate's process: what it replies is the candidate's to forge.
     class _Forger(_Worker):
@@ -174,8 +220,9 @@ def test_a_malformed_reply_fails_its_contender_and_the_others_carry_on(forge):
                 forge(reply)
             return reply
 
-    records = _time({"a": _Forger(100.0), "b": _Worker(100.0)},
-                    TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=1_000))
+    records = _time(
+        {"a": _Forger(100.0), "b": _Worker(100.0)}, TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=1_000)
+    )
     assert records["a"].failed and not records["b"].failed
     failed = [c for c in records["a"].checks if not c.passed]
     assert [c.name for c in failed] == ["protocol"]
@@ -195,6 +242,7 @@ def _screened_field():
         held.append(True)
         yield
         held.pop()
+
     return workers, seconds, held, exclusive
 
 
@@ -207,11 +255,20 @@ def test_only_the_finalists_get_replicas_and_they_are_built_outside_the_exclusiv
         asked.append((sorted(chosen), bool(held)))
         return {n: (w, seconds[n]) for n, w in chosen.items()}
 
-    records = time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, INFO,
-                               random.Random(0), TimingOptions(time_cap_s=0.5, min_batches=6, finalists=2,
-                                                               batch_target_us=1_000),
-                               10.0, lambda _: None, keep=frozenset({"base"}), replicate=replicate,
-                               exclusive=exclusive)
+    records = time_interleaved(
+        problem,
+        problem.shapes_for("cpu")[0],
+        _Worker(1.0),
+        workers,
+        INFO,
+        random.Random(0),
+        TimingOptions(time_cap_s=0.5, min_batches=6, finalists=2, batch_target_us=1_000),
+        10.0,
+        lambda _: None,
+        keep=frozenset({"base"}),
+        replicate=replicate,
+        exclusive=exclusive,
+    )
     assert asked == [(["base", "c0", "c1"], False)]
     assert all(seconds[n].batches for n in ("base", "c0", "c1"))
     assert not any(seconds[f"c{i}"].batches for i in range(2, 6))
@@ -234,23 +291,44 @@ def test_workers_are_retired_once_when_screened_out_and_the_rest_when_timing_end
         assert not held, "retired inside an exclusive timing phase"
         events.append(("retire", sorted(name_of[id(w)] for w in done)))
 
-    time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, INFO,
-                     random.Random(0), TimingOptions(time_cap_s=0.3, min_batches=4, finalists=2,
-                                                     batch_target_us=1_000),
-                     10.0, lambda _: None, keep=frozenset({"base"}), replicate=replicate,
-                     exclusive=exclusive, retire=retire)
-    assert events == [("retire", ["c2", "c3", "c4", "c5"]),
-                      ("replicate", ["base", "c0", "c1"]),
-                      ("retire", ["base", "base-r2", "c0", "c0-r2", "c1", "c1-r2"])]
+    time_interleaved(
+        problem,
+        problem.shapes_for("cpu")[0],
+        _Worker(1.0),
+        workers,
+        INFO,
+        random.Random(0),
+        TimingOptions(time_cap_s=0.3, min_batches=4, finalists=2, batch_target_us=1_000),
+        10.0,
+        lambda _: None,
+        keep=frozenset({"base"}),
+        replicate=replicate,
+        exclusive=exclusive,
+        retire=retire,
+    )
+    assert events == [
+        ("retire", ["c2", "c3", "c4", "c5"]),
+        ("replicate", ["base", "c0", "c1"]),
+        ("retire", ["base", "base-r2", "c0", "c0-r2", "c1", "c1-r2"]),
+    ]
 
 
 def test_few_contenders_are_retired_together_when_timing_ends():
     retired = []
     problem = load_problem(PROBLEMS / "scale_add.py")
     workers = {"a": _Worker(100.0), "b": _Worker(100.0)}
-    time_interleaved(problem, problem.shapes_for("cpu")[0], _Worker(1.0), workers, INFO,
-                     random.Random(0), TimingOptions(time_cap_s=0.2, min_batches=2, batch_target_us=500),
-                     10.0, lambda _: None, retire=lambda done: retired.append(sorted(map(id, done))))
+    time_interleaved(
+        problem,
+        problem.shapes_for("cpu")[0],
+        _Worker(1.0),
+        workers,
+        INFO,
+        random.Random(0),
+        TimingOptions(time_cap_s=0.2, min_batches=2, batch_target_us=500),
+        10.0,
+        lambda _: None,
+        retire=lambda done: retired.append(sorted(map(id, done))),
+    )
     assert retired == [sorted(map(id, workers.values()))]
 
 
@@ -259,11 +337,18 @@ def test_the_parents_clock_shows_the_time_a_worker_leaves_out_of_its_report():
 
     for mode in ("latency", "throughput"):  # calls timed one by one, and batches back to back
         options = TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=4_000, mode=mode)
-        records = _time({"base": _Worker(400.0), "honest": _Worker(400.0), "liar": _Worker(800.0, reports=0.25)},
-                        options, keep=frozenset({"base"}))
+        records = _time(
+            {"base": _Worker(400.0), "honest": _Worker(400.0), "liar": _Worker(800.0, reports=0.25)},
+            options,
+            keep=frozenset({"base"}),
+        )
         for name in records:
-            assert len(records[name].unexplained_us) == len(records[name].reported_us) \
-                == len(records[name].batch_sizes) >= 4
+            assert (
+                len(records[name].unexplained_us)
+                == len(records[name].reported_us)
+                == len(records[name].batch_sizes)
+                >= 4
+            )
         # The stand-in's own work per call is nil: what is unexplained is what the liar hid (600 us).
         assert min(records["liar"].unexplained_us) > 500, mode
         assert max(records["liar"].reported_us) < 300, mode

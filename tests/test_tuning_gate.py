@@ -9,15 +9,15 @@ import random
 import threading
 
 import pytest
+from conftest import CANDIDATES, PROBLEMS
 
 from bot.engine.gpulock import GpuHandover, _RWLock
 from bot.engine.problems import load_problem
+from bot.engine.trials import run_trials
+from bot.engine.workers import WorkerClient, WorkerFailure
+from bot.harness.tuning_gate import TuningGate
 from bot.sandbox import Limits
 from bot.sandbox.process import ProcessSandbox
-from bot.engine.trials import run_trials
-from bot.harness.tuning_gate import TuningGate
-from bot.engine.workers import WorkerClient, WorkerFailure
-from conftest import CANDIDATES, PROBLEMS
 
 PROBLEM = PROBLEMS / "scale_add.py"
 
@@ -81,24 +81,46 @@ def test_a_handover_never_holds_shared_and_exclusive_at_once():
             events.append(f"{kind} taken")
             yield
             events.append(f"{kind} given back")
+
         return held
 
     with GpuHandover(hold("shared"), hold("exclusive")) as handover:
         assert handover("want") == "granted"
         assert handover("later") == "unknown request 'later'"
         events.append("the rest of the call")
-    assert events == ["shared taken", "shared given back", "exclusive taken", "the rest of the call",
-                      "exclusive given back"]
+    assert events == [
+        "shared taken",
+        "shared given back",
+        "exclusive taken",
+        "the rest of the call",
+        "exclusive given back",
+    ]
 
 
 def _worker(tmp_path, name, candidate=None):
     """A real worker on the CPU, built: a candidate's, or without one the float64 reference."""
     readable = (PROBLEM, PROBLEMS) + ((candidate,) if candidate else ())
-    client = WorkerClient(ProcessSandbox(), name, "cpu", tmp_path / f"w-{name}", tmp_path / "c",
-                          readable, Limits(call_timeout_s=60), threads=1)
-    client.request({"op": "load", "problem": str(PROBLEM), "module": str(candidate) if candidate else None,
-                    "class_name": "ModelNew" if candidate else "Model",
-                    "precision": "native" if candidate else "float64"}, 120, "import")
+    client = WorkerClient(
+        ProcessSandbox(),
+        name,
+        "cpu",
+        tmp_path / f"w-{name}",
+        tmp_path / "c",
+        readable,
+        Limits(call_timeout_s=60),
+        threads=1,
+    )
+    client.request(
+        {
+            "op": "load",
+            "problem": str(PROBLEM),
+            "module": str(candidate) if candidate else None,
+            "class_name": "ModelNew" if candidate else "Model",
+            "precision": "native" if candidate else "float64",
+        },
+        120,
+        "import",
+    )
     client.request({"op": "construct", "overrides": {}, "seed": 3}, 60, "construct")
     return client
 
@@ -117,6 +139,7 @@ def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_t
                 yield
                 with guard:
                     state["readers"] -= 1
+
         return held()
 
     @contextlib.contextmanager
@@ -126,13 +149,26 @@ def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_t
             yield
 
     reference = _worker(tmp_path, "reference")
-    contenders = {"plain": _worker(tmp_path, "plain", CANDIDATES / "honest.py"),
-                  "tuned": _worker(tmp_path, "tuned", CANDIDATES / "tunes_by_timing.py")}
+    contenders = {
+        "plain": _worker(tmp_path, "plain", CANDIDATES / "honest.py"),
+        "tuned": _worker(tmp_path, "tuned", CANDIDATES / "tunes_by_timing.py"),
+    }
     said: list[str] = []
     try:
-        _, checks, _ = run_trials(problem, problem.shapes_for("cpu")[0], reference, contenders,
-                                  random.Random(0), 1, (60.0, 60.0), 2, said.append,
-                                  alone=frozenset({"tuned"}), shared=shared, exclusive=exclusive)
+        _, checks, _ = run_trials(
+            problem,
+            problem.shapes_for("cpu")[0],
+            reference,
+            contenders,
+            random.Random(0),
+            1,
+            (60.0, 60.0),
+            2,
+            said.append,
+            alone=frozenset({"tuned"}),
+            shared=shared,
+            exclusive=exclusive,
+        )
     finally:
         for worker in (reference, *contenders.values()):
             worker.close()
@@ -156,16 +192,29 @@ def test_self_tuning_contenders_asking_at_once_take_turns_without_deadlock(tmp_p
             yield
 
     reference = _worker(tmp_path, "reference")
-    contenders = {"plain": _worker(tmp_path, "plain", CANDIDATES / "honest.py"),
-                  "tuned1": _worker(tmp_path, "tuned1", CANDIDATES / "tunes_by_timing.py"),
-                  "tuned2": _worker(tmp_path, "tuned2", CANDIDATES / "tunes_by_timing.py")}
+    contenders = {
+        "plain": _worker(tmp_path, "plain", CANDIDATES / "honest.py"),
+        "tuned1": _worker(tmp_path, "tuned1", CANDIDATES / "tunes_by_timing.py"),
+        "tuned2": _worker(tmp_path, "tuned2", CANDIDATES / "tunes_by_timing.py"),
+    }
     outcome: dict = {}
 
     def trials():
-        outcome["checks"] = run_trials(problem, problem.shapes_for("cpu")[0], reference, contenders,
-                                       random.Random(0), 1, (60.0, 60.0), 3, lambda _: None,
-                                       alone=frozenset({"tuned1", "tuned2"}), shared=lock.shared,
-                                       exclusive=exclusive)[1]
+        outcome["checks"] = run_trials(
+            problem,
+            problem.shapes_for("cpu")[0],
+            reference,
+            contenders,
+            random.Random(0),
+            1,
+            (60.0, 60.0),
+            3,
+            lambda _: None,
+            alone=frozenset({"tuned1", "tuned2"}),
+            shared=lock.shared,
+            exclusive=exclusive,
+        )[1]
+
     runner = threading.Thread(target=trials, daemon=True)
     try:
         runner.start()

@@ -8,11 +8,11 @@ also the situation in the product: many candidates of one problem side by side.
 from __future__ import annotations
 
 import pytest
+from conftest import CANDIDATES, PROBLEMS
 
 from bot.engine.candidates import load_candidate
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from conftest import CANDIDATES, PROBLEMS
 
 # cheat file -> the check that must reject it
 REJECTED = {
@@ -52,8 +52,8 @@ def outcomes(request):
     import os
 
     from bot.engine.evaluate import EvalOptions
-    from bot.sandbox import Limits
     from bot.engine.timing import TimingOptions
+    from bot.sandbox import Limits
 
     # Credentials in the bot's environment must never reach a worker.
     os.environ["GITHUB_TOKEN"] = "ghp_secret_for_tests"
@@ -61,9 +61,12 @@ def outcomes(request):
     try:
         problem = load_problem(PROBLEMS / "scale_add.py")
         cands = [load_candidate(CANDIDATES / f"{n}.py") for n in [*REJECTED, *ACCEPTED]]
-        options = EvalOptions(device="cpu", limits=Limits(memory_mb=4096, call_timeout_s=20),
-                              timing=TimingOptions(time_cap_s=1.0, min_samples=5),
-                              cache_root=__import__("pathlib").Path("/tmp/kernel-bot-test-cache"))
+        options = EvalOptions(
+            device="cpu",
+            limits=Limits(memory_mb=4096, call_timeout_s=20),
+            timing=TimingOptions(time_cap_s=1.0, min_samples=5),
+            cache_root=__import__("pathlib").Path("/tmp/kernel-bot-test-cache"),
+        )
         result = evaluate(problem, cands, None, options)
     finally:
         del os.environ["GITHUB_TOKEN"], os.environ["OPENAI_API_KEY"]
@@ -95,8 +98,7 @@ def test_patched_clocks_do_not_change_the_measurement(outcomes):
 def test_time_hidden_from_the_harness_clock_is_named_with_the_parents_figure(outcomes):
     # The candidate spins 2 ms a call and halves the worker's own captured clock: the parent
     # sees about 1 ms a call that the worker's report leaves out.
-    check = next(c for c in outcomes["cheat_patch_harness"].verdict.checks
-                 if c.name == "hidden time" and not c.passed)
+    check = next(c for c in outcomes["cheat_patch_harness"].verdict.checks if c.name == "hidden time" and not c.passed)
     assert check.details["hidden_us_per_call"] > 700, check.details
     assert "tampered" in check.evidence
     honest = next(c for c in outcomes["honest"].verdict.checks if c.name == "hidden time")
@@ -104,8 +106,7 @@ def test_time_hidden_from_the_harness_clock_is_named_with_the_parents_figure(out
 
 
 def test_a_thread_hidden_from_the_harness_listing_is_counted_from_outside(outcomes):
-    check = next(c for c in outcomes["cheat_hide_thread"].verdict.checks
-                 if c.name == "no new threads" and not c.passed)
+    check = next(c for c in outcomes["cheat_hide_thread"].verdict.checks if c.name == "no new threads" and not c.passed)
     assert "1 thread(s) more than at start" in check.evidence and "kernel's count" in check.evidence
 
 

@@ -8,12 +8,12 @@ import contextlib
 import time
 
 import torch
+from conftest import PROBLEMS
 
-import bot.harness.worker as worker
 import bot.harness.shared as shared
 import bot.harness.timing as worker_timing
+import bot.harness.worker as worker
 from bot.protocol.messages import Construct, Load, parse_request
-from conftest import PROBLEMS
 
 
 class _Event:
@@ -85,6 +85,7 @@ def test_a_call_counts_at_least_the_hosts_time_to_issue_it(monkeypatch):
     def slow_launch(*inputs):
         time.sleep(0.003)
         return model(*inputs)
+
     h.model = slow_launch
     reply = _b2b(h, {"seeds": [1, 2, 3], "distribution": "standard", "fp_seed": 5})
     assert reply["ok"] and reply["event_us"] == [1.0] * 3
@@ -119,6 +120,7 @@ def _graph_harness(monkeypatch):
         replayed.append(graph)
         for static, fresh in zip(copy.outputs, shared.as_outputs(h.model(*copy.inputs))):
             static.copy_(fresh)
+
     monkeypatch.setattr(shared, "graph_replay", replay)
     h.replayed = replayed
     return h, captures
@@ -167,6 +169,7 @@ def test_graph_capture_failure_is_a_call_failure_naming_the_mode(monkeypatch):
 
     def refuses(*inputs):
         raise RuntimeError("operation not permitted when stream is capturing")
+
     h.model = refuses
     reply = _graph(h, {"seeds": [1], "distribution": "standard", "fp_seed": 5})
     assert not reply["ok"] and reply["phase"] == "call"

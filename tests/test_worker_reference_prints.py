@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import contextlib
 
-import bot.harness.worker as worker
+from conftest import PROBLEMS
+
 import bot.harness.shared as shared
+import bot.harness.worker as worker
 from bot.core.distributions import DISTRIBUTIONS
 from bot.protocol.messages import Construct, Fingerprints, Load, Release, Run, parse_request
-from conftest import PROBLEMS
 
 
 def _reference(monkeypatch, hashed: list[int]):
@@ -45,11 +46,12 @@ def test_release_drops_the_fingerprint_vectors_and_they_come_back_the_same(monke
 
 def test_only_the_reference_worker_describes_the_machine(monkeypatch, quick_options):
     # nvidia-smi is a subprocess per worker; 29 workers started it at once on the H200.
+    from conftest import CANDIDATES
+
     import bot.engine.workers as workers
     from bot.engine.candidates import load_candidate
     from bot.engine.evaluate import evaluate
     from bot.engine.problems import load_problem
-    from conftest import CANDIDATES
 
     hellos: list[tuple[str, bool]] = []
     real_init = workers.WorkerClient.__init__
@@ -57,9 +59,11 @@ def test_only_the_reference_worker_describes_the_machine(monkeypatch, quick_opti
     def spy(self, sandbox, label, *args, **kwargs):
         hellos.append((label, kwargs.get("describe", True)))
         real_init(self, sandbox, label, *args, **kwargs)
+
     monkeypatch.setattr(workers.WorkerClient, "__init__", spy)
-    result = evaluate(load_problem(PROBLEMS / "scale_add.py"), [load_candidate(CANDIDATES / "honest.py")],
-                      None, quick_options())
+    result = evaluate(
+        load_problem(PROBLEMS / "scale_add.py"), [load_candidate(CANDIDATES / "honest.py")], None, quick_options()
+    )
     assert result.environment.device_name  # still described, by the reference
     assert sorted(hellos) == sorted([("reference", True), ("c0", False)])
 
@@ -68,12 +72,12 @@ class _LoggedWorker:
     """A worker harness in this process that says it is on a GPU and logs the ops it gets
     (the cache release is the same op on CPU, without the CUDA call)."""
 
-    def __init__(self, label: str, log: list[tuple[str, str]], module=None, class_name="Model",
-                 precision="float64"):
+    def __init__(self, label: str, log: list[tuple[str, str]], module=None, class_name="Model", precision="float64"):
         self.label, self.log, self.device = label, log, "cuda"
         self.harness = worker.Harness(None, "cpu", 1)
-        assert self.harness.op_load(Load(problem=str(PROBLEMS / "scale_add.py"), module=module,
-                                         class_name=class_name, precision=precision))["ok"]
+        assert self.harness.op_load(
+            Load(problem=str(PROBLEMS / "scale_add.py"), module=module, class_name=class_name, precision=precision)
+        )["ok"]
         assert self.harness.op_construct(Construct(seed=3))["ok"]
         self.harness._new_threads = lambda: []  # in this process the trials' own thread pool shows
 
@@ -91,17 +95,26 @@ def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
     # rmsnorm's 8192x8192 shape out of memory beside another problem.
     import random
 
+    from conftest import CANDIDATES
+
     from bot.engine.problems import load_problem
     from bot.engine.trials import run_trials
-    from conftest import CANDIDATES
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     log: list[tuple[str, str]] = []
     reference = _LoggedWorker("reference", log)
-    contenders = {n: _LoggedWorker(n, log, str(CANDIDATES / "honest.py"), "ModelNew", "native")
-                  for n in ("a", "b")}
-    _, checks, _ = run_trials(problem, problem.shapes_for("cpu")[0], reference, contenders,
-                              random.Random(0), 1, (20.0, 20.0), 1, lambda _: None)
+    contenders = {n: _LoggedWorker(n, log, str(CANDIDATES / "honest.py"), "ModelNew", "native") for n in ("a", "b")}
+    _, checks, _ = run_trials(
+        problem,
+        problem.shapes_for("cpu")[0],
+        reference,
+        contenders,
+        random.Random(0),
+        1,
+        (20.0, 20.0),
+        1,
+        lambda _: None,
+    )
     assert all(c.passed for found in checks.values() for c in found)
     first_contender_call = min(i for i, (who, _) in enumerate(log) if who != "reference")
     assert ("reference", "release") in log[:first_contender_call]
@@ -113,12 +126,13 @@ def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
 
 
 def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_timed(monkeypatch, quick_options):
+    from conftest import CANDIDATES
+
     import bot.engine.eval_workers as eval_workers
     import bot.engine.evaluate as evaluate_module
     from bot.engine.candidates import load_candidate
     from bot.engine.problems import load_problem
     from bot.engine.timing import TimingOptions
-    from conftest import CANDIDATES
 
     released: list[str] = []
     real = eval_workers.release_cache
@@ -126,11 +140,16 @@ def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_time
     def spy(worker, timeout_s):
         released.append(worker.label)
         real(worker, timeout_s)
+
     monkeypatch.setattr(eval_workers, "release_cache", spy)
     baseline = load_candidate(CANDIDATES / "honest.py")
     problem = load_problem(PROBLEMS / "scale_add.py")
-    result = evaluate_module.evaluate(problem, [load_candidate(CANDIDATES / "slow2x.py")], baseline,
-                                      quick_options(timing=TimingOptions(time_cap_s=0.5, min_samples=5, replicas=2)))
+    result = evaluate_module.evaluate(
+        problem,
+        [load_candidate(CANDIDATES / "slow2x.py")],
+        baseline,
+        quick_options(timing=TimingOptions(time_cap_s=0.5, min_samples=5, replicas=2)),
+    )
     assert result.candidates[0].verdict.accepted
     # Once per shape, each worker that timed it (the baseline's and the candidate's, two each),
     # and the reference that checked the timed calls.
@@ -141,14 +160,17 @@ def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_time
 def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others():
     import random
 
+    from conftest import CANDIDATES
+
     from bot.engine.problems import load_problem
     from bot.engine.trials import run_trials
-    from conftest import CANDIDATES
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     log: list[tuple[str, str]] = []
-    contenders = {n: _LoggedWorker(n, log, str(CANDIDATES / "honest.py"), "ModelNew", "native")
-                  for n in ("a", "b", "tuned1", "tuned2")}
+    contenders = {
+        n: _LoggedWorker(n, log, str(CANDIDATES / "honest.py"), "ModelNew", "native")
+        for n in ("a", "b", "tuned1", "tuned2")
+    }
     seen: list[str] = []
 
     def held(kind):
@@ -157,12 +179,23 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
             log.append(("lock", f"{kind} taken"))
             yield
             log.append(("lock", f"{kind} given back"))
+
         return hold
 
-    _, checks, _ = run_trials(problem, problem.shapes_for("cpu")[0], _LoggedWorker("reference", log),
-                              contenders, random.Random(0), 1, (20.0, 20.0), 1, seen.append,
-                              alone=frozenset({"tuned1", "tuned2"}), shared=held("shared"),
-                              exclusive=held("exclusive"))
+    _, checks, _ = run_trials(
+        problem,
+        problem.shapes_for("cpu")[0],
+        _LoggedWorker("reference", log),
+        contenders,
+        random.Random(0),
+        1,
+        (20.0, 20.0),
+        1,
+        seen.append,
+        alone=frozenset({"tuned1", "tuned2"}),
+        shared=held("shared"),
+        exclusive=held("exclusive"),
+    )
     assert list(checks) == list(contenders)  # every contender judged, in the order given
     assert all(c.passed for found in checks.values() for c in found)
     # The reference under a shared hold, each other trial call under one of its own; the
@@ -172,14 +205,20 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
     n = len(DISTRIBUTIONS)
     who = [w if w != "lock" else op for w, op in log]
     head = ["shared taken"] + ["reference"] * (n + 1) + ["shared given back"] + ["tuned1"]
-    assert who[:len(head)] == head
+    assert who[: len(head)] == head
     assert who[len(head)] == "tuned2"  # both asked to hook their timing first ("gate"), in vain
-    parallel = who[len(head) + 1:who.index("exclusive taken")]
-    assert parallel == (["shared taken", "a", "shared given back"] * n + ["a"]
-                        + ["shared taken", "b", "shared given back"] * n + ["b"])
-    assert who[len(parallel) + len(head) + 1:] == (
-        ["exclusive taken"] + ["tuned1"] * (n + 1) + ["exclusive given back"]
-        + ["exclusive taken"] + ["tuned2"] * (n + 1) + ["exclusive given back"])
+    parallel = who[len(head) + 1 : who.index("exclusive taken")]
+    assert parallel == (
+        ["shared taken", "a", "shared given back"] * n + ["a"] + ["shared taken", "b", "shared given back"] * n + ["b"]
+    )
+    assert who[len(parallel) + len(head) + 1 :] == (
+        ["exclusive taken"]
+        + ["tuned1"] * (n + 1)
+        + ["exclusive given back"]
+        + ["exclusive taken"]
+        + ["tuned2"] * (n + 1)
+        + ["exclusive given back"]
+    )
     assert any("2 contender(s) that tune by timing" in line for line in seen)
 
 
@@ -197,9 +236,10 @@ def test_a_trial_reply_missing_a_field_fails_that_contender_and_the_others_carry
     # The worker is the candidate's process: it can answer a trial with anything it likes.
     import random
 
+    from conftest import CANDIDATES
+
     from bot.engine.problems import load_problem
     from bot.engine.trials import run_trials
-    from conftest import CANDIDATES
 
     class _Forger(_LoggedWorker):
         def request(self, message, timeout_s, phase, gate=None):
@@ -210,10 +250,21 @@ def test_a_trial_reply_missing_a_field_fails_that_contender_and_the_others_carry
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     log: list[tuple[str, str]] = []
-    contenders = {"forger": _Forger("forger", log, str(CANDIDATES / "honest.py"), "ModelNew", "native"),
-                  "honest": _LoggedWorker("honest", log, str(CANDIDATES / "honest.py"), "ModelNew", "native")}
-    _, checks, _ = run_trials(problem, problem.shapes_for("cpu")[0], _LoggedWorker("reference", log), contenders,
-                              random.Random(0), 1, (20.0, 20.0), 1, lambda _: None)
+    contenders = {
+        "forger": _Forger("forger", log, str(CANDIDATES / "honest.py"), "ModelNew", "native"),
+        "honest": _LoggedWorker("honest", log, str(CANDIDATES / "honest.py"), "ModelNew", "native"),
+    }
+    _, checks, _ = run_trials(
+        problem,
+        problem.shapes_for("cpu")[0],
+        _LoggedWorker("reference", log),
+        contenders,
+        random.Random(0),
+        1,
+        (20.0, 20.0),
+        1,
+        lambda _: None,
+    )
     failed = [c for c in checks["forger"] if not c.passed]
     assert [c.name for c in failed] == ["protocol"]
     assert "malformed reply to op 'run'" in failed[0].evidence and "inputs_after" in failed[0].evidence

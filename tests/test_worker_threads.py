@@ -3,13 +3,14 @@ kernel split over threads that other processes share is timed by its slowest thr
 
 from __future__ import annotations
 
+from conftest import PROBLEMS
+
 from bot.core.domain import CandidateSource, Origin
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
-from conftest import PROBLEMS
 
-REPORTER = '''
+REPORTER = """
 import torch
 import torch.nn as nn
 
@@ -20,14 +21,13 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         return torch.zeros_like(x) + float(torch.get_num_threads())
-'''
+"""
 
 
 def _threads_seen(**options) -> str:
     problem = load_problem(PROBLEMS / "scale_add.py")
     cand = CandidateSource("threads", REPORTER, Origin("test"))
-    result = evaluate(problem, [cand], None, EvalOptions(device="cpu", timing=TimingOptions(time_cap_s=0.2),
-                                                         **options))
+    result = evaluate(problem, [cand], None, EvalOptions(device="cpu", timing=TimingOptions(time_cap_s=0.2), **options))
     return result.candidates[0].verdict.reasons[0]  # the values check quotes what it got
 
 

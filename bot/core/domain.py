@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 Progress = Callable[[str], None]  # takes one line of progress for the person watching
 
@@ -74,8 +75,13 @@ class Origin:
     parent: str | None = None  # source hash of the candidate this one was derived from
 
     def to_json(self) -> dict[str, Any]:
-        return {"strategy": self.strategy, "detail": self.detail, "model": self.model,
-                "round": self.round, "parent": self.parent}
+        return {
+            "strategy": self.strategy,
+            "detail": self.detail,
+            "model": self.model,
+            "round": self.round,
+            "parent": self.parent,
+        }
 
 
 @dataclass(frozen=True)
@@ -103,8 +109,7 @@ class CheckResult:
     details: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "evidence": self.evidence,
-                "details": dict(self.details)}
+        return {"name": self.name, "passed": self.passed, "evidence": self.evidence, "details": dict(self.details)}
 
 
 @dataclass(frozen=True)
@@ -123,8 +128,12 @@ class Verdict:
         return tuple(f"{c.name}: {c.evidence}" for c in self.checks if not c.passed)
 
     def to_json(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "status": self.status, "reasons": list(self.reasons),
-                "checks": [c.to_json() for c in self.checks]}
+        return {
+            "accepted": self.accepted,
+            "status": self.status,
+            "reasons": list(self.reasons),
+            "checks": [c.to_json() for c in self.checks],
+        }
 
 
 # Worker processes per contender, at most (`--replicas`): on the H200 a 5 us kernel's median
@@ -164,7 +173,7 @@ class Measurement:
         taken: dict[int, list[float]] = {}
         start = 0
         for worker, size in zip(self.batch_workers, self.batch_sizes):
-            taken.setdefault(worker, []).extend(self.samples_us[start:start + size])
+            taken.setdefault(worker, []).extend(self.samples_us[start : start + size])
             start += size
         return tuple(statistics.median(taken[w]) for w in sorted(taken))
 
@@ -180,7 +189,7 @@ class Measurement:
     def batch_medians(self) -> tuple[float, ...]:
         out, start = [], 0
         for size in self.sizes:
-            out.append(statistics.median(self.samples_us[start:start + size]))
+            out.append(statistics.median(self.samples_us[start : start + size]))
             start += size
         return tuple(out)
 
@@ -216,24 +225,36 @@ class Measurement:
         return max(within, between)
 
     def to_json(self, with_samples: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {"median_us": self.median_us, "iqr_us": self.iqr_us,
-                               "q1_us": self.quantile_us(0.25), "q3_us": self.quantile_us(0.75),
-                               "n": self.n, "rel_se": self.rel_se,
-                               "batches": len(self.sizes), "workers": self.workers,
-                               "worker_medians_us": list(self.worker_medians)}
+        out: dict[str, Any] = {
+            "median_us": self.median_us,
+            "iqr_us": self.iqr_us,
+            "q1_us": self.quantile_us(0.25),
+            "q3_us": self.quantile_us(0.75),
+            "n": self.n,
+            "rel_se": self.rel_se,
+            "batches": len(self.sizes),
+            "workers": self.workers,
+            "worker_medians_us": list(self.worker_medians),
+        }
         if with_samples:
             out.update(self.samples_json())
         return out
 
     def samples_json(self) -> dict[str, Any]:
         """The raw samples alone: everything the statistics are derived from."""
-        return {"samples_us": list(self.samples_us), "batch_sizes": list(self.batch_sizes),
-                "batch_workers": list(self.batch_workers)}
+        return {
+            "samples_us": list(self.samples_us),
+            "batch_sizes": list(self.batch_sizes),
+            "batch_workers": list(self.batch_workers),
+        }
 
     @classmethod
     def from_samples_json(cls, data: Mapping[str, Any]) -> Measurement:
-        return cls(tuple(float(v) for v in data["samples_us"]), tuple(int(v) for v in data["batch_sizes"]),
-                   tuple(int(v) for v in data["batch_workers"]))
+        return cls(
+            tuple(float(v) for v in data["samples_us"]),
+            tuple(int(v) for v in data["batch_sizes"]),
+            tuple(int(v) for v in data["batch_workers"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -253,11 +274,19 @@ class Speedup:
     resamples: int = 2000
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"speedup": self.ratio, "speedup_ci": [self.ci_low, self.ci_high],
-                               "level": self.level, "significance": self.significance}
+        out: dict[str, Any] = {
+            "speedup": self.ratio,
+            "speedup_ci": [self.ci_low, self.ci_high],
+            "level": self.level,
+            "significance": self.significance,
+        }
         if self.baseline is not None:
-            out["derivation"] = {"baseline": self.baseline.samples_json(), "spread_log_sd": self.spread_log_sd,
-                                 "spread_df": self.spread_df, "resamples": self.resamples}
+            out["derivation"] = {
+                "baseline": self.baseline.samples_json(),
+                "spread_log_sd": self.spread_log_sd,
+                "spread_df": self.spread_df,
+                "resamples": self.resamples,
+            }
         return out
 
 
@@ -277,16 +306,22 @@ class Environment:
     containment: str = ""  # what kept the workers in, e.g. "cgroup+pidns+netns+uid", "none: not root"
 
     def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "device_name": self.device_name, "torch": self.torch,
-                "triton": self.triton, "cuda": self.cuda, "driver": self.driver,
-                "python": self.python, "clocks": dict(self.clocks),  # never the host: it names the runner
-                "containment": self.containment}
+        return {
+            "device": self.device,
+            "device_name": self.device_name,
+            "torch": self.torch,
+            "triton": self.triton,
+            "cuda": self.cuda,
+            "driver": self.driver,
+            "python": self.python,
+            "clocks": dict(self.clocks),  # never the host: it names the runner
+            "containment": self.containment,
+        }
 
     @property
     def key(self) -> str:
         """Identity for caches: results from another GPU or stack are not reused."""
-        return "|".join(str(x) for x in (self.device_name, self.torch, self.triton, self.cuda,
-                                          self.driver))
+        return "|".join(str(x) for x in (self.device_name, self.torch, self.triton, self.cuda, self.driver))
 
 
 @dataclass(frozen=True)
@@ -346,10 +381,20 @@ class Trigger:
 
     def to_json(self) -> dict[str, Any]:
         """Its one serialised form (results.json's `trigger`)."""
-        return {"kind": self.kind, "repo": self.repo, "action": self.action, "pr_number": self.pr_number,
-                "base_ref": self.base_ref, "base_sha": self.base_sha, "head_ref": self.head_ref,
-                "head_sha": self.head_sha, "head_repo": self.head_repo, "label": self.label,
-                "labels": list(self.labels), "default_branch": self.default_branch}
+        return {
+            "kind": self.kind,
+            "repo": self.repo,
+            "action": self.action,
+            "pr_number": self.pr_number,
+            "base_ref": self.base_ref,
+            "base_sha": self.base_sha,
+            "head_ref": self.head_ref,
+            "head_sha": self.head_sha,
+            "head_repo": self.head_repo,
+            "label": self.label,
+            "labels": list(self.labels),
+            "default_branch": self.default_branch,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Trigger:

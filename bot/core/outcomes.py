@@ -72,8 +72,7 @@ class ContenderOutcome:
         """Its interval (over shapes) clears `min_speedup`, and no shape got slower: a gain on
         decode does not pay for a loss on prefill (one path per size is a split candidate)."""
         ci = self.speedup_ci
-        return (self.verdict.accepted and ci is not None and ci[0] >= min_speedup
-                and not self.slower_shapes())
+        return self.verdict.accepted and ci is not None and ci[0] >= min_speedup and not self.slower_shapes()
 
     def to_json(self) -> dict[str, Any]:
         """Its form in results.json (bot.core.results.ContenderResult)."""

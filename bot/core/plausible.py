@@ -27,8 +27,12 @@ class Implausible:
     evidence: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "speedup": self.speedup,
-                "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None, "evidence": self.evidence}
+        return {
+            "name": self.name,
+            "speedup": self.speedup,
+            "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
+            "evidence": self.evidence,
+        }
 
 
 def _us(value: float) -> str:
@@ -43,11 +47,14 @@ def implausibility(outcome: ContenderOutcome, max_speedup: float) -> Implausible
             continue
         if s.speedup.ratio > max_speedup:
             base_us = s.measurement.median_us * s.speedup.ratio
-            reasons.append(f"{s.shape}: {s.speedup.ratio:,.1f}x is above the {max_speedup:g}x bound "
-                           f"(baseline {_us(base_us)}, candidate {_us(s.measurement.median_us)})")
+            reasons.append(
+                f"{s.shape}: {s.speedup.ratio:,.1f}x is above the {max_speedup:g}x bound "
+                f"(baseline {_us(base_us)}, candidate {_us(s.measurement.median_us)})"
+            )
         if s.floor_us is not None and s.measurement.median_us < s.floor_us:
-            reasons.append(f"{s.shape}: {_us(s.measurement.median_us)} is below the roofline floor "
-                           f"of {_us(s.floor_us)}")
+            reasons.append(
+                f"{s.shape}: {_us(s.measurement.median_us)} is below the roofline floor of {_us(s.floor_us)}"
+            )
     if not reasons:
         return None
     return Implausible(outcome.candidate.name, outcome.speedup, outcome.speedup_ci, "; ".join(reasons))

@@ -40,8 +40,7 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _obj(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": list(required),
-            "additionalProperties": False}
+    return {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
 
 
 def _array(items: dict[str, Any], limit: int, min_items: int = 0) -> dict[str, Any]:
@@ -55,106 +54,225 @@ SCALAR = {"anyOf": [_text(), NUMBER, {"type": "boolean"}, {"type": "null"}]}
 # Free-form key/value maps (check details, clocks, llm usage): scalars, lists of them, and one
 # more level of such maps (a check's `tolerance` is a map).
 _SCALARS = {"anyOf": [SCALAR, _array(SCALAR, 64)]}
-_MAP_OF_SCALARS = {"type": "object", "maxProperties": 64, "propertyNames": {"maxLength": 100},
-                   "additionalProperties": _SCALARS}
-FLAT_MAP = {"type": "object", "maxProperties": 64, "propertyNames": {"maxLength": 100},
-            "additionalProperties": {"anyOf": [SCALAR, _array(SCALAR, 64), _MAP_OF_SCALARS]}}
+_MAP_OF_SCALARS = {
+    "type": "object",
+    "maxProperties": 64,
+    "propertyNames": {"maxLength": 100},
+    "additionalProperties": _SCALARS,
+}
+FLAT_MAP = {
+    "type": "object",
+    "maxProperties": 64,
+    "propertyNames": {"maxLength": 100},
+    "additionalProperties": {"anyOf": [SCALAR, _array(SCALAR, 64), _MAP_OF_SCALARS]},
+}
 INTERVAL = _array(POSITIVE, 2, 2)
 
-SAMPLES = _obj({"samples_us": _array(POSITIVE, MAX_SAMPLES, 1),
-                "batch_sizes": _array({"type": "integer", "minimum": 1, "maximum": MAX_SAMPLES}, MAX_SAMPLES),
-                "batch_workers": _array({"type": "integer", "minimum": 0, "maximum": 1024}, MAX_SAMPLES)},
-               ("samples_us", "batch_sizes", "batch_workers"))
+SAMPLES = _obj(
+    {
+        "samples_us": _array(POSITIVE, MAX_SAMPLES, 1),
+        "batch_sizes": _array({"type": "integer", "minimum": 1, "maximum": MAX_SAMPLES}, MAX_SAMPLES),
+        "batch_workers": _array({"type": "integer", "minimum": 0, "maximum": 1024}, MAX_SAMPLES),
+    },
+    ("samples_us", "batch_sizes", "batch_workers"),
+)
 
-MEASUREMENT = _obj({**SAMPLES["properties"], "median_us": POSITIVE, "iqr_us": NUMBER, "q1_us": NUMBER,
-                    "q3_us": NUMBER, "n": COUNT, "rel_se": {"anyOf": [NUMBER, {"type": "null"}]},
-                    "batches": COUNT, "workers": COUNT, "worker_medians_us": _array(POSITIVE, 1024)},
-                   ("median_us", "samples_us", "batch_sizes", "batch_workers"))
+MEASUREMENT = _obj(
+    {
+        **SAMPLES["properties"],
+        "median_us": POSITIVE,
+        "iqr_us": NUMBER,
+        "q1_us": NUMBER,
+        "q3_us": NUMBER,
+        "n": COUNT,
+        "rel_se": {"anyOf": [NUMBER, {"type": "null"}]},
+        "batches": COUNT,
+        "workers": COUNT,
+        "worker_medians_us": _array(POSITIVE, 1024),
+    },
+    ("median_us", "samples_us", "batch_sizes", "batch_workers"),
+)
 
-DERIVATION = _obj({"baseline": SAMPLES, "spread_log_sd": {"type": "number", "minimum": 0, "maximum": 10},
-                   "spread_df": {"type": "integer", "minimum": 0, "maximum": 100_000},
-                   "resamples": {"type": "integer", "minimum": 100, "maximum": 10_000}},
-                  ("baseline", "spread_log_sd", "spread_df", "resamples"))
+DERIVATION = _obj(
+    {
+        "baseline": SAMPLES,
+        "spread_log_sd": {"type": "number", "minimum": 0, "maximum": 10},
+        "spread_df": {"type": "integer", "minimum": 0, "maximum": 100_000},
+        "resamples": {"type": "integer", "minimum": 100, "maximum": 10_000},
+    },
+    ("baseline", "spread_log_sd", "spread_df", "resamples"),
+)
 
-SHAPE = _obj({"shape": {"type": "string", "pattern": NAME}, "inputs": _nullable(_text(1_000)),
-              "output_dtype": _nullable(_text(100)), "measurement": _nullable(MEASUREMENT),
-              "speedup": _nullable(POSITIVE), "speedup_ci": _nullable(INTERVAL),
-              "level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
-              "significance": {"enum": ["faster", "slower", "no significant difference"]},
-              "derivation": DERIVATION, "floor_us": _nullable(NUMBER), "pct_of_floor": _nullable(NUMBER),
-              "max_abs_err": _nullable(NUMBER), "norm_rel_err": _nullable(NUMBER)},
-             ("shape",))
+SHAPE = _obj(
+    {
+        "shape": {"type": "string", "pattern": NAME},
+        "inputs": _nullable(_text(1_000)),
+        "output_dtype": _nullable(_text(100)),
+        "measurement": _nullable(MEASUREMENT),
+        "speedup": _nullable(POSITIVE),
+        "speedup_ci": _nullable(INTERVAL),
+        "level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "significance": {"enum": ["faster", "slower", "no significant difference"]},
+        "derivation": DERIVATION,
+        "floor_us": _nullable(NUMBER),
+        "pct_of_floor": _nullable(NUMBER),
+        "max_abs_err": _nullable(NUMBER),
+        "norm_rel_err": _nullable(NUMBER),
+    },
+    ("shape",),
+)
 
-ORIGIN = _obj({"strategy": {"enum": ["file", "reference", "target", "search", "llm", "split", "tuning"]},
-               "detail": _text(1_000), "model": _nullable(_text(200)),
-               "round": _nullable({"type": "integer", "minimum": 0, "maximum": 10_000}),
-               "parent": _nullable({"type": "string", "pattern": HASH16})})
+ORIGIN = _obj(
+    {
+        "strategy": {"enum": ["file", "reference", "target", "search", "llm", "split", "tuning"]},
+        "detail": _text(1_000),
+        "model": _nullable(_text(200)),
+        "round": _nullable({"type": "integer", "minimum": 0, "maximum": 10_000}),
+        "parent": _nullable({"type": "string", "pattern": HASH16}),
+    }
+)
 
-CHECK = _obj({"name": {"type": "string", "pattern": NAME}, "passed": {"type": "boolean"},
-              "evidence": _text(), "details": FLAT_MAP}, ("name", "passed"))
+CHECK = _obj(
+    {
+        "name": {"type": "string", "pattern": NAME},
+        "passed": {"type": "boolean"},
+        "evidence": _text(),
+        "details": FLAT_MAP,
+    },
+    ("name", "passed"),
+)
 
 CONTENDER = {  # a baseline or an attempt, as bot.core.outcomes.ContenderOutcome writes it
-    "name": {"type": "string", "pattern": NAME}, "path": _nullable(_text(300)),
-    "source_hash": {"type": "string", "pattern": HASH16}, "source_sha256": {"type": "string", "pattern": SHA256},
-    "role": {"enum": ["baseline", "candidate"]}, "origin": ORIGIN, "accepted": {"type": "boolean"},
-    "status": {"enum": ["accepted", "rejected"]}, "reasons": _array(_text(), 64),
-    "checks": _array(CHECK, 256), "speedup": _nullable(POSITIVE), "speedup_ci": _nullable(INTERVAL),
-    "median_us": _nullable(POSITIVE), "slower_shapes": _array({"type": "string", "pattern": NAME}, MAX_SHAPES),
-    "not_timed": _nullable(_text(300)), "shapes": _array(SHAPE, MAX_SHAPES)}
+    "name": {"type": "string", "pattern": NAME},
+    "path": _nullable(_text(300)),
+    "source_hash": {"type": "string", "pattern": HASH16},
+    "source_sha256": {"type": "string", "pattern": SHA256},
+    "role": {"enum": ["baseline", "candidate"]},
+    "origin": ORIGIN,
+    "accepted": {"type": "boolean"},
+    "status": {"enum": ["accepted", "rejected"]},
+    "reasons": _array(_text(), 64),
+    "checks": _array(CHECK, 256),
+    "speedup": _nullable(POSITIVE),
+    "speedup_ci": _nullable(INTERVAL),
+    "median_us": _nullable(POSITIVE),
+    "slower_shapes": _array({"type": "string", "pattern": NAME}, MAX_SHAPES),
+    "not_timed": _nullable(_text(300)),
+    "shapes": _array(SHAPE, MAX_SHAPES),
+}
 
-ATTEMPT = _obj({**CONTENDER, "round": {"type": "integer", "minimum": 0, "maximum": 10_000},
-                "reason": _text(), "significant": {"type": "boolean"}},
-               ("name", "round", "status", "source_sha256", "shapes"))
+ATTEMPT = _obj(
+    {
+        **CONTENDER,
+        "round": {"type": "integer", "minimum": 0, "maximum": 10_000},
+        "reason": _text(),
+        "significant": {"type": "boolean"},
+    },
+    ("name", "round", "status", "source_sha256", "shapes"),
+)
 
-BEST = _obj({"name": {"type": "string", "pattern": NAME}, "path": _nullable(_text(300)),
-             "source": {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_CHARS},
-             "source_sha256": {"type": "string", "pattern": SHA256}, "speedup": POSITIVE,
-             "speedup_ci": INTERVAL, "origin": ORIGIN, "shapes": _array(SHAPE, MAX_SHAPES, 1)},
-            ("name", "source", "source_sha256", "speedup", "speedup_ci", "shapes"))
+BEST = _obj(
+    {
+        "name": {"type": "string", "pattern": NAME},
+        "path": _nullable(_text(300)),
+        "source": {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_CHARS},
+        "source_sha256": {"type": "string", "pattern": SHA256},
+        "speedup": POSITIVE,
+        "speedup_ci": INTERVAL,
+        "origin": ORIGIN,
+        "shapes": _array(SHAPE, MAX_SHAPES, 1),
+    },
+    ("name", "source", "source_sha256", "speedup", "speedup_ci", "shapes"),
+)
 
-ENVIRONMENT = _obj({"device": {"enum": ["cpu", "cuda"]},
-                    "device_name": {"type": "string", "pattern": r"^[A-Za-z0-9 ._()+-]{0,100}" + END},
-                    "torch": _text(100), "triton": _nullable(_text(100)), "cuda": _nullable(_text(100)),
-                    "driver": _nullable(_text(100)), "python": _text(100), "clocks": FLAT_MAP,
-                    "containment": _text(300)})
+ENVIRONMENT = _obj(
+    {
+        "device": {"enum": ["cpu", "cuda"]},
+        "device_name": {"type": "string", "pattern": r"^[A-Za-z0-9 ._()+-]{0,100}" + END},
+        "torch": _text(100),
+        "triton": _nullable(_text(100)),
+        "cuda": _nullable(_text(100)),
+        "driver": _nullable(_text(100)),
+        "python": _text(100),
+        "clocks": FLAT_MAP,
+        "containment": _text(300),
+    }
+)
 
-IMPLAUSIBLE = _obj({"name": {"type": "string", "pattern": NAME}, "speedup": _nullable(POSITIVE),
-                    "speedup_ci": _nullable(INTERVAL), "evidence": _text()}, ("name",))
+IMPLAUSIBLE = _obj(
+    {
+        "name": {"type": "string", "pattern": NAME},
+        "speedup": _nullable(POSITIVE),
+        "speedup_ci": _nullable(INTERVAL),
+        "evidence": _text(),
+    },
+    ("name",),
+)
 
-PROBLEM = _obj({
-    "problem": {"type": "string", "pattern": PROBLEM_NAME}, "problem_path": _text(300),
-    "target": _nullable({"type": "string", "pattern": REPO_PATH}), "best": _nullable(BEST),
-    "outcome": {"enum": ["failed", "improved", "no significant improvement", "not timed", "implausible"]},
-    "error": _text(), "not_timed": _nullable(_text(300)),
-    "implausible": _array(IMPLAUSIBLE, MAX_ATTEMPTS),
-    "max_plausible_speedup": {"type": "number", "minimum": 1, "maximum": 1e6},
-    "min_speedup": {"type": "number", "minimum": 1, "maximum": 100}, "stopped": _text(500),
-    "wall_s": {"type": "number", "minimum": 0, "maximum": 1e7},
-    "baseline": _nullable(_obj(CONTENDER, ("name",))), "attempts": _array(ATTEMPT, MAX_ATTEMPTS),
-    "skipped": _array(_obj({"transformation": _text(300), "reason": _text()}, ("transformation", "reason")), 256),
-    "environment": ENVIRONMENT, "llm": FLAT_MAP,
-    "distributions": _array({"enum": list(DISTRIBUTIONS)}, len(DISTRIBUTIONS), 1),
-    "skipped_distributions": {"type": "object", "propertyNames": {"enum": list(DISTRIBUTIONS)},
-                              "additionalProperties": _text(500)},
-    "reference_precision": {"enum": ["float64", "float32", "native"]}},
-    ("problem", "outcome", "attempts"))
+PROBLEM = _obj(
+    {
+        "problem": {"type": "string", "pattern": PROBLEM_NAME},
+        "problem_path": _text(300),
+        "target": _nullable({"type": "string", "pattern": REPO_PATH}),
+        "best": _nullable(BEST),
+        "outcome": {"enum": ["failed", "improved", "no significant improvement", "not timed", "implausible"]},
+        "error": _text(),
+        "not_timed": _nullable(_text(300)),
+        "implausible": _array(IMPLAUSIBLE, MAX_ATTEMPTS),
+        "max_plausible_speedup": {"type": "number", "minimum": 1, "maximum": 1e6},
+        "min_speedup": {"type": "number", "minimum": 1, "maximum": 100},
+        "stopped": _text(500),
+        "wall_s": {"type": "number", "minimum": 0, "maximum": 1e7},
+        "baseline": _nullable(_obj(CONTENDER, ("name",))),
+        "attempts": _array(ATTEMPT, MAX_ATTEMPTS),
+        "skipped": _array(_obj({"transformation": _text(300), "reason": _text()}, ("transformation", "reason")), 256),
+        "environment": ENVIRONMENT,
+        "llm": FLAT_MAP,
+        "distributions": _array({"enum": list(DISTRIBUTIONS)}, len(DISTRIBUTIONS), 1),
+        "skipped_distributions": {
+            "type": "object",
+            "propertyNames": {"enum": list(DISTRIBUTIONS)},
+            "additionalProperties": _text(500),
+        },
+        "reference_precision": {"enum": ["float64", "float32", "native"]},
+    },
+    ("problem", "outcome", "attempts"),
+)
 
 _OPTIONAL_TEXT = _nullable(_text(300))
-TRIGGER = _obj({"kind": {"enum": ["pull_request", "schedule", "workflow_dispatch", "cli"]},
-                "repo": _OPTIONAL_TEXT, "action": _OPTIONAL_TEXT,
-                "pr_number": _nullable({"type": "integer", "minimum": 1, "maximum": 10**9}),
-                "base_ref": _OPTIONAL_TEXT, "base_sha": _nullable({"type": "string", "pattern": SHA}),
-                "head_ref": _OPTIONAL_TEXT, "head_sha": _nullable({"type": "string", "pattern": SHA}),
-                "head_repo": _OPTIONAL_TEXT, "label": _OPTIONAL_TEXT, "labels": _array(_text(100), 100),
-                "default_branch": _OPTIONAL_TEXT}, ("kind",))
+TRIGGER = _obj(
+    {
+        "kind": {"enum": ["pull_request", "schedule", "workflow_dispatch", "cli"]},
+        "repo": _OPTIONAL_TEXT,
+        "action": _OPTIONAL_TEXT,
+        "pr_number": _nullable({"type": "integer", "minimum": 1, "maximum": 10**9}),
+        "base_ref": _OPTIONAL_TEXT,
+        "base_sha": _nullable({"type": "string", "pattern": SHA}),
+        "head_ref": _OPTIONAL_TEXT,
+        "head_sha": _nullable({"type": "string", "pattern": SHA}),
+        "head_repo": _OPTIONAL_TEXT,
+        "label": _OPTIONAL_TEXT,
+        "labels": _array(_text(100), 100),
+        "default_branch": _OPTIONAL_TEXT,
+    },
+    ("kind",),
+)
 
 RESULTS = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    **_obj({"schema_version": {"const": RESULTS_SCHEMA_VERSION}, "kind": {"const": "kernel-bot-results"},
-            "created": _text(40), "trigger": TRIGGER,
+    **_obj(
+        {
+            "schema_version": {"const": RESULTS_SCHEMA_VERSION},
+            "kind": {"const": "kernel-bot-results"},
+            "created": _text(40),
+            "trigger": TRIGGER,
             "min_speedup": {"type": "number", "minimum": 1, "maximum": 100},
-            "problems": _array(PROBLEM, MAX_PROBLEMS), "shards": {"type": "integer", "minimum": 1, "maximum": 1000}},
-           ("schema_version", "problems"))}
+            "problems": _array(PROBLEM, MAX_PROBLEMS),
+            "shards": {"type": "integer", "minimum": 1, "maximum": 1000},
+        },
+        ("schema_version", "problems"),
+    ),
+}
 
 
 def depth(value: Any) -> int:
@@ -192,8 +310,9 @@ def validate(data: Any) -> None:
         return InvalidResults(f"untrusted results rejected: {where}: {what}")
 
     if isinstance(data, dict) and data.get("schema_version") != RESULTS_SCHEMA_VERSION:
-        raise refuse("results.schema_version",
-                     f"expected {RESULTS_SCHEMA_VERSION}, got {str(data.get('schema_version'))[:40]!r}")
+        raise refuse(
+            "results.schema_version", f"expected {RESULTS_SCHEMA_VERSION}, got {str(data.get('schema_version'))[:40]!r}"
+        )
     if depth(data) > MAX_DEPTH:
         raise refuse("results", f"nested deeper than {MAX_DEPTH} levels")
     error = best_match(Draft202012Validator(RESULTS).iter_errors(data))

@@ -11,23 +11,29 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # Strings that are data, not prose: file content and hashes.
 VERBATIM_KEYS = frozenset({"source", "source_sha256", "source_hash", "parent"})
 
-_CHARS = str.maketrans({
-    "@": "\uff20",  # fullwidth @: GitHub notifies nobody
-    "#": "\uff03",  # fullwidth #: no issue reference, so no "Closes #1"
-    "<": "\u2039", ">": "\u203a",  # single angle quotes: no HTML element, no autolink
-    "&": "\uff06",  # no character reference that a renderer would turn back into "<" or "@"
-    "[": "\u27e6", "]": "\u27e7",  # no link or image syntax
-    "`": "\u02cb",  # no code span that swallows the rest of a line
-    "|": "\u00a6",  # no table cell break
-    "\\": "\u29f5",  # no escape of the replacements above
-    "!": "\u01c3",
-    "*": "\u2217", "~": "\u223c",
-})
+_CHARS = str.maketrans(
+    {
+        "@": "\uff20",  # fullwidth @: GitHub notifies nobody
+        "#": "\uff03",  # fullwidth #: no issue reference, so no "Closes #1"
+        "<": "\u2039",
+        ">": "\u203a",  # single angle quotes: no HTML element, no autolink
+        "&": "\uff06",  # no character reference that a renderer would turn back into "<" or "@"
+        "[": "\u27e6",
+        "]": "\u27e7",  # no link or image syntax
+        "`": "\u02cb",  # no code span that swallows the rest of a line
+        "|": "\u00a6",  # no table cell break
+        "\\": "\u29f5",  # no escape of the replacements above
+        "!": "\u01c3",
+        "*": "\u2217",
+        "~": "\u223c",
+    }
+)
 _URL = re.compile(r"(?i)(https?|ftp|file|mailto|javascript|data)(:)|(www)(\.)")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
 _KEYWORD = re.compile(r"(?i)\b(close[sd]?|fix(e[sd])?|resolve[sd]?)(\s*:?\s+)(?=\S*\d)")
@@ -47,8 +53,10 @@ def inert_results(value: Any, key: str | None = None) -> Any:
     if isinstance(value, str):
         return value if key in VERBATIM_KEYS else inert(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: inert_results(getattr(value, f.name), f.name)
-                                             for f in dataclasses.fields(value) if f.init})
+        return dataclasses.replace(
+            value,
+            **{f.name: inert_results(getattr(value, f.name), f.name) for f in dataclasses.fields(value) if f.init},
+        )
     if isinstance(value, Mapping):
         return {k: inert_results(v, k) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from bot.core.errors import BotError
 from bot.core.results import ProblemResult
@@ -81,12 +82,14 @@ def _verified_source(problem: ProblemResult) -> str:
         raise BotError(f"{name}: no best candidate; nothing is published")
     digest = hashlib.sha256(best.source.encode()).hexdigest()
     if digest != best.source_sha256:
-        raise BotError(f"{name}: the best candidate's source does not hash to its recorded SHA-256; "
-                       "nothing is published")
-    if not any(a.name == best.name and a.source_sha256 == digest and a.status == "accepted"
-               for a in problem.attempts):
-        raise BotError(f"{name}: the best candidate {best.name!r} is not an accepted attempt with the same "
-                       "SHA-256; nothing is published")
+        raise BotError(
+            f"{name}: the best candidate's source does not hash to its recorded SHA-256; nothing is published"
+        )
+    if not any(a.name == best.name and a.source_sha256 == digest and a.status == "accepted" for a in problem.attempts):
+        raise BotError(
+            f"{name}: the best candidate {best.name!r} is not an accepted attempt with the same "
+            "SHA-256; nothing is published"
+        )
     return best.source
 
 
@@ -97,8 +100,14 @@ def _text(data: bytes, path: str, sha: str) -> str:
         raise BotError(f"{path} at {sha[:12]} is not UTF-8 text; nothing is published") from None
 
 
-def scoped_changes(improved: list[ProblemResult], head_sha: str, reader: FileReader, problems_dir: str,
-                   chart_path: str, allowed: Callable[[str], bool]) -> list[ScopedChange]:
+def scoped_changes(
+    improved: list[ProblemResult],
+    head_sha: str,
+    reader: FileReader,
+    problems_dir: str,
+    chart_path: str,
+    allowed: Callable[[str], bool],
+) -> list[ScopedChange]:
     """The one file per improved problem, checked against the problem file at `head_sha`;
     BotError (before anything is written) for the first problem that falls outside."""
     changes = []
@@ -111,8 +120,10 @@ def scoped_changes(improved: list[ProblemResult], head_sha: str, reader: FileRea
         target = declared_target(_text(raw, problem_path, head_sha)) or None
         if problem.target != target:
             declared = f"TARGET {target!r}" if target else "no TARGET"
-            raise BotError(f"{name}: the results name target {problem.target!r}, but {problem_path} "
-                           f"declares {declared} at {head_sha[:12]}; nothing is published")
+            raise BotError(
+                f"{name}: the results name target {problem.target!r}, but {problem_path} "
+                f"declares {declared} at {head_sha[:12]}; nothing is published"
+            )
         if target is None:  # nothing to replace, and a follow-up never adds a file: the plan notes it
             continue
         why = target_refusal(target, problems_dir, chart_path, allowed)
@@ -120,7 +131,9 @@ def scoped_changes(improved: list[ProblemResult], head_sha: str, reader: FileRea
             raise BotError(f"{name}: TARGET {target!r} {why}; nothing is published")
         current = reader.file_at(target, head_sha)
         if current is None:
-            raise BotError(f"{name}: TARGET {target!r} does not exist at {head_sha[:12]}: a follow-up never "
-                           "adds a file; nothing is published")
+            raise BotError(
+                f"{name}: TARGET {target!r} does not exist at {head_sha[:12]}: a follow-up never "
+                "adds a file; nothing is published"
+            )
         changes.append(ScopedChange(name, target, _text(current, target, head_sha), _verified_source(problem)))
     return changes

@@ -44,7 +44,14 @@ def shard_problems(problems: list[Problem], k: int, n: int) -> list[Problem]:
 def matrix(problems: list[Problem], shards: int, root: Path) -> dict[str, list[dict[str, object]]]:
     """`{"include": [{"shard": "1/N", "problems": [...]}, ...]}` for `strategy.matrix`."""
     buckets = assign(problems, shards)
-    return {"include": [{"shard": f"{i}/{shards}",
-                         "problems": [str(p.path.relative_to(root)) for p in bucket],
-                         "cost": sum(expected_cost(p) for p in bucket)}
-                        for i, bucket in enumerate(buckets, 1) if bucket]}
+    return {
+        "include": [
+            {
+                "shard": f"{i}/{shards}",
+                "problems": [str(p.path.relative_to(root)) for p in bucket],
+                "cost": sum(expected_cost(p) for p in bucket),
+            }
+            for i, bucket in enumerate(buckets, 1)
+            if bucket
+        ]
+    }

@@ -12,10 +12,10 @@ import math
 import random
 import statistics
 from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from itertools import accumulate, repeat, starmap
 from operator import mul
-from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from bot.core.domain import Measurement, Speedup
 
@@ -85,9 +85,18 @@ def _log_median_variance(batch_medians: list[float]) -> float:
 def _seed_of(baseline: Measurement, candidate: Measurement, spread: WorkerSpread) -> int:
     """A seed that is a function of the inputs alone: anyone holding the raw samples (the
     publishing stage, a reviewer) re-derives the very same interval."""
-    text = repr((baseline.samples_us, baseline.batch_sizes, baseline.batch_workers,
-                 candidate.samples_us, candidate.batch_sizes, candidate.batch_workers,
-                 spread.log_sd, spread.df))
+    text = repr(
+        (
+            baseline.samples_us,
+            baseline.batch_sizes,
+            baseline.batch_workers,
+            candidate.samples_us,
+            candidate.batch_sizes,
+            candidate.batch_workers,
+            spread.log_sd,
+            spread.df,
+        )
+    )
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
@@ -142,8 +151,10 @@ def _student_t(rng: random.Random, df: int) -> float:
     """One draw of Student's t from `rng.random` alone (its stream is the same on every
     Python): a normal over the root of a chi-square / df, the chi-square summed for small df
     and by Wilson and Hilferty's cube above 30 (error under 1e-3 there)."""
+
     def normal() -> float:
         return math.sqrt(-2.0 * math.log(1.0 - rng.random())) * math.cos(2.0 * math.pi * rng.random())
+
     z = normal()
     if df <= 30:
         chi2 = sum(normal() ** 2 for _ in range(df))
@@ -153,9 +164,14 @@ def _student_t(rng: random.Random, df: int) -> float:
     return z / math.sqrt(max(chi2, 1e-300) / df)
 
 
-def speedup(baseline: Measurement, candidate: Measurement, min_speedup: float = 1.05,
-            level: float = 0.95, resamples: int = 2000,
-            spread: WorkerSpread = WorkerSpread()) -> Speedup:
+def speedup(
+    baseline: Measurement,
+    candidate: Measurement,
+    min_speedup: float = 1.05,
+    level: float = 0.95,
+    resamples: int = 2000,
+    spread: WorkerSpread = WorkerSpread(),
+) -> Speedup:
     """Ratio of medians with a percentile (block-)bootstrap confidence interval.
 
     A speedup is claimed only when the whole interval clears `min_speedup`; a slowdown only
@@ -171,8 +187,10 @@ def speedup(baseline: Measurement, candidate: Measurement, min_speedup: float = 
     """
     rng = random.Random(_seed_of(baseline, candidate, spread))
     ratio = baseline.median_us / candidate.median_us
-    boots = [b / c for b, c in zip(_bootstrap_medians(baseline, rng, resamples),
-                                   _bootstrap_medians(candidate, rng, resamples))]
+    boots = [
+        b / c
+        for b, c in zip(_bootstrap_medians(baseline, rng, resamples), _bootstrap_medians(candidate, rng, resamples))
+    ]
     if spread.df > 0 and spread.log_sd > 0:
         scale = spread.log_sd * math.sqrt(1 / baseline.workers + 1 / candidate.workers)
         boots = [b * math.exp(scale * _student_t(rng, spread.df)) for b in boots]

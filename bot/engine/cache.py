@@ -34,8 +34,12 @@ def environment_key(device: str, gpu_index: int | None) -> str:
         parts.append("")
     if device == "cuda":
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader",
-                                  f"--id={gpu_index or 0}"], capture_output=True, text=True, timeout=20)
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader", f"--id={gpu_index or 0}"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             parts.append(out.stdout.strip())
         except (OSError, subprocess.SubprocessError):
             parts.append("unknown-gpu")
@@ -47,24 +51,43 @@ def environment_key(device: str, gpu_index: int | None) -> str:
 def _outcome_from_json(data: dict[str, Any], candidate: CandidateSource):
     from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 
-    checks = tuple(CheckResult(c["name"], c["passed"], c.get("evidence", ""), c.get("details", {}))
-                   for c in data["checks"])
+    checks = tuple(
+        CheckResult(c["name"], c["passed"], c.get("evidence", ""), c.get("details", {})) for c in data["checks"]
+    )
     shapes = []
     for s in data["shapes"]:
         m = s.get("measurement")
         d = s.get("derivation") or {}  # what stage 2 re-derives the interval from: kept through the cache
-        sp = (Speedup(s["speedup"], s["speedup_ci"][0], s["speedup_ci"][1], s.get("level", 0.95),
-                      s.get("significance", ""),
-                      Measurement.from_samples_json(d["baseline"]) if d.get("baseline") else None,
-                      d.get("spread_log_sd", 0.0), d.get("spread_df", 0), d.get("resamples", 2000))
-              if s.get("speedup") is not None else None)
-        shapes.append(ShapeOutcome(s["shape"], s.get("inputs", ""), s.get("output_dtype"),
-                                   Measurement(tuple(m["samples_us"]), tuple(m.get("batch_sizes", ())),
-                                               tuple(m.get("batch_workers", ())))
-                                   if m else None, sp,
-                                   s.get("floor_us"), s.get("max_abs_err"), s.get("norm_rel_err")))
-    return ContenderOutcome(candidate, data.get("role", "candidate"), Verdict(data["status"], checks),
-                            tuple(shapes))
+        sp = (
+            Speedup(
+                s["speedup"],
+                s["speedup_ci"][0],
+                s["speedup_ci"][1],
+                s.get("level", 0.95),
+                s.get("significance", ""),
+                Measurement.from_samples_json(d["baseline"]) if d.get("baseline") else None,
+                d.get("spread_log_sd", 0.0),
+                d.get("spread_df", 0),
+                d.get("resamples", 2000),
+            )
+            if s.get("speedup") is not None
+            else None
+        )
+        shapes.append(
+            ShapeOutcome(
+                s["shape"],
+                s.get("inputs", ""),
+                s.get("output_dtype"),
+                Measurement(tuple(m["samples_us"]), tuple(m.get("batch_sizes", ())), tuple(m.get("batch_workers", ())))
+                if m
+                else None,
+                sp,
+                s.get("floor_us"),
+                s.get("max_abs_err"),
+                s.get("norm_rel_err"),
+            )
+        )
+    return ContenderOutcome(candidate, data.get("role", "candidate"), Verdict(data["status"], checks), tuple(shapes))
 
 
 class ResultCache:
@@ -74,9 +97,18 @@ class ResultCache:
         self.min_speedup = min_speedup
 
     def _path(self, problem: Problem, baseline: CandidateSource | None, candidate: CandidateSource) -> Path:
-        key = source_hash("\n".join([problem.source, baseline.source_hash if baseline else "-",
-                                     candidate.source_hash, candidate.class_name, self.env_key,
-                                     str(self.min_speedup)]))
+        key = source_hash(
+            "\n".join(
+                [
+                    problem.source,
+                    baseline.source_hash if baseline else "-",
+                    candidate.source_hash,
+                    candidate.class_name,
+                    self.env_key,
+                    str(self.min_speedup),
+                ]
+            )
+        )
         return self.root / "results" / problem.name / f"{key}.json"
 
     def get(self, problem: Problem, baseline: CandidateSource | None, candidate: CandidateSource):

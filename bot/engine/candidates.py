@@ -22,7 +22,12 @@ def default_baseline(problem: Problem) -> CandidateSource:
     """The TARGET implementation if the problem declares one, else the reference itself."""
     if problem.target is not None:
         base = load_candidate(problem.target)
-        return CandidateSource(name=f"target:{problem.target_relpath}", source=base.source,
-                               origin=Origin("target", problem.target_relpath or ""), path=base.path)
-    return CandidateSource(name="reference", source=problem.source, origin=Origin("reference"),
-                           path=problem.path, class_name="Model")
+        return CandidateSource(
+            name=f"target:{problem.target_relpath}",
+            source=base.source,
+            origin=Origin("target", problem.target_relpath or ""),
+            path=base.path,
+        )
+    return CandidateSource(
+        name="reference", source=problem.source, origin=Origin("reference"), path=problem.path, class_name="Model"
+    )

@@ -21,8 +21,7 @@ GIT_TIMEOUT_S = 60  # a diff of a large monorepo takes seconds; a hung git must 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_S)
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as exc:
         raise BotError(f"git {args[0]} in {repo} failed: {exc}") from None
 
@@ -49,8 +48,18 @@ def changed_files_git(repo: Path, base: str, head: str) -> list[str]:
     # -z: paths verbatim (no C-quoting of odd names); -M: rename detection even if the user's
     # config turned it off; --no-relative: repository-relative even from a subfolder or with
     # diff.relative set; --no-ext-diff/--no-textconv: no user-configured programs run.
-    out = _git(repo, "diff", "--name-status", "-z", "-M", "--no-relative", "--no-ext-diff",
-               "--no-textconv", f"{base}...{head}", "--")
+    out = _git(
+        repo,
+        "diff",
+        "--name-status",
+        "-z",
+        "-M",
+        "--no-relative",
+        "--no-ext-diff",
+        "--no-textconv",
+        f"{base}...{head}",
+        "--",
+    )
     if out.returncode != 0:
         message = out.stderr.strip() or f"exit status {out.returncode}"
         hint = " (shallow clone? fetch with fetch-depth: 0)" if "merge base" in message else ""
@@ -83,13 +92,16 @@ def default_base(repo: Path) -> str:
             continue
         out = _git(repo, "merge-base", "HEAD", branch)
         if out.returncode != 0:
-            raise BotError(f"no merge base of HEAD and {branch} in {repo}: "
-                           f"{out.stderr.strip() or 'unrelated histories'} "
-                           "(shallow clone? fetch with fetch-depth: 0)")
+            raise BotError(
+                f"no merge base of HEAD and {branch} in {repo}: "
+                f"{out.stderr.strip() or 'unrelated histories'} "
+                "(shallow clone? fetch with fetch-depth: 0)"
+            )
         log.debug("default base: merge-base of HEAD and %s = %s", branch, out.stdout.strip())
         return out.stdout.strip()
-    raise BotError(f"no default branch in {repo}: none of origin/HEAD, main, master exists; "
-                   "pass the base ref explicitly")
+    raise BotError(
+        f"no default branch in {repo}: none of origin/HEAD, main, master exists; pass the base ref explicitly"
+    )
 
 
 def changed_files_from_pr(files: list[str]) -> list[str]:

@@ -8,18 +8,19 @@ import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from bot.engine import verify
 from bot.core.domain import CandidateSource, CheckResult, Problem, Progress
+from bot.engine import verify
 from bot.engine.gpulock import gpu_shared
-from bot.sandbox import make_sandbox
 from bot.engine.trials import failure_check, release_cache
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.messages import Construct, Load
+from bot.sandbox import make_sandbox
 
 if TYPE_CHECKING:
     from bot.engine.evaluate import EvalOptions
@@ -49,18 +50,33 @@ class Session:
             return self.options.threads
         return 1 if self.options.device == "cpu" else None
 
-    def start(self, label: str, module: Path | None, class_name: str, precision: str,
-              source_hash: str) -> WorkerClient:
+    def start(self, label: str, module: Path | None, class_name: str, precision: str, source_hash: str) -> WorkerClient:
         readable = (self.problem.path, self.problem.root) + ((module,) if module else ())
-        worker = WorkerClient(self.sandbox, label, self.options.device,
-                              self.root / f"w-{label}"[:80],
-                              self.options.cache_root / "compile" / source_hash, readable,
-                              self.options.limits, self.options.gpu_index, self.worker_threads,
-                              describe=label == "reference")
+        worker = WorkerClient(
+            self.sandbox,
+            label,
+            self.options.device,
+            self.root / f"w-{label}"[:80],
+            self.options.cache_root / "compile" / source_hash,
+            readable,
+            self.options.limits,
+            self.options.gpu_index,
+            self.worker_threads,
+            describe=label == "reference",
+        )
         self.workers.append(worker)
         began = time.monotonic()
-        ask(worker, Load(problem=str(self.problem.path), module=str(module) if module else None,
-                         class_name=class_name, precision=precision), self.options.limits.import_timeout_s, "import")
+        ask(
+            worker,
+            Load(
+                problem=str(self.problem.path),
+                module=str(module) if module else None,
+                class_name=class_name,
+                precision=precision,
+            ),
+            self.options.limits.import_timeout_s,
+            "import",
+        )
         worker.start_seconds["import"] = time.monotonic() - began
         return worker
 
@@ -68,8 +84,9 @@ class Session:
         """One line on where the workers' start-up went (medians over the workers)."""
         # Only workers whose import finished (the reference's always has, or the run stops).
         timed = [w.start_seconds for w in self.workers if "import" in w.start_seconds]
-        parts = ", ".join(f"{step} {statistics.median(t[step] for t in timed):.1f} s"
-                          for step in ("process", "hello", "import"))
+        parts = ", ".join(
+            f"{step} {statistics.median(t[step] for t in timed):.1f} s" for step in ("process", "hello", "import")
+        )
         return f"{len(timed)} worker(s) started in {wall_s:.1f} s (each: {parts}; medians)"
 
     def close(self) -> None:
@@ -96,9 +113,13 @@ def release_caches(workers: Sequence[WorkerClient], lock_key: str, timeout_s: fl
         list(pool.map(lambda w: release_cache(w, timeout_s), workers))
 
 
-def construct_all(workers: dict[str, WorkerClient], construct: Construct,
-                   checks: dict[str, list[CheckResult]], timeout_s: float, parallel: int
-                   ) -> dict[str, WorkerClient]:
+def construct_all(
+    workers: dict[str, WorkerClient],
+    construct: Construct,
+    checks: dict[str, list[CheckResult]],
+    timeout_s: float,
+    parallel: int,
+) -> dict[str, WorkerClient]:
     """Every contender still in the running built for a shape, `parallel` at a time (each in
     its own process); those built without new threads, in their order. One after another,
     32 contenders' builds (torch.compile's import among them) took 28 s of a 60 s search of
@@ -130,10 +151,15 @@ class Replicas:
         self.modules: dict[str, tuple[Path, CandidateSource]] = {}
         self.extra: dict[str, list[WorkerClient]] = {}
 
-    def ready(self, passed: dict[str, WorkerClient], construct: Construct,
-              checks: dict[str, list[CheckResult]], timeout_s: float,
-              progress: Progress, warm: Callable[[str, WorkerClient], dict] | None = None
-              ) -> dict[str, tuple[WorkerClient, ...]]:
+    def ready(
+        self,
+        passed: dict[str, WorkerClient],
+        construct: Construct,
+        checks: dict[str, list[CheckResult]],
+        timeout_s: float,
+        progress: Progress,
+        warm: Callable[[str, WorkerClient], dict] | None = None,
+    ) -> dict[str, tuple[WorkerClient, ...]]:
         """Each passed contender's workers for this shape, its first one first. A replica that
         fails to start or build fails its contender: it is the same code, so the contender
         itself is what does not work reliably. `warm(name, worker)`, where given, makes a
@@ -142,20 +168,24 @@ class Replicas:
         compile cache the first worker filled) took 2 to 13 s of those batches on 2 vCPUs."""
         if self.count == 1 or len(passed) < 2:
             return {n: (w,) for n, w in passed.items()}
-        progress(f"{self.session.problem.name}: starting {self.count - 1} more worker(s) for each of "
-                 f"{len(passed)} contender(s)")
+        progress(
+            f"{self.session.problem.name}: starting {self.count - 1} more worker(s) for each of "
+            f"{len(passed)} contender(s)"
+        )
 
         def build(name: str) -> None:
             module, cand = self.modules[name]
             extra = self.extra.setdefault(name, [])
             try:
                 while len(extra) < self.count - 1:
-                    extra.append(self.session.start(f"{name}-r{len(extra) + 2}", module,
-                                                    cand.class_name, "native", cand.source_hash))
+                    extra.append(
+                        self.session.start(
+                            f"{name}-r{len(extra) + 2}", module, cand.class_name, "native", cand.source_hash
+                        )
+                    )
                 for worker in extra:
                     reply = ask(worker, construct, timeout_s, "construct")
-                    checks[name].append(verify.check_threads(reply.new_threads,
-                                                             "import and construction (replica)"))
+                    checks[name].append(verify.check_threads(reply.new_threads, "import and construction (replica)"))
                     if warm is not None and checks[name][-1].passed:
                         reply = warm(name, worker)
                         checks[name].append(verify.check_threads(reply["new_threads"], "a call (replica)"))

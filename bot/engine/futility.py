@@ -16,8 +16,8 @@ said so.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from bot.core import stats as bench
 from bot.core.domain import Measurement
@@ -58,14 +58,20 @@ class Futility:
         if self.baseline not in active or self.rounds < self.next_look:
             return set()
         base = _measured(records[self.baseline], len(active[self.baseline]), self.min_batches)
-        candidates = {n: m for n in active if n != self.baseline
-                      and (m := _measured(records[n], len(active[n]), self.min_batches)) is not None}
+        candidates = {
+            n: m
+            for n in active
+            if n != self.baseline and (m := _measured(records[n], len(active[n]), self.min_batches)) is not None
+        }
         if base is None or not candidates:
             return set()
         self.next_look = max(self.rounds + 1, math.ceil(self.rounds * LOOK_GROWTH))
         spread = bench.worker_spread([base, *candidates.values()], trusted=base)
-        out = {n for n, m in candidates.items()
-               if bench.speedup(base, m, self.min_speedup, level=LEVEL, spread=spread).ci_high < self.below}
+        out = {
+            n
+            for n, m in candidates.items()
+            if bench.speedup(base, m, self.min_speedup, level=LEVEL, spread=spread).ci_high < self.below
+        }
         for name in out:
             self.stopped[name] = len(base.batch_sizes)
         if out and set(active) - out == {self.baseline}:

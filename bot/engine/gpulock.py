@@ -17,8 +17,8 @@ import fcntl
 import os
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 
 class _RWLock:
@@ -126,13 +126,16 @@ class GpuHandover:
     to time kernel variants until the call ends. Called with what the worker said, it
     changes hands and returns the answer."""
 
-    def __init__(self, shared: Callable[[], contextlib.AbstractContextManager],
-                 exclusive: Callable[[], contextlib.AbstractContextManager]):
+    def __init__(
+        self,
+        shared: Callable[[], contextlib.AbstractContextManager],
+        exclusive: Callable[[], contextlib.AbstractContextManager],
+    ):
         self._shared = shared
         self._exclusive = exclusive
         self._held: contextlib.ExitStack | None = None
 
-    def __enter__(self) -> "GpuHandover":
+    def __enter__(self) -> GpuHandover:
         self._take(self._shared)
         return self
 

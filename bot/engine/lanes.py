@@ -9,12 +9,13 @@ measurements never share a GPU, and a verdict does not depend on how many lanes 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
-from bot.sandbox.cores import set_lanes
 from bot.core.domain import Problem
 from bot.core.errors import BotError, GpuOutOfMemory
+from bot.sandbox.cores import set_lanes
 
 T = TypeVar("T")
 
@@ -55,9 +56,14 @@ def visible_gpus(spec: str | None, device: str) -> list[int | None]:
         raise BotError(f"--gpus {spec!r}: expected 'all' or a comma list like 0,1") from None
 
 
-def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | None, bool], T], jobs: int,
-                 lanes: Lanes, progress: Callable[[str], None],
-                 on_error: Callable[[Problem, BotError], T] | None = None) -> list[T]:
+def run_problems(
+    problems: Sequence[Problem],
+    work: Callable[[Problem, int | None, bool], T],
+    jobs: int,
+    lanes: Lanes,
+    progress: Callable[[str], None],
+    on_error: Callable[[Problem, BotError], T] | None = None,
+) -> list[T]:
     """`work(problem, gpu, beside_others)` for every problem, `jobs` at a time; results in
     input order. `beside_others`: other problems may run at the same time.
 
@@ -65,6 +71,7 @@ def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | Non
     beside the others is run again after them, alone; any other input error becomes that
     problem's result through `on_error`, or, without it, is raised once every problem has
     had its turn. A bug (not a BotError) is raised as itself."""
+
     def one(item: tuple[int, Problem], beside_others: bool) -> T:
         n, problem = item
         lane = lanes.acquire(problem.name)
@@ -75,8 +82,9 @@ def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | Non
         except BotError as exc:  # said now, not only at the end: a long sweep may be cut off first
             again = isinstance(exc, GpuOutOfMemory) and beside_others
             said = str(exc) if str(exc).startswith(problem.name) else f"{problem.name}: {exc}"
-            progress(f"[{n}/{len(problems)}] failed: {said}"
-                     + (" (it runs again alone after the others)" if again else ""))
+            progress(
+                f"[{n}/{len(problems)}] failed: {said}" + (" (it runs again alone after the others)" if again else "")
+            )
             raise
         finally:
             lanes.release(lane)
@@ -90,15 +98,16 @@ def run_problems(problems: Sequence[Problem], work: Callable[[Problem, int | Non
     outcome = each(list(enumerate(problems, 1)), jobs)
     short = [(n, problems[n - 1]) for n, r in outcome.items() if isinstance(r, GpuOutOfMemory)]
     if short and jobs > 1:
-        progress(f"{len(short)} problem(s) ran out of GPU memory beside others: "
-                 "running them again, one at a time")
+        progress(f"{len(short)} problem(s) ran out of GPU memory beside others: running them again, one at a time")
         outcome.update(each(short, 1))
     failed = [r for r in outcome.values() if isinstance(r, BaseException)]
     if any(not isinstance(r, BotError) for r in failed):
         raise next(r for r in failed if not isinstance(r, BotError))  # a bug: its own traceback
     if on_error is not None:
-        return [on_error(problems[n - 1], r) if isinstance(r, BotError) else r  # type: ignore[misc]
-                for n, r in sorted(outcome.items())]
+        return [
+            on_error(problems[n - 1], r) if isinstance(r, BotError) else r  # type: ignore[misc]
+            for n, r in sorted(outcome.items())
+        ]
     if len(failed) == 1:
         raise failed[0]
     if failed:

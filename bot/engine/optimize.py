@@ -5,15 +5,17 @@ from __future__ import annotations
 import fnmatch
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from bot.core.domain import CandidateSource, Environment, Problem, Progress
 from bot.core.errors import BotError, ProblemError
-from bot.engine.evaluate import EvalOptions, evaluate
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible, implausibility
-from bot.core.results import BestResult, ContenderResult, ProblemResult, Skipped as SkippedResult
+from bot.core.results import BestResult, ContenderResult, ProblemResult
+from bot.core.results import Skipped as SkippedResult
+from bot.engine.evaluate import EvalOptions, evaluate
 from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import path_of
@@ -59,8 +61,9 @@ class Attempt:
         if ci is None:
             return "accepted (not timed against a baseline)"
         slower = self.outcome.slower_shapes()
-        return (f"accepted: {self.outcome.speedup:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]"
-                + (f"; significantly slower on {', '.join(slower)}" if slower else ""))
+        return f"accepted: {self.outcome.speedup:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]" + (
+            f"; significantly slower on {', '.join(slower)}" if slower else ""
+        )
 
     def to_result(self, min_speedup: float) -> ContenderResult:
         return ContenderResult.of(self.outcome, self.round, self.reason, self.outcome.significant(min_speedup))
@@ -95,16 +98,27 @@ class OptimizeResult:
         """Its entry in results.json."""
         p = self.problem
         return ProblemResult(
-            p.name, self.outcome, tuple(a.to_result(min_speedup) for a in self.attempts), str(p.path),
-            p.target_relpath, BestResult.of(self.best) if self.best is not None else None,
-            tuple(p.distributions), dict(p.skipped_distributions), self.error or None,
-            self.baseline.not_timed if self.baseline else None, self.implausible, min_speedup,
-            self.max_plausible_speedup, self.stopped, self.wall_s,
+            p.name,
+            self.outcome,
+            tuple(a.to_result(min_speedup) for a in self.attempts),
+            str(p.path),
+            p.target_relpath,
+            BestResult.of(self.best) if self.best is not None else None,
+            tuple(p.distributions),
+            dict(p.skipped_distributions),
+            self.error or None,
+            self.baseline.not_timed if self.baseline else None,
+            self.implausible,
+            min_speedup,
+            self.max_plausible_speedup,
+            self.stopped,
+            self.wall_s,
             ContenderResult.of(self.baseline) if self.baseline else None,
             tuple(SkippedResult(s.transformation, s.reason) for s in self.skipped),
             # A failed problem measured nothing: no environment for the reports to show.
             None if self.error else self.environment,
-            {k: v for k, v in self.llm.items() if k != "transcript"})
+            {k: v for k, v in self.llm.items() if k != "transcript"},
+        )
 
     def to_json(self, min_speedup: float) -> dict[str, Any]:
         return self.to_result(min_speedup).to_json()
@@ -118,24 +132,32 @@ def failed_result(problem: Problem, error: str, device: str, wall_s: float = 0.0
     return OptimizeResult(problem, nowhere, None, None, (), (), "failed", wall_s, error=error)
 
 
-def select_best(attempts: list[Attempt], min_speedup: float,
-                max_plausible: float = DEFAULT_MAX_PLAUSIBLE_SPEEDUP) -> ContenderOutcome | None:
+def select_best(
+    attempts: list[Attempt], min_speedup: float, max_plausible: float = DEFAULT_MAX_PLAUSIBLE_SPEEDUP
+) -> ContenderOutcome | None:
     """The fastest accepted candidate whose whole confidence interval clears `min_speedup`,
     and that the plausibility guard (bot.core.plausible) does not flag."""
-    winners = [a.outcome for a in attempts if a.outcome.significant(min_speedup)
-               and implausibility(a.outcome, max_plausible) is None]
+    winners = [
+        a.outcome
+        for a in attempts
+        if a.outcome.significant(min_speedup) and implausibility(a.outcome, max_plausible) is None
+    ]
     return max(winners, key=lambda o: (o.speedup_ci[0], o.speedup), default=None)
 
 
 def flagged(attempts: list[Attempt], max_plausible: float) -> tuple[Implausible, ...]:
     """Accepted candidates the plausibility guard flags, the largest speedup first."""
-    found = [f for a in attempts if a.outcome.verdict.accepted
-             and (f := implausibility(a.outcome, max_plausible)) is not None]
+    found = [
+        f
+        for a in attempts
+        if a.outcome.verdict.accepted and (f := implausibility(a.outcome, max_plausible)) is not None
+    ]
     return tuple(sorted(found, key=lambda f: -(f.speedup or 0.0)))
 
 
-def split_candidates(problem: Problem, baseline: CandidateSource, searched: list[Attempt],
-                     evaluation: Evaluation) -> list[CandidateSource]:
+def split_candidates(
+    problem: Problem, baseline: CandidateSource, searched: list[Attempt], evaluation: Evaluation
+) -> list[CandidateSource]:
     """Where small (launch-bound) shapes and large ones were won by different paths of the
     same base (e.g. CUDA graphs and torch.compile), one candidate that takes each path by
     input size."""
@@ -161,8 +183,7 @@ def split_candidates(problem: Problem, baseline: CandidateSource, searched: list
     return out
 
 
-def tuning_step(bases: list[Base], attempts: list[Attempt], round_: int = 0, limit: int = 8
-                ) -> list[CandidateSource]:
+def tuning_step(bases: list[Base], attempts: list[Attempt], round_: int = 0, limit: int = 8) -> list[CandidateSource]:
     """One step of coordinate descent on a Triton base's knobs: where the fastest accepted
     tuned variant of it beat the baseline (its whole interval over 1), the moves from that
     variant's setting that no attempt has tried yet."""
@@ -170,15 +191,25 @@ def tuning_step(bases: list[Base], attempts: list[Attempt], round_: int = 0, lim
     for base in bases:
         if not tunable_constants(base.source):
             continue
-        mine = [a.outcome for a in attempts if a.outcome.candidate.name.startswith("tune-")
-                and a.outcome.candidate.origin.parent == base.parent_hash]
+        mine = [
+            a.outcome
+            for a in attempts
+            if a.outcome.candidate.name.startswith("tune-") and a.outcome.candidate.origin.parent == base.parent_hash
+        ]
         timed = [o for o in mine if o.verdict.accepted and o.speedup_ci is not None]
         best = max(timed, key=lambda o: o.speedup or 0.0, default=None)
         if best is None or best.speedup_ci[0] <= 1.0:
             continue
         tried = frozenset(setting_of(o.candidate.source) for o in mine) | {setting_of(base.source)}
-        out.extend(autotune_variants(Base(base.label, best.candidate.source, base.class_name),
-                                     round_=round_, limit=limit, tried=tried, pairs=False))
+        out.extend(
+            autotune_variants(
+                Base(base.label, best.candidate.source, base.class_name),
+                round_=round_,
+                limit=limit,
+                tried=tried,
+                pairs=False,
+            )
+        )
     return out
 
 
@@ -187,11 +218,19 @@ def feedback_for(outcome: ContenderOutcome) -> Feedback:
     verdict = outcome.verdict
     if verdict.accepted:
         shape = outcome.shapes[0] if outcome.shapes else None
-        return Feedback(outcome.candidate, "accepted", "passed every check",
-                        speedup=outcome.speedup, median_us=outcome.median_us,
-                        baseline_us=(shape.measurement.median_us / shape.speedup.ratio
-                                     if shape and shape.speedup and shape.measurement else None),
-                        floor_us=shape.floor_us if shape else None)
+        return Feedback(
+            outcome.candidate,
+            "accepted",
+            "passed every check",
+            speedup=outcome.speedup,
+            median_us=outcome.median_us,
+            baseline_us=(
+                shape.measurement.median_us / shape.speedup.ratio
+                if shape and shape.speedup and shape.measurement
+                else None
+            ),
+            floor_us=shape.floor_us if shape else None,
+        )
     failed = [c for c in verdict.checks if not c.passed]
     first = failed[0]
     log_tail = str(first.details.get("log_tail", ""))[-1500:]
@@ -205,8 +244,7 @@ def feedback_for(outcome: ContenderOutcome) -> Feedback:
     return Feedback(outcome.candidate, status, message)
 
 
-def refuse_rejected_baseline(problem: Problem, evaluation: Evaluation, first: bool,
-                             progress: Progress) -> None:
+def refuse_rejected_baseline(problem: Problem, evaluation: Evaluation, first: bool, progress: Progress) -> None:
     """Every speedup is against the baseline: one the verifier rejected leaves none to report.
     Without this a baseline rejected for a wrong TARGET or an unrecognised out-of-memory reads
     "no significant improvement", as if its candidates had lost.
@@ -217,20 +255,27 @@ def refuse_rejected_baseline(problem: Problem, evaluation: Evaluation, first: bo
         return
     what = f"the baseline {base.candidate.name} was rejected by the verifier"
     if first:
-        raise ProblemError(f"{problem.path}: {what}, so no speedup can be measured: "
-                           + "; ".join(base.verdict.reasons))
-    progress(f"{problem.name}: {what} in this round ({'; '.join(base.verdict.reasons)}); "
-             "its candidates have no speedups")
+        raise ProblemError(f"{problem.path}: {what}, so no speedup can be measured: " + "; ".join(base.verdict.reasons))
+    progress(
+        f"{problem.name}: {what} in this round ({'; '.join(base.verdict.reasons)}); its candidates have no speedups"
+    )
 
 
 def _near_roofline(attempts: list[Attempt], pct: float) -> bool:
-    return any(a.outcome.verdict.accepted and a.outcome.shapes
-               and all((s.pct_of_floor or 0) >= pct for s in a.outcome.shapes) for a in attempts)
+    return any(
+        a.outcome.verdict.accepted and a.outcome.shapes and all((s.pct_of_floor or 0) >= pct for s in a.outcome.shapes)
+        for a in attempts
+    )
 
 
-def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptions,
-             progress: Progress = lambda _: None, proposer: Any = None,
-             hardware: Hardware = H200) -> OptimizeResult:
+def optimize(
+    problem: Problem,
+    baseline: CandidateSource,
+    options: OptimizeOptions,
+    progress: Progress = lambda _: None,
+    proposer: Any = None,
+    hardware: Hardware = H200,
+) -> OptimizeResult:
     """Search (no LLM) and/or LLM rounds with feedback; every candidate verified and timed
     against the same-run baseline; only a significant improvement is selected."""
     started = time.monotonic()
@@ -245,8 +290,7 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
         remaining = deadline - time.monotonic()
         ev_opts = options.evaluation
         if remaining < ev_opts.timing.time_cap_s * 4:  # keep the timing inside the budget
-            ev_opts = replace(ev_opts, timing=replace(ev_opts.timing,
-                                                      time_cap_s=max(remaining / 4, 0.5)))
+            ev_opts = replace(ev_opts, timing=replace(ev_opts.timing, time_cap_s=max(remaining / 4, 0.5)))
         evaluation = evaluate(problem, cands, baseline, ev_opts, progress)
         refuse_rejected_baseline(problem, evaluation, not evaluations, progress)
         evaluations.append(evaluation)
@@ -260,26 +304,32 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
             run(round_, step)
 
     if options.strategy in ("search", "all"):
-        cands, skipped = search_candidates(problem, bases_for(problem), device,
-                                           options.evaluation.timing.mode)
+        cands, skipped = search_candidates(problem, bases_for(problem), device, options.evaluation.timing.mode)
         left_out = [c for c in cands if any(fnmatch.fnmatch(c.name, p) for p in options.exclude)]
         skipped = skipped + [Skipped(c.name, "excluded by --exclude") for c in left_out]
         cands = [c for c in cands if c not in left_out]
         progress(f"{problem.name}: search round, {len(cands)} candidate(s), {len(skipped)} skipped")
         run(0, cands)
         descend(bases_for(problem), 0)
-        splits = [c for c in split_candidates(problem, baseline, attempts, evaluations[-1])
-                  if not any(fnmatch.fnmatch(c.name, p) for p in options.exclude)]
+        splits = [
+            c
+            for c in split_candidates(problem, baseline, attempts, evaluations[-1])
+            if not any(fnmatch.fnmatch(c.name, p) for p in options.exclude)
+        ]
         if splits and time.monotonic() < deadline:
             progress(f"{problem.name}: {len(splits)} candidate(s) splitting shapes by input size")
             run(0, splits)
 
     llm_info: dict[str, Any] = {}
     if options.strategy in ("llm", "all"):
-        stopped = _llm_rounds(problem, baseline, options, proposer, hardware, attempts, run,
-                              deadline, progress, llm_info)
-        best_llm = select_best([a for a in attempts if a.outcome.candidate.origin.strategy == "llm"],
-                               options.min_speedup, options.max_plausible_speedup)
+        stopped = _llm_rounds(
+            problem, baseline, options, proposer, hardware, attempts, run, deadline, progress, llm_info
+        )
+        best_llm = select_best(
+            [a for a in attempts if a.outcome.candidate.origin.strategy == "llm"],
+            options.min_speedup,
+            options.max_plausible_speedup,
+        )
         if best_llm is not None and time.monotonic() < deadline:
             llm_base = Base("llm", best_llm.candidate.source, "ModelNew")
             tuning_round = max(a.round for a in attempts) + 1
@@ -294,22 +344,39 @@ def optimize(problem: Problem, baseline: CandidateSource, options: OptimizeOptio
     base = next((e.baseline for e in reversed(evaluations) if e.baseline), None)
     env = evaluations[-1].environment if evaluations else Environment(device, "?", "?", None, None, None, "?")
     bound = options.max_plausible_speedup
-    return OptimizeResult(problem, env, base, select_best(attempts, options.min_speedup, bound),
-                          tuple(attempts), tuple(skipped), stopped,
-                          time.monotonic() - started, llm_info,
-                          implausible=flagged(attempts, bound), max_plausible_speedup=bound)
+    return OptimizeResult(
+        problem,
+        env,
+        base,
+        select_best(attempts, options.min_speedup, bound),
+        tuple(attempts),
+        tuple(skipped),
+        stopped,
+        time.monotonic() - started,
+        llm_info,
+        implausible=flagged(attempts, bound),
+        max_plausible_speedup=bound,
+    )
 
 
-def _llm_rounds(problem: Problem, baseline: CandidateSource, options: OptimizeOptions, proposer: Any,
-                hardware: Hardware, attempts: list[Attempt], run: Callable[[int, list], None],
-                deadline: float, progress: Progress, info: dict[str, Any]) -> str:
+def _llm_rounds(
+    problem: Problem,
+    baseline: CandidateSource,
+    options: OptimizeOptions,
+    proposer: Any,
+    hardware: Hardware,
+    attempts: list[Attempt],
+    run: Callable[[int, list], None],
+    deadline: float,
+    progress: Progress,
+    info: dict[str, Any],
+) -> str:
     if proposer is None:
         from bot.propose.llm import LlmProposer
 
         if not options.model:
             raise BotError("the llm strategy needs --model (and OPENAI_API_KEY / OPENAI_BASE_URL)")
-        proposer = LlmProposer(options.model, samples=options.samples,
-                               max_total_tokens=options.max_total_tokens)
+        proposer = LlmProposer(options.model, samples=options.samples, max_total_tokens=options.max_total_tokens)
     history: list[Feedback] = [feedback_for(a.outcome) for a in attempts][-6:]
     floor = next((s.floor_us for a in attempts for s in a.outcome.shapes if s.floor_us), None)
     current = baseline.source
@@ -321,8 +388,9 @@ def _llm_rounds(problem: Problem, baseline: CandidateSource, options: OptimizeOp
         if _near_roofline(attempts, options.roofline_stop_pct):
             stopped = "near the roofline floor"
             break
-        request = ProposalRequest(problem, current, hardware, floor, round_, options.samples,
-                                  tuple(history), options.backend)
+        request = ProposalRequest(
+            problem, current, hardware, floor, round_, options.samples, tuple(history), options.backend
+        )
         progress(f"{problem.name}: LLM round {round_}")
         try:
             cands = proposer.propose(request)
@@ -337,7 +405,11 @@ def _llm_rounds(problem: Problem, baseline: CandidateSource, options: OptimizeOp
             for a in attempts[before:]:
                 if a.outcome.verdict.accepted:
                     floor = floor or next((s.floor_us for s in a.outcome.shapes if s.floor_us), None)
-    info.update({"tokens": getattr(proposer, "tokens_used", 0),
-                 "cost_usd": getattr(proposer, "cost_usd", 0.0),
-                 "transcript": [e.to_json() for e in getattr(proposer, "transcript", [])]})
+    info.update(
+        {
+            "tokens": getattr(proposer, "tokens_used", 0),
+            "cost_usd": getattr(proposer, "cost_usd", 0.0),
+            "transcript": [e.to_json() for e in getattr(proposer, "transcript", [])],
+        }
+    )
     return stopped

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from bot.core.domain import Trigger
 from bot.core.results import RESULTS_FILE, Results
@@ -19,8 +19,12 @@ from bot.engine.optimize import OptimizeResult
 
 def results_document(results: Sequence[OptimizeResult], trigger: Trigger | None, min_speedup: float) -> Results:
     """The typed results.json of a run (`trigger` None: `bot optimize`, no trigger to record)."""
-    return Results(tuple(r.to_result(min_speedup) for r in results), trigger, min_speedup,
-                   dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    return Results(
+        tuple(r.to_result(min_speedup) for r in results),
+        trigger,
+        min_speedup,
+        dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    )
 
 
 def write_results(out: Path, results: Results) -> Path:
@@ -30,8 +34,9 @@ def write_results(out: Path, results: Results) -> Path:
     return path
 
 
-def write_optimize_outputs(out: Path, results: Sequence[OptimizeResult], min_speedup: float,
-                           trigger: Trigger | None = None) -> None:
+def write_optimize_outputs(
+    out: Path, results: Sequence[OptimizeResult], min_speedup: float, trigger: Trigger | None = None
+) -> None:
     """Every candidate's source, the key-free LLM transcript, and results.json."""
     out.mkdir(parents=True, exist_ok=True)
     for result in results:
@@ -61,14 +66,17 @@ def render_optimize(results: Sequence[OptimizeResult], min_speedup: float) -> st
         for s in r.skipped:
             lines.append(f"  skipped {s.transformation}: {s.reason}")
         for flag in r.implausible[:1]:
-            lines.append(f"  IMPLAUSIBLE {flag.name}: {flag.evidence} (not claimed: check the baseline;"
-                         f" {len(r.implausible)} candidate(s) flagged)")
+            lines.append(
+                f"  IMPLAUSIBLE {flag.name}: {flag.evidence} (not claimed: check the baseline;"
+                f" {len(r.implausible)} candidate(s) flagged)"
+            )
         if r.baseline is not None and r.baseline.not_timed:
             lines.append(f"  correct; not timed: {r.baseline.not_timed} (the baseline)")
         elif r.best:
             lo, hi = r.best.speedup_ci
-            lines.append(f"  BEST {r.best.candidate.name}: {r.best.speedup:.3f}x "
-                         f"(95% CI [{lo:.3f}, {hi:.3f}], >= {min_speedup})")
+            lines.append(
+                f"  BEST {r.best.candidate.name}: {r.best.speedup:.3f}x (95% CI [{lo:.3f}, {hi:.3f}], >= {min_speedup})"
+            )
         else:
             lines.append(f"  no significant improvement (no candidate's interval clears {min_speedup}x)")
     return "\n".join(lines)

@@ -6,21 +6,21 @@ from __future__ import annotations
 
 import shlex
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
-from bot.engine.changes import affected_problems
-from bot.report.chart import results_chart
 from bot.config import Settings, path_allowed
 from bot.core.domain import Problem, Progress, PullRequestPlan, Trigger
 from bot.core.errors import BotError
+from bot.core.results import ProblemResult, Results
+from bot.engine.changes import affected_problems
 from bot.engine.optimize import OptimizeOptions, OptimizeResult, failed_result, optimize
 from bot.engine.outputs import results_document, write_optimize_outputs, write_results
-from bot.core.results import ProblemResult, Results
-from bot.report.plan import plan_pull_request
 from bot.engine.problems import find_problems
+from bot.report.chart import results_chart
 from bot.report.markdown import render_step_summary
+from bot.report.plan import plan_pull_request
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,10 @@ def select_problems(repo_root: Path, settings: Settings, changed: list[str] | No
 def reproduce_command(problems: list[Problem], options: OptimizeOptions, repo_root: Path) -> str:
     paths = " ".join(shlex.quote(str(p.path.relative_to(repo_root))) for p in problems)
     # The device the numbers came from: a CPU dry run's table is reproduced on a CPU.
-    return (f"bot optimize {paths} --strategy {options.strategy} --min-speedup {options.min_speedup}"
-            f" --device {options.evaluation.device}")
+    return (
+        f"bot optimize {paths} --strategy {options.strategy} --min-speedup {options.min_speedup}"
+        f" --device {options.evaluation.device}"
+    )
 
 
 def raise_if_any_failed(problems: Sequence[ProblemResult]) -> None:
@@ -52,12 +54,13 @@ def raise_if_any_failed(problems: Sequence[ProblemResult]) -> None:
     call it after they have written and printed everything else."""
     failed = [p for p in problems if p.failed]
     if failed:
-        raise BotError(f"{len(failed)} of {len(problems)} problem(s) failed (the others' results are "
-                       "complete): " + "; ".join(str(p.error) for p in failed))
+        raise BotError(
+            f"{len(failed)} of {len(problems)} problem(s) failed (the others' results are "
+            "complete): " + "; ".join(str(p.error) for p in failed)
+        )
 
 
-def write_reports(out: Path, results: Results, plan: PullRequestPlan | None,
-                  chart: bytes | None) -> None:
+def write_reports(out: Path, results: Results, plan: PullRequestPlan | None, chart: bytes | None) -> None:
     """report.md (the PR body, or the summary when there is no PR), junit.xml, chart, patch."""
     # Imported here: `bot optimize` reaches this module on GPU machines that carry only
     # torch, triton and numpy (the worker/verify/bench path), and junit-xml is for reports.
@@ -72,8 +75,15 @@ def write_reports(out: Path, results: Results, plan: PullRequestPlan | None,
     (out / "patch.diff").write_text(plan.patch if plan else "")
 
 
-def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | None, jobs: int,
-                 out: Path | None, progress: Progress, trigger: Trigger | None = None) -> list[OptimizeResult]:
+def optimize_all(
+    problems: list[Problem],
+    options: OptimizeOptions,
+    gpus: str | None,
+    jobs: int,
+    out: Path | None,
+    progress: Progress,
+    trigger: Trigger | None = None,
+) -> list[OptimizeResult]:
     """Optimise every problem over the GPU lanes; with `out`, results are written after each
     problem, so a sweep that is cancelled keeps what it finished. A problem that cannot be
     evaluated is a result with its error (callers exit 2 after writing everything)."""
@@ -95,32 +105,41 @@ def optimize_all(problems: list[Problem], options: OptimizeOptions, gpus: str | 
         with writing:
             done[str(problem.path)] = result
             if out is not None:
-                write_optimize_outputs(out, [done[str(p.path)] for p in problems if str(p.path) in done],
-                                       options.min_speedup, trigger)
+                write_optimize_outputs(
+                    out, [done[str(p.path)] for p in problems if str(p.path) in done], options.min_speedup, trigger
+                )
         progress(f"{problem.name}: done, {result.outcome}")
         return result
 
     def work(problem: Problem, gpu: int | None, beside_others: bool) -> OptimizeResult:
-        lane = replace(options, evaluation=replace(options.evaluation, gpu_index=gpu, parallel=parallel,
-                                                   beside_others=beside_others))
+        lane = replace(
+            options,
+            evaluation=replace(options.evaluation, gpu_index=gpu, parallel=parallel, beside_others=beside_others),
+        )
         return keep(problem, optimize(problem, default_baseline(problem), lane, progress))
 
     def failed(problem: Problem, error: BotError) -> OptimizeResult:
         progress(f"{problem.name}: failed: {error}")
         return keep(problem, failed_result(problem, str(error), options.evaluation.device))
+
     return run_problems(problems, work, at_once, lanes, progress, on_error=failed)
 
 
-def run_job(job: Job, problems: list[Problem], progress: Progress
-            ) -> tuple[Results, PullRequestPlan | None]:
+def run_job(job: Job, problems: list[Problem], progress: Progress) -> tuple[Results, PullRequestPlan | None]:
     """Optimise every problem, then write the results directory; returns (results, plan)."""
     job.out.mkdir(parents=True, exist_ok=True)
     optimized = optimize_all(problems, job.options, job.gpus, job.jobs, job.out, progress, job.trigger)
     results = results_document(optimized, job.trigger, job.options.min_speedup)
     chart = results_chart(results)
-    plan = plan_pull_request(results, job.trigger, job.repo_root,
-                             lambda path: path_allowed(path, job.settings), chart,
-                             reproduce_command(problems, job.options, job.repo_root), job.settings.chart_path)
+    plan = plan_pull_request(
+        results,
+        job.trigger,
+        job.repo_root,
+        lambda path: path_allowed(path, job.settings),
+        chart,
+        reproduce_command(problems, job.options, job.repo_root),
+        job.settings.chart_path,
+    )
     write_reports(job.out, results, plan, chart)
     return results, plan
 
@@ -130,5 +149,7 @@ def describe_plan(plan: PullRequestPlan | None) -> str:
     if plan is None:
         return "No pull request: no candidate was significantly faster than the baseline."
     files = "\n".join(f"  {c.path} ({len(c.content)} bytes)" for c in plan.files) or "  (none)"
-    return (f"Would open a pull request\n  repository: {plan.repo or '(local)'}\n  branch: {plan.branch}\n"
-            f"  base: {plan.base}\n  title: {plan.title}\nFiles:\n{files}\n\n{plan.body}")
+    return (
+        f"Would open a pull request\n  repository: {plan.repo or '(local)'}\n  branch: {plan.branch}\n"
+        f"  base: {plan.base}\n  title: {plan.title}\nFiles:\n{files}\n\n{plan.body}"
+    )

@@ -9,8 +9,8 @@ as `ProblemError` too.
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,9 @@ REQUIRED = {"Model": ast.ClassDef, "get_inputs": ast.FunctionDef, "get_init_inpu
 def repo_root(path: Path) -> Path:
     """The git work tree holding `path`, else its folder."""
     try:
-        out = subprocess.run(["git", "-C", str(path.parent), "rev-parse", "--show-toplevel"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", str(path.parent), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10
+        )
         if out.returncode == 0 and out.stdout.strip():
             return Path(out.stdout.strip())
     except (OSError, subprocess.SubprocessError):
@@ -51,8 +52,9 @@ def _shapes(value: Any, name: str, where: str, globals_: set[str]) -> tuple[Shap
             raise ProblemError(f"{where}: {name}[{shape_name!r}] must be a dict of global overrides")
         unknown = sorted(set(overrides) - globals_)
         if unknown:
-            raise ProblemError(f"{where}: {name}[{shape_name!r}] overrides {unknown}, which the file "
-                               "does not define at module level")
+            raise ProblemError(
+                f"{where}: {name}[{shape_name!r}] overrides {unknown}, which the file does not define at module level"
+            )
         shapes.append(Shape(str(shape_name), dict(overrides)))
     return tuple(shapes)
 
@@ -84,9 +86,21 @@ def load_problem(path: str | Path, root: Path | None = None) -> Problem:
         if not isinstance(defs.get(name), kind):
             what = "class" if kind is ast.ClassDef else "function"
             raise ProblemError(f"{where}: not a KernelBench problem: no {what} {name} at module level")
-    meta = {k: _literal(v, k, where) for k, v in assigns.items()
-            if k in {"TARGET", "SHAPES", "CPU_SHAPES", "TOLERANCE", "DISTRIBUTIONS",
-                     "SKIP_DISTRIBUTIONS", "REFERENCE_PRECISION", "WATCH"}}
+    meta = {
+        k: _literal(v, k, where)
+        for k, v in assigns.items()
+        if k
+        in {
+            "TARGET",
+            "SHAPES",
+            "CPU_SHAPES",
+            "TOLERANCE",
+            "DISTRIBUTIONS",
+            "SKIP_DISTRIBUTIONS",
+            "REFERENCE_PRECISION",
+            "WATCH",
+        }
+    }
     root = (root or repo_root(path)).resolve()
     target = meta.get("TARGET")
     if target is not None:
@@ -111,11 +125,20 @@ def load_problem(path: str | Path, root: Path | None = None) -> Problem:
     watch = meta.get("WATCH", [])
     if not isinstance(watch, (list, tuple)) or not all(isinstance(w, str) for w in watch):
         raise ProblemError(f"{where}: WATCH must be a list of path patterns")
-    return Problem(path=path, name=path.stem, source=source, root=root,
-                   target_relpath=target, gpu_shapes=gpu, cpu_shapes=cpu,
-                   tolerance={k: float(v) for k, v in tolerance.items()},
-                   distributions=kept_distributions(skipped), reference_precision=precision,
-                   watch=tuple(watch), skipped_distributions=skipped)
+    return Problem(
+        path=path,
+        name=path.stem,
+        source=source,
+        root=root,
+        target_relpath=target,
+        gpu_shapes=gpu,
+        cpu_shapes=cpu,
+        tolerance={k: float(v) for k, v in tolerance.items()},
+        distributions=kept_distributions(skipped),
+        reference_precision=precision,
+        watch=tuple(watch),
+        skipped_distributions=skipped,
+    )
 
 
 def find_problems(directory: str | Path, root: Path | None = None) -> list[Problem]:
@@ -134,6 +157,7 @@ def only_shapes(problem: Problem, names: tuple[str, ...], device: str) -> Proble
     have = problem.shapes_for(device)
     kept = tuple(s for s in have if s.name in names)
     if not kept:
-        raise ProblemError(f"{problem.path}: no shape named {', '.join(names)} on {device} "
-                           f"(it has: {', '.join(s.name for s in have)})")
+        raise ProblemError(
+            f"{problem.path}: no shape named {', '.join(names)} on {device} (it has: {', '.join(s.name for s in have)})"
+        )
     return replace(problem, **{"cpu_shapes" if device == "cpu" else "gpu_shapes": kept})

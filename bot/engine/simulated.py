@@ -14,10 +14,14 @@ import re
 # (pattern in the source, the simulator it runs under on a CPU). Numba's CUDA kernels run in
 # its CUDA simulator where one is enabled (NUMBA_ENABLE_CUDASIM), the same kind of thing.
 _SIMULATED_ON_CPU = (
-    (re.compile(r"^\s*(?:import|from)\s+triton\b|\btriton\.jit\b|\btl\.\w+", re.M),
-     "runs in Triton's interpreter on this CPU"),
-    (re.compile(r"\bnumba\.cuda\b|^\s*from\s+numba\s+import\s+cuda\b", re.M),
-     "runs in Numba's CUDA simulator on this CPU"),
+    (
+        re.compile(r"^\s*(?:import|from)\s+triton\b|\btriton\.jit\b|\btl\.\w+", re.M),
+        "runs in Triton's interpreter on this CPU",
+    ),
+    (
+        re.compile(r"\bnumba\.cuda\b|^\s*from\s+numba\s+import\s+cuda\b", re.M),
+        "runs in Numba's CUDA simulator on this CPU",
+    ),
 )
 
 
@@ -26,4 +30,3 @@ def simulated_reason(source: str, device: str) -> str | None:
     if device == "cuda":
         return None
     return next((why for pattern, why in _SIMULATED_ON_CPU if pattern.search(source)), None)
-

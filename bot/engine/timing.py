@@ -8,16 +8,18 @@ import math
 import random
 import statistics
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
+from typing import Any
 
-from bot.engine import verify
 from bot.core import stats as bench
 from bot.core.domain import CheckResult, Measurement, Problem, Shape
-from bot.sandbox import memory
+from bot.engine import verify
 from bot.engine.trials import ReferenceInfo, failure_check
 from bot.engine.workers import WorkerClient, WorkerFailure, ask, parse_reply
 from bot.protocol.messages import Fingerprints, Outputs, Quiet, Request, Stage, StageInto, Time
+from bot.sandbox import memory
 
 
 @dataclass(frozen=True)
@@ -105,9 +107,18 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
         window(worker)
         _blame_work_left_running(run)
         staging_us = _stage(run, worker, seeds)
-        reply, wall_us = _wall_us(worker, Time(fp_seed=fp_seed, mode=options.mode, calls=len(seeds),
-                                               outputs=len(dtypes), digests=reference.device != "cuda"),
-                                  call_timeout_s * len(seeds), "call")
+        reply, wall_us = _wall_us(
+            worker,
+            Time(
+                fp_seed=fp_seed,
+                mode=options.mode,
+                calls=len(seeds),
+                outputs=len(dtypes),
+                digests=reference.device != "cuda",
+            ),
+            call_timeout_s * len(seeds),
+            "call",
+        )
         harness.last_timed = record
         # Picked after the batch, from calls the worker had to commit to (fingerprints) inside
         # the window: what it returns now cannot change what it computed then.
@@ -119,26 +130,40 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
         record.failed = True
         return
     except StagingRefused as exc:
-        record.checks.append(CheckResult("staged inputs", False, f"the parent could not write the "
-                                         f"batch's inputs into the buffers this worker named: {exc}"))
+        record.checks.append(
+            CheckResult(
+                "staged inputs",
+                False,
+                f"the parent could not write the batch's inputs into the buffers this worker named: {exc}",
+            )
+        )
         record.failed = True
         return
     samples = reply.samples
-    results = [verify.check_wall_clock(sum(samples), wall_us),
-               verify.check_threads(reply.new_threads, "timed calls")]
+    results = [verify.check_wall_clock(sum(samples), wall_us), verify.check_threads(reply.new_threads, "timed calls")]
     # On the CPU timed calls commit by digest: the reference's fingerprints are not needed.
     cuda = reference.device == "cuda"
-    ref = ask(reference, Fingerprints(seeds=[seeds[i] for i in picked], distribution="standard", fp_seed=fp_seed,
-                                      want=("both" if full else "fingerprint") if cuda else "outputs"),
-              call_timeout_s * 20 * max(len(picked), 1), "problem")
+    ref = ask(
+        reference,
+        Fingerprints(
+            seeds=[seeds[i] for i in picked],
+            distribution="standard",
+            fp_seed=fp_seed,
+            want=("both" if full else "fingerprint") if cuda else "outputs",
+        ),
+        call_timeout_s * 20 * max(len(picked), 1),
+        "problem",
+    )
     for n, i in enumerate(picked):
         label = f"shape {shape.name}, timed call {len(record.samples_us) + i + 1}"
         revealed = got.outputs[n] if full else []
-        results.append(verify.check_commitment(reply.fingerprints[i], revealed,
-                                               ref.fingerprints[n], dtypes, problem.tolerance, label))
+        results.append(
+            verify.check_commitment(
+                reply.fingerprints[i], revealed, ref.fingerprints[n], dtypes, problem.tolerance, label
+            )
+        )
         if full:
-            results.extend(verify.compare_outputs(ref.outputs[n], revealed, dtypes,
-                                                  problem.tolerance, label))
+            results.extend(verify.compare_outputs(ref.outputs[n], revealed, dtypes, problem.tolerance, label))
     record.checks.extend(results)
     if not all(r.passed for r in results):
         record.failed = True
@@ -166,8 +191,7 @@ def _one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecor
         record.noise_us.append(noise / len(seeds))
     else:  # warm-up: also sizes the batches of the measured rounds
         per_call = max(sorted(samples)[len(samples) // 2], 1.0)
-        record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch,
-                                  harness.max_batch))
+        record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch, harness.max_batch))
 
 
 def _blame_work_left_running(run: Run) -> None:
@@ -218,10 +242,16 @@ class StagingRefused(Exception):
 
 def _fill(reference: WorkerClient, worker: WorkerClient, source: list, target: object) -> None:
     """The reference's staged bytes into the worker's buffers, the worker frozen meanwhile."""
-    if not isinstance(target, list) or len(target) != len(source) or any(
-            not isinstance(t, list) or len(t) != len(s) or any(
-                not isinstance(r, list) or len(r) != 2 or r[1] != q[1] for r, q in zip(t, s))
-            for t, s in zip(target, source)):
+    if (
+        not isinstance(target, list)
+        or len(target) != len(source)
+        or any(
+            not isinstance(t, list)
+            or len(t) != len(s)
+            or any(not isinstance(r, list) or len(r) != 2 or r[1] != q[1] for r, q in zip(t, s))
+            for t, s in zip(target, source)
+        )
+    ):
         raise StagingRefused("the worker's buffers are not the batch's layout")
     regions = [(int(s[0]), int(t[0]), int(s[1])) for ts, ss in zip(target, source) for t, s in zip(ts, ss)]
     if reference.running.pid is None or worker.running.pid is None:
@@ -235,8 +265,20 @@ def _fill(reference: WorkerClient, worker: WorkerClient, source: list, target: o
         worker.running.thaw()
 
 
-_DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
-                "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+_DTYPE_BYTES = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
 
 # Called right before each timed batch with its worker: the sandbox freezes every other
 # contender's processes there (bot.sandbox.freezer), until the timing phase ends.
@@ -269,9 +311,11 @@ class Calibration:
     def of(self, n: int) -> tuple[float, float]:
         """(expected, spread) in us around n calls: as measured in the latest rounds, and how
         much one batch's measurement scatters over the whole run."""
-        recent = self.per_call_us[-self.ROUNDS_KEPT:] or [0.0]
-        return ((self.fixed_us or 0.0) + n * statistics.median(recent),
-                self.fixed_spread_us + n * verify.spread(self.per_call_us or [0.0]))
+        recent = self.per_call_us[-self.ROUNDS_KEPT :] or [0.0]
+        return (
+            (self.fixed_us or 0.0) + n * statistics.median(recent),
+            self.fixed_spread_us + n * verify.spread(self.per_call_us or [0.0]),
+        )
 
 
 class HarnessCost:
@@ -291,8 +335,15 @@ class HarnessCost:
     FULL_CHECK_BYTES = 64 << 20
     STAGE_BYTES = 1 << 30  # inputs and kept outputs of one batch at most; larger shapes: fewer calls
 
-    def __init__(self, reference: WorkerClient, meta: list[dict], per_call_bytes: int, mode: str,
-                 rng: random.Random, timeout_s: float):
+    def __init__(
+        self,
+        reference: WorkerClient,
+        meta: list[dict],
+        per_call_bytes: int,
+        mode: str,
+        rng: random.Random,
+        timeout_s: float,
+    ):
         self.reference, self.meta, self.mode, self.rng, self.timeout_s = reference, meta, mode, rng, timeout_s
         self.max_batch = max(1, self.STAGE_BYTES // max(per_call_bytes, 1))
         out_bytes = sum(math.prod(m["shape"]) * _DTYPE_BYTES.get(m["dtype"], 8) for m in meta)
@@ -327,8 +378,9 @@ class HarnessCost:
         return wall_us, self._idle_quiet_us or wall_us, gaps
 
     def _look(self) -> tuple[float, list[float]]:
-        reply = ask(self.reference, Quiet(chunks=self.QUIET_CHUNKS, chunk_us=self.QUIET_CHUNK_US),
-                    self.timeout_s, "problem")
+        reply = ask(
+            self.reference, Quiet(chunks=self.QUIET_CHUNKS, chunk_us=self.QUIET_CHUNK_US), self.timeout_s, "problem"
+        )
         return float(reply.wall_us), [float(g) for g in reply.intervals_us]
 
     def stop_filling(self, why: str) -> None:
@@ -361,13 +413,17 @@ class HarnessCost:
         """One calibration batch: the parent's wall time of its window less the calls' reported
         time, and of its staging."""
         seeds = [self.rng.getrandbits(62) for _ in range(n)]
-        _, staging_us = _wall_us(self.reference, Stage(seeds=seeds, distribution="standard", stub=True,
-                                                       meta=self.meta), self.timeout_s * n, "problem")
-        reply, wall_us = _wall_us(self.reference, Time(fp_seed=1, mode=self.mode, stub=True, calls=n),
-                                  self.timeout_s * n, "problem")
+        _, staging_us = _wall_us(
+            self.reference,
+            Stage(seeds=seeds, distribution="standard", stub=True, meta=self.meta),
+            self.timeout_s * n,
+            "problem",
+        )
+        reply, wall_us = _wall_us(
+            self.reference, Time(fp_seed=1, mode=self.mode, stub=True, calls=n), self.timeout_s * n, "problem"
+        )
         ask(self.reference, Outputs(picks=[]), self.timeout_s, "problem")
         return wall_us - sum(reply.host_us), staging_us
-
 
 
 Workers = Mapping[str, Sequence[WorkerClient]]  # each contender's worker processes (replicas)
@@ -375,16 +431,24 @@ Replicate = Callable[[Mapping[str, WorkerClient]], Workers]
 Stop = Callable[[Mapping[str, TimingRecord], Workers], set]  # contenders to time no further
 
 
-def time_interleaved(problem: Problem, shape: Shape, reference: WorkerClient,
-                     contenders: Mapping[str, WorkerClient], info: ReferenceInfo, rng: random.Random,
-                     options: TimingOptions, call_timeout_s: float,
-                     progress: Callable[[str], None], keep: frozenset[str] = frozenset(),
-                     replicate: Replicate | None = None,
-                     exclusive: Callable[[], ContextManager] = contextlib.nullcontext,
-                     retire: Callable[[Sequence[WorkerClient]], None] | None = None,
-                     window: Window = _no_window,
-                     phase: Callable[[], ContextManager] = contextlib.nullcontext,
-                     stop: Stop | None = None) -> dict[str, TimingRecord]:
+def time_interleaved(
+    problem: Problem,
+    shape: Shape,
+    reference: WorkerClient,
+    contenders: Mapping[str, WorkerClient],
+    info: ReferenceInfo,
+    rng: random.Random,
+    options: TimingOptions,
+    call_timeout_s: float,
+    progress: Callable[[str], None],
+    keep: frozenset[str] = frozenset(),
+    replicate: Replicate | None = None,
+    exclusive: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+    retire: Callable[[Sequence[WorkerClient]], None] | None = None,
+    window: Window = _no_window,
+    phase: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+    stop: Stop | None = None,
+) -> dict[str, TimingRecord]:
     """Time all contenders in one run; each round visits every worker of every contender
     once, in a fresh random order.
 
@@ -449,8 +513,9 @@ def _pinned(active: Workers) -> Iterator[None]:
             worker.pin(False)
 
 
-def _warm_up(run: Run, active: Workers, records: dict[str, TimingRecord],
-             warmed: set[int]) -> dict[str, Sequence[WorkerClient]]:
+def _warm_up(
+    run: Run, active: Workers, records: dict[str, TimingRecord], warmed: set[int]
+) -> dict[str, Sequence[WorkerClient]]:
     """Warm-up rounds, not kept, for the workers that have had none."""
     skip = set(warmed)
     for _ in range(run.options.warmup_batches):
@@ -459,8 +524,9 @@ def _warm_up(run: Run, active: Workers, records: dict[str, TimingRecord],
     return active
 
 
-def _visit_all(run: Run, active: Workers, records: dict[str, TimingRecord], keep: bool,
-               skip: set[int] = frozenset()) -> dict[str, Sequence[WorkerClient]]:
+def _visit_all(
+    run: Run, active: Workers, records: dict[str, TimingRecord], keep: bool, skip: set[int] = frozenset()
+) -> dict[str, Sequence[WorkerClient]]:
     """One round: a batch from each worker of each contender (but those in `skip`, by id), in
     random order; the contenders still standing (one failed batch, on any of its workers,
     ends a contender)."""
@@ -475,8 +541,13 @@ def _visit_all(run: Run, active: Workers, records: dict[str, TimingRecord], keep
     return {n: w for n, w in active.items() if not records[n].failed}
 
 
-def _time(run: Run, active: Workers, progress: Callable[[str], None],
-          records: dict[str, TimingRecord], stop: Stop | None = None) -> dict[str, TimingRecord]:
+def _time(
+    run: Run,
+    active: Workers,
+    progress: Callable[[str], None],
+    records: dict[str, TimingRecord],
+    stop: Stop | None = None,
+) -> dict[str, TimingRecord]:
     """Rounds until every median is known well enough, or the cap. The cap is the final
     contenders' own: screening many can take longer than the cap, and then the choice
     would rest on two batches each."""
@@ -489,16 +560,26 @@ def _time(run: Run, active: Workers, progress: Callable[[str], None],
         if stop is not None:
             stopped = stop(records, active)
             active = {n: w for n, w in active.items() if n not in stopped}
-        done = all(bench.converged(records[n].measurement(), options.target_rel_se,
-                                   options.min_samples, options.min_batches) for n in active)
+        done = all(
+            bench.converged(records[n].measurement(), options.target_rel_se, options.min_samples, options.min_batches)
+            for n in active
+        )
         now = time.monotonic()
-        if done or now > hard_deadline or (now > deadline and all(
-                min(records[n].batch_workers.count(i) for i in range(len(w))) >= 2 for n, w in active.items())):
+        if (
+            done
+            or now > hard_deadline
+            or (
+                now > deadline
+                and all(min(records[n].batch_workers.count(i) for i in range(len(w))) >= 2 for n, w in active.items())
+            )
+        ):
             break
         if rounds % 5 == 0:
             worst = max((records[n].measurement().rel_se for n in active), default=0.0)
-            progress(f"{problem.name} [{shape.name}] timing round {rounds}: "
-                     f"{len(active)} contender(s), worst relative error {worst:.1%}")
+            progress(
+                f"{problem.name} [{shape.name}] timing round {rounds}: "
+                f"{len(active)} contender(s), worst relative error {worst:.1%}"
+            )
     return records
 
 
@@ -515,8 +596,9 @@ def screened_out(medians: Mapping[str, float], keep: frozenset[str], finalists: 
     return set(ranked[finalists:])
 
 
-def _finalists(active: Workers, records: dict[str, TimingRecord],
-               keep: frozenset[str], finalists: int) -> dict[str, Sequence[WorkerClient]]:
+def _finalists(
+    active: Workers, records: dict[str, TimingRecord], keep: frozenset[str], finalists: int
+) -> dict[str, Sequence[WorkerClient]]:
     medians = {n: records[n].measurement().median_us for n in active}
     out = screened_out(medians, keep, finalists)
     return {n: w for n, w in active.items() if n not in out}

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import random
 import re
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from bot.engine import verify
 from bot.core.domain import CheckResult, Problem, Shape
+from bot.engine import verify
 from bot.engine.gpulock import GpuHandover
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.messages import Gate, ReferenceRun, Release, Run
@@ -41,13 +42,21 @@ class TrialStats:
 
 def failure_check(exc: WorkerFailure) -> CheckResult:
     """A worker failure as a check result; the log tail is the evidence a human needs."""
-    names = {"import": "import", "construct": "construction", "call": "call", "start": "start",
-             "channel": "result channel"}
+    names = {
+        "import": "import",
+        "construct": "construction",
+        "call": "call",
+        "start": "start",
+        "channel": "result channel",
+    }
     name = names.get(exc.phase, exc.phase)
     reason = exc.reason
     # A compiler's complaint (nvcc, g++, Triton) is the evidence a kernel author needs.
-    errors = [line.strip() for line in exc.log_tail.splitlines() if "error" in line.lower()
-              and not line.lstrip().startswith(("File ", "Traceback", "raise "))]
+    errors = [
+        line.strip()
+        for line in exc.log_tail.splitlines()
+        if "error" in line.lower() and not line.lstrip().startswith(("File ", "Traceback", "raise "))
+    ]
     if exc.phase == "import" and errors:
         reason += "\n" + "\n".join(errors[:6])
     return CheckResult(name, False, reason, {"log_tail": exc.log_tail})
@@ -66,14 +75,15 @@ def trial_plan(problem: Problem, rng: random.Random, per_distribution: int) -> l
 
 def skip_notes(problem: Problem) -> list[str]:
     """One line per distribution the problem leaves out, with its stated reason."""
-    return [f"{problem.name}: no {name} inputs: {reason}"
-            for name, reason in problem.skipped_distributions.items()]
+    return [f"{problem.name}: no {name} inputs: {reason}" for name, reason in problem.skipped_distributions.items()]
 
 
 # Code whose first call picks its kernels by timing them: Triton's autotuner, Inductor's
 # max-autotune, coordinate descent and multi-kernel reductions.
-SELF_TUNING = re.compile(r"triton\.autotune|@autotune\b|max-autotune|coordinate_descent_tuning|"
-                         r"multi_kernel")
+SELF_TUNING = re.compile(
+    r"triton\.autotune|@autotune\b|max-autotune|coordinate_descent_tuning|"
+    r"multi_kernel"
+)
 
 
 def tunes_on_first_call(source: str) -> bool:
@@ -83,13 +93,20 @@ def tunes_on_first_call(source: str) -> bool:
     return bool(SELF_TUNING.search(source))
 
 
-def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
-               contenders: Mapping[str, WorkerClient], rng: random.Random, per_distribution: int,
-               timeouts: tuple[float, float], parallel: int, progress: Callable[[str], None],
-               alone: frozenset[str] = frozenset(),
-               shared: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-               exclusive: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-               ) -> tuple[ReferenceInfo, dict[str, list[CheckResult]], dict[str, TrialStats]]:
+def run_trials(
+    problem: Problem,
+    shape: Shape,
+    reference: WorkerClient,
+    contenders: Mapping[str, WorkerClient],
+    rng: random.Random,
+    per_distribution: int,
+    timeouts: tuple[float, float],
+    parallel: int,
+    progress: Callable[[str], None],
+    alone: frozenset[str] = frozenset(),
+    shared: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    exclusive: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> tuple[ReferenceInfo, dict[str, list[CheckResult]], dict[str, TrialStats]]:
     """Run every trial on every contender; a contender stops at its first failed check.
 
     References are computed first (one process); then contenders run their trials in
@@ -107,15 +124,17 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
     for note in skip_notes(problem):
         progress(f"{note} (shape {shape.name})")
 
-    def trials_of(worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
-                  ) -> tuple[list[CheckResult], TrialStats]:
+    def trials_of(
+        worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
+    ) -> tuple[list[CheckResult], TrialStats]:
         try:
             return checked(worker, hold)
         finally:
             release_cache(worker, timeouts[1])
 
-    def checked(worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
-                ) -> tuple[list[CheckResult], TrialStats]:
+    def checked(
+        worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
+    ) -> tuple[list[CheckResult], TrialStats]:
         found: list[CheckResult] = []
         stats = TrialStats()
         for n, ((dist, seed), ref) in enumerate(zip(plan, refs)):
@@ -124,18 +143,24 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
             gate = held if isinstance(held, GpuHandover) else None
             try:
                 with held:
-                    got = ask(worker, Run(seed=seed, distribution=dist, gate=gate is not None),
-                              timeouts[0] if n == 0 else timeouts[1], "call", gate=gate)
+                    got = ask(
+                        worker,
+                        Run(seed=seed, distribution=dist, gate=gate is not None),
+                        timeouts[0] if n == 0 else timeouts[1],
+                        "call",
+                        gate=gate,
+                    )
             except WorkerFailure as exc:
                 return found + [failure_check(exc)], stats
-            results = [verify.check_output_meta(ref.meta, got.meta),
-                       verify.check_inputs_unchanged(ref.inputs_before, got.inputs_before, got.inputs_after, label),
-                       verify.check_threads(got.new_threads, "a call")]
+            results = [
+                verify.check_output_meta(ref.meta, got.meta),
+                verify.check_inputs_unchanged(ref.inputs_before, got.inputs_before, got.inputs_after, label),
+                verify.check_threads(got.new_threads, "a call"),
+            ]
             if all(r.passed for r in results):
                 for i, (expected, actual) in enumerate(zip(ref.outputs, got.outputs)):
                     out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
-                    result = verify.compare_values(expected, actual, dtypes[i], problem.tolerance,
-                                                   out_label)
+                    result = verify.compare_values(expected, actual, dtypes[i], problem.tolerance, out_label)
                     stats.add(result.details, dist == "standard")
                     results.append(result)
             found.extend(results)
@@ -149,8 +174,9 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
         refs = []
         for n, (dist, seed) in enumerate(plan, 1):
             progress(f"{problem.name} [{shape.name}] reference {n}/{len(plan)} ({dist})")
-            refs.append(ask(reference, ReferenceRun(seed=seed, distribution=dist),
-                            timeouts[1] * 20, "problem"))  # float64 runs are slower
+            refs.append(
+                ask(reference, ReferenceRun(seed=seed, distribution=dist), timeouts[1] * 20, "problem")
+            )  # float64 runs are slower
         info.meta, info.nbytes, info.flops = refs[0].meta, refs[0].bytes, refs[0].flops
         info.inputs = refs[0].input_meta
         dtypes = [m["dtype"] for m in info.meta]
@@ -163,18 +189,25 @@ def run_trials(problem: Problem, shape: Shape, reference: WorkerClient,
         except WorkerFailure as exc:
             checks[name], stats[name] = [failure_check(exc)], TrialStats()
     beside = [name for name in contenders if (name not in alone or name in gated) and name not in checks]
-    progress(f"{problem.name} [{shape.name}] {len(plan)} trials on {len(beside)} contender(s)"
-             + (f", {len(gated)} of them timing their kernel variants with the GPU to themselves" if gated else ""))
+    progress(
+        f"{problem.name} [{shape.name}] {len(plan)} trials on {len(beside)} contender(s)"
+        + (f", {len(gated)} of them timing their kernel variants with the GPU to themselves" if gated else "")
+    )
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        futures = {name: pool.submit(trials_of, contenders[name],
-                                     (lambda: GpuHandover(shared, exclusive)) if name in gated else shared)
-                   for name in beside}
+        futures = {
+            name: pool.submit(
+                trials_of, contenders[name], (lambda: GpuHandover(shared, exclusive)) if name in gated else shared
+            )
+            for name in beside
+        }
         for name, future in futures.items():
             checks[name], stats[name] = future.result()
     tuning = [name for name in contenders if name not in checks]
     if tuning:
-        progress(f"{problem.name} [{shape.name}] {len(tuning)} contender(s) that tune by timing: "
-                 "their trials one at a time, the GPU to each alone")
+        progress(
+            f"{problem.name} [{shape.name}] {len(tuning)} contender(s) that tune by timing: "
+            "their trials one at a time, the GPU to each alone"
+        )
     for name in tuning:
         with exclusive():
             checks[name], stats[name] = trials_of(contenders[name], contextlib.nullcontext)

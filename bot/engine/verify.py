@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -54,16 +55,17 @@ def tolerance_for(dtype: str, overrides: Mapping[str, float] | None = None) -> T
 def check_output_meta(expected: Sequence[Mapping[str, Any]], got: Sequence[Mapping[str, Any]]) -> CheckResult:
     """Exact `torch.Tensor` type, number of outputs, shape, dtype and device."""
     if len(expected) != len(got):
-        return CheckResult("output structure", False,
-                           f"returned {len(got)} outputs, expected {len(expected)}")
+        return CheckResult("output structure", False, f"returned {len(got)} outputs, expected {len(expected)}")
     for i, (e, g) in enumerate(zip(expected, got)):
         if g.get("type") != "Tensor":
-            return CheckResult("output structure", False,
-                               f"output {i} is a {g.get('type')}, expected exactly torch.Tensor")
+            return CheckResult(
+                "output structure", False, f"output {i} is a {g.get('type')}, expected exactly torch.Tensor"
+            )
         for key in ("shape", "dtype", "device"):
             if e.get(key) != g.get(key):
-                return CheckResult("output structure", False,
-                                   f"output {i} {key} is {g.get(key)}, expected {e.get(key)}")
+                return CheckResult(
+                    "output structure", False, f"output {i} {key} is {g.get(key)}, expected {e.get(key)}"
+                )
     return CheckResult("output structure", True)
 
 
@@ -87,8 +89,15 @@ def _row_width(shape: Sequence[int]) -> int:
     return shape[-1] if len(shape) >= 2 and shape[-1] >= MIN_ROW_WIDTH else 0
 
 
-def _bound_in_place(allowed: torch.Tensor, ref: torch.Tensor, finite: torch.Tensor, all_finite: bool,
-                    shape: Sequence[int], tol: Tolerance, floor: float) -> Callable[[int], float]:
+def _bound_in_place(
+    allowed: torch.Tensor,
+    ref: torch.Tensor,
+    finite: torch.Tensor,
+    all_finite: bool,
+    shape: Sequence[int],
+    tol: Tolerance,
+    floor: float,
+) -> Callable[[int], float]:
     """Turn `allowed` (|ref| of the compared elements) into each element's bound
     elem_rtol * |ref| + elem_atol_rel * max(max |ref| of its row (or the output), floor), in
     place (no buffer the output's size where all values are finite); returns the scale of the
@@ -108,8 +117,9 @@ def _bound_in_place(allowed: torch.Tensor, ref: torch.Tensor, finite: torch.Tens
     return lambda j: float(per[j])
 
 
-def compare_values(expected: torch.Tensor, got: torch.Tensor, dtype: str,
-                   overrides: Mapping[str, float] | None, label: str) -> CheckResult:
+def compare_values(
+    expected: torch.Tensor, got: torch.Tensor, dtype: str, overrides: Mapping[str, float] | None, label: str
+) -> CheckResult:
     """Values of one output against the upcast reference; evidence names the worst element."""
     name = "values"
     tol = tolerance_for(dtype, overrides)
@@ -120,9 +130,13 @@ def compare_values(expected: torch.Tensor, got: torch.Tensor, dtype: str,
         bad = (ref != out).nonzero()
         if bad.numel():
             i = int(bad[0])
-            return CheckResult(name, False, f"{label}: {bad.numel()} of {ref.numel()} elements differ; "
-                               f"first at {_index(i, shape)}: got {out[i].item()}, expected {ref[i].item()}",
-                               {"mismatches": int(bad.numel())})
+            return CheckResult(
+                name,
+                False,
+                f"{label}: {bad.numel()} of {ref.numel()} elements differ; "
+                f"first at {_index(i, shape)}: got {out[i].item()}, expected {ref[i].item()}",
+                {"mismatches": int(bad.numel())},
+            )
         return CheckResult(name, True, details={"max_abs_err": 0.0, "norm_rel_err": 0.0})
     # float32 arithmetic where the tolerance is far above its rounding (half-precision outputs):
     # half the memory traffic of float64 on outputs of tens of millions of elements.
@@ -136,9 +150,13 @@ def compare_values(expected: torch.Tensor, got: torch.Tensor, dtype: str,
             mismatch = (fn(ref) != fn(out)).nonzero()
             if mismatch.numel():
                 i = int(mismatch[0])
-                return CheckResult(name, False, f"{label}: {kind} positions differ at {mismatch.numel()} "
-                                   f"elements; first at {_index(i, shape)}: got {out[i].item()}, "
-                                   f"expected {ref[i].item()}")
+                return CheckResult(
+                    name,
+                    False,
+                    f"{label}: {kind} positions differ at {mismatch.numel()} "
+                    f"elements; first at {_index(i, shape)}: got {out[i].item()}, "
+                    f"expected {ref[i].item()}",
+                )
     ref_f, out_f = (ref, out) if all_finite else (ref[finite], out[finite])
     diff = out_f - ref_f
     ref_norm = float(ref_f.norm())
@@ -149,31 +167,49 @@ def compare_values(expected: torch.Tensor, got: torch.Tensor, dtype: str,
     diff.abs_()
     allowed = ref_f.abs()
     scale_of = _bound_in_place(allowed, ref, finite, all_finite, shape, tol, tiny)
-    details = {"max_abs_err": float(diff.max()) if diff.numel() else 0.0, "norm_rel_err": norm_err,
-               "tolerance": tol.__dict__}
+    details = {
+        "max_abs_err": float(diff.max()) if diff.numel() else 0.0,
+        "norm_rel_err": norm_err,
+        "tolerance": tol.__dict__,
+    }
     excess = diff - allowed
     if diff.numel() and float(excess.max()) > 0:
         j = int(excess.argmax())
         i = j if all_finite else int(finite.nonzero()[j])
         scope = "its row's" if _row_width(shape) else "the output's"
-        return CheckResult(name, False, f"{label}: element {_index(i, shape)} got {out[i].item():.6g}, "
-                           f"expected {ref[i].item():.6g} (abs err {diff[j].item():.3g} > allowed "
-                           f"{allowed[j].item():.3g}, {scope} max |ref| "
-                           f"{scale_of(j):.3g}); max abs err "
-                           f"{details['max_abs_err']:.3g}, normwise rel err {norm_err:.3g}", details)
+        return CheckResult(
+            name,
+            False,
+            f"{label}: element {_index(i, shape)} got {out[i].item():.6g}, "
+            f"expected {ref[i].item():.6g} (abs err {diff[j].item():.3g} > allowed "
+            f"{allowed[j].item():.3g}, {scope} max |ref| "
+            f"{scale_of(j):.3g}); max abs err "
+            f"{details['max_abs_err']:.3g}, normwise rel err {norm_err:.3g}",
+            details,
+        )
     if norm_err > tol.norm_rel:
-        return CheckResult(name, False, f"{label}: normwise rel err {norm_err:.3g} > {tol.norm_rel:g} "
-                           f"(max abs err {details['max_abs_err']:.3g}); lower precision than the "
-                           f"{dtype} output allows?", details)
+        return CheckResult(
+            name,
+            False,
+            f"{label}: normwise rel err {norm_err:.3g} > {tol.norm_rel:g} "
+            f"(max abs err {details['max_abs_err']:.3g}); lower precision than the "
+            f"{dtype} output allows?",
+            details,
+        )
     return CheckResult(name, True, details=details)
 
 
-def check_inputs_unchanged(reference_hashes: Sequence[str], before: Sequence[str],
-                           after: Sequence[str], label: str) -> CheckResult:
+def check_inputs_unchanged(
+    reference_hashes: Sequence[str], before: Sequence[str], after: Sequence[str], label: str
+) -> CheckResult:
     name = "inputs unchanged"
     if list(before) != list(reference_hashes):
-        return CheckResult(name, False, f"{label}: the worker's inputs differ from the reference's "
-                           "before the call (get_inputs() was tampered with?)")
+        return CheckResult(
+            name,
+            False,
+            f"{label}: the worker's inputs differ from the reference's "
+            "before the call (get_inputs() was tampered with?)",
+        )
     changed = [i for i, (b, a) in enumerate(zip(before, after)) if b != a]
     if changed:
         return CheckResult(name, False, f"{label}: input(s) {changed} were modified by the call")
@@ -182,15 +218,22 @@ def check_inputs_unchanged(reference_hashes: Sequence[str], before: Sequence[str
 
 def check_threads(new_threads: Sequence[str], where: str) -> CheckResult:
     if new_threads:
-        return CheckResult("no new threads", False,
-                           f"{len(new_threads)} thread(s) alive after {where} that the harness did not start: "
-                           f"{', '.join(new_threads[:5])}")
+        return CheckResult(
+            "no new threads",
+            False,
+            f"{len(new_threads)} thread(s) alive after {where} that the harness did not start: "
+            f"{', '.join(new_threads[:5])}",
+        )
     return CheckResult("no new threads", True)
 
 
-def compare_fingerprints(reference: Sequence[Sequence[float]], got: Sequence[Sequence[float]],
-                         dtypes: Sequence[str], overrides: Mapping[str, float] | None,
-                         label: str) -> CheckResult:
+def compare_fingerprints(
+    reference: Sequence[Sequence[float]],
+    got: Sequence[Sequence[float]],
+    dtypes: Sequence[str],
+    overrides: Mapping[str, float] | None,
+    label: str,
+) -> CheckResult:
     """A call made while timing against the reference, through random projections.
 
     For honest errors e, <w, e> ~ N(0, |e|^2) with |e| <= norm_rel*|ref|, and
@@ -203,17 +246,21 @@ def compare_fingerprints(reference: Sequence[Sequence[float]], got: Sequence[Seq
         tol = tolerance_for(dtype, overrides)
         bound = (tol.norm_rel if tol else 1e-12) * rn + 1e-9
         if rnf != gnf:
-            return CheckResult(name, False, f"{label}: output {i} has {int(gnf)} non-finite values, "
-                               f"reference {int(rnf)}")
+            return CheckResult(
+                name, False, f"{label}: output {i} has {int(gnf)} non-finite values, reference {int(rnf)}"
+            )
         if abs(gn - rn) > bound or abs(gp - rp) > FINGERPRINT_SIGMAS * bound:
-            return CheckResult(name, False, f"{label}: output {i} does not match the reference for "
-                               f"this call's inputs (norm {gn:.6g} vs {rn:.6g}, projection {gp:.6g} vs "
-                               f"{rp:.6g}): a cached, stale or skipped result?")
+            return CheckResult(
+                name,
+                False,
+                f"{label}: output {i} does not match the reference for "
+                f"this call's inputs (norm {gn:.6g} vs {rn:.6g}, projection {gp:.6g} vs "
+                f"{rp:.6g}): a cached, stale or skipped result?",
+            )
     return CheckResult(name, True)
 
 
-def check_stream_timing(host_us: Sequence[float], event_us: Sequence[float],
-                        overhead_us: float) -> CheckResult:
+def check_stream_timing(host_us: Sequence[float], event_us: Sequence[float], overhead_us: float) -> CheckResult:
     """Device-wide synchronised time must agree with event time on the current stream."""
     name = "stream timing"
     gap = statistics.median(h - e for h, e in zip(host_us, event_us))
@@ -221,9 +268,14 @@ def check_stream_timing(host_us: Sequence[float], event_us: Sequence[float],
     allowed = 2 * overhead_us + 0.25 * ev + 10.0
     details = {"median_gap_us": gap, "allowed_us": allowed, "median_event_us": ev}
     if gap > allowed:
-        return CheckResult(name, False, f"device-synchronised time exceeds event time by {gap:.1f} us "
-                           f"(allowed {allowed:.1f} us, event median {ev:.1f} us): work on another "
-                           "stream or left running after the call?", details)
+        return CheckResult(
+            name,
+            False,
+            f"device-synchronised time exceeds event time by {gap:.1f} us "
+            f"(allowed {allowed:.1f} us, event median {ev:.1f} us): work on another "
+            "stream or left running after the call?",
+            details,
+        )
     return CheckResult(name, True, details=details)
 
 
@@ -232,9 +284,13 @@ def check_roofline(median_us: float, floor_us: float | None) -> CheckResult:
     if floor_us is None:
         return CheckResult(name, True, "no roofline known for this device", {"floor_us": None})
     if median_us < floor_us:
-        return CheckResult(name, False, f"median {median_us:.2f} us is below the physical floor "
-                           f"{floor_us:.2f} us (bytes / peak bandwidth, flops / peak rate): implausible",
-                           {"floor_us": floor_us})
+        return CheckResult(
+            name,
+            False,
+            f"median {median_us:.2f} us is below the physical floor "
+            f"{floor_us:.2f} us (bytes / peak bandwidth, flops / peak rate): implausible",
+            {"floor_us": floor_us},
+        )
     return CheckResult(name, True, details={"floor_us": floor_us})
 
 
@@ -242,8 +298,11 @@ def check_wall_clock(reported_us: float, parent_wall_us: float) -> CheckResult:
     """The worker's own timings cannot exceed what the parent saw pass (timer patching)."""
     name = "wall clock"
     if reported_us > parent_wall_us * 1.02 + 100.0:
-        return CheckResult(name, False, f"worker reported {reported_us:.0f} us of calls within "
-                           f"{parent_wall_us:.0f} us of the parent's wall clock")
+        return CheckResult(
+            name,
+            False,
+            f"worker reported {reported_us:.0f} us of calls within {parent_wall_us:.0f} us of the parent's wall clock",
+        )
     return CheckResult(name, True)
 
 
@@ -263,13 +322,17 @@ def check_gpu_quiet(wall_us: float, idle_wall_us: float, intervals_us: Sequence[
     name = "GPU left busy"
     typical = statistics.median(intervals_us) if intervals_us else 0.0
     longest = max(intervals_us, default=0.0)
-    details = {"wall_us": wall_us, "idle_wall_us": idle_wall_us, "longest_gap_us": longest,
-               "typical_gap_us": typical}
+    details = {"wall_us": wall_us, "idle_wall_us": idle_wall_us, "longest_gap_us": longest, "typical_gap_us": typical}
     if wall_us > idle_wall_us + GPU_SWITCH_US or longest > typical + GPU_GAP_US:
-        return CheckResult(name, False, f"after this contender's batch the GPU was still busy: a "
-                           f"look at it took {wall_us:.0f} us against {idle_wall_us:.0f} us idle, "
-                           f"waiting up to {longest:.0f} us between kernels: work left running "
-                           "into the next contender's window?", details)
+        return CheckResult(
+            name,
+            False,
+            f"after this contender's batch the GPU was still busy: a "
+            f"look at it took {wall_us:.0f} us against {idle_wall_us:.0f} us idle, "
+            f"waiting up to {longest:.0f} us between kernels: work left running "
+            "into the next contender's window?",
+            details,
+        )
     return CheckResult(name, True, details=details)
 
 
@@ -296,9 +359,14 @@ class HiddenTime:
     counted_us: float  # added to the contender's samples: `hidden_us` where it is out of the calibration's noise
 
     def details(self) -> dict[str, float]:
-        return {"hidden_us_per_call": self.hidden_us, "allowed_us": self.allowed_us,
-                "claimed_us": self.claimed_us, "harness_us": self.harness_us,
-                "noise_us": self.noise_us, "counted_us": self.counted_us}
+        return {
+            "hidden_us_per_call": self.hidden_us,
+            "allowed_us": self.allowed_us,
+            "claimed_us": self.claimed_us,
+            "harness_us": self.harness_us,
+            "noise_us": self.noise_us,
+            "counted_us": self.counted_us,
+        }
 
 
 def spread(values: Sequence[float]) -> float:
@@ -312,8 +380,13 @@ def _scatter(values: Sequence[float]) -> float:
     return spread(values) / math.sqrt(len(values))
 
 
-def hidden_time(unexplained_us: Sequence[float], reported_us: Sequence[float], harness_us: Sequence[float],
-                noise_us: Sequence[float], yardstick_us: Sequence[float] = ()) -> HiddenTime:
+def hidden_time(
+    unexplained_us: Sequence[float],
+    reported_us: Sequence[float],
+    harness_us: Sequence[float],
+    noise_us: Sequence[float],
+    yardstick_us: Sequence[float] = (),
+) -> HiddenTime:
     """Per kept batch, per call: the window's wall time less the calls' reported time less the
     harness's own work for such a batch, as measured on the reference with calls that do nothing
     (`unexplained_us`), that work (`harness_us`) and its measurement's spread (`noise_us`). The
@@ -340,30 +413,50 @@ def check_hidden_time(found: HiddenTime) -> CheckResult:
     times (`HiddenTime.counted_us`)."""
     name = "hidden time"
     if found.hidden_us > found.allowed_us:
-        return CheckResult(name, False, f"the parent's clock saw {found.hidden_us:.1f} us per call more "
-                           f"than this worker reported ({found.claimed_us:.1f} us a call) beyond the "
-                           f"harness's own {found.harness_us:.1f} us (allowed {found.allowed_us:.1f} us): "
-                           "the worker's clocks were tampered with?", found.details())
+        return CheckResult(
+            name,
+            False,
+            f"the parent's clock saw {found.hidden_us:.1f} us per call more "
+            f"than this worker reported ({found.claimed_us:.1f} us a call) beyond the "
+            f"harness's own {found.harness_us:.1f} us (allowed {found.allowed_us:.1f} us): "
+            "the worker's clocks were tampered with?",
+            found.details(),
+        )
     return CheckResult(name, True, details=found.details())
 
 
-def check_commitment(committed: Sequence[Any], revealed: Sequence[Any], reference_prints: Sequence[Any],
-                     dtypes: Sequence[str], overrides: Mapping[str, float] | None, label: str) -> CheckResult:
+def check_commitment(
+    committed: Sequence[Any],
+    revealed: Sequence[Any],
+    reference_prints: Sequence[Any],
+    dtypes: Sequence[str],
+    overrides: Mapping[str, float] | None,
+    label: str,
+) -> CheckResult:
     """What a timed call committed to inside the parent's window binds what it reveals after:
     on the CPU each output's digest must be the digest of the output revealed; on CUDA the
     committed fingerprints must match the reference's (compare_fingerprints)."""
     if committed and all(isinstance(c, str) for c in committed):  # digests: the revealed must match
         digests = [hash_tensor(t) if isinstance(t, torch.Tensor) else None for t in revealed]
         if list(committed) != digests:
-            return CheckResult("timed-call outputs", False, f"{label}: the outputs revealed after the "
-                               "batch are not those the call committed to inside it: computed after "
-                               "the timed window?")
+            return CheckResult(
+                "timed-call outputs",
+                False,
+                f"{label}: the outputs revealed after the "
+                "batch are not those the call committed to inside it: computed after "
+                "the timed window?",
+            )
         return CheckResult("timed-call outputs", True)
     return compare_fingerprints(reference_prints, committed, dtypes, overrides, label)
 
 
-def compare_outputs(expected: Sequence[torch.Tensor], got: Sequence[Any], dtypes: Sequence[str],
-                    overrides: Mapping[str, float] | None, label: str) -> list[CheckResult]:
+def compare_outputs(
+    expected: Sequence[torch.Tensor],
+    got: Sequence[Any],
+    dtypes: Sequence[str],
+    overrides: Mapping[str, float] | None,
+    label: str,
+) -> list[CheckResult]:
     """A timed call's full outputs, as the parent picked them after the batch, against the
     reference's for the same inputs."""
     name = "timed-call outputs"
@@ -383,9 +476,11 @@ def hidden_time_checks(records: Mapping[str, Any], baseline: str | None) -> dict
     the baseline against the baseline's unexplained time where the baseline was timed (the
     baseline against the calibration alone)."""
     yardstick = records[baseline].unexplained_us if baseline in records else ()
-    found = {n: hidden_time(r.unexplained_us, r.reported_us, r.harness_us, r.noise_us,
-                            () if n == baseline else yardstick)
-             for n, r in records.items() if r.unexplained_us}
+    found = {
+        n: hidden_time(r.unexplained_us, r.reported_us, r.harness_us, r.noise_us, () if n == baseline else yardstick)
+        for n, r in records.items()
+        if r.unexplained_us
+    }
     if baseline in found:  # the yardstick counts nothing into its own times: what it hides makes
         # it faster, which no candidate's claim can gain from
         found[baseline] = replace(found[baseline], counted_us=0.0)

@@ -12,14 +12,15 @@ import secrets
 import select
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from bot.sandbox.cores import timing_core, worker_cores
 from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
 from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply, ProtocolError, Request
 from bot.sandbox import freezer
 from bot.sandbox.base import Limits, RunningWorker, Sandbox, WorkerLaunch
+from bot.sandbox.cores import timing_core, worker_cores
 from bot.sandbox.scrub import scrub
 
 log = logging.getLogger(__name__)
@@ -39,16 +40,27 @@ class WorkerFailure(Exception):
 
 
 class WorkerClient:
-    def __init__(self, sandbox: Sandbox, label: str, device: str, workdir: Path, cache_dir: Path,
-                 readable: tuple[Path, ...], limits: Limits, gpu_index: int | None = None,
-                 threads: int | None = None, describe: bool = True):
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        label: str,
+        device: str,
+        workdir: Path,
+        cache_dir: Path,
+        readable: tuple[Path, ...],
+        limits: Limits,
+        gpu_index: int | None = None,
+        threads: int | None = None,
+        describe: bool = True,
+    ):
         self.label = label
         self.device = device
         self.gpu_index = gpu_index
         self.limits = limits
         self.workdir = workdir
-        launch = WorkerLaunch(workdir=workdir, cache_dir=cache_dir, readable=readable,
-                              device=device, limits=limits, gpu_index=gpu_index)
+        launch = WorkerLaunch(
+            workdir=workdir, cache_dir=cache_dir, readable=readable, device=device, limits=limits, gpu_index=gpu_index
+        )
         began = time.monotonic()
         self.running: RunningWorker = sandbox.start(launch)
         self.trusted = label == "reference"  # never frozen while others are timed (bot.sandbox.freezer)
@@ -76,8 +88,9 @@ class WorkerClient:
         self.overhead_us: float = float(hello.overhead_us)
         self.start_threads: int | None = hello.threads  # before the candidate's import
 
-    def request(self, message: dict[str, Any], timeout_s: float, phase: str,
-                gate: Callable[[str], str] | None = None) -> dict[str, Any]:
+    def request(
+        self, message: dict[str, Any], timeout_s: float, phase: str, gate: Callable[[str], str] | None = None
+    ) -> dict[str, Any]:
         """Send one op and wait for its reply, as it came (`ask` checks it against a typed
         request); failures raise WorkerFailure. With `gate`, the
         worker may ask for the GPU on the way (bot.harness.tuning_gate): `gate` turns what it said
@@ -101,8 +114,7 @@ class WorkerClient:
             if gate is None:
                 tail = self.running.log_tail()
                 self.close()
-                raise WorkerFailure("channel", f"asked for the GPU ({asked.gate!r}) outside a gated "
-                                    "trial", tail)
+                raise WorkerFailure("channel", f"asked for the GPU ({asked.gate!r}) outside a gated trial", tail)
             began = time.monotonic()
             answer = gate(asked.gate)
             deadline += time.monotonic() - began
@@ -112,11 +124,15 @@ class WorkerClient:
                 raise self._dead(phase) from None
         if not reply.get("ok"):
             detail = reply.get("traceback") or ""
-            raise WorkerFailure(str(reply.get("phase", phase)), str(reply.get("error", "failed")),
-                                _tail(detail + "\n" + self.running.log_tail()))
+            raise WorkerFailure(
+                str(reply.get("phase", phase)),
+                str(reply.get("error", "failed")),
+                _tail(detail + "\n" + self.running.log_tail()),
+            )
         if isinstance(reply.get("new_threads"), list):  # anything else is refused by `ask`
-            reply["new_threads"] = (self._threads_seen_from_outside(reply["new_threads"])
-                                    + self._processes_seen_from_outside())
+            reply["new_threads"] = (
+                self._threads_seen_from_outside(reply["new_threads"]) + self._processes_seen_from_outside()
+            )
         return reply
 
     def _processes_seen_from_outside(self) -> list[str]:
@@ -137,8 +153,10 @@ class WorkerClient:
         seen = self.running.thread_count()
         if reported or seen is None or self.start_threads is None or seen <= self.start_threads:
             return reported
-        return [f"{seen - self.start_threads} thread(s) more than at start ({seen} now) in the kernel's "
-                "count, which the worker's own listing did not report"]
+        return [
+            f"{seen - self.start_threads} thread(s) more than at start ({seen} now) in the kernel's "
+            "count, which the worker's own listing did not report"
+        ]
 
     def _receive(self, phase: str, timeout_s: float, allowed_s: float | None = None) -> dict[str, Any]:
         """The next frame, within `timeout_s`, scrubbed of the bot's secrets; `allowed_s`: the
@@ -156,8 +174,9 @@ class WorkerClient:
             used = self.running.memory_bytes()
             if used is not None and used > limit:
                 self.close()
-                raise WorkerFailure(phase, f"killed: resident memory {used >> 20} MiB exceeded the "
-                                    f"limit of {self.limits.memory_mb} MiB")
+                raise WorkerFailure(
+                    phase, f"killed: resident memory {used >> 20} MiB exceeded the limit of {self.limits.memory_mb} MiB"
+                )
             if self.running.exit_code() is not None:
                 break  # let recv see the closed channel (there may be a last frame)
             now = time.monotonic()
@@ -165,13 +184,20 @@ class WorkerClient:
             if watch.mark is not None and now - watch.since > self.limits.stall_timeout_s:
                 tail = self.running.log_tail()
                 self.close()
-                raise WorkerFailure(phase, f"no progress for {now - watch.since:.0f} s ({watch.cpu_since():.1f} s "
-                                    f"of CPU; stopped, killed)", tail)
+                raise WorkerFailure(
+                    phase,
+                    f"no progress for {now - watch.since:.0f} s ({watch.cpu_since():.1f} s of CPU; stopped, killed)",
+                    tail,
+                )
             if now > deadline:
                 tail = self.running.log_tail()
                 self.close()
-                raise WorkerFailure(phase, f"timed out after {allowed_s or timeout_s:.0f} s (killed; it kept "
-                                    f"using CPU: {watch.cpu_total():.1f} s)", tail)
+                raise WorkerFailure(
+                    phase,
+                    f"timed out after {allowed_s or timeout_s:.0f} s (killed; it kept "
+                    f"using CPU: {watch.cpu_total():.1f} s)",
+                    tail,
+                )
         try:
             self.running.sock.settimeout(max(deadline - time.monotonic(), 5.0))
             return scrub(self.channel.recv())
@@ -217,13 +243,16 @@ class WorkerClient:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def ask(worker: WorkerClient, request: Request, timeout_s: float, phase: str,
-        gate: Callable[[str], str] | None = None) -> Any:
+def ask(
+    worker: WorkerClient, request: Request, timeout_s: float, phase: str, gate: Callable[[str], str] | None = None
+) -> Any:
     """Send a typed request (bot.protocol.messages) and return its reply, checked field by
     field and against the request. The reply is the candidate's process's word: a malformed
     one fails the contender (phase "protocol"), never the bot."""
     wire = request.to_wire()
-    reply = worker.request(wire, timeout_s, phase) if gate is None else worker.request(wire, timeout_s, phase, gate=gate)
+    reply = (
+        worker.request(wire, timeout_s, phase) if gate is None else worker.request(wire, timeout_s, phase, gate=gate)
+    )
     return parse_reply(request, reply)
 
 

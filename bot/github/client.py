@@ -21,8 +21,8 @@ from github.Repository import Repository
 
 from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan
 from bot.core.errors import BotError
-from bot.github.identity import PullFacts
 from bot.github.events import PULL_REQUEST_ACTIONS, trigger_from_event  # noqa: F401 (re-exported)
+from bot.github.identity import PullFacts
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,11 +49,20 @@ class PublishResult:
 class GitHubClient:
     """A narrow, retrying view of one repository's REST API."""
 
-    def __init__(self, token: str, repo: str, api_url: str = "https://api.github.com", *,
-                 sleep: Callable[[float], None] = time.sleep, base_delay_s: float = 2.0,
-                 max_attempts: int = 5, per_page: int = 100,
-                 seconds_between_requests: float | None = 0.25,
-                 seconds_between_writes: float | None = 1.0, sticky_author: str | None = None) -> None:
+    def __init__(
+        self,
+        token: str,
+        repo: str,
+        api_url: str = "https://api.github.com",
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        base_delay_s: float = 2.0,
+        max_attempts: int = 5,
+        per_page: int = 100,
+        seconds_between_requests: float | None = 0.25,
+        seconds_between_writes: float | None = 1.0,
+        sticky_author: str | None = None,
+    ) -> None:
         if not token:
             raise BotError("no GitHub token: set GITHUB_TOKEN (or the action's `token` input)")
         if repo.count("/") != 1:
@@ -67,52 +76,72 @@ class GitHubClient:
         # The pauses between writes are GitHub's advice against secondary rate limits.
         # lazy=True: objects fetched by URL (repo, pull, issue, ref) send no GET until a field
         # is read, so publishing costs only the requests it needs.
-        self._gh = Github(auth=Auth.Token(token), base_url=api_url.rstrip("/"), retry=None,
-                          per_page=per_page, seconds_between_requests=seconds_between_requests,
-                          seconds_between_writes=seconds_between_writes, lazy=True)
+        self._gh = Github(
+            auth=Auth.Token(token),
+            base_url=api_url.rstrip("/"),
+            retry=None,
+            per_page=per_page,
+            seconds_between_requests=seconds_between_requests,
+            seconds_between_writes=seconds_between_writes,
+            lazy=True,
+        )
         self._repo: Repository = self._gh.get_repo(repo)  # lazy: no request yet
 
     # -- reads -------------------------------------------------------------------------
 
     def pull_request_files(self, number: int) -> list[str]:
         """Paths a pull request changes (all pages; GitHub caps the list at 3000 files)."""
-        return self._step(f"list the files of pull request #{number}",
-                          lambda: [f.filename for f in self._repo.get_pull(number).get_files()])
+        return self._step(
+            f"list the files of pull request #{number}",
+            lambda: [f.filename for f in self._repo.get_pull(number).get_files()],
+        )
 
     def pull_request(self, number: int) -> PullFacts | None:
         """The pull request as GitHub has it; None when there is no such pull request."""
+
         def step() -> PullFacts | None:
             try:
                 return _facts(self._repo.get_pull(number))
             except UnknownObjectException:
                 return None
+
         return self._step(f"read pull request #{number}", step)
 
     def pull_requests_for_commit(self, sha: str) -> list[PullFacts]:
         """Pull requests whose head is commit `sha` (GitHub's commit -> pulls list)."""
-        return self._step(f"list the pull requests of commit {sha[:12]}",
-                          lambda: [_facts(p) for p in self._repo.get_commit(sha).get_pulls()])
+        return self._step(
+            f"list the pull requests of commit {sha[:12]}",
+            lambda: [_facts(p) for p in self._repo.get_commit(sha).get_pulls()],
+        )
 
     def file_at(self, path: str, ref: str) -> bytes | None:
         """A regular file's bytes at commit `ref`; None when no file is there. A directory,
         symlink or submodule at `path` is refused: a follow-up only rewrites regular files."""
+
         def step() -> bytes | None:
             try:
                 found = self._repo.get_contents(path, ref=ref)
             except UnknownObjectException:
                 return None
             if isinstance(found, list) or found.type != "file":
-                raise BotError(f"{path} at {ref[:12]} is a {'directory' if isinstance(found, list) else found.type}, "
-                               "not a regular file")
+                raise BotError(
+                    f"{path} at {ref[:12]} is a {'directory' if isinstance(found, list) else found.type}, "
+                    "not a regular file"
+                )
             return found.decoded_content
+
         return self._step(f"read {path} at {ref[:12]}", step)
 
     def open_bot_pull_requests(self, prefix: str = BOT_BRANCH_PREFIX) -> list[int]:
         """Numbers of open pull requests whose head branch is ours (`prefix...` in this repo)."""
+
         def step() -> list[int]:
-            return [p.number for p in self._repo.get_pulls(state="open")
-                    if p.head.ref.startswith(prefix) and p.head.repo is not None
-                    and p.head.repo.full_name == self.repo_name]
+            return [
+                p.number
+                for p in self._repo.get_pulls(state="open")
+                if p.head.ref.startswith(prefix) and p.head.repo is not None and p.head.repo.full_name == self.repo_name
+            ]
+
         return self._step("list open pull requests", step)
 
     # -- publish -----------------------------------------------------------------------
@@ -127,23 +156,32 @@ class GitHubClient:
         comment_id = check_run_id = None
         source_pr, comment, check = plan.source_pr, plan.comment_body, plan.check_run
         if source_pr is not None and comment:
-            comment_id = self._step("comment on pull requests",
-                                    lambda: self._upsert_comment(source_pr, comment),
-                                    permission="`pull-requests: write` (or `issues: write`)")
+            comment_id = self._step(
+                "comment on pull requests",
+                lambda: self._upsert_comment(source_pr, comment),
+                permission="`pull-requests: write` (or `issues: write`)",
+            )
         if check is not None:
-            check_run_id = self._step("create check runs", lambda: self._create_check_run(check),
-                                      permission="`checks: write`")
-        return PublishResult(pr_number=pr.number if pr else None, pr_url=pr.html_url if pr else None,
-                             comment_id=comment_id, check_run_id=check_run_id, created=created,
-                             updated=pr is not None and not created, skipped_reason=skipped)
+            check_run_id = self._step(
+                "create check runs", lambda: self._create_check_run(check), permission="`checks: write`"
+            )
+        return PublishResult(
+            pr_number=pr.number if pr else None,
+            pr_url=pr.html_url if pr else None,
+            comment_id=comment_id,
+            check_run_id=check_run_id,
+            created=created,
+            updated=pr is not None and not created,
+            skipped_reason=skipped,
+        )
 
     def create_check_run(self, check: CheckRunPlan) -> int:
         """A check run on its own (the failure one when nothing else is published)."""
-        return self._step("create check runs", lambda: self._create_check_run(check),
-                          permission="`checks: write`")
+        return self._step("create check runs", lambda: self._create_check_run(check), permission="`checks: write`")
 
-    def _publish_pull_request(self, plan: PullRequestPlan,
-                              max_open: int) -> tuple[PullRequest | None, bool, str | None]:
+    def _publish_pull_request(
+        self, plan: PullRequestPlan, max_open: int
+    ) -> tuple[PullRequest | None, bool, str | None]:
         """(pull request, created?, reason when skipped)."""
         if plan.fork:
             return None, False, "the pull request comes from a fork: the patch is posted as a comment"
@@ -156,8 +194,9 @@ class GitHubClient:
             if open_count >= max_open:  # checked before pushing: a skipped plan leaves no branch
                 return None, False, f"{open_count} open kernel-bot pull requests reach the cap of {max_open}"
         self._step("push commits", lambda: self._push(plan), permission="`contents: write`")
-        pr, created = self._step("create pull requests", lambda: self._upsert_pr(plan),
-                                 permission="`pull-requests: write`")
+        pr, created = self._step(
+            "create pull requests", lambda: self._upsert_pr(plan), permission="`pull-requests: write`"
+        )
         return pr, created, None
 
     def _push(self, plan: PullRequestPlan) -> str:
@@ -167,8 +206,9 @@ class GitHubClient:
         if base_ref is None:
             raise BotError(f"base branch {plan.base!r} does not exist in {self.repo_name}")
         base_commit = repo.get_git_commit(base_ref.object.sha)
-        elements = [InputGitTreeElement(change.path, "100644", "blob", sha=self._blob(repo, change))
-                    for change in plan.files]
+        elements = [
+            InputGitTreeElement(change.path, "100644", "blob", sha=self._blob(repo, change)) for change in plan.files
+        ]
         tree = repo.create_git_tree(elements, base_tree=base_commit.tree)
         current = self._ref_or_none(plan.branch)
         if current is not None:
@@ -208,8 +248,7 @@ class GitHubClient:
         pr = self._find_pr(plan.branch)
         if pr is None:
             try:
-                pr = self._repo.create_pull(base=plan.base, head=plan.branch, title=plan.title,
-                                            body=plan.body)
+                pr = self._repo.create_pull(base=plan.base, head=plan.branch, title=plan.title, body=plan.body)
                 log.info("opened pull request #%d", pr.number)
                 return pr, True
             except GithubException as exc:  # an earlier attempt did succeed before a 5xx
@@ -227,8 +266,13 @@ class GitHubClient:
         issue = self._repo.get_issue(number)  # lazy: no GET of the issue itself
         # Anyone can paste the marker, so it counts only in comments by our account: any bot
         # (GITHUB_TOKEN and App tokens post as bots) unless a login was given.
-        ours = [c for c in issue.get_comments() if STICKY_MARKER in (c.body or "") and c.user and (
-            c.user.login == self._sticky_author if self._sticky_author else c.user.type == "Bot")]
+        ours = [
+            c
+            for c in issue.get_comments()
+            if STICKY_MARKER in (c.body or "")
+            and c.user
+            and (c.user.login == self._sticky_author if self._sticky_author else c.user.type == "Bot")
+        ]
         if ours:
             if ours[0].body != body:
                 ours[0].edit(body)
@@ -247,8 +291,9 @@ class GitHubClient:
             except GithubException as exc:
                 if exc.status not in (403, 404):
                     raise
-        run = self._repo.create_check_run(name=check.name, head_sha=check.head_sha, status="completed",
-                                          conclusion=check.conclusion, output=output)
+        run = self._repo.create_check_run(
+            name=check.name, head_sha=check.head_sha, status="completed", conclusion=check.conclusion, output=output
+        )
         return run.id
 
     # -- plumbing ----------------------------------------------------------------------
@@ -262,8 +307,14 @@ class GitHubClient:
                 delay = self._retry_delay(exc, attempt)
                 if delay is None or attempt == self._max_attempts:
                     raise _as_bot_error(exc, what, permission, attempt) from exc
-                log.warning("%s: %s; attempt %d/%d, retrying in %.1f s",
-                            what, _describe(exc), attempt, self._max_attempts, delay)
+                log.warning(
+                    "%s: %s; attempt %d/%d, retrying in %.1f s",
+                    what,
+                    _describe(exc),
+                    attempt,
+                    self._max_attempts,
+                    delay,
+                )
                 self._sleep(delay)
         raise AssertionError("unreachable")
 
@@ -282,8 +333,14 @@ class GitHubClient:
 
 def _facts(pr: PullRequest) -> PullFacts:
     head_repo = pr.head.repo  # None once the fork is deleted
-    return PullFacts(number=pr.number, state=pr.state, head_sha=pr.head.sha, head_ref=pr.head.ref,
-                     head_repo=head_repo.full_name if head_repo is not None else None, base_ref=pr.base.ref)
+    return PullFacts(
+        number=pr.number,
+        state=pr.state,
+        head_sha=pr.head.sha,
+        head_ref=pr.head.ref,
+        head_repo=head_repo.full_name if head_repo is not None else None,
+        base_ref=pr.base.ref,
+    )
 
 
 def _check_path(path: str) -> None:
@@ -310,14 +367,19 @@ def _as_bot_error(exc: Exception, what: str, permission: str | None, attempts: i
     if exc.status == 401:
         return BotError(f"GitHub rejected the token (bad credentials) while trying to {what}")
     if permission and exc.status == 403 and "resource not accessible" in message.lower():
-        return BotError(f"the token cannot {what}: grant {permission} to the workflow job "
-                        f"(or the GitHub App); GitHub answered {exc.status} {message!r}")
+        return BotError(
+            f"the token cannot {what}: grant {permission} to the workflow job "
+            f"(or the GitHub App); GitHub answered {exc.status} {message!r}"
+        )
     if exc.status == 404 and permission:  # a missing object, or a fine-grained token without the grant
-        return BotError(f"GitHub answered 404 {message!r} while trying to {what}: it does not exist, or the "
-                        f"token lacks {permission} (fine-grained tokens get 404, not 403, for a missing grant)")
+        return BotError(
+            f"GitHub answered 404 {message!r} while trying to {what}: it does not exist, or the "
+            f"token lacks {permission} (fine-grained tokens get 404, not 403, for a missing grant)"
+        )
     if exc.status == 404:  # a read: the object is missing (or hidden from this token)
-        return BotError(f"GitHub answered 404 {message!r} while trying to {what}: it does not exist, "
-                        "or this token cannot see it")
+        return BotError(
+            f"GitHub answered 404 {message!r} while trying to {what}: it does not exist, or this token cannot see it"
+        )
     if exc.status == 403 and message.lower().startswith("api rate limit exceeded"):
         return BotError(f"GitHub API rate limit exhausted while trying to {what}: {message}")
     if attempts > 1:

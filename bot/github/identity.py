@@ -56,9 +56,14 @@ def run_facts(payload: dict[str, Any]) -> RunFacts:
     numbers = tuple(p.get("number") for p in run.get("pull_requests") or () if isinstance(p, dict))
     if not all(isinstance(n, int) for n in numbers):
         raise BotError("workflow_run event lists a pull request without a number")
-    return RunFacts(str(run.get("event")), sha, run.get("head_branch"),
-                    head_repo if isinstance(head_repo, str) else None, numbers,
-                    (payload.get("repository") or {}).get("default_branch"))
+    return RunFacts(
+        str(run.get("event")),
+        sha,
+        run.get("head_branch"),
+        head_repo if isinstance(head_repo, str) else None,
+        numbers,
+        (payload.get("repository") or {}).get("default_branch"),
+    )
 
 
 def _matching(pulls: list[PullFacts], run: RunFacts) -> list[PullFacts]:
@@ -80,20 +85,37 @@ def pull_request_trigger(run: RunFacts, repo: str, reader: PullReader) -> Trigge
         pulls = reader.pull_requests_for_commit(run.head_sha)
     matching = _matching(pulls, run)
     if not matching:
-        seen = ", ".join(f"#{p.number} ({p.state}, head {p.head_sha[:12]} from {p.head_repo or DELETED_FORK})"
-                         for p in pulls) or "none"
-        raise BotError(f"no open pull request in {repo} has head commit {run.head_sha[:12]} from "
-                       f"{run.head_repo or DELETED_FORK} (found: {seen}); nothing is published")
+        seen = (
+            ", ".join(
+                f"#{p.number} ({p.state}, head {p.head_sha[:12]} from {p.head_repo or DELETED_FORK})" for p in pulls
+            )
+            or "none"
+        )
+        raise BotError(
+            f"no open pull request in {repo} has head commit {run.head_sha[:12]} from "
+            f"{run.head_repo or DELETED_FORK} (found: {seen}); nothing is published"
+        )
     if len(matching) > 1:
-        raise BotError(f"pull requests {', '.join(f'#{p.number}' for p in matching)} all have head commit "
-                       f"{run.head_sha[:12]}; refusing to pick one")
+        raise BotError(
+            f"pull requests {', '.join(f'#{p.number}' for p in matching)} all have head commit "
+            f"{run.head_sha[:12]}; refusing to pick one"
+        )
     pr = matching[0]
     if pr.head_repo == repo and pr.head_ref != run.head_branch:
-        raise BotError(f"pull request #{pr.number}'s branch {pr.head_ref!r} is not the run's "
-                       f"{run.head_branch!r}; nothing is published")
-    return Trigger(kind="pull_request", repo=repo, pr_number=pr.number, head_ref=pr.head_ref,
-                   head_sha=pr.head_sha, head_repo=pr.head_repo or DELETED_FORK, base_ref=pr.base_ref,
-                   default_branch=run.default_branch)
+        raise BotError(
+            f"pull request #{pr.number}'s branch {pr.head_ref!r} is not the run's "
+            f"{run.head_branch!r}; nothing is published"
+        )
+    return Trigger(
+        kind="pull_request",
+        repo=repo,
+        pr_number=pr.number,
+        head_ref=pr.head_ref,
+        head_sha=pr.head_sha,
+        head_repo=pr.head_repo or DELETED_FORK,
+        base_ref=pr.base_ref,
+        default_branch=run.default_branch,
+    )
 
 
 def trusted_trigger(payload: dict[str, Any], repo: str, reader: PullReader) -> Trigger:
@@ -105,10 +127,13 @@ def trusted_trigger(payload: dict[str, Any], repo: str, reader: PullReader) -> T
     if run.event not in ("schedule", "workflow_dispatch"):
         raise BotError(f"workflow_run for a {run.event!r} event: nothing to publish")
     if run.head_repo != repo or not run.default_branch or run.head_branch != run.default_branch:
-        raise BotError(f"a {run.event} run on {run.head_repo or DELETED_FORK}:{run.head_branch}, not on "
-                       f"{repo}'s default branch {run.default_branch!r}: nothing is published")
-    return Trigger(kind=run.event, repo=repo, head_ref=run.head_branch, head_sha=run.head_sha,
-                   default_branch=run.default_branch)
+        raise BotError(
+            f"a {run.event} run on {run.head_repo or DELETED_FORK}:{run.head_branch}, not on "
+            f"{repo}'s default branch {run.default_branch!r}: nothing is published"
+        )
+    return Trigger(
+        kind=run.event, repo=repo, head_ref=run.head_branch, head_sha=run.head_sha, default_branch=run.default_branch
+    )
 
 
 def operator_trigger(claimed: Trigger | None, repo: str, reader: PullReader) -> Trigger:
@@ -118,8 +143,14 @@ def operator_trigger(claimed: Trigger | None, repo: str, reader: PullReader) -> 
         return Trigger(kind="None", repo=repo)
     kind, sha = claimed.kind, claimed.head_sha
     if kind != "pull_request":
-        return Trigger(kind=kind, repo=repo, head_ref=claimed.head_ref, head_sha=sha,
-                       base_sha=claimed.base_sha, default_branch=claimed.default_branch)
+        return Trigger(
+            kind=kind,
+            repo=repo,
+            head_ref=claimed.head_ref,
+            head_sha=sha,
+            base_sha=claimed.base_sha,
+            default_branch=claimed.default_branch,
+        )
     number = claimed.pr_number
     if not isinstance(number, int) or not isinstance(sha, str):
         raise BotError("the results name no pull request number and head commit")

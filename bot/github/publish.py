@@ -9,20 +9,20 @@ The whole plan is built and checked before the first write.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from bot.report import data as rd
-from bot.report.chart import results_chart
 from bot.config import Settings
 from bot.core.domain import CheckRunPlan, PullRequestPlan, Trigger
 from bot.core.errors import BotError
 from bot.core.results import Results
-from bot.report.plan import CHART_PATH, CHECK_NAME, plan_pull_request
-from bot.github.rederive import InconsistentArtifact, rederive
 from bot.core.safe_text import inert, inert_results
 from bot.core.scope import FileReader, scoped_changes
+from bot.github.rederive import InconsistentArtifact, rederive
+from bot.report import data as rd
+from bot.report.chart import results_chart
+from bot.report.plan import CHART_PATH, CHECK_NAME, plan_pull_request
 
 
 @dataclass(frozen=True)
@@ -38,21 +38,28 @@ def inconsistent_check(trigger: Trigger, exc: InconsistentArtifact) -> CheckRunP
     """The failed check run that says why nothing was published."""
     if not trigger.head_sha:
         return None
-    return CheckRunPlan(CHECK_NAME, trigger.head_sha, "failure", "the results artifact is inconsistent",
-                        "kernel-bot published nothing: a number in the results artifact does not follow "
-                        f"from its own raw samples.\n\n{inert(str(exc))}")
+    return CheckRunPlan(
+        CHECK_NAME,
+        trigger.head_sha,
+        "failure",
+        "the results artifact is inconsistent",
+        "kernel-bot published nothing: a number in the results artifact does not follow "
+        f"from its own raw samples.\n\n{inert(str(exc))}",
+    )
 
 
 def reproduce_command(results: Results, problems_dir: str, min_speedup: float) -> str:
     paths = " ".join(f"{problems_dir}/{p.problem}.py" for p in rd.problems(results))
     # Untrusted text: only the two known device names reach the command.
-    on_cpu = bool(rd.problems(results)) and all(p.environment is not None and p.environment.device == "cpu"
-                                                for p in rd.problems(results))
+    on_cpu = bool(rd.problems(results)) and all(
+        p.environment is not None and p.environment.device == "cpu" for p in rd.problems(results)
+    )
     return f"bot optimize {paths} --min-speedup {min_speedup} --device {'cpu' if on_cpu else 'cuda'}"
 
 
-def stage_two_plan(results: Results, trigger: Trigger, reader: FileReader, settings: Settings,
-                   allowed: Callable[[str], bool]) -> StagePlan:
+def stage_two_plan(
+    results: Results, trigger: Trigger, reader: FileReader, settings: Settings, allowed: Callable[[str], bool]
+) -> StagePlan:
     """Validated results + trusted trigger -> the complete plan; BotError when something is out
     of scope, a failure check run when the numbers do not follow from the samples."""
     try:
@@ -61,8 +68,12 @@ def stage_two_plan(results: Results, trigger: Trigger, reader: FileReader, setti
         return StagePlan(None, inconsistent_check(trigger, exc), str(exc))
     if not trigger.head_sha:
         raise BotError("no head commit for this run: cannot tell which problem files to trust")
-    changes = {c.path: c for c in scoped_changes(rd.improved(derived), trigger.head_sha, reader,
-                                                 settings.problems_dir, settings.chart_path, allowed)}
+    changes = {
+        c.path: c
+        for c in scoped_changes(
+            rd.improved(derived), trigger.head_sha, reader, settings.problems_dir, settings.chart_path, allowed
+        )
+    }
     shown = inert_results(derived)
     chart = results_chart(shown)
 
@@ -72,9 +83,16 @@ def stage_two_plan(results: Results, trigger: Trigger, reader: FileReader, setti
         return changes[path].current
 
     # No local checkout is read: `current` serves every file's text from the API at head_sha.
-    plan = plan_pull_request(shown, trigger, Path("/nonexistent"), lambda path: path in changes, chart,
-                             reproduce_command(shown, settings.problems_dir, settings.min_speedup),
-                             settings.chart_path, current=current)
+    plan = plan_pull_request(
+        shown,
+        trigger,
+        Path("/nonexistent"),
+        lambda path: path in changes,
+        chart,
+        reproduce_command(shown, settings.problems_dir, settings.min_speedup),
+        settings.chart_path,
+        current=current,
+    )
     for change in plan.files if plan else ():
         scoped = changes.get(change.path)
         drawn_here = bool(settings.chart_path) and change.path == settings.chart_path and change.content == chart
@@ -83,16 +101,26 @@ def stage_two_plan(results: Results, trigger: Trigger, reader: FileReader, setti
     return StagePlan(plan)
 
 
-def publish_plan(results: Results, trigger: Trigger, repo_root: Path,
-                 allowed: Callable[[str], bool], problems_dir: str = "problems",
-                 chart_path: str = CHART_PATH) -> PullRequestPlan | None:
+def publish_plan(
+    results: Results,
+    trigger: Trigger,
+    repo_root: Path,
+    allowed: Callable[[str], bool],
+    problems_dir: str = "problems",
+    chart_path: str = CHART_PATH,
+) -> PullRequestPlan | None:
     """The plan of a merged shard run on the runner itself (reports only; nothing is written
     to GitHub from it): files come from `repo_root`, checked against `allowed`."""
     chart = results_chart(results)
-    plan = plan_pull_request(results, trigger, repo_root, allowed, chart,
-                             reproduce_command(results, problems_dir,
-                                               1.05 if results.min_speedup is None else results.min_speedup),
-                             chart_path)
+    plan = plan_pull_request(
+        results,
+        trigger,
+        repo_root,
+        allowed,
+        chart,
+        reproduce_command(results, problems_dir, 1.05 if results.min_speedup is None else results.min_speedup),
+        chart_path,
+    )
     for change in plan.files if plan else ():
         drawn_here = bool(chart_path) and change.path == chart_path and change.content == chart
         if not drawn_here and not allowed(change.path):

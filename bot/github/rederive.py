@@ -11,17 +11,26 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
-from typing import Any, Sequence, Union
+from typing import Any
 
 from bot.core import stats as bench
 from bot.core.domain import Measurement, Speedup
-from bot.core.results import BestResult, ContenderResult, MeasurementResult, ProblemResult, Results, Samples, ShapeResult
+from bot.core.results import (
+    BestResult,
+    ContenderResult,
+    MeasurementResult,
+    ProblemResult,
+    Results,
+    Samples,
+    ShapeResult,
+)
 
 REL_TOLERANCE = 1e-9  # JSON round-trips floats exactly; this only absorbs summation order
 
-Contender = Union[ContenderResult, BestResult]
+Contender = ContenderResult | BestResult
 
 
 class InconsistentArtifact(Exception):
@@ -47,11 +56,15 @@ def _shape_task(shape: ShapeResult, where: str, min_speedup: float) -> tuple[Sha
     candidate = _measurement(claimed.samples, f"{where}.measurement") if claimed else None
     if candidate is not None and claimed is not None:
         if not _close(claimed.median_us, candidate.median_us):
-            raise InconsistentArtifact(f"{where}.measurement.median_us is {claimed.median_us!r}, "
-                                       f"its samples give {candidate.median_us!r}")
+            raise InconsistentArtifact(
+                f"{where}.measurement.median_us is {claimed.median_us!r}, its samples give {candidate.median_us!r}"
+            )
         floor = shape.floor_us
-        shape = replace(shape, measurement=MeasurementResult.of(candidate),
-                        pct_of_floor=100.0 * floor / candidate.median_us if floor is not None else None)
+        shape = replace(
+            shape,
+            measurement=MeasurementResult.of(candidate),
+            pct_of_floor=100.0 * floor / candidate.median_us if floor is not None else None,
+        )
     if shape.speedup is None and shape.speedup_ci is None:
         return shape, None
     derivation = shape.derivation
@@ -60,12 +73,21 @@ def _shape_task(shape: ShapeResult, where: str, min_speedup: float) -> tuple[Sha
     baseline = _measurement(derivation.baseline, f"{where}.derivation.baseline")
     floor_spread = bench.worker_spread([baseline])  # stage 1 never goes under the baseline's own
     if derivation.spread_log_sd < floor_spread.log_sd * (1 - REL_TOLERANCE) or (
-            floor_spread.df and derivation.spread_df < floor_spread.df):
-        raise InconsistentArtifact(f"{where}.derivation: a worker spread narrower than the baseline's own "
-                                   f"({derivation.spread_log_sd!r} < {floor_spread.log_sd!r})")
+        floor_spread.df and derivation.spread_df < floor_spread.df
+    ):
+        raise InconsistentArtifact(
+            f"{where}.derivation: a worker spread narrower than the baseline's own "
+            f"({derivation.spread_log_sd!r} < {floor_spread.log_sd!r})"
+        )
     level = shape.level if shape.level is not None else 0.95
-    return shape, (baseline, candidate, min_speedup, float(level), derivation.resamples,
-                   bench.WorkerSpread(derivation.spread_log_sd, derivation.spread_df))
+    return shape, (
+        baseline,
+        candidate,
+        min_speedup,
+        float(level),
+        derivation.resamples,
+        bench.WorkerSpread(derivation.spread_log_sd, derivation.spread_df),
+    )
 
 
 def _speedup(args: tuple[Any, ...]) -> Speedup:
@@ -89,13 +111,16 @@ def _pair(ci: Any) -> tuple[Any, Any]:
 
 def _apply(shape: ShapeResult, where: str, found: Speedup) -> ShapeResult:
     claimed_ci = _pair(shape.speedup_ci)
-    for label, claimed, derived in (("speedup", shape.speedup, found.ratio),
-                                    ("speedup_ci[0]", claimed_ci[0], found.ci_low),
-                                    ("speedup_ci[1]", claimed_ci[1], found.ci_high)):
+    for label, claimed, derived in (
+        ("speedup", shape.speedup, found.ratio),
+        ("speedup_ci[0]", claimed_ci[0], found.ci_low),
+        ("speedup_ci[1]", claimed_ci[1], found.ci_high),
+    ):
         if not _close(claimed, derived):
             raise InconsistentArtifact(f"{where}.{label} is {claimed!r}, its samples give {derived!r}")
-    return replace(shape, speedup=found.ratio, speedup_ci=(found.ci_low, found.ci_high),
-                   significance=found.significance)
+    return replace(
+        shape, speedup=found.ratio, speedup_ci=(found.ci_low, found.ci_high), significance=found.significance
+    )
 
 
 def _slower(shapes: Sequence[ShapeResult]) -> tuple[str, ...]:
@@ -108,17 +133,28 @@ def _contender(c: Contender, shapes: tuple[ShapeResult, ...], where: str) -> Con
     speedup = ci = None
     if shapes and all(r is not None for r in ratios):
         speedup = bench.geomean(ratios)  # type: ignore[arg-type]
-        ci = (bench.geomean([s.speedup_ci[0] for s in shapes]),  # type: ignore[index]
-              bench.geomean([s.speedup_ci[1] for s in shapes]))  # type: ignore[index]
+        ci = (
+            bench.geomean([s.speedup_ci[0] for s in shapes]),  # type: ignore[index]
+            bench.geomean([s.speedup_ci[1] for s in shapes]),
+        )  # type: ignore[index]
     claimed_ci = _pair(c.speedup_ci)
-    for label, claimed, derived in (("speedup", c.speedup, speedup), ("speedup_ci[0]", claimed_ci[0],
-                                    ci[0] if ci else None), ("speedup_ci[1]", claimed_ci[1], ci[1] if ci else None)):
+    for label, claimed, derived in (
+        ("speedup", c.speedup, speedup),
+        ("speedup_ci[0]", claimed_ci[0], ci[0] if ci else None),
+        ("speedup_ci[1]", claimed_ci[1], ci[1] if ci else None),
+    ):
         if not _close(claimed, derived):
             raise InconsistentArtifact(f"{where}.{label} is {claimed!r}, its shapes give {derived!r}")
     if isinstance(c, BestResult):
         return replace(c, shapes=shapes, speedup=speedup, speedup_ci=ci)  # type: ignore[arg-type]
-    return replace(c, shapes=shapes, speedup=speedup, speedup_ci=ci, slower_shapes=_slower(shapes),
-                   median_us=shapes[0].measurement.median_us if shapes and shapes[0].measurement else None)
+    return replace(
+        c,
+        shapes=shapes,
+        speedup=speedup,
+        speedup_ci=ci,
+        slower_shapes=_slower(shapes),
+        median_us=shapes[0].measurement.median_us if shapes and shapes[0].measurement else None,
+    )
 
 
 def _contenders(results: Results) -> list[tuple[Contender, str]]:
@@ -138,11 +174,11 @@ def _significant(c: Contender, min_speedup: float) -> bool:
     return bool(ci) and ci[0] >= min_speedup and not _slower(c.shapes)
 
 
-def _judged(p: ProblemResult, i: int, baseline: Any, attempts: tuple[ContenderResult, ...], best: Any,
-            min_speedup: float) -> ProblemResult:
+def _judged(
+    p: ProblemResult, i: int, baseline: Any, attempts: tuple[ContenderResult, ...], best: Any, min_speedup: float
+) -> ProblemResult:
     """The problem with significance and its best re-judged against the trusted `min_speedup`."""
-    attempts = tuple(replace(a, significant=a.status == "accepted" and _significant(a, min_speedup))
-                     for a in attempts)
+    attempts = tuple(replace(a, significant=a.status == "accepted" and _significant(a, min_speedup)) for a in attempts)
     outcome = p.outcome
     if best is not None:
         twin = next((a for a in attempts if a.name == best.name and a.source_sha256 == best.source_sha256), None)

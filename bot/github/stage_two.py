@@ -8,8 +8,9 @@ installed: it imports no torch, nothing of bot.engine, bot.harness, bot.sandbox 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from bot.config import github_env, load_settings, path_allowed, read_event
 from bot.core.errors import BotError
@@ -17,8 +18,9 @@ from bot.core.errors import BotError
 Echo = Callable[[str], None]
 
 
-def publish_stage_two(results_dir: Path, repo_root: Path | None, echo: Echo,
-                      environ: Mapping[str, str] | None = None, client: Any = None) -> None:
+def publish_stage_two(
+    results_dir: Path, repo_root: Path | None, echo: Echo, environ: Mapping[str, str] | None = None, client: Any = None
+) -> None:
     """Validate, re-derive and scope everything, then write: nothing is written to GitHub
     before the whole plan stands (bot.github.publish)."""
     from bot.github.identity import operator_trigger, trusted_trigger

@@ -9,8 +9,9 @@ and bounded, unknown fields rejected) before any field is used.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bot.core.errors import BotError
 from bot.core.results import RESULTS_FILE, Results

@@ -15,9 +15,15 @@ from bot.harness import shared
 def describe_environment(device: str, describe: bool = True) -> dict[str, Any]:
     """What the parent reports as the machine: versions, the device, and with `describe` on a
     GPU its driver and clocks (nvidia-smi, a subprocess: only the reference worker asks)."""
-    env: dict[str, Any] = {"device": device, "torch": torch.__version__,
-                           "python": platform.python_version(), "host": platform.node(),
-                           "cuda": torch.version.cuda, "driver": None, "clocks": {}}
+    env: dict[str, Any] = {
+        "device": device,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "cuda": torch.version.cuda,
+        "driver": None,
+        "clocks": {},
+    }
     try:
         from importlib.metadata import version
 
@@ -54,9 +60,17 @@ def timer_overhead_us(device: str) -> float:
 def _nvidia_smi() -> dict[str, Any]:
     query = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,temperature.gpu,power.draw"
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits",
-                              f"--id={torch.cuda.current_device()}"],
-                             capture_output=True, text=True, timeout=20).stdout.strip()
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                f"--query-gpu={query}",
+                "--format=csv,noheader,nounits",
+                f"--id={torch.cuda.current_device()}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.strip()
         vals = [v.strip() for v in out.splitlines()[0].split(",")]
         names = query.split(",")[1:]
         return {"driver": vals[0], "clocks": dict(zip(names, vals[1:]))}

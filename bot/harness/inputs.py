@@ -21,7 +21,7 @@ from bot.core.distributions import DISTRIBUTIONS
 # 1e-3 and 1e-6) are rows where an RMSNorm that drops its eps of 1e-5 is 3.4x and 3300x too
 # large. 2^7 overflows exp in float32 and bfloat16 (above 88.7) and x^2 in float16, yet keeps
 # a softmax of q.k (attention) within float32's rounding: its scores grow as 2^14.
-ROW_SCALES = (0.0, 2.0 ** -10, 2.0 ** -20, 1.0, 2.0 ** 7)
+ROW_SCALES = (0.0, 2.0**-10, 2.0**-20, 1.0, 2.0**7)
 # A 1-D tensor is cut into this many blocks of one scale each (its "rows").
 BLOCKS_1D = len(ROW_SCALES)
 # "limits": 2^min(emax - 4, 40) x N(0, 1). float16 2^11: |x| up to ~1.2e4 (6 sigma), so the
@@ -47,7 +47,7 @@ def transform(inputs: list[Any], distribution: str, seed: int) -> list[Any]:
         raise ValueError(f"unknown input distribution {distribution!r}")
     patterns: dict[int, torch.Tensor] = {}  # row count -> row scales, shared by same-sized inputs
     gen = torch.Generator(device="cpu")
-    gen.manual_seed((seed ^ _SALT) & (2 ** 63 - 1))
+    gen.manual_seed((seed ^ _SALT) & (2**63 - 1))
     return [_one(x, distribution, gen, patterns) if _floating(x) else x for x in inputs]
 
 
@@ -55,8 +55,7 @@ def _floating(x: Any) -> bool:
     return torch.is_tensor(x) and x.is_floating_point()
 
 
-def _one(x: torch.Tensor, distribution: str, gen: torch.Generator,
-         patterns: dict[int, torch.Tensor]) -> torch.Tensor:
+def _one(x: torch.Tensor, distribution: str, gen: torch.Generator, patterns: dict[int, torch.Tensor]) -> torch.Tensor:
     if distribution == "shifted":
         return x * 2.5 + 1.5
     if distribution == "large":
@@ -80,7 +79,7 @@ def _one(x: torch.Tensor, distribution: str, gen: torch.Generator,
         return _scaled(x.reshape(rows, width), scales[:, None]).reshape(x.shape)
     flat = x.reshape(-1).to(scales.dtype, copy=True)
     for i in range(rows):  # at most BLOCKS_1D blocks
-        flat[i * width:(i + 1) * width] *= scales[i]
+        flat[i * width : (i + 1) * width] *= scales[i]
     return flat.to(x.dtype).reshape(x.shape)
 
 

@@ -57,6 +57,7 @@ gpu_sleep = torch.cuda._sleep  # spins one GPU thread for a number of clock cycl
 cuda_reserved = torch.cuda.memory_reserved
 cuda_available = torch.cuda.is_available
 
+
 def flush_l2(words: torch.Tensor) -> torch.Tensor:
     """Read the whole flush buffer, so the L2 holds only its clean lines. Not a zeroing, as
     KernelBench and Triton's do_bench flush: that leaves the L2 full of dirty lines, whose
@@ -66,8 +67,10 @@ def flush_l2(words: torch.Tensor) -> torch.Tensor:
     the flush away from its own timings."""
     return tensor_sum(words)
 
+
 def tids() -> set[str]:
     return set(listdir("/proc/self/task"))
+
 
 def hash_tensor(t: torch.Tensor) -> str:
     flat = contiguous(reshape(detach(t), -1))
@@ -77,15 +80,18 @@ def hash_tensor(t: torch.Tensor) -> str:
         h.update(raw.numpy().tobytes())
     return h.hexdigest()[:24]
 
+
 # --- replies -------------------------------------------------------------------------
 def as_outputs(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
+
 
 def not_tensors(outputs: list[Any]) -> dict | None:
     """The failure reply for a timed call whose outputs are not exactly torch.Tensor."""
     if all(type(o) is Tensor for o in outputs):
         return None
     return Failure("call", f"output type {[type(o).__name__ for o in outputs]}").to_wire()
+
 
 def failure(phase: str, exc: BaseException) -> dict:
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)

@@ -60,5 +60,7 @@ def _buffer(spec: dict) -> Any:
 
 
 def regions(staged: list[list[Any]]) -> Regions:
-    return [[[x.data_ptr(), x.numel() * x.element_size()] for x in inputs if isinstance(x, torch.Tensor)]
-            for inputs in staged]
+    return [
+        [[x.data_ptr(), x.numel() * x.element_size()] for x in inputs if isinstance(x, torch.Tensor)]
+        for inputs in staged
+    ]

@@ -27,8 +27,12 @@ def import_file(path: str, name: str):
 def meta(out: Any) -> dict[str, Any]:
     if type(out) is not shared.Tensor:  # exact type: subclasses (lazy tensors) are refused
         return {"type": type(out).__name__}
-    return {"type": "Tensor", "dtype": str(out.dtype).removeprefix("torch."),
-            "shape": list(out.shape), "device": out.device.type}
+    return {
+        "type": "Tensor",
+        "dtype": str(out.dtype).removeprefix("torch."),
+        "shape": list(out.shape),
+        "device": out.device.type,
+    }
 
 
 def transfer_dtype(native: torch.dtype) -> torch.dtype | None:
@@ -40,7 +44,6 @@ def transfer_dtype(native: torch.dtype) -> torch.dtype | None:
 
 class ProblemShapeError(Exception):
     pass
-
 
 
 def module_tensors(model: Any) -> list[torch.Tensor]:
@@ -64,8 +67,7 @@ def poison_free_cuda_memory() -> None:
     """Fill the caching allocator's free blocks with 0xFF (NaN in every float format),
     so an output that is `torch.empty` reusing freed memory cannot look correct."""
     shared.cuda_sync()
-    sizes = [b["size"] for seg in torch.cuda.memory_snapshot() for b in seg["blocks"]
-             if b["state"] == "inactive"]
+    sizes = [b["size"] for seg in torch.cuda.memory_snapshot() for b in seg["blocks"] if b["state"] == "inactive"]
     held = []
     for size in sorted(sizes, reverse=True):
         try:

@@ -9,8 +9,9 @@ the inputs drawn from a seed (`_inputs`), the fingerprints (`_fingerprints`,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -98,14 +99,16 @@ class TimedCalls:
                 # The commitment: on CUDA a projection computed on the device (no copy to the
                 # host); on the CPU the outputs' digest, exact and a third of the cost (46 us
                 # against 148 us for a 64x512 bf16 output).
-                prints.append(self._fingerprints(outputs, msg.fp_seed) if cuda
-                              else [shared.hash_tensor(o) for o in outputs])
+                prints.append(
+                    self._fingerprints(outputs, msg.fp_seed) if cuda else [shared.hash_tensor(o) for o in outputs]
+                )
                 self.kept.append(outputs)
                 del result, outputs
         except BaseException as exc:
             return shared.failure("call", exc)
-        return TimeReply(host_us=host, event_us=event if cuda else None, fingerprints=prints,
-                         new_threads=self._new_threads()).to_wire()
+        return TimeReply(
+            host_us=host, event_us=event if cuda else None, fingerprints=prints, new_threads=self._new_threads()
+        ).to_wire()
 
     def _stub(self, *inputs: Any) -> list[torch.Tensor]:
         # Fresh outputs per call, as a real call's: committing to memory just written costs
@@ -115,6 +118,7 @@ class TimedCalls:
     def _time_back_to_back(self, msg: Time, model: Callable[..., Any]) -> dict:
         """Mode "throughput" (see op_time). The stream check moves to the whole batch: the
         device-synchronised wall time of the batch against its event span on this stream."""
+
         def call(inputs: list[Any]) -> tuple | dict:
             with torch.no_grad():
                 shared.flush_l2(self.flush_buf)
@@ -182,8 +186,9 @@ class TimedCalls:
         reply, _ = batch
         return replace(reply, samples_us=reply.event_us, graph_copies=len(rotation.sets)).to_wire()
 
-    def _enqueued_batch(self, msg: Time, enqueue: Callable[[list[Any]], tuple | dict]
-                        ) -> tuple[TimeReply, list[float]] | dict:
+    def _enqueued_batch(
+        self, msg: Time, enqueue: Callable[[list[Any]], tuple | dict]
+    ) -> tuple[TimeReply, list[float]] | dict:
         """What both unsynchronised modes share: per seed, `enqueue(inputs)` puts one call on
         the stream between its own events and returns (events, outputs, host µs to enqueue),
         or a failure reply; fingerprints stay on the device; one device-wide synchronise ends
@@ -213,10 +218,15 @@ class TimedCalls:
             prints = [[t.tolist() for t in call] for call in print_tensors]
         except BaseException as exc:
             return shared.failure("call", exc)
-        return TimeReply(host_us=[batch_host], event_us=event, fingerprints=prints, new_threads=self._new_threads(),
-                         batch_span_us=batch_span), enqueue_us
+        return TimeReply(
+            host_us=[batch_host],
+            event_us=event,
+            fingerprints=prints,
+            new_threads=self._new_threads(),
+            batch_span_us=batch_span,
+        ), enqueue_us
 
-    def _capture(self, inputs: list[Any], model: Callable[..., Any]) -> "Rotation":
+    def _capture(self, inputs: list[Any], model: Callable[..., Any]) -> Rotation:
         """This input signature's call, captured once per copy of the rotation (see
         GRAPH_SETS_MAX); another signature replaces them, so one shape's graphs are held at
         a time. The first copy's footprint (its tensors, or the memory its capture reserved,
@@ -237,7 +247,7 @@ class TimedCalls:
         self.captured = Rotation(signature, tuple(copies))
         return self.captured
 
-    def _capture_copy(self, inputs: list[Any], model: Callable[..., Any], warm_ups: int) -> "Captured":
+    def _capture_copy(self, inputs: list[Any], model: Callable[..., Any], warm_ups: int) -> Captured:
         """One capture on input tensors of its own (warm-up calls on a side stream first, as
         CUDA graph capture requires); its outputs live in the graph's own memory pool."""
         static = [shared.clone(x) if shared.is_tensor(x) else x for x in inputs]

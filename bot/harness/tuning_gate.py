@@ -21,7 +21,8 @@ import contextlib
 import functools
 import importlib
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from bot.protocol.messages import GateAnswer, GateAsk
 
@@ -58,6 +59,7 @@ class TuningGate:
                         self._ask_for_the_gpu()
                         self._granted = True
             return timing(*args, **kwargs)
+
         timed_with_the_gpu_to_itself.kernel_bot_gated = True  # type: ignore[attr-defined]
         return timed_with_the_gpu_to_itself
 

@@ -24,16 +24,35 @@ from typing import Any
 
 import torch
 
-from bot.harness import triton_interp
 from bot.harness import inputs as worker_inputs
-from bot.harness import shared, staging, support
-from bot.protocol.channel import Channel, ChannelClosed
-from bot.protocol.messages import (Construct, ConstructReply, Done, Fingerprints, FingerprintsReply, GateReply, Hello,
-                                   HelloReply, Load, LoadReply, Message, Outputs, OutputsReply, ProtocolError, Run,
-                                   RunReply, Stage, StageInto, StageReply, parse_request, serve)
-from bot.harness.tuning_gate import TuningGate
+from bot.harness import shared, staging, support, triton_interp
 from bot.harness.env import describe_environment, timer_overhead_us
 from bot.harness.timing import Rotation, TimedCalls
+from bot.harness.tuning_gate import TuningGate
+from bot.protocol.channel import Channel, ChannelClosed
+from bot.protocol.messages import (
+    Construct,
+    ConstructReply,
+    Done,
+    Fingerprints,
+    FingerprintsReply,
+    GateReply,
+    Hello,
+    HelloReply,
+    Load,
+    LoadReply,
+    Message,
+    Outputs,
+    OutputsReply,
+    ProtocolError,
+    Run,
+    RunReply,
+    Stage,
+    StageInto,
+    StageReply,
+    parse_request,
+    serve,
+)
 
 
 class Harness(TimedCalls):
@@ -179,8 +198,7 @@ class Harness(TimedCalls):
             return shared.failure("problem", exc)
         # Checks of timed calls (requests that say what they want) compare outputs only. Hashing the inputs
         # goes through host memory: for 2 GB of logits it cost seconds per timed batch.
-        before = [] if msg.want else [
-            shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
+        before = [] if msg.want else [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
         if self.precision != "native":  # the reference: values from the upcast model
             return self._reference_run(inputs, before, msg)
         if self.device == "cuda":
@@ -199,8 +217,9 @@ class Harness(TimedCalls):
         outputs = shared.as_outputs(result)
         metas = [support.meta(o) for o in outputs]
         after = [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
-        reply = RunReply(meta=metas, inputs_before=before, inputs_after=after, host_us=host_us,
-                         new_threads=self._new_threads())
+        reply = RunReply(
+            meta=metas, inputs_before=before, inputs_after=after, host_us=host_us, new_threads=self._new_threads()
+        )
         if all(m["type"] == "Tensor" for m in metas):
             reply = self._answer(reply, [shared.detach(o) for o in outputs], msg)
         return reply.to_wire()
@@ -234,9 +253,16 @@ class Harness(TimedCalls):
                 flops = int(self.roofline_flops(*inputs))
             except Exception as exc:
                 return shared.failure("problem", exc)
-        reply = RunReply(meta=metas, inputs_before=before, bytes=nbytes, flops=flops, input_meta=[
-            f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x) else repr(x)
-            for x in inputs])
+        reply = RunReply(
+            meta=metas,
+            inputs_before=before,
+            bytes=nbytes,
+            flops=flops,
+            input_meta=[
+                f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x) else repr(x)
+                for x in inputs
+            ],
+        )
         return self._answer(reply, values, msg).to_wire()
 
     def op_stage(self, msg: Stage | StageInto) -> dict:
@@ -285,8 +311,10 @@ class Harness(TimedCalls):
         wanted = [(m["dtype"], tuple(m["shape"])) for m in metas]
         have = [(str(o.dtype).removeprefix("torch."), tuple(o.shape)) for o in self.stub_outputs or []]
         if have != wanted:
-            self.stub_outputs = [shared.to(torch.randn(shape, dtype=torch.float32, device=self.device),
-                                           getattr(torch, dtype)) for dtype, shape in wanted]
+            self.stub_outputs = [
+                shared.to(torch.randn(shape, dtype=torch.float32, device=self.device), getattr(torch, dtype))
+                for dtype, shape in wanted
+            ]
 
     def op_gate(self, msg: Message) -> dict:
         """Hook the timing of kernel variants (bot.harness.tuning_gate): in a call the bot marks as
@@ -363,12 +391,25 @@ def main(argv: list[str] | None = None) -> None:
     harness = Harness(channel, hello.device, hello.threads)
     # Sent before any candidate code exists here: the parent's count of this process's threads
     # starts from it (bot.engine.workers, WorkerClient.request).
-    channel.send(HelloReply(env=describe_environment(hello.device, hello.describe),
-                            overhead_us=timer_overhead_us(hello.device), threads=len(harness.baseline_tids)).to_wire())
-    ops = {"load": harness.op_load, "construct": harness.op_construct, "run": harness.op_run,
-           "time": harness.op_time, "fingerprints": harness.op_fingerprints,
-           "stage": harness.op_stage, "outputs": harness.op_outputs, "quiet": harness.op_quiet,
-           "release": harness.op_release, "gate": harness.op_gate}
+    channel.send(
+        HelloReply(
+            env=describe_environment(hello.device, hello.describe),
+            overhead_us=timer_overhead_us(hello.device),
+            threads=len(harness.baseline_tids),
+        ).to_wire()
+    )
+    ops = {
+        "load": harness.op_load,
+        "construct": harness.op_construct,
+        "run": harness.op_run,
+        "time": harness.op_time,
+        "fingerprints": harness.op_fingerprints,
+        "stage": harness.op_stage,
+        "outputs": harness.op_outputs,
+        "quiet": harness.op_quiet,
+        "release": harness.op_release,
+        "gate": harness.op_gate,
+    }
     while True:
         try:
             msg = channel.recv()

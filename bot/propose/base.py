@@ -22,8 +22,16 @@ class Hardware:
     compute_capability: str
 
 
-H200 = Hardware(name="NVIDIA H200 (SM90)", sm_count=132, l2_mb=60, smem_per_sm_kb=228,
-                bandwidth_gbs=4800, bf16_tflops=989, fp32_tflops=67, compute_capability="9.0")
+H200 = Hardware(
+    name="NVIDIA H200 (SM90)",
+    sm_count=132,
+    l2_mb=60,
+    smem_per_sm_kb=228,
+    bandwidth_gbs=4800,
+    bf16_tflops=989,
+    fp32_tflops=67,
+    compute_capability="9.0",
+)
 
 
 @dataclass(frozen=True)

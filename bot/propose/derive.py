@@ -39,13 +39,13 @@ def _with_torch_import(source: str) -> str:
     return source if re.search(r"^import torch\b", source, re.M) else "import torch\n" + source
 
 
-def derived(base: Base, wrapper: str, detail: str, name: str, round_: int | None = None,
-            **fields) -> CandidateSource:
+def derived(base: Base, wrapper: str, detail: str, name: str, round_: int | None = None, **fields) -> CandidateSource:
     """`base`'s source followed by `wrapper`, filled in with the base's class, `detail` (the
     origin's words, also the wrapper's header) and `fields`."""
     source = _with_torch_import(base.source) + wrapper.format(base=base.class_name, detail=detail, **fields)
-    return CandidateSource(name=name, source=source,
-                           origin=Origin("search", detail, round=round_, parent=base.parent_hash))
+    return CandidateSource(
+        name=name, source=source, origin=Origin("search", detail, round=round_, parent=base.parent_hash)
+    )
 
 
 def uses(source: str, *needles: str) -> bool:

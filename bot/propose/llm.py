@@ -12,9 +12,10 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import openai
 
@@ -27,9 +28,11 @@ from bot.propose.prompt import MAX_FEEDBACK_CHARS, build_messages
 log = logging.getLogger(__name__)
 
 # OpenAI keys, bearer headers and `api_key=...` assignments, whatever key is in use.
-_SECRET_PATTERNS = (re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
-                    re.compile(r"(?i)(bearer\s+)[^\s\"',]+"),
-                    re.compile(r"(?i)(api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',]+"))
+_SECRET_PATTERNS = (
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"(?i)(bearer\s+)[^\s\"',]+"),
+    re.compile(r"(?i)(api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',]+"),
+)
 _RETRY_STATUSES = {408, 409, 429}  # plus every 5xx: overload and gateway hiccups pass
 _FATAL_STATUSES = {401, 403, 404}  # wrong key, model or URL: every later request fails too
 MAX_RETRY_AFTER_S = 600.0  # honour Retry-After, but a broken header must not hang the run
@@ -108,7 +111,8 @@ def _retry_after_s(err: Exception) -> float | None:
 def _retryable(err: Exception) -> bool:
     status = getattr(err, "status_code", None)  # APITimeoutError is an APIConnectionError
     return isinstance(err, openai.APIConnectionError) or (
-        isinstance(err, openai.APIStatusError) and (status in _RETRY_STATUSES or status >= 500))
+        isinstance(err, openai.APIStatusError) and (status in _RETRY_STATUSES or status >= 500)
+    )
 
 
 class LlmProposer:
@@ -116,15 +120,29 @@ class LlmProposer:
 
     name = "llm"
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
-                 client: Any = None, stream: bool = False, samples: int | None = None,
-                 temperature: float = 0.7, max_answer_tokens: int | None = None,
-                 timeout_s: float = 600.0, max_retries: int = 4, backoff_s: float = 2.0,
-                 max_backoff_s: float = 60.0, max_total_tokens: int | None = None,
-                 max_cost_usd: float | None = None, price_per_mtok_in: float = 0.0,
-                 price_per_mtok_out: float = 0.0, max_feedback_chars: int = MAX_FEEDBACK_CHARS,
-                 transcript_path: Path | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        client: Any = None,
+        stream: bool = False,
+        samples: int | None = None,
+        temperature: float = 0.7,
+        max_answer_tokens: int | None = None,
+        timeout_s: float = 600.0,
+        max_retries: int = 4,
+        backoff_s: float = 2.0,
+        max_backoff_s: float = 60.0,
+        max_total_tokens: int | None = None,
+        max_cost_usd: float | None = None,
+        price_per_mtok_in: float = 0.0,
+        price_per_mtok_out: float = 0.0,
+        max_feedback_chars: int = MAX_FEEDBACK_CHARS,
+        transcript_path: Path | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.model = model
         self.stream, self.samples, self.temperature = stream, samples, temperature
         self.max_answer_tokens, self.timeout_s = max_answer_tokens, timeout_s
@@ -149,8 +167,7 @@ class LlmProposer:
         # Built lazily: constructing the proposer must not need a key (dry runs, --help).
         if self._client is None:
             try:
-                self._client = openai.OpenAI(max_retries=0, timeout=self.timeout_s,
-                                             **self._client_args)
+                self._client = openai.OpenAI(max_retries=0, timeout=self.timeout_s, **self._client_args)
             except openai.OpenAIError as err:
                 raise LlmError(f"cannot configure the LLM client: {self.redact(str(err))}") from None
         return self._client
@@ -174,35 +191,37 @@ class LlmProposer:
                     raise
                 log.warning("llm budget spent after %d of the round's samples", i)
                 break  # keep what this round already bought; the next round raises
-            origin = Origin(strategy="llm", detail=f"sample {i}", model=self.model,
-                            round=request.round, parent=parent)
+            origin = Origin(strategy="llm", detail=f"sample {i}", model=self.model, round=request.round, parent=parent)
             name = f"{request.problem.name}-llm-r{request.round}-s{i}"
             answer, unreadable = self._sample(request.round, i, messages)
             if unreadable:  # counts as a failed attempt, so the loop sees the round's cost
-                self.last_failures.append(Feedback(CandidateSource(name, "", origin), "empty",
-                                                   "the server's response could not be read"))
+                self.last_failures.append(
+                    Feedback(CandidateSource(name, "", origin), "empty", "the server's response could not be read")
+                )
             if answer is None:
                 continue
             parsed = parse_answer(answer)
             if not parsed.ok:
-                log.info("llm round %d sample %d: %s (%s)", request.round, i, parsed.status,
-                         self.redact(parsed.message))
-                self.last_failures.append(Feedback(CandidateSource(name, parsed.code or "", origin),
-                                                   parsed.status, parsed.message))
+                log.info(
+                    "llm round %d sample %d: %s (%s)", request.round, i, parsed.status, self.redact(parsed.message)
+                )
+                self.last_failures.append(
+                    Feedback(CandidateSource(name, parsed.code or "", origin), parsed.status, parsed.message)
+                )
             elif all(c.source != parsed.code for c in candidates):  # duplicates cost verify time
                 candidates.append(CandidateSource(name, parsed.code, origin))
         return candidates
 
     def _check_budget(self, messages: list[dict[str, str]]) -> None:
-        if (self.max_total_tokens is not None  # the next prompt must fit too
-                and self.tokens_used + _estimate_tokens(*(m["content"] for m in messages))
-                > self.max_total_tokens):
+        if (
+            self.max_total_tokens is not None  # the next prompt must fit too
+            and self.tokens_used + _estimate_tokens(*(m["content"] for m in messages)) > self.max_total_tokens
+        ):
             raise BudgetExhausted(f"token budget {self.max_total_tokens} spent ({self.tokens_used})")
         if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
             raise BudgetExhausted(f"cost budget ${self.max_cost_usd:.2f} spent (${self.cost_usd:.2f})")
 
-    def _sample(self, round_: int, sample: int,
-                messages: list[dict[str, str]]) -> tuple[str | None, bool]:
+    def _sample(self, round_: int, sample: int, messages: list[dict[str, str]]) -> tuple[str | None, bool]:
         """(answer or None, unreadable) of one request, retried on transient errors, recorded."""
         reply: tuple[str, str, Usage] | None = None  # (answer, reasoning, usage)
         error, unreadable, fatal = None, False, False
@@ -225,20 +244,37 @@ class LlmProposer:
         self.prompt_tokens += usage.prompt_tokens
         self.completion_tokens += usage.completion_tokens
         self.cost_usd += usage.cost_usd
-        log.info("llm round %d sample %d: %d+%d tokens%s, total %d", round_, sample,
-                 usage.prompt_tokens, usage.completion_tokens,
-                 " (estimated)" if usage.estimated else "", self.tokens_used)
+        log.info(
+            "llm round %d sample %d: %d+%d tokens%s, total %d",
+            round_,
+            sample,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            " (estimated)" if usage.estimated else "",
+            self.tokens_used,
+        )
         return reply[0], False
 
-    def _record(self, round_: int, sample: int, messages: list[dict[str, str]],
-                reply: tuple[str, str, Usage] | None, error: str | None) -> None:
+    def _record(
+        self,
+        round_: int,
+        sample: int,
+        messages: list[dict[str, str]],
+        reply: tuple[str, str, Usage] | None,
+        error: str | None,
+    ) -> None:
         # Redacted already in memory: an echoed key must not survive in any copy.
         r = self.redact
         answer, reasoning, usage = reply if reply is not None else (None, None, None)
-        entry = TranscriptEntry(round_, sample,
-                                tuple({k: r(v) for k, v in m.items()} for m in messages),
-                                None if answer is None else r(answer),
-                                r(reasoning) if reasoning else None, usage, error)
+        entry = TranscriptEntry(
+            round_,
+            sample,
+            tuple({k: r(v) for k, v in m.items()} for m in messages),
+            None if answer is None else r(answer),
+            r(reasoning) if reasoning else None,
+            usage,
+            error,
+        )
         self.transcript.append(entry)
         if self.transcript_path is not None:
             self.transcript_path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,27 +291,42 @@ class LlmProposer:
                 if not _retryable(err) or attempt == self.max_retries:
                     raise
                 wait = _retry_after_s(err)
-                wait = (min(wait, MAX_RETRY_AFTER_S) if wait is not None
-                        else min(self.max_backoff_s, self.backoff_s * 2 ** attempt))
-                log.warning("llm request failed (%s), retry %d/%d in %.1f s", self.redact(
-                    f"{type(err).__name__}: {err}"), attempt + 1, self.max_retries, wait)
+                wait = (
+                    min(wait, MAX_RETRY_AFTER_S)
+                    if wait is not None
+                    else min(self.max_backoff_s, self.backoff_s * 2**attempt)
+                )
+                log.warning(
+                    "llm request failed (%s), retry %d/%d in %.1f s",
+                    self.redact(f"{type(err).__name__}: {err}"),
+                    attempt + 1,
+                    self.max_retries,
+                    wait,
+                )
                 self._sleep(wait)
         raise AssertionError("unreachable")
 
     def _request(self, messages: list[dict[str, str]]) -> tuple[str, str, Usage]:
         """One chat completion: (answer, reasoning, usage), streamed or not."""
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
-                                  "temperature": self.temperature, "timeout": self.timeout_s}
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "timeout": self.timeout_s,
+        }
         if self.max_answer_tokens is not None:
             kwargs["max_tokens"] = self.max_answer_tokens
         usage: Any = None
         if self.stream:
             parts: list[tuple[str, str]] = []
             for chunk in self.client.chat.completions.create(
-                    stream=True, stream_options={"include_usage": True}, **kwargs):
+                stream=True, stream_options={"include_usage": True}, **kwargs
+            ):
                 usage = getattr(chunk, "usage", None) or usage  # the last chunk, when sent
-                parts += [(getattr(c.delta, "content", None) or "", _reasoning_of(c.delta))
-                          for c in getattr(chunk, "choices", None) or []]
+                parts += [
+                    (getattr(c.delta, "content", None) or "", _reasoning_of(c.delta))
+                    for c in getattr(chunk, "choices", None) or []
+                ]
             answer, reasoning = "".join(a for a, _ in parts), "".join(r for _, r in parts)
         else:
             response = self.client.chat.completions.create(**kwargs)

@@ -42,14 +42,14 @@ def split_think(answer: str) -> tuple[str, str]:
     if opened is not None:
         # Unterminated: the answer was cut off mid-thought (token limit); nothing after
         # the tag is an answer.
-        thoughts.append(visible[opened.end():])
-        visible = visible[:opened.start()]
+        thoughts.append(visible[opened.end() :])
+        visible = visible[: opened.start()]
     closed = _THINK_CLOSE.search(visible)
     if closed is not None:
         # Only a closing tag: the chat template put `<think>` into the prompt (DeepSeek-R1
         # distills do), so everything before the tag is reasoning.
-        thoughts.insert(0, visible[:closed.start()])
-        visible = visible[closed.end():]
+        thoughts.insert(0, visible[: closed.start()])
+        visible = visible[closed.end() :]
     return visible.strip(), "\n".join(t.strip() for t in thoughts if t.strip())
 
 
@@ -103,8 +103,9 @@ def parse_answer(answer: str | None) -> ParsedAnswer:
         return ParsedAnswer("empty", None, "the answer was empty (or only reasoning)", thinking)
     code = extract_code(visible)
     if code is None:
-        return ParsedAnswer("empty", None, "the answer had no complete ```python block defining "
-                            "`class ModelNew`", thinking)
+        return ParsedAnswer(
+            "empty", None, "the answer had no complete ```python block defining `class ModelNew`", thinking
+        )
     error = syntax_error(code)
     if error is not None:
         return ParsedAnswer("syntax_error", code, error, thinking)

@@ -28,7 +28,7 @@ INDUCTOR_TUNING = {
     "coordinate-descent": {"coordinate_descent_tuning": True},
 }
 
-PATH_WRAPPER = '''
+PATH_WRAPPER = """
 
 # --- kernel-bot: {detail} ---------------------------------------------------------
 _KernelBotBase = {base}
@@ -41,7 +41,7 @@ class ModelNew(_KernelBotBase):
 
     def forward(self, *inputs):
         return self._kernel_bot_forward(*inputs)
-'''
+"""
 
 GRAPH_HELPER = '''
 
@@ -130,17 +130,25 @@ def _compile_path(mode: str, dynamic: bool | None = None, tuning: str = "") -> P
         needs_gpu = "Inductor's tuning of its Triton kernels: GPUs only"
     elif suffix and not needs_gpu:
         needs_gpu = "a compile per shape policy: tried on GPUs only, so a CPU run stays short"
-    return Path(":".join(filter(None, ("compile", mode, suffix, tuning))),
-                "-".join(filter(None, ("compile", mode, suffix, tuning))),
-                f"torch.compile(super().forward, mode={None if mode == 'default' else mode!r}{arg})",
-                f"torch.compile(mode={mode!r}{arg})", needs_gpu=needs_gpu, replays_graphs=graphs)
+    return Path(
+        ":".join(filter(None, ("compile", mode, suffix, tuning))),
+        "-".join(filter(None, ("compile", mode, suffix, tuning))),
+        f"torch.compile(super().forward, mode={None if mode == 'default' else mode!r}{arg})",
+        f"torch.compile(mode={mode!r}{arg})",
+        needs_gpu=needs_gpu,
+        replays_graphs=graphs,
+    )
 
 
 def _sdpa_path(backend: str) -> Path:
-    return Path(f"sdpa:{backend.lower()}", f"sdpa-{backend.split('_')[0].lower()}",
-                f"_KernelBotSdpa(super().forward, _KernelBotSDPBackend.{backend})",
-                f"scaled_dot_product_attention held to {backend}", helper=SDPA_HELPER,
-                needs_gpu="SDPA's flash, memory-efficient and cuDNN kernels need a GPU")
+    return Path(
+        f"sdpa:{backend.lower()}",
+        f"sdpa-{backend.split('_')[0].lower()}",
+        f"_KernelBotSdpa(super().forward, _KernelBotSDPBackend.{backend})",
+        f"scaled_dot_product_attention held to {backend}",
+        helper=SDPA_HELPER,
+        needs_gpu="SDPA's flash, memory-efficient and cuDNN kernels need a GPU",
+    )
 
 
 def kernel_source(file: str) -> str:
@@ -149,27 +157,46 @@ def kernel_source(file: str) -> str:
 
 
 EAGER = Path("eager", "eager", "super().forward", "eager")
-CUDA_GRAPH = Path("cuda-graph", "cuda-graph", "_KernelBotGraphs(super().forward)", "CUDA graph replay",
-                  helper=GRAPH_HELPER, needs_gpu="CUDA graphs need a GPU", replays_graphs=True)
-COMPILE_PATHS = tuple(_compile_path(m) for m in COMPILE_MODES) + (
-    _compile_path("default", dynamic=False), _compile_path("default", dynamic=True)) + tuple(
-    _compile_path("default", dynamic=False, tuning=t) for t in INDUCTOR_TUNING)
+CUDA_GRAPH = Path(
+    "cuda-graph",
+    "cuda-graph",
+    "_KernelBotGraphs(super().forward)",
+    "CUDA graph replay",
+    helper=GRAPH_HELPER,
+    needs_gpu="CUDA graphs need a GPU",
+    replays_graphs=True,
+)
+COMPILE_PATHS = (
+    tuple(_compile_path(m) for m in COMPILE_MODES)
+    + (_compile_path("default", dynamic=False), _compile_path("default", dynamic=True))
+    + tuple(_compile_path("default", dynamic=False, tuning=t) for t in INDUCTOR_TUNING)
+)
 SDPA_PATHS = tuple(_sdpa_path(b) for b in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"))
 # Replacement kernels (bot/propose/kernels): an operator call of the forward goes to a kernel
 # of ours where it applies (its shapes, dtypes and arguments), and to torch's everywhere else.
-REPLACEMENT_NEEDS_GPU = "a Triton kernel: on a CPU it runs through Triton's interpreter, which is never faster than eager"
+REPLACEMENT_NEEDS_GPU = (
+    "a Triton kernel: on a CPU it runs through Triton's interpreter, which is never faster than eager"
+)
 REPLACING = kernel_source("replace.py")  # what every replacement kernel's text follows in a candidate
 # Attention over at most 128 keys through a one-pass Triton kernel; longer sequences, masks
 # and dropout keep SDPA's own kernels, so it can only change the short calls.
-SHORT_ATTENTION = Path("sdpa:triton-short", "sdpa-triton-short", "_KernelBotReplaced(super().forward)",
-                       "scaled_dot_product_attention over at most 128 keys through a one-pass Triton kernel",
-                       helper=REPLACING + kernel_source("short_attention.py"),
-                       needs_gpu=REPLACEMENT_NEEDS_GPU)
+SHORT_ATTENTION = Path(
+    "sdpa:triton-short",
+    "sdpa-triton-short",
+    "_KernelBotReplaced(super().forward)",
+    "scaled_dot_product_attention over at most 128 keys through a one-pass Triton kernel",
+    helper=REPLACING + kernel_source("short_attention.py"),
+    needs_gpu=REPLACEMENT_NEEDS_GPU,
+)
 # GELU's tanh approximation on bf16/fp16 through the GPU's tanh instruction.
-GELU_TANH = Path("kernel:gelu-tanh", "triton-gelu-tanh", "_KernelBotReplaced(super().forward)",
-                 "GELU (tanh approximation) through a Triton kernel with the GPU's tanh instruction",
-                 helper=REPLACING + kernel_source("gelu_tanh.py"),
-                 needs_gpu=REPLACEMENT_NEEDS_GPU)
+GELU_TANH = Path(
+    "kernel:gelu-tanh",
+    "triton-gelu-tanh",
+    "_KernelBotReplaced(super().forward)",
+    "GELU (tanh approximation) through a Triton kernel with the GPU's tanh instruction",
+    helper=REPLACING + kernel_source("gelu_tanh.py"),
+    needs_gpu=REPLACEMENT_NEEDS_GPU,
+)
 TANH_GELU = re.compile(r"""approximate\s*=\s*["']tanh["']""")
 PATHS = {p.key: p for p in (EAGER, CUDA_GRAPH, *COMPILE_PATHS, *SDPA_PATHS, SHORT_ATTENTION, GELU_TANH)}
 
@@ -183,12 +210,16 @@ def paths_for(base: Base) -> list[Path]:
 
 def path_candidate(base: Base, path: Path) -> CandidateSource:
     """The base run through one path, as a candidate of its own."""
-    return derived(base, PATH_WRAPPER, f"{path.words} of {base.label}", f"{path.name}-{base.label}",
-                   helper=path.helper, expression=path.expression)
+    return derived(
+        base,
+        PATH_WRAPPER,
+        f"{path.words} of {base.label}",
+        f"{path.name}-{base.label}",
+        helper=path.helper,
+        expression=path.expression,
+    )
 
 
 def path_of(name: str, tag: str) -> str | None:
     """The execution path of a search candidate built on base `tag`, if a split can reuse it."""
     return next((p.key for p in PATHS.values() if name == f"{p.name}-{tag}"), None)
-
-

@@ -7,7 +7,7 @@ the user message carries the problem, its floor, both sources and the feedback.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from bot.propose.base import Feedback, Hardware, ProposalRequest
 
@@ -44,7 +44,7 @@ environment variables or the network (compiling a kernel at import time is allow
   work: it is measured honestly and never counts as a speedup.
 - A time below the roofline floor is physically impossible and is rejected."""
 
-TRITON_EXAMPLE = '''\
+TRITON_EXAMPLE = """\
 import torch
 import triton
 import triton.language as tl
@@ -68,7 +68,7 @@ class ModelNew(torch.nn.Module):
         n = x.numel()
         _relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
         return out
-'''
+"""
 
 CUDA_EXAMPLE = '''\
 import torch
@@ -118,17 +118,18 @@ module (imports, kernels, `class ModelNew`). Nothing after it is read; no partia
 
 def hardware_text(hw: Hardware) -> str:
     """The GPU's ceilings, the numbers a kernel author plans tiles and occupancy with."""
-    return (f"## Hardware\n{hw.name}, compute capability {hw.compute_capability}: "
-            f"{hw.sm_count} SMs, {hw.l2_mb:g} MB L2, {hw.smem_per_sm_kb} KB shared memory per SM, "
-            f"{hw.bandwidth_gbs:g} GB/s HBM bandwidth, {hw.bf16_tflops:g} TFLOP/s bf16 (tensor cores), "
-            f"{hw.fp32_tflops:g} TFLOP/s fp32.")
+    return (
+        f"## Hardware\n{hw.name}, compute capability {hw.compute_capability}: "
+        f"{hw.sm_count} SMs, {hw.l2_mb:g} MB L2, {hw.smem_per_sm_kb} KB shared memory per SM, "
+        f"{hw.bandwidth_gbs:g} GB/s HBM bandwidth, {hw.bf16_tflops:g} TFLOP/s bf16 (tensor cores), "
+        f"{hw.fp32_tflops:g} TFLOP/s fp32."
+    )
 
 
 def system_message(hw: Hardware, backend: str) -> str:
     """Contract, rules, hardware, one worked example for the backend, answer format."""
     if backend == "cuda":
-        example = ("## Example (CUDA C++ through torch.utils.cpp_extension.load_inline)\n"
-                   f"```python\n{CUDA_EXAMPLE}```")
+        example = f"## Example (CUDA C++ through torch.utils.cpp_extension.load_inline)\n```python\n{CUDA_EXAMPLE}```"
     elif backend == "triton":
         example = f"## Example (Triton)\n```python\n{TRITON_EXAMPLE}```"
     else:
@@ -154,8 +155,9 @@ def _timing(fb: Feedback) -> str:
         if fb.speedup is not None:
             parts.append(f"(speedup {fb.speedup:.2f}x)")
         if fb.floor_us is not None and fb.median_us > 0:
-            parts.append(f"; roofline floor {fb.floor_us:.2f} µs, "
-                         f"{100 * fb.floor_us / fb.median_us:.0f}% of speed-of-light")
+            parts.append(
+                f"; roofline floor {fb.floor_us:.2f} µs, {100 * fb.floor_us / fb.median_us:.0f}% of speed-of-light"
+            )
     elif fb.speedup is not None:
         parts.append(f"speedup {fb.speedup:.2f}x")
     return " ".join(parts).replace(" ;", ";")
@@ -194,35 +196,43 @@ def format_feedback(history: Sequence[Feedback], max_chars: int = MAX_FEEDBACK_C
 def user_message(request: ProposalRequest, max_feedback_chars: int = MAX_FEEDBACK_CHARS) -> str:
     """The problem (floor, shapes, tolerance, both sources) and the feedback so far."""
     p = request.problem
-    floor = (f"{request.floor_us:.2f} µs on this GPU" if request.floor_us is not None
-             else "unknown")
-    shapes = ", ".join(f"{s.name} {dict(s.overrides)}" if s.overrides else s.name
-                       for s in p.gpu_shapes) or "the defaults in the reference file"
+    floor = f"{request.floor_us:.2f} µs on this GPU" if request.floor_us is not None else "unknown"
+    shapes = (
+        ", ".join(f"{s.name} {dict(s.overrides)}" if s.overrides else s.name for s in p.gpu_shapes)
+        or "the defaults in the reference file"
+    )
     tol = ", ".join(f"{k}={v:g}" for k, v in sorted(p.tolerance.items())) or "defaults for the dtype"
     target = p.target_relpath or "(none: the reference file itself)"
-    parts = [f"# Problem `{p.name}` (TARGET: {target})",
-             f"Roofline floor of the main shape: {floor}. Shapes: {shapes}. "
-             f"Verified against a {p.reference_precision} reference; tolerance: {tol}.",
-             f"## Reference (`Model`, `get_inputs`, `get_init_inputs`)\n```python\n{p.source.rstrip()}\n```"]
+    parts = [
+        f"# Problem `{p.name}` (TARGET: {target})",
+        f"Roofline floor of the main shape: {floor}. Shapes: {shapes}. "
+        f"Verified against a {p.reference_precision} reference; tolerance: {tol}.",
+        f"## Reference (`Model`, `get_inputs`, `get_init_inputs`)\n```python\n{p.source.rstrip()}\n```",
+    ]
     if request.current_source.strip() == p.source.strip():
         parts.append("## Current implementation\nThe reference itself (no faster version yet).")
     else:
-        parts.append(f"## Current implementation (to beat)\n```python\n"
-                     f"{request.current_source.rstrip()}\n```")
+        parts.append(f"## Current implementation (to beat)\n```python\n{request.current_source.rstrip()}\n```")
     if request.history:
-        parts.append("## Feedback on earlier attempts (newest last)\n"
-                     + format_feedback(request.history, max_feedback_chars))
+        parts.append(
+            "## Feedback on earlier attempts (newest last)\n" + format_feedback(request.history, max_feedback_chars)
+        )
         last = request.history[-1]
         if last.status != "accepted" and last.candidate.source.strip():
-            parts.append("## Your newest attempt (fix it or take a different approach)\n"
-                         f"```python\n{clip(last.candidate.source.rstrip(), MAX_LAST_SOURCE_CHARS)}\n```")
-    parts.append(f"Write `ModelNew` using {request.backend}, faster than the current "
-                 "implementation and closer to the floor. One ```python block, the whole module.")
+            parts.append(
+                "## Your newest attempt (fix it or take a different approach)\n"
+                f"```python\n{clip(last.candidate.source.rstrip(), MAX_LAST_SOURCE_CHARS)}\n```"
+            )
+    parts.append(
+        f"Write `ModelNew` using {request.backend}, faster than the current "
+        "implementation and closer to the floor. One ```python block, the whole module."
+    )
     return "\n\n".join(parts)
 
 
-def build_messages(request: ProposalRequest,
-                   max_feedback_chars: int = MAX_FEEDBACK_CHARS) -> list[dict[str, str]]:
+def build_messages(request: ProposalRequest, max_feedback_chars: int = MAX_FEEDBACK_CHARS) -> list[dict[str, str]]:
     """[system, user] chat messages for one request."""
-    return [{"role": "system", "content": system_message(request.hardware, request.backend)},
-            {"role": "user", "content": user_message(request, max_feedback_chars)}]
+    return [
+        {"role": "system", "content": system_message(request.hardware, request.backend)},
+        {"role": "user", "content": user_message(request, max_feedback_chars)},
+    ]

@@ -25,14 +25,14 @@ class Skipped:
     reason: str
 
 
-EAGER_WRAPPER = '''
+EAGER_WRAPPER = """
 
 # --- kernel-bot: {detail} ---------------------------------------------------------
 class ModelNew({base}):
     pass
-'''
+"""
 
-TF32_WRAPPER = '''
+TF32_WRAPPER = """
 
 # --- kernel-bot: {detail} ---------------------------------------------------------
 torch.backends.cuda.matmul.allow_tf32 = True
@@ -42,9 +42,9 @@ _KernelBotBase = {base}
 
 class ModelNew(_KernelBotBase):
     pass
-'''
+"""
 
-CHANNELS_LAST_WRAPPER = '''
+CHANNELS_LAST_WRAPPER = """
 
 # --- kernel-bot: {detail} ---------------------------------------------------------
 _KernelBotBase = {base}
@@ -59,11 +59,12 @@ class ModelNew(_KernelBotBase):
         inputs = [x.contiguous(memory_format=torch.channels_last)
                   if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in inputs]
         return super().forward(*inputs)
-'''
+"""
 
 
-def search_candidates(problem: Problem, bases: list[Base], device: str, timing: str = "latency"
-                      ) -> tuple[list[CandidateSource], list[Skipped]]:
+def search_candidates(
+    problem: Problem, bases: list[Base], device: str, timing: str = "latency"
+) -> tuple[list[CandidateSource], list[Skipped]]:
     """The whole catalogue for one problem; inapplicable transformations are skipped with a reason.
     Under `timing` "graph" every contender is replayed as a CUDA graph already, so the paths
     that only add graph replay to a sibling (CUDA graph, the compile modes with cudagraphs)
@@ -75,8 +76,7 @@ def search_candidates(problem: Problem, bases: list[Base], device: str, timing: 
         # Not a transformation: the eager reference timed in the same run, so the report
         # can show eager, the current implementation and the best candidate side by side.
         ref = next(b for b in bases if b.label == "reference")
-        cands.append(derived(ref, EAGER_WRAPPER, "the eager reference as the implementation",
-                                "eager-reference"))
+        cands.append(derived(ref, EAGER_WRAPPER, "the eager reference as the implementation", "eager-reference"))
     for base in bases:
         tag = base.label
         paths = paths_for(base)
@@ -88,12 +88,18 @@ def search_candidates(problem: Problem, bases: list[Base], device: str, timing: 
                 skipped.append(Skipped(f"{path.words} of {tag}", path.needs_gpu))
                 continue
             if interpreted and path.key.startswith("compile"):
-                skipped.append(Skipped(f"{path.words} of {tag}", "its Triton kernels run through Triton's "
-                                       "CPU interpreter here, which torch.compile cannot trace: GPUs only"))
+                skipped.append(
+                    Skipped(
+                        f"{path.words} of {tag}",
+                        "its Triton kernels run through Triton's "
+                        "CPU interpreter here, which torch.compile cannot trace: GPUs only",
+                    )
+                )
                 continue
             if path.replays_graphs and timing == "graph":
-                skipped.append(Skipped(f"{path.words} of {tag}",
-                                       "--timing graph replays every contender as a CUDA graph already"))
+                skipped.append(
+                    Skipped(f"{path.words} of {tag}", "--timing graph replays every contender as a CUDA graph already")
+                )
                 continue
             cands.append(path_candidate(base, path))
         if SDPA_PATHS[0] not in paths:
@@ -103,13 +109,18 @@ def search_candidates(problem: Problem, bases: list[Base], device: str, timing: 
         if interpreted and tunable_constants(base.source):
             # Verified in the interpreter and never timed there (bot.engine.simulated): on 2 vCPUs
             # rmsnorm's 16 knob settings would cost a CPU dry run minutes and tell nothing.
-            skipped.append(Skipped(f"Triton autotuning of {tag}", "its Triton kernels run in Triton's CPU "
-                                   "interpreter here, where no setting is timed: GPUs only"))
+            skipped.append(
+                Skipped(
+                    f"Triton autotuning of {tag}",
+                    "its Triton kernels run in Triton's CPU interpreter here, where no setting is timed: GPUs only",
+                )
+            )
         else:
             cands.extend(autotune_variants(base))
         if not tunable_constants(base.source):
-            skipped.append(Skipped(f"Triton autotuning of {tag}",
-                                   "exposes no module-level BLOCK_*/NUM_WARPS/NUM_STAGES constants"))
+            skipped.append(
+                Skipped(f"Triton autotuning of {tag}", "exposes no module-level BLOCK_*/NUM_WARPS/NUM_STAGES constants")
+            )
     tol = problem.tolerance.get("norm_rel")
     matmul = uses(problem.source, "matmul", "@", "nn.Linear", "F.linear", "bmm", "einsum", "conv")
     fp32 = uses(problem.source, "float32", "torch.randn(") and not uses(problem.source, "bfloat16", "float16")
@@ -118,14 +129,16 @@ def search_candidates(problem: Problem, bases: list[Base], device: str, timing: 
     elif not matmul or not fp32:
         skipped.append(Skipped("TF32 matmul", "no float32 matrix products in this problem"))
     elif tol is None or tol < TF32_NORM_ERR:
-        skipped.append(Skipped("TF32 matmul", f"the tolerance (norm_rel {tol or 1e-5:g}) is tighter "
-                               f"than TF32's error (~{TF32_NORM_ERR:g})"))
+        skipped.append(
+            Skipped(
+                "TF32 matmul",
+                f"the tolerance (norm_rel {tol or 1e-5:g}) is tighter than TF32's error (~{TF32_NORM_ERR:g})",
+            )
+        )
     else:
         cands.append(derived(bases[0], TF32_WRAPPER, "TF32 matmuls", "tf32"))
     if uses(problem.source, "Conv2d", "conv2d"):
-        cands.append(derived(bases[0], CHANNELS_LAST_WRAPPER, "channels-last memory format",
-                                "channels-last"))
+        cands.append(derived(bases[0], CHANNELS_LAST_WRAPPER, "channels-last memory format", "channels-last"))
     else:
         skipped.append(Skipped("channels-last", "no 2-D convolutions in this problem"))
     return cands, skipped
-

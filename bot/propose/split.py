@@ -7,8 +7,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from bot.core.stats import geomean
 from bot.core.domain import CandidateSource
+from bot.core.stats import geomean
 from bot.propose.derive import Base, derived
 from bot.propose.paths import PATHS
 
@@ -63,13 +63,13 @@ def input_bytes(description: str) -> int | None:
     return total or None
 
 
-def plan_split(shape_bytes: list[int], speedups: dict[str, list[float | None]],
-               min_gain: float = 1.03) -> Split | None:
+def plan_split(shape_bytes: list[int], speedups: dict[str, list[float | None]], min_gain: float = 1.03) -> Split | None:
     """The best two-path split of the shapes by input size, if it beats every single path by
     `min_gain` in geometric mean over the shapes (the per-problem figure of merit)."""
     n = len(shape_bytes)
-    paths = {p: [float(x) for x in v] for p, v in speedups.items()
-             if len(v) == n and all(x is not None and x > 0 for x in v)}
+    paths = {
+        p: [float(x) for x in v] for p, v in speedups.items() if len(v) == n and all(x is not None and x > 0 for x in v)
+    }
     if n < 2 or len(paths) < 2:
         return None
     order = sorted(range(n), key=lambda i: shape_bytes[i])
@@ -96,8 +96,16 @@ def plan_split(shape_bytes: list[int], speedups: dict[str, list[float | None]],
 
 def split_candidate(base: Base, split: Split, round_: int | None = None) -> CandidateSource:
     small, large = PATHS[split.small], PATHS[split.large]
-    detail = (f"{small.words} for inputs up to {split.threshold} bytes, {large.words} above, "
-              f"of {base.label}")
+    detail = f"{small.words} for inputs up to {split.threshold} bytes, {large.words} above, of {base.label}"
     helper = "".join(dict.fromkeys(p.helper for p in (small, large)))  # each once, in order
-    return derived(base, SPLIT_WRAPPER, detail, f"split-{base.label}", round_, helper=helper,
-                   small=small.expression, large=large.expression, threshold=split.threshold)
+    return derived(
+        base,
+        SPLIT_WRAPPER,
+        detail,
+        f"split-{base.label}",
+        round_,
+        helper=helper,
+        small=small.expression,
+        large=large.expression,
+        threshold=split.threshold,
+    )

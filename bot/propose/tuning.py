@@ -14,7 +14,9 @@ from bot.propose.derive import Base
 TUNABLES = {
     "BLOCK_SIZE": (256, 512, 1024, 2048, 4096, 8192),
     "BLOCK": (256, 512, 1024, 2048, 4096),
-    "BLOCK_M": (32, 64, 128, 256), "BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (32, 64, 128),
+    "BLOCK_M": (32, 64, 128, 256),
+    "BLOCK_N": (32, 64, 128, 256),
+    "BLOCK_K": (32, 64, 128),
     "NUM_WARPS": (1, 2, 4, 8, 16),
     "NUM_STAGES": (1, 2, 3, 4, 5),
 }
@@ -25,16 +27,25 @@ def tunable_constants(source: str) -> dict[str, int]:
     """Module-level integer constants named like Triton tuning knobs."""
     found = {}
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                and isinstance(node.targets[0], ast.Name) and node.targets[0].id in TUNABLES \
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in TUNABLES
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, int)
+        ):
             found[node.targets[0].id] = node.value.value
     return found
 
 
-def autotune_variants(base: Base, round_: int | None = None, limit: int = MAX_TUNING_VARIANTS,
-                      tried: frozenset[tuple[tuple[str, int], ...]] = frozenset(),
-                      pairs: bool = True) -> list[CandidateSource]:
+def autotune_variants(
+    base: Base,
+    round_: int | None = None,
+    limit: int = MAX_TUNING_VARIANTS,
+    tried: frozenset[tuple[tuple[str, int], ...]] = frozenset(),
+    pairs: bool = True,
+) -> list[CandidateSource]:
     """Variants of a Triton implementation with other block sizes, warps and stages. First each
     knob alone through all its values, the others kept (a coordinate sweep: however many knobs
     there are, none goes untried; on the H200 a fused matmul's five knobs made the old strided
@@ -64,7 +75,7 @@ def autotune_variants(base: Base, round_: int | None = None, limit: int = MAX_TU
 
     take(singles)
     if len(chosen) < limit and doubles:  # spread what is left over the pairs, not their first corner
-        take(doubles[::max(1, len(doubles) // (limit - len(chosen)))])
+        take(doubles[:: max(1, len(doubles) // (limit - len(chosen)))])
     return [_tuned(base, setting, round_) for setting in chosen]
 
 
@@ -83,6 +94,7 @@ def _tuned(base: Base, setting: dict[str, int], round_: int | None) -> Candidate
         source = re.sub(rf"^{key}\s*=\s*\d+", f"{key} = {value}", source, count=1, flags=re.M)
     detail = "autotune " + ", ".join(f"{k}={v}" for k, v in setting.items())
     return CandidateSource(
-        name="tune-" + "-".join(f"{k.lower()}{v}" for k, v in setting.items()), source=source,
-        origin=Origin("search", detail, round=round_, parent=base.parent_hash))
-
+        name="tune-" + "-".join(f"{k.lower()}{v}" for k, v in setting.items()),
+        source=source,
+        origin=Origin("search", detail, round=round_, parent=base.parent_hash),
+    )

@@ -26,9 +26,21 @@ _HEADER = struct.Struct("!Q32s")
 # Tensors travel as raw bytes; dtypes are named, never evaluated.
 _DTYPES: dict[str, torch.dtype] = {
     str(d).removeprefix("torch."): d
-    for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
-              torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
-              torch.float8_e4m3fn, torch.float8_e5m2, torch.complex64)
+    for d in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+        torch.complex64,
+    )
 }
 
 
@@ -63,8 +75,7 @@ def _encode_parts(message: dict[str, Any]) -> list[memoryview | bytes]:
     blobs: list[memoryview] = []
     metas: list[dict] = []
     body = _flatten(message, blobs, metas)
-    header = json.dumps({"body": body, "tensors": metas,
-                         "sizes": [b.nbytes for b in blobs]}, allow_nan=True).encode()
+    header = json.dumps({"body": body, "tensors": metas, "sizes": [b.nbytes for b in blobs]}, allow_nan=True).encode()
     return [struct.pack("!I", len(header)) + header, *blobs]
 
 
@@ -90,7 +101,7 @@ def decode(payload: bytes | bytearray) -> dict[str, Any]:
         if not isinstance(payload, bytearray):
             payload = bytearray(payload)
         (hlen,) = struct.unpack_from("!I", payload, 0)
-        header = json.loads(bytes(payload[4:4 + hlen]))
+        header = json.loads(bytes(payload[4 : 4 + hlen]))
         offset = 4 + hlen
         tensors = []
         for meta, size in zip(header["tensors"], header["sizes"], strict=True):
@@ -99,8 +110,11 @@ def decode(payload: bytes | bytearray) -> dict[str, Any]:
             size = int(size)
             if size < 0 or offset + size > len(payload):
                 raise ValueError("truncated tensor")
-            flat = (torch.frombuffer(payload, dtype=torch.uint8, count=size, offset=offset).view(dtype)
-                    if size else torch.empty(0, dtype=dtype))
+            flat = (
+                torch.frombuffer(payload, dtype=torch.uint8, count=size, offset=offset).view(dtype)
+                if size
+                else torch.empty(0, dtype=dtype)
+            )
             offset += size
             tensors.append(flat.reshape(shape))
         if offset != len(payload):

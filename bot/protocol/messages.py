@@ -12,14 +12,39 @@ that contender, never an exception of the bot. Tensors are held by reference, ne
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import torch
 
-from bot.protocol.typed import (Done, Failure, Message, ProtocolError, Reply, Request, bool_, count, dict_,
-                                duration, durations, expect, int_, ints, list_of, local, one_of, optional,
-                                output_meta, prints, regions, str_, strs, tensors, wire)
+from bot.protocol.typed import (
+    Done,
+    Failure,
+    Message,
+    ProtocolError,
+    Reply,
+    Request,
+    bool_,
+    count,
+    dict_,
+    duration,
+    durations,
+    expect,
+    int_,
+    ints,
+    list_of,
+    local,
+    one_of,
+    optional,
+    output_meta,
+    prints,
+    regions,
+    str_,
+    strs,
+    tensors,
+    wire,
+)
 
 
 # Start-up: the only unsigned exchange; the hello carries the run key.
@@ -101,8 +126,10 @@ class Run(Request):
     fp_seed: int | None = wire(optional(int_), None)
 
     def validate(self) -> None:
-        expect(self.want not in ("fingerprint", "both") or self.fp_seed is not None,
-                f"Run: want={self.want!r} needs fp_seed")
+        expect(
+            self.want not in ("fingerprint", "both") or self.fp_seed is not None,
+            f"Run: want={self.want!r} needs fp_seed",
+        )
 
     def check_reply(self, reply: RunReply) -> None:
         answered = all(m["type"] == "Tensor" for m in reply.meta)  # else the parent fails its structure
@@ -306,8 +333,9 @@ class Release(Request):
     op, Reply = "release", Done
 
 
-REQUESTS: dict[str, type[Request]] = {r.op: r for r in (
-    Hello, Exit, Load, Construct, Run, Fingerprints, Stage, Time, Outputs, Quiet, Gate, Release)}
+REQUESTS: dict[str, type[Request]] = {
+    r.op: r for r in (Hello, Exit, Load, Construct, Run, Fingerprints, Stage, Time, Outputs, Quiet, Gate, Release)
+}
 
 
 def parse_request(message: Any) -> Request:
@@ -342,7 +370,40 @@ def serve(handlers: Mapping[str, Callable[[Any], Message | dict]], message: Any)
     return to_wire(handler(request))
 
 
-__all__ = ["Construct", "ConstructReply", "Done", "Exit", "Failure", "Fingerprints", "FingerprintsReply",
-           "Gate", "GateAnswer", "GateAsk", "GateReply", "Hello", "HelloReply", "Load", "LoadReply", "Message", "Outputs", "OutputsReply",
-           "ProtocolError", "Quiet", "QuietReply", "ReferenceRun", "Release", "Reply", "Request", "Run",
-           "RunReply", "Stage", "StageInto", "StageReply", "Time", "TimeReply", "parse_request", "serve", "to_wire"]
+__all__ = [
+    "Construct",
+    "ConstructReply",
+    "Done",
+    "Exit",
+    "Failure",
+    "Fingerprints",
+    "FingerprintsReply",
+    "Gate",
+    "GateAnswer",
+    "GateAsk",
+    "GateReply",
+    "Hello",
+    "HelloReply",
+    "Load",
+    "LoadReply",
+    "Message",
+    "Outputs",
+    "OutputsReply",
+    "ProtocolError",
+    "Quiet",
+    "QuietReply",
+    "ReferenceRun",
+    "Release",
+    "Reply",
+    "Request",
+    "Run",
+    "RunReply",
+    "Stage",
+    "StageInto",
+    "StageReply",
+    "Time",
+    "TimeReply",
+    "parse_request",
+    "serve",
+    "to_wire",
+]

@@ -5,8 +5,9 @@ checked `from_wire()`."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -71,8 +72,6 @@ def tensor(v: Any, where: str) -> torch.Tensor:
         raise _fail(where, "a tensor", v)
     return v
 
-
-
     return v
 
 
@@ -83,6 +82,7 @@ def list_of(check: Check) -> Check:
         for i, item in enumerate(v):
             check(item, f"{where}[{i}]")
         return v
+
     return checked
 
 
@@ -95,6 +95,7 @@ def one_of(*allowed: Any) -> Check:
         if v not in allowed:
             raise _fail(where, " or ".join(map(repr, allowed)), v)
         return v
+
     return checked
 
 
@@ -148,8 +149,11 @@ def local(default: Any = None) -> Any:
 class Message:
     def to_wire(self) -> dict[str, Any]:
         """The fields that travel; an optional field left at None is left out."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if not f.metadata.get("local")
-                and not (getattr(self, f.name) is None and f.default is None)}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if not f.metadata.get("local") and not (getattr(self, f.name) is None and f.default is None)
+        }
 
     @classmethod
     def from_wire(cls, message: Any) -> Any:
@@ -222,5 +226,7 @@ def expect(condition: bool, message: str) -> None:
 
 
 def count(name: str, values: list | None, n: int) -> None:
-    expect(values is not None and len(values) == n, f"{name}: expected {n} entries, got "
-            f"{'none' if values is None else len(values)}")
+    expect(
+        values is not None and len(values) == n,
+        f"{name}: expected {n} entries, got {'none' if values is None else len(values)}",
+    )

@@ -36,7 +36,7 @@ def _color(bar: ChartBar) -> str:
 
 def _label(bar: ChartBar) -> str:
     text = f"{bar.problem} · {bar.shape}" if bar.shape else bar.problem
-    return text if len(text) <= MAX_LABEL else text[:MAX_LABEL - 1] + "…"
+    return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
 
 
 def _ratio(value: float) -> str:
@@ -67,15 +67,38 @@ def speedup_figure(bars: list[ChartBar], title: str) -> Any:
             ax.text(1.0, y, f"  {bar.note}", va="center", ha="left", fontsize=8, color=INK, style="italic")
             continue
         lo, hi = bar.ci
-        ax.barh(y, bar.speedup - 1.0, left=1.0, height=0.62, color=_color(bar),
-                edgecolor=INK if bar.claimed else "none", linewidth=0.8, gid="speedup-bar")
-        ax.errorbar(bar.speedup, y, xerr=[[max(bar.speedup - lo, 0.0)], [max(hi - bar.speedup, 0.0)]],
-                    fmt="none", ecolor=INK, elinewidth=1.0, capsize=2.5)
+        ax.barh(
+            y,
+            bar.speedup - 1.0,
+            left=1.0,
+            height=0.62,
+            color=_color(bar),
+            edgecolor=INK if bar.claimed else "none",
+            linewidth=0.8,
+            gid="speedup-bar",
+        )
+        ax.errorbar(
+            bar.speedup,
+            y,
+            xerr=[[max(bar.speedup - lo, 0.0)], [max(hi - bar.speedup, 0.0)]],
+            fmt="none",
+            ecolor=INK,
+            elinewidth=1.0,
+            capsize=2.5,
+        )
         # The value sits beyond the whisker, on the side the bar grows to.
         text = f"{_ratio(bar.speedup)}" + ("  claimed" if bar.claimed else "")
         faster = bar.speedup >= 1.0
-        ax.text(hi * 1.06 if faster else lo / 1.06, y, text, va="center", ha="left" if faster else "right",
-                fontsize=8, color=INK, weight="bold" if bar.claimed else "normal")
+        ax.text(
+            hi * 1.06 if faster else lo / 1.06,
+            y,
+            text,
+            va="center",
+            ha="left" if faster else "right",
+            fontsize=8,
+            color=INK,
+            weight="bold" if bar.claimed else "normal",
+        )
     ax.axvline(1.0, color=PARITY, linewidth=1.4, zorder=3, gid="parity-line")
     ax.set_yticks(ys, [_label(b) for b in bars], fontsize=8)
     for tick, bar in zip(ax.get_yticklabels(), bars):
@@ -94,8 +117,12 @@ def speedup_figure(bars: list[ChartBar], title: str) -> Any:
     if not bars:
         ax.text(1.0, 0, "  no timed candidates", va="center", fontsize=9, color=INK)
     ax.set_title(title, fontsize=10, loc="left", color=INK)
-    handles = [Patch(color=CLAIMED, label="claimed"), Patch(color=FASTER, label="faster, not claimed"),
-               Patch(color=UNCLEAR, label="no clear difference"), Patch(color=SLOWER, label="slower")]
+    handles = [
+        Patch(color=CLAIMED, label="claimed"),
+        Patch(color=FASTER, label="faster, not claimed"),
+        Patch(color=UNCLEAR, label="no clear difference"),
+        Patch(color=SLOWER, label="slower"),
+    ]
     fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=7, frameon=False)
     return fig
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import html
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Union
+from typing import Any
 
 from bot.core.domain import Environment
 from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP
@@ -23,6 +24,7 @@ _WHITESPACE = re.compile(r"\s+")
 
 
 # -- number formats ------------------------------------------------------------------------
+
 
 def fmt_us(value: float | None) -> str:
     """Microseconds with 3-4 significant digits: 3.21, 45.6, 1,234."""
@@ -84,7 +86,7 @@ def fence(text: str, lang: str = "") -> str:
 
 # -- views -----------------------------------------------------------------------------------
 
-Contender = Union[ContenderResult, BestResult]
+Contender = ContenderResult | BestResult
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,20 @@ def shape_rows(problem: ProblemResult) -> list[ShapeRow]:
         cand_us, ratio = median_us(s), s.speedup
         # speedup = baseline median / candidate median, so the product recovers a missing baseline.
         base_us = base.get(s.shape) or (cand_us * ratio if cand_us and ratio else None)
-        rows.append(ShapeRow(problem.problem, s.shape, s.inputs, base_us, cand_us, ratio, s.speedup_ci,
-                             s.pct_of_floor, s.max_abs_err, s.norm_rel_err))
+        rows.append(
+            ShapeRow(
+                problem.problem,
+                s.shape,
+                s.inputs,
+                base_us,
+                cand_us,
+                ratio,
+                s.speedup_ci,
+                s.pct_of_floor,
+                s.max_abs_err,
+                s.norm_rel_err,
+            )
+        )
     return rows
 
 

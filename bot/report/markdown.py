@@ -6,21 +6,23 @@ formats in `bot.report.data`, so a speedup reads `1.42x [1.38, 1.47]` everywhere
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from bot.report import data as rd
 from bot.core.distributions import DESCRIPTIONS, DISTRIBUTIONS
 from bot.core.plausible import FLAG
 from bot.core.results import ContenderResult, ProblemResult, Results
-
+from bot.report import data as rd
 
 REPORT_MARKER = "<!-- kernel-bot:report -->"
 STICKY_MARKER = "<!-- kernel-bot:sticky -->"  # equals bot.github.client's (not imported: PyGithub)
 GITHUB_BODY_MAX_CHARS = 65_536  # PR bodies and comments; GitHub answers 422 above it
 STEP_SUMMARY_MAX_BYTES = 1_000_000  # GitHub refuses step summaries over 1 MiB
-_TABLE_HEAD = ("| operator | shape | inputs | baseline µs | candidate µs | speedup [95% CI] "
-               "| % of roofline floor | max abs err | normwise err |\n"
-               "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+_TABLE_HEAD = (
+    "| operator | shape | inputs | baseline µs | candidate µs | speedup [95% CI] "
+    "| % of roofline floor | max abs err | normwise err |\n"
+    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+)
 
 
 def _threshold(results: Results) -> float:
@@ -31,12 +33,13 @@ def summary_line(results: Results) -> str:
     total, better = len(rd.problems(results)), len(rd.improved(results))
     failed = sum(map(rd.failed_problem, rd.problems(results)))
     untimed = sum(1 for p in rd.problems(results) if p.not_timed)
-    return (f"**{better} of {total} operator{'s' if total != 1 else ''} improved** on "
-            f"{rd.cell(rd.device_label(results))} (claimed only when the 95% confidence "
-            f"interval's lower bound clears {rd.fmt_ratio(_threshold(results))}x)."
-            + (f" **{failed} could not be evaluated** (below)." if failed else "")
-            + (f" {untimed} verified but not timed: they run under a simulator on this device (below)."
-               if untimed else ""))
+    return (
+        f"**{better} of {total} operator{'s' if total != 1 else ''} improved** on "
+        f"{rd.cell(rd.device_label(results))} (claimed only when the 95% confidence "
+        f"interval's lower bound clears {rd.fmt_ratio(_threshold(results))}x)."
+        + (f" **{failed} could not be evaluated** (below)." if failed else "")
+        + (f" {untimed} verified but not timed: they run under a simulator on this device (below)." if untimed else "")
+    )
 
 
 def results_table(results: Results) -> str:
@@ -44,10 +47,12 @@ def results_table(results: Results) -> str:
     lines = []
     for p in rd.improved(results):
         for r in rd.shape_rows(p):
-            lines.append(f"| {rd.cell(r.problem)} | {rd.cell(r.shape)} | {rd.cell(r.inputs)} "
-                         f"| {rd.fmt_us(r.baseline_us)} | {rd.fmt_us(r.candidate_us)} "
-                         f"| {rd.fmt_speedup(r.speedup, r.ci)} | {rd.fmt_pct(r.pct_of_floor)} "
-                         f"| {rd.fmt_err(r.max_abs_err)} | {rd.fmt_err(r.norm_rel_err)} |")
+            lines.append(
+                f"| {rd.cell(r.problem)} | {rd.cell(r.shape)} | {rd.cell(r.inputs)} "
+                f"| {rd.fmt_us(r.baseline_us)} | {rd.fmt_us(r.candidate_us)} "
+                f"| {rd.fmt_speedup(r.speedup, r.ci)} | {rd.fmt_pct(r.pct_of_floor)} "
+                f"| {rd.fmt_err(r.max_abs_err)} | {rd.fmt_err(r.norm_rel_err)} |"
+            )
     table = "\n".join([_TABLE_HEAD, *lines]) + "\n" if lines else ""  # a blank line ends the table
     out = [table] if table else []
     for p in rd.improved(results):
@@ -55,8 +60,7 @@ def results_table(results: Results) -> str:
         assert best is not None
         where = f"replaces `{rd.cell(p.target)}`" if p.target else "added as a new module"
         origin = (best.origin.detail or best.origin.strategy) if best.origin else None
-        out.append(f"- **{rd.cell(p.problem)}**: `{rd.cell(best.name)}` "
-                   f"({rd.cell(origin)}), {where}.")
+        out.append(f"- **{rd.cell(p.problem)}**: `{rd.cell(best.name)}` ({rd.cell(origin)}), {where}.")
     claimed = {id(p) for p in rd.improved(results)}
     for p in rd.problems(results):
         name = f"- **{rd.cell(p.problem)}**"
@@ -74,9 +78,11 @@ def results_table(results: Results) -> str:
 def not_timed(problem: ProblemResult) -> str:
     """One line: the operator's contenders were verified, and why none was timed for a claim."""
     tried, rejected, _ = rd.attempt_counts(problem)
-    return (f"correct; not timed: {rd.cell(problem.not_timed)} (the baseline "
-            f"`{rd.cell(problem.baseline.name if problem.baseline else None)}`; {tried - rejected} of {tried} "
-            "candidates verified, none timed against it). Its times there measure the simulator, not the code.")
+    return (
+        f"correct; not timed: {rd.cell(problem.not_timed)} (the baseline "
+        f"`{rd.cell(problem.baseline.name if problem.baseline else None)}`; {tried - rejected} of {tried} "
+        "candidates verified, none timed against it). Its times there measure the simulator, not the code."
+    )
 
 
 def implausible_flags(problem: ProblemResult) -> str:
@@ -86,17 +92,21 @@ def implausible_flags(problem: ProblemResult) -> str:
         return ""
     top = flags[0]
     more = f" ({len(flags)} candidates flagged)" if len(flags) > 1 else ""
-    return (f"{FLAG}: `{rd.cell(top.name)}` measured "
-            f"{rd.fmt_speedup(top.speedup, top.speedup_ci)}: {rd.cell(top.evidence, 400)}"
-            f"{more}. Not claimed.")
+    return (
+        f"{FLAG}: `{rd.cell(top.name)}` measured "
+        f"{rd.fmt_speedup(top.speedup, top.speedup_ci)}: {rd.cell(top.evidence, 400)}"
+        f"{more}. Not claimed."
+    )
 
 
 def no_improvement(problem: ProblemResult) -> str:
     value, ci = rd.best_speedup(problem)
     tried, rejected, _ = rd.attempt_counts(problem)
     if value is None:
-        return (f"no significant improvement: no candidate was both verified and timed "
-                f"({tried} tried, {rejected} rejected).")
+        return (
+            f"no significant improvement: no candidate was both verified and timed "
+            f"({tried} tried, {rejected} rejected)."
+        )
     runner_up = rd.runner_up(problem)
     name = rd.cell(runner_up.name if runner_up else None)
     return f"no significant improvement: best {rd.fmt_speedup(value, ci)} (`{name}`)."
@@ -115,25 +125,32 @@ def verification(results: Results) -> str:
         "- **Inputs**: fresh for every trial, drawn from a secret seed after the candidate was "
         f"constructed, from {len(dists)} distributions "
         f"({', '.join(DESCRIPTIONS.get(d, rd.cell(d)) for d in dists)})"
-        + "".join(f"; {rd.cell(p.problem)} skips {DESCRIPTIONS.get(d, rd.cell(d))}: {rd.cell(why)}"
-                  for p in ps for d, why in (p.skipped_distributions or {}).items()) + ".",
+        + "".join(
+            f"; {rd.cell(p.problem)} skips {DESCRIPTIONS.get(d, rd.cell(d))}: {rd.cell(why)}"
+            for p in ps
+            for d, why in (p.skipped_distributions or {}).items()
+        )
+        + ".",
         f"- **Reference**: computed in {precision or 'float64 (unless the problem declares otherwise)'} "
         "in a separate process; candidates ran in their own sandboxed workers and the parent compared "
         "outputs the workers never saw.",
         "- **Checks**: exact output type, shape, dtype and device; values within tolerance with NaN/Inf "
         "positions matching; inputs unchanged by the call; no new threads; outputs of the timed calls "
         "checked as well; worker-reported times cross-checked against the parent's wall clock.",
-        ("- **Timing**: device-synchronised time had to agree with CUDA-event time (no work hidden on "
-         "other streams); " if cuda else
-         f"- **Timing**: host clock on {rd.cell((env.device_name if env else None) or 'the CPU')} (the device-sync vs "
-         "event-timing check applies on GPUs); ")
+        (
+            "- **Timing**: device-synchronised time had to agree with CUDA-event time (no work hidden on "
+            "other streams); "
+            if cuda
+            else f"- **Timing**: host clock on {rd.cell((env.device_name if env else None) or 'the CPU')} (the device-sync vs "  # noqa: E501
+            "event-timing check applies on GPUs); "
+        )
         + "baseline and candidates interleaved in random order in the same run, after warm-up, with "
         "caches flushed and inputs rotated, the baseline and the finalists each in two worker "
         "processes; speedup = baseline median / candidate median with a 95% bootstrap interval that "
         "includes the spread between processes running the same code.",
         "- **Roofline**: a median below max(bytes / peak bandwidth, flops / peak rate) is rejected as "
-        "implausible" + ("." if has_floor else
-                         f"; no floor is known for {rd.cell(rd.device_label(results))}, hence n/a."),
+        "implausible"
+        + ("." if has_floor else f"; no floor is known for {rd.cell(rd.device_label(results))}, hence n/a."),
         "",
         "| operator | candidates tried | rejected | top rejection reasons | skipped transformations |",
         "| --- | ---: | ---: | --- | ---: |",
@@ -141,28 +158,35 @@ def verification(results: Results) -> str:
     for p in ps:
         tried, rejected, checks = rd.attempt_counts(p)
         top = ", ".join(f"{rd.cell(name, 60)} ×{n}" for name, n in checks.most_common(3)) or rd.MISSING
-        lines.append(f"| {rd.cell(p.problem)} | {tried} | {rejected} | {top} "
-                     f"| {len(p.skipped)} |")
+        lines.append(f"| {rd.cell(p.problem)} | {tried} | {rejected} | {top} | {len(p.skipped)} |")
     return "\n".join(lines)
 
 
 def environment_table(results: Results) -> str:
     env = rd.environment(results)
     clocks = ", ".join(f"{k}={v}" for k, v in (env.clocks if env else {}).items())
-    values = ([env.device_name, env.driver, env.cuda, env.torch, env.triton, env.python] if env
-              else [None] * 6) + [clocks]
-    return ("| device | driver | CUDA | torch | triton | python | clocks |\n"
-            "| --- | --- | --- | --- | --- | --- | --- |\n"
-            "| " + " | ".join(rd.cell(v, 300) for v in values) + " |")
+    values = ([env.device_name, env.driver, env.cuda, env.torch, env.triton, env.python] if env else [None] * 6) + [
+        clocks
+    ]
+    return (
+        "| device | driver | CUDA | torch | triton | python | clocks |\n"
+        "| --- | --- | --- | --- | --- | --- | --- |\n"
+        "| " + " | ".join(rd.cell(v, 300) for v in values) + " |"
+    )
 
 
 def footer(where: str = "pull request", label: str = "optimize-kernel") -> str:
-    own = ("Opened by kernel-bot; close this pull request to discard the result." if where == "pull request"
-           else "Posted by kernel-bot; this comment is updated in place on every run.")
-    return (f"---\n<sub>{own} Add the `{label}` label to a pull request to optimise the operators "
-            "it touches; push to that pull request to run again. Locally: "
-            "`bot verify PROBLEM CANDIDATE`, `bot bench PROBLEM CANDIDATE...`, "
-            "`bot optimize PROBLEM --device cpu`.</sub>")
+    own = (
+        "Opened by kernel-bot; close this pull request to discard the result."
+        if where == "pull request"
+        else "Posted by kernel-bot; this comment is updated in place on every run."
+    )
+    return (
+        f"---\n<sub>{own} Add the `{label}` label to a pull request to optimise the operators "
+        "it touches; push to that pull request to run again. Locally: "
+        "`bot verify PROBLEM CANDIDATE`, `bot bench PROBLEM CANDIDATE...`, "
+        "`bot optimize PROBLEM --device cpu`.</sub>"
+    )
 
 
 def _cap(text: str, limit: int, tail: str, note: str) -> str:
@@ -173,8 +197,7 @@ def _cap(text: str, limit: int, tail: str, note: str) -> str:
     return text[:room].rsplit("\n", 1)[0] + "\n\n" + note + tail
 
 
-def render_pr_body(results: Results, reproduce_command: str, chart_path: str | None,
-                   notes: Sequence[str] = ()) -> str:
+def render_pr_body(results: Results, reproduce_command: str, chart_path: str | None, notes: Sequence[str] = ()) -> str:
     """The follow-up pull request's description."""
     better = rd.improved(results)
     names = ", ".join(rd.cell(p.problem) for p in better)
@@ -185,15 +208,24 @@ def render_pr_body(results: Results, reproduce_command: str, chart_path: str | N
     parts += ["### Results", results_table(results)]
     if notes:
         parts += ["### Notes", "\n".join(f"- {n}" for n in notes)]
-    parts += ["### How it was verified", verification(results), "### Environment",
-              environment_table(results), "### Reproduce", rd.fence(reproduce_command, "sh")]
+    parts += [
+        "### How it was verified",
+        verification(results),
+        "### Environment",
+        environment_table(results),
+        "### Reproduce",
+        rd.fence(reproduce_command, "sh"),
+    ]
     tail = f"\n\n{footer()}\n{REPORT_MARKER}\n"
-    return _cap("\n\n".join(parts), GITHUB_BODY_MAX_CHARS, tail,
-                "_(truncated to fit GitHub's limit; the job summary has the full report)_")
+    return _cap(
+        "\n\n".join(parts),
+        GITHUB_BODY_MAX_CHARS,
+        tail,
+        "_(truncated to fit GitHub's limit; the job summary has the full report)_",
+    )
 
 
-def render_comment(results: Results, patch: str | None, pr_url: str | None,
-                   notes: Sequence[str] = ()) -> str:
+def render_comment(results: Results, patch: str | None, pr_url: str | None, notes: Sequence[str] = ()) -> str:
     """The sticky comment on the triggering PR; for forks it carries the patch itself."""
     parts = [STICKY_MARKER, "### kernel-bot results", summary_line(results), results_table(results)]
     if notes:
@@ -203,16 +235,20 @@ def render_comment(results: Results, patch: str | None, pr_url: str | None,
     tail = "\n\n" + footer("comment") + "\n"
     head = "\n\n".join(parts)
     if patch:
-        intro = ("This pull request comes from a fork, so kernel-bot cannot push a branch. "
-                 "Save the patch below as `kernel-bot.patch` and run `git apply kernel-bot.patch`.")
+        intro = (
+            "This pull request comes from a fork, so kernel-bot cannot push a branch. "
+            "Save the patch below as `kernel-bot.patch` and run `git apply kernel-bot.patch`."
+        )
         room = GITHUB_BODY_MAX_CHARS - len(head) - len(intro) - len(tail) - 400
         lines = patch.splitlines(keepends=True)
         shown = _fit_lines(lines, room)
         body = rd.fence("".join(shown), "diff")
         if len(shown) < len(lines):
-            body += (f"\n\n_The patch is truncated ({len(shown)} of {len(lines)} lines shown, to stay "
-                     "under GitHub's 65,536-character comment limit) and will not apply as shown; "
-                     "the complete patch is in this run's `kernel-bot-results` artifact._")
+            body += (
+                f"\n\n_The patch is truncated ({len(shown)} of {len(lines)} lines shown, to stay "
+                "under GitHub's 65,536-character comment limit) and will not apply as shown; "
+                "the complete patch is in this run's `kernel-bot-results` artifact._"
+            )
         head += f"\n\n{intro}\n\n{body}"
     return _cap(head, GITHUB_BODY_MAX_CHARS, tail, "_(truncated to fit GitHub's comment limit)_")
 
@@ -229,8 +265,10 @@ def _fit_lines(lines: list[str], room: int) -> list[str]:
 
 def attempts_table(problem: ProblemResult) -> str:
     """Every candidate of one problem with its verdict: the step summary's detail."""
-    lines = ["| round | candidate | origin | verdict | speedup [95% CI] | median µs | reason |",
-             "| ---: | --- | --- | --- | ---: | ---: | --- |"]
+    lines = [
+        "| round | candidate | origin | verdict | speedup [95% CI] | median µs | reason |",
+        "| ---: | --- | --- | --- | ---: | ---: | --- |",
+    ]
     ranked = sorted(problem.attempts, key=lambda a: -(a.speedup or 0.0))
     threshold = f"{rd.fmt_ratio(problem.min_speedup or 1.0)}x"
     for a in ranked:
@@ -247,13 +285,17 @@ def attempts_table(problem: ProblemResult) -> str:
             reason = f"interval {'clears' if a.significant else 'does not clear'} {threshold}"
         else:
             reason = "verified, not timed against the baseline"
-        lines.append(f"| {rd.MISSING if a.round is None else a.round} | {rd.cell(a.name, 80)} "
-                     f"| {rd.cell(origin, 80)} | {rd.cell(a.status)} "
-                     f"| {rd.fmt_speedup(*_shown(problem, a))} "
-                     f"| {rd.fmt_us(a.median_us)} | {rd.cell(reason, 300)} |")
+        lines.append(
+            f"| {rd.MISSING if a.round is None else a.round} | {rd.cell(a.name, 80)} "
+            f"| {rd.cell(origin, 80)} | {rd.cell(a.status)} "
+            f"| {rd.fmt_speedup(*_shown(problem, a))} "
+            f"| {rd.fmt_us(a.median_us)} | {rd.cell(reason, 300)} |"
+        )
     for s in problem.skipped:
-        lines.append(f"| {rd.MISSING} | {rd.cell(s.transformation, 80)} | {rd.MISSING} | skipped "
-                     f"| {rd.MISSING} | {rd.MISSING} | {rd.cell(s.reason, 300)} |")
+        lines.append(
+            f"| {rd.MISSING} | {rd.cell(s.transformation, 80)} | {rd.MISSING} | skipped "
+            f"| {rd.MISSING} | {rd.MISSING} | {rd.cell(s.reason, 300)} |"
+        )
     return "\n".join(lines)
 
 
@@ -276,11 +318,12 @@ def render_step_summary(results: Results) -> str:
             continue
         baseline = p.baseline
         base_us = rd.median_us(baseline.shapes[0] if baseline and baseline.shapes else None)
-        parts.append(f"### {rd.cell(p.problem)}\nbaseline `{rd.cell(baseline.name if baseline else None)}` "
-                     f"{rd.fmt_us(base_us)} µs; stopped: {rd.cell(p.stopped)}; "
-                     f"{_seconds(p.wall_s)}\n\n{attempts_table(p)}")
-    parts += ["### How it was verified", verification(results), "### Environment",
-              environment_table(results)]
+        parts.append(
+            f"### {rd.cell(p.problem)}\nbaseline `{rd.cell(baseline.name if baseline else None)}` "
+            f"{rd.fmt_us(base_us)} µs; stopped: {rd.cell(p.stopped)}; "
+            f"{_seconds(p.wall_s)}\n\n{attempts_table(p)}"
+        )
+    parts += ["### How it was verified", verification(results), "### Environment", environment_table(results)]
     text = "\n\n".join(parts) + "\n"
     data = text.encode()
     if len(data) <= STEP_SUMMARY_MAX_BYTES:

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 from urllib.parse import quote
 
-from bot.report import data as rd
 from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan, Trigger
 from bot.core.results import ProblemResult, Results
-from bot.report.markdown import render_comment, render_pr_body, render_step_summary
 from bot.core.safe_text import title
+from bot.report import data as rd
+from bot.report.markdown import render_comment, render_pr_body, render_step_summary
 
 CHART_PATH = "docs/kernel-bot/speedups.png"
 CHECK_NAME = "kernel-bot"
@@ -27,8 +27,12 @@ _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 def _plain_relative(path: str) -> bool:
     """A repository-relative path that cannot climb out of the repository or into .git."""
     parts = path.split("/")
-    return bool(path) and not path.startswith("/") and "\\" not in path and not any(
-        p in ("", ".", "..", ".git") for p in parts)
+    return (
+        bool(path)
+        and not path.startswith("/")
+        and "\\" not in path
+        and not any(p in ("", ".", "..", ".git") for p in parts)
+    )
 
 
 def destination(problem: ProblemResult) -> str | None:
@@ -54,13 +58,16 @@ def _current_text(repo_root: Path, path: str) -> str | None:
 def unified_patch(path: str, old: str | None, new: str) -> str:
     """A `git apply`-able diff of one file; `old` None means a new file."""
     old_lines = [] if old is None else old.splitlines(keepends=True)
-    lines = list(difflib.unified_diff(old_lines, new.splitlines(keepends=True),
-                                      "/dev/null" if old is None else f"a/{path}", f"b/{path}"))
+    lines = list(
+        difflib.unified_diff(
+            old_lines, new.splitlines(keepends=True), "/dev/null" if old is None else f"a/{path}", f"b/{path}"
+        )
+    )
     if not lines:
         return ""
     header = f"diff --git a/{path} b/{path}\n" + ("new file mode 100644\n" if old is None else "")
     # difflib leaves a last line without "\n" unterminated; git wants the marker line after it.
-    body = "".join(l if l.endswith("\n") else l + "\n\\ No newline at end of file\n" for l in lines)
+    body = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
     return header + body
 
 
@@ -76,12 +83,15 @@ def _title(better: list[ProblemResult], results: Results) -> str:
     ranked = sorted(better, key=lambda p: -_best_speedup(p))
     top = ranked[0]
     more = f" and {len(ranked) - 1} more" if len(ranked) > 1 else ""
-    return (f"kernel-bot: {rd.fmt_speedup(top.best.speedup if top.best else None)} faster "
-            f"{top.problem}{more} (verified on {device})")
+    return (
+        f"kernel-bot: {rd.fmt_speedup(top.best.speedup if top.best else None)} faster "
+        f"{top.problem}{more} (verified on {device})"
+    )
 
 
-def _changes(better: list[ProblemResult], current: Callable[[str], str | None],
-             allowed: Callable[[str], bool]) -> tuple[list[FileChange], list[str], list[str]]:
+def _changes(
+    better: list[ProblemResult], current: Callable[[str], str | None], allowed: Callable[[str], bool]
+) -> tuple[list[FileChange], list[str], list[str]]:
     """(file changes, patch per change, notes about what was dropped and why)."""
     changes: list[FileChange] = []
     patches: list[str] = []
@@ -91,19 +101,25 @@ def _changes(better: list[ProblemResult], current: Callable[[str], str | None],
     for p in sorted(better, key=lambda p: -_best_speedup(p)):
         name, path, source = p.problem, destination(p), p.best.source if p.best else None
         if path is None:
-            notes.append(f"{rd.cell(name)}: the problem declares no `TARGET`, so there is no file to "
-                         "replace; the candidate is in the run's artifact instead.")
+            notes.append(
+                f"{rd.cell(name)}: the problem declares no `TARGET`, so there is no file to "
+                "replace; the candidate is in the run's artifact instead."
+            )
             continue
         if not isinstance(source, str) or not source:
             notes.append(f"{rd.cell(name)}: the best candidate's source is missing; nothing written.")
             continue
         if not _plain_relative(path) or not allowed(path):
-            notes.append(f"{rd.cell(name)}: `{rd.cell(path)}` is outside the paths kernel-bot may "
-                         "write; the candidate is in the run's artifact instead.")
+            notes.append(
+                f"{rd.cell(name)}: `{rd.cell(path)}` is outside the paths kernel-bot may "
+                "write; the candidate is in the run's artifact instead."
+            )
             continue
         if path in claimed:
-            notes.append(f"{rd.cell(name)}: `{rd.cell(path)}` is already replaced by the faster "
-                         f"{rd.cell(claimed[path])} candidate; not written.")
+            notes.append(
+                f"{rd.cell(name)}: `{rd.cell(path)}` is already replaced by the faster "
+                f"{rd.cell(claimed[path])} candidate; not written."
+            )
             continue
         try:
             old = current(path)
@@ -119,10 +135,16 @@ def _changes(better: list[ProblemResult], current: Callable[[str], str | None],
     return changes, patches, notes
 
 
-def plan_pull_request(results: Results, trigger: Trigger, repo_root: Path,
-                      allowed: Callable[[str], bool], chart_png: bytes | None,
-                      reproduce_command: str, chart_path: str = CHART_PATH,
-                      current: Callable[[str], str | None] | None = None) -> PullRequestPlan | None:
+def plan_pull_request(
+    results: Results,
+    trigger: Trigger,
+    repo_root: Path,
+    allowed: Callable[[str], bool],
+    chart_png: bytes | None,
+    reproduce_command: str,
+    chart_path: str = CHART_PATH,
+    current: Callable[[str], str | None] | None = None,
+) -> PullRequestPlan | None:
     """The follow-up PR (and sticky comment, check run) for `results`; None when there is
     nothing to publish: no improvement and no pull request to comment on. `current` gives a
     file's text on the follow-up's base (default: as it is under `repo_root`)."""
@@ -141,23 +163,36 @@ def plan_pull_request(results: Results, trigger: Trigger, repo_root: Path,
         branch = "kernel-bot/nightly" if nightly else "kernel-bot/local"
         base, source_pr = trigger.default_branch or trigger.base_ref or "main", None
     # No candidate may land on the chart's path: that file is the chart's alone.
-    changes, patches, notes = _changes(better, current or (lambda path: _current_text(repo_root, path)),
-                                       lambda path: allowed(path) and path != chart_path)
+    changes, patches, notes = _changes(
+        better,
+        current or (lambda path: _current_text(repo_root, path)),
+        lambda path: allowed(path) and path != chart_path,
+    )
     chart_url = None
     # A fork's patch travels in a comment: a PNG cannot ride in it and no branch would host it.
     if chart_png and changes and not trigger.fork and chart_path:
         changes.append(FileChange(chart_path, chart_png))
-        chart_url = (f"https://github.com/{repo}/raw/{quote(branch)}/{chart_path}" if repo
-                     else chart_path)
-    listing = [("Files: " + ", ".join(f"`{rd.cell(c.path)}`" for c in changes)
-                + (" (the chart is binary and not part of the text patch)." if chart_url else "."))
-               ] if changes else []
+        chart_url = f"https://github.com/{repo}/raw/{quote(branch)}/{chart_path}" if repo else chart_path
+    listing = (
+        [
+            (
+                "Files: "
+                + ", ".join(f"`{rd.cell(c.path)}`" for c in changes)
+                + (" (the chart is binary and not part of the text patch)." if chart_url else ".")
+            )
+        ]
+        if changes
+        else []
+    )
     patch = "".join(patches)
     body = render_pr_body(results, reproduce_command, chart_url, listing + notes)
     comment = None
     if is_pr:
-        pr_url = (f"https://github.com/{repo}/pulls?q={quote('is:pr head:' + branch)}"
-                  if changes and repo and not trigger.fork else None)
+        pr_url = (
+            f"https://github.com/{repo}/pulls?q={quote('is:pr head:' + branch)}"
+            if changes and repo and not trigger.fork
+            else None
+        )
         comment = render_comment(results, patch if trigger.fork and patch else None, pr_url, notes)
     sha = trigger.head_sha or trigger.base_sha
     check = None
@@ -165,10 +200,23 @@ def plan_pull_request(results: Results, trigger: Trigger, repo_root: Path,
         check_title = "no significant improvement"
         if better:
             top = max(better, key=_best_speedup)
-            check_title = (f"{len(better)} of {len(rd.problems(results))} operators improved, "
-                           f"best {rd.fmt_speedup(*rd.best_speedup(top))}")
-        check = CheckRunPlan(CHECK_NAME, sha, "success" if better else "neutral", title(check_title),
-                             render_step_summary(results))
-    return PullRequestPlan(repo=repo, branch=branch, base=base, title=title(_title(better, results)), body=body,
-                           files=tuple(changes), patch=patch, source_pr=source_pr, comment_body=comment,
-                           fork=trigger.fork, check_run=check)
+            check_title = (
+                f"{len(better)} of {len(rd.problems(results))} operators improved, "
+                f"best {rd.fmt_speedup(*rd.best_speedup(top))}"
+            )
+        check = CheckRunPlan(
+            CHECK_NAME, sha, "success" if better else "neutral", title(check_title), render_step_summary(results)
+        )
+    return PullRequestPlan(
+        repo=repo,
+        branch=branch,
+        base=base,
+        title=title(_title(better, results)),
+        body=body,
+        files=tuple(changes),
+        patch=patch,
+        source_pr=source_pr,
+        comment_body=comment,
+        fork=trigger.fork,
+        check_run=check,
+    )

@@ -9,9 +9,9 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 BOT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the `bot` package
 
@@ -25,7 +25,8 @@ _ALLOWED = re.compile(
     r"^(PATH|LANG|LC_[A-Z]+|TZ|CUDA_VISIBLE_DEVICES|CUDA_HOME|CUDA_PATH|CUDA_DEVICE_ORDER|"
     r"LD_LIBRARY_PATH|NVIDIA_[A-Z_]+|TRITON_[A-Z_]+|TORCHINDUCTOR_[A-Z_]+|TORCH_CUDA_ARCH_LIST|"
     r"OMP_NUM_THREADS|MKL_NUM_THREADS|OPENBLAS_[A-Z_]+|CC|CXX|NCCL_NVLS_ENABLE|"
-    r"TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)$")
+    r"TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)$"
+)
 _SECRET = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|_KEY$|^KEY|AUTH)", re.I)
 
 
@@ -65,27 +66,29 @@ def worker_env(launch: WorkerLaunch, environ: Mapping[str, str] | None = None) -
     env = {k: v for k, v in source.items() if _ALLOWED.match(k) and not _SECRET.search(k)}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     cache = str(launch.cache_dir)
-    env.update({
-        "HOME": str(launch.workdir),
-        "TMPDIR": str(launch.workdir),
-        # A worker's own uid has no passwd entry: getpass.getuser() (Inductor's cache folder
-        # name; torch 2.11's raises KeyError without it) reads these first.
-        "USER": "kernel-bot-worker",
-        "LOGNAME": "kernel-bot-worker",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "TRITON_CACHE_DIR": f"{cache}/triton",
-        "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
-        "TORCH_EXTENSIONS_DIR": f"{cache}/torch_extensions",
-        # Inductor's compile pool would start threads and processes that the thread check
-        # would (rightly) flag; one compile thread keeps torch.compile candidates honest.
-        "TORCHINDUCTOR_COMPILE_THREADS": "1",
-        # Inductor precompiles its C++ kernels' common header into a folder of each worker's
-        # own (bot.sandbox.fork_server, _repoint_compiler_headers), so every worker that
-        # compiled built it again, and one that found its kernels in the compile cache still
-        # preprocessed and built it: on 2 vCPUs a cold compile took 16 s with it and 10 s
-        # without; a cached one 7.1 s and 1.6 s. The kernels compiled are the same.
-        "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0",
-    })
+    env.update(
+        {
+            "HOME": str(launch.workdir),
+            "TMPDIR": str(launch.workdir),
+            # A worker's own uid has no passwd entry: getpass.getuser() (Inductor's cache folder
+            # name; torch 2.11's raises KeyError without it) reads these first.
+            "USER": "kernel-bot-worker",
+            "LOGNAME": "kernel-bot-worker",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "TRITON_CACHE_DIR": f"{cache}/triton",
+            "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
+            "TORCH_EXTENSIONS_DIR": f"{cache}/torch_extensions",
+            # Inductor's compile pool would start threads and processes that the thread check
+            # would (rightly) flag; one compile thread keeps torch.compile candidates honest.
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            # Inductor precompiles its C++ kernels' common header into a folder of each worker's
+            # own (bot.sandbox.fork_server, _repoint_compiler_headers), so every worker that
+            # compiled built it again, and one that found its kernels in the compile cache still
+            # preprocessed and built it: on 2 vCPUs a cold compile took 16 s with it and 10 s
+            # without; a cached one 7.1 s and 1.6 s. The kernels compiled are the same.
+            "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0",
+        }
+    )
     if launch.device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # Triton kernels run on CPU tensors through the interpreter
         env.pop("CUDA_VISIBLE_DEVICES", None)

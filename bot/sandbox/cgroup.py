@@ -129,7 +129,6 @@ def kill_tree(path: Path) -> None:
     log.warning("cgroup %s still busy after %.0f s", path, KILL_WAIT_S)
 
 
-
 def sweep_dead_runs(top: Path) -> list[Path]:
     """Kill and remove the subtrees of bot processes that no longer exist; those removed."""
     removed = []
@@ -184,6 +183,9 @@ def run_tree() -> tuple[RunTree | None, str]:
             except OSError as exc:
                 _tree, _tree_reason = None, f"cannot create a cgroup under {root}: {exc}"
         if _tree is None:
-            log.warning("workers run WITHOUT cgroup containment: %s; their child processes are "
-                        "neither counted nor reliably killed", _tree_reason)
+            log.warning(
+                "workers run WITHOUT cgroup containment: %s; their child processes are "
+                "neither counted nor reliably killed",
+                _tree_reason,
+            )
         return _tree, _tree_reason

@@ -67,8 +67,11 @@ def prepare(launch: WorkerLaunch, log_path: Path) -> tuple[Containment, Leaf | N
     tree, _ = run_tree()
     leaf = tree.leaf() if mode.cgroups and tree is not None else None
     if not mode.uid:
-        return Containment(leaf=str(leaf.path) if leaf else None, namespaces=mode.namespaces,
-                           hide=_cgroup_mounts() if mode.namespaces else ()), leaf
+        return Containment(
+            leaf=str(leaf.path) if leaf else None,
+            namespaces=mode.namespaces,
+            hide=_cgroup_mounts() if mode.namespaces else (),
+        ), leaf
     with _numbers_lock:
         uid = UID_BASE + next(_numbers)
     gid = GID_BASE + zlib.crc32(str(launch.cache_dir).encode()) % (1 << 16)
@@ -78,10 +81,15 @@ def prepare(launch: WorkerLaunch, log_path: Path) -> tuple[Containment, Leaf | N
         os.chown(log_path, uid, gid)
     _share_with_group(launch.cache_dir, gid)
     python = os.path.realpath(launch.python)
-    expose = tuple(dict.fromkeys([python, sys.base_prefix, sys.prefix, str(BOT_ROOT), str(launch.workdir),
-                                  str(launch.cache_dir)] + [str(p) for p in launch.readable]))
-    return Containment(leaf=str(leaf.path) if leaf else None, namespaces=True, uid=uid, gid=gid,
-                       expose=expose, hide=_cgroup_mounts()), leaf
+    expose = tuple(
+        dict.fromkeys(
+            [python, sys.base_prefix, sys.prefix, str(BOT_ROOT), str(launch.workdir), str(launch.cache_dir)]
+            + [str(p) for p in launch.readable]
+        )
+    )
+    return Containment(
+        leaf=str(leaf.path) if leaf else None, namespaces=True, uid=uid, gid=gid, expose=expose, hide=_cgroup_mounts()
+    ), leaf
 
 
 def _cgroup_mounts() -> tuple[str, ...]:

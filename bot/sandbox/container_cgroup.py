@@ -17,7 +17,7 @@ class ContainerCgroup:
         self.freezer = freezer  # v1: the freezer controller's folder
 
     @staticmethod
-    def of(pid: int) -> "ContainerCgroup | None":
+    def of(pid: int) -> ContainerCgroup | None:
         try:
             lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
         except OSError:
@@ -29,9 +29,12 @@ class ContainerCgroup:
                 paths[name] = path
         if paths.get("pids", "/") != "/" and paths.get("cpuacct", "/") != "/":
             freezer = Path("/sys/fs/cgroup/freezer" + paths["freezer"]) if "freezer" in paths else None
-            return ContainerCgroup(Path("/sys/fs/cgroup/pids" + paths["pids"]),
-                                   Path("/sys/fs/cgroup/cpuacct" + paths["cpuacct"]) / "cpuacct.usage", False,
-                                   freezer)
+            return ContainerCgroup(
+                Path("/sys/fs/cgroup/pids" + paths["pids"]),
+                Path("/sys/fs/cgroup/cpuacct" + paths["cpuacct"]) / "cpuacct.usage",
+                False,
+                freezer,
+            )
         root = cgroup2_mount()
         if root is not None and paths.get("", "/") != "/":
             folder = root / paths[""].lstrip("/")

@@ -24,7 +24,7 @@ def _reserved() -> list[int]:
     # Only where there is room: at least two cores left for everything else per reserved one.
     if len(cores) < 3 * len(_lanes) + 1:
         return []
-    return cores[-len(_lanes):]
+    return cores[-len(_lanes) :]
 
 
 def timing_core(gpu_index: int | None = None) -> int | None:

@@ -28,11 +28,18 @@ from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
 from bot.core.errors import BotError, HarnessError
 from bot.sandbox import guardian
-from bot.sandbox.container_cgroup import ContainerCgroup
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, worker_env
-from bot.sandbox.local_image import (HOST_MOUNTS_LABEL, LOCAL_IMAGE, PYTHON_LABEL,
-                                     ensure_local_image, give_to, is_under, same_path_mounts,
-                                     world_readable)
+from bot.sandbox.container_cgroup import ContainerCgroup
+from bot.sandbox.local_image import (
+    HOST_MOUNTS_LABEL,
+    LOCAL_IMAGE,
+    PYTHON_LABEL,
+    ensure_local_image,
+    give_to,
+    is_under,
+    same_path_mounts,
+    world_readable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +66,10 @@ def connect():
         client.ping()
         return client
     except Exception as exc:  # DockerException, connection refused, missing socket, ...
-        raise BotError(f"the Docker engine is not reachable ({exc}); start it with "
-                       f"`sudo ci/start-dockerd.sh`, or use --sandbox process") from None
+        raise BotError(
+            f"the Docker engine is not reachable ({exc}); start it with "
+            f"`sudo ci/start-dockerd.sh`, or use --sandbox process"
+        ) from None
 
 
 def remove_leftover_workers(client, run_id: str = RUN_ID) -> None:
@@ -108,8 +117,7 @@ def _install_cleanup() -> None:
 
 
 class DockerWorker(RunningWorker):
-    def __init__(self, client, container_id: str, sock: socket.socket, log_path: Path,
-                 chan_dir: Path):
+    def __init__(self, client, container_id: str, sock: socket.socket, log_path: Path, chan_dir: Path):
         self.client, self.id, self.sock = client, container_id, sock
         self.log_path, self.chan_dir = log_path, chan_dir
         self._state: dict | None = None  # the final state, once it has exited
@@ -117,7 +125,7 @@ class DockerWorker(RunningWorker):
         self.containment = "container"
         self._unit: ContainerCgroup | None = None
 
-    def unit(self) -> "ContainerCgroup | None":
+    def unit(self) -> ContainerCgroup | None:
         """The container's cgroups as this process sees them (None where the engine's pids
         are another namespace's)."""
         if self._unit is None and self.pid is not None:
@@ -229,9 +237,11 @@ class DockerSandbox(Sandbox):
         try:
             labels = self.client.images.get(self.image).labels or {}
         except ImageNotFound:
-            raise BotError(f"docker image {self.image!r} not found; build it with `docker build -t "
-                           f"{self.image} -f ci/Dockerfile .` (see ci/IMAGES.md), or unset "
-                           f"KERNEL_BOT_IMAGE to use {LOCAL_IMAGE} (built automatically)") from None
+            raise BotError(
+                f"docker image {self.image!r} not found; build it with `docker build -t "
+                f"{self.image} -f ci/Dockerfile .` (see ci/IMAGES.md), or unset "
+                f"KERNEL_BOT_IMAGE to use {LOCAL_IMAGE} (built automatically)"
+            ) from None
         self.host_interpreter = labels.get(HOST_MOUNTS_LABEL) == "1"
         self.image_python = labels.get(PYTHON_LABEL, "python")
         _install_cleanup()
@@ -244,9 +254,9 @@ class DockerSandbox(Sandbox):
         env = {}
         for key, value in worker_env(launch).items():
             if is_under(value, cache):
-                value = CACHE_IN + value[len(cache):]
+                value = CACHE_IN + value[len(cache) :]
             elif is_under(value, work):
-                value = WORK_IN + value[len(work):]
+                value = WORK_IN + value[len(work) :]
             env[key] = value
         env.pop("NVIDIA_VISIBLE_DEVICES", None)  # the device request alone picks the GPU
         if launch.device == "cuda":
@@ -259,8 +269,10 @@ class DockerSandbox(Sandbox):
     def _mounts(self, launch: WorkerLaunch, python: str) -> tuple[list, list[str]]:
         same = same_path_mounts(python, launch.readable, self.host_interpreter)
         mounts = [Mount(p, p, type="bind", read_only=True) for p in same]
-        mounts += [Mount(f"{SRC_IN}/bot", str(BOT_ROOT / "bot"), type="bind", read_only=True),
-                   Mount(CACHE_IN, str(launch.cache_dir), type="bind")]
+        mounts += [
+            Mount(f"{SRC_IN}/bot", str(BOT_ROOT / "bot"), type="bind", read_only=True),
+            Mount(CACHE_IN, str(launch.cache_dir), type="bind"),
+        ]
         return mounts, same + [str(BOT_ROOT / "bot")]
 
     def start(self, launch: WorkerLaunch) -> DockerWorker:
@@ -274,8 +286,10 @@ class DockerSandbox(Sandbox):
             uid, gid = NOBODY
             give_to(launch.cache_dir, uid, gid)
         elif uid == 0:
-            log.warning("the interpreter is not readable by others: the worker runs as root "
-                        "inside its container (still without capabilities)")
+            log.warning(
+                "the interpreter is not readable by others: the worker runs as root "
+                "inside its container (still without capabilities)"
+            )
         chan_dir = Path(tempfile.mkdtemp(prefix="kernel-bot-chan-"))
         mounts.append(Mount(CHAN_IN, str(chan_dir), type="bind"))  # holds only the socket
         path = chan_dir / "sock"
@@ -284,29 +298,41 @@ class DockerSandbox(Sandbox):
         os.chmod(path, 0o600)  # only the worker's uid may connect
         os.chmod(chan_dir, 0o711)
         limits = launch.limits
-        gpus = ([DeviceRequest(device_ids=[str(launch.gpu_index or 0)], capabilities=[["gpu"]])]
-                if launch.device == "cuda" else None)
+        gpus = (
+            [DeviceRequest(device_ids=[str(launch.gpu_index or 0)], capabilities=[["gpu"]])]
+            if launch.device == "cuda"
+            else None
+        )
         _started_any = True
         try:
             container = self.client.containers.create(
-                self.image, [python, "-I", "-c", BOOT, SRC_IN, "--channel", f"unix:{CHAN_IN}/sock"],
-                user=f"{uid}:{gid}", working_dir=WORK_IN, environment=self._environment(launch),
-                network_mode="none", read_only=True, mounts=mounts, cap_drop=["ALL"],
+                self.image,
+                [python, "-I", "-c", BOOT, SRC_IN, "--channel", f"unix:{CHAN_IN}/sock"],
+                user=f"{uid}:{gid}",
+                working_dir=WORK_IN,
+                environment=self._environment(launch),
+                network_mode="none",
+                read_only=True,
+                mounts=mounts,
+                cap_drop=["ALL"],
                 # uid=/gid=: runc gives the tmpfs the mode of the pre-created working dir (0755)
-                tmpfs={WORK_IN: f"rw,nosuid,nodev,noexec,size={WORK_TMPFS_MB}m,uid={uid},gid={gid},"
-                                "mode=0700"},
-                security_opt=["no-new-privileges"], pids_limit=limits.pids,
-                mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
-                ulimits=[Ulimit(name="core", soft=0, hard=0)], hostname=socket.gethostname(),
+                tmpfs={WORK_IN: f"rw,nosuid,nodev,noexec,size={WORK_TMPFS_MB}m,uid={uid},gid={gid},mode=0700"},
+                security_opt=["no-new-privileges"],
+                pids_limit=limits.pids,
+                mem_limit=f"{limits.memory_mb}m",
+                memswap_limit=f"{limits.memory_mb}m",
+                ulimits=[Ulimit(name="core", soft=0, hard=0)],
+                hostname=socket.gethostname(),
                 labels={WORKER_LABEL: "1", RUN_LABEL: RUN_ID, PID_LABEL: str(os.getpid())},
                 log_config=LogConfig(type="json-file", config={"max-size": "10m", "max-file": "1"}),
-                nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None, device_requests=gpus)
+                nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
+                device_requests=gpus,
+            )
         except Exception as exc:
             listener.close()
             shutil.rmtree(chan_dir, ignore_errors=True)
             raise HarnessError(f"could not create a worker container: {exc}") from None
-        worker = DockerWorker(self.client, container.id, listener, launch.workdir / "worker.log",
-                              chan_dir)
+        worker = DockerWorker(self.client, container.id, listener, launch.workdir / "worker.log", chan_dir)
         try:
             container.start()
             worker.sock = self._accept(listener, worker)
@@ -330,10 +356,13 @@ class DockerSandbox(Sandbox):
                 conn, _ = listener.accept()  # blocking, as the channel expects
                 os.unlink(listener.getsockname())  # nobody else can connect now
                 return conn
-            except socket.timeout:
+            except TimeoutError:
                 pass
             exited = worker.exit_code() is not None
             if exited or time.monotonic() > deadline:
-                what = (f"{worker.exit_reason()} before connecting" if exited
-                        else f"did not connect within {CONNECT_TIMEOUT_S:.0f} s")
+                what = (
+                    f"{worker.exit_reason()} before connecting"
+                    if exited
+                    else f"did not connect within {CONNECT_TIMEOUT_S:.0f} s"
+                )
                 raise HarnessError(f"the worker container {what}:\n{worker.log_tail()}")

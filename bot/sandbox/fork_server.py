@@ -29,13 +29,16 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bot.sandbox.base import BOT_ROOT, alive
 
-BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from bot.sandbox.fork_server import serve; "
-        "serve(int(sys.argv[2]), sys.argv[3] == '1', sys.argv[4:5] == ['1'])")
+BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from bot.sandbox.fork_server import serve; "
+    "serve(int(sys.argv[2]), sys.argv[3] == '1', sys.argv[4:5] == ['1'])"
+)
 MESSAGE_BYTES = 1 << 20  # one request (a worker's environment and paths) fits many times over
 READY_TIMEOUT_S = 300.0  # the server's own torch import, on a loaded machine
 REAP_S = 0.05
@@ -53,6 +56,7 @@ class DriverInitialized(ForkServerError):
 
 # --- the server (runs in its own `python -I` process) ---------------------------------------
 
+
 def serve(control_fd: int, compiler: bool = True, vector_isa: bool = False) -> None:
     import bot.harness.worker  # noqa: F401  torch and the harness, imported once for every fork
 
@@ -64,11 +68,11 @@ def serve(control_fd: int, compiler: bool = True, vector_isa: bool = False) -> N
     control = socket.socket(fileno=control_fd)
     if cuda_driver_initialized(maps):
         # Forks of a process that ran cuInit cannot use CUDA; the bot starts workers plainly.
-        control.sendall(json.dumps({"ready": False, "driver_initialized": True,
-                                    "compiler": compiler}).encode())
+        control.sendall(json.dumps({"ready": False, "driver_initialized": True, "compiler": compiler}).encode())
         return
-    control.sendall(json.dumps({"ready": True, "pid": os.getpid(), "compiler": compiler,
-                                "vector_isa": vector_isa}).encode())
+    control.sendall(
+        json.dumps({"ready": True, "pid": os.getpid(), "compiler": compiler, "vector_isa": vector_isa}).encode()
+    )
     while True:
         _report_exits(control)
         ready, _, _ = select.select([control], [], [], REAP_S)
@@ -142,6 +146,7 @@ def _shut_nvml_down(maps: str, load: Callable[[str], Any] | None = None) -> int:
     if "libnvidia-ml" not in maps:
         return 0
     import ctypes
+
     try:
         nvml = (load or ctypes.CDLL)("libnvidia-ml.so.1")
     except OSError:
@@ -166,6 +171,7 @@ def cuda_driver_initialized(maps: str, load: Callable[[str], Any] | None = None)
     if "libcuda.so" not in maps:
         return False
     import ctypes
+
     try:
         driver = (load or ctypes.CDLL)("libcuda.so.1")
     except OSError:
@@ -206,17 +212,24 @@ def _become_worker(request: dict[str, Any], fds: list[int], control: socket.sock
         tempfile.tempdir = None  # the server's TMPDIR must not outlive the environment swap
         from bot.sandbox.isolate import Containment
         from bot.sandbox.process import confine
-        confine(request["memory_mb"], request["device"], set(request["cores"]),
-                Containment.from_dict(request.get("containment")))
+
+        confine(
+            request["memory_mb"],
+            request["device"],
+            set(request["cores"]),
+            Containment.from_dict(request.get("containment")),
+        )
         _repoint_compiler_headers()
         sys.argv = ["-c", "--channel", f"fd:{channel_fd}"]
         from bot.harness.worker import main
+
         main(sys.argv[1:])
         code = 0
     except SystemExit as exc:  # a candidate's sys.exit(): the parent sees the code, and no result
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
         import traceback
+
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -235,11 +248,13 @@ def _repoint_compiler_headers() -> None:
     if codecache is None or not hasattr(codecache, "_HEADER_DIR"):
         return
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     codecache._HEADER_DIR = os.path.join(default_cache_dir(), "precompiled_headers")
     codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
 
 
 # --- the bot's side -----------------------------------------------------------------------
+
 
 class ForkServer:
     """The bot's handle on one server: `spawn` a worker, read its exit status, `close`."""
@@ -251,11 +266,24 @@ class ForkServer:
         try:
             with open(self._log, "wb") as log:
                 self.proc = subprocess.Popen(
-                    [python, "-I", "-c", BOOT, str(BOT_ROOT), str(theirs.fileno()),
-                     "1" if compiler else "0", "1" if vector_isa else "0"],
-                    cwd=self._home, env={**env, "HOME": self._home, "TMPDIR": self._home},
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    pass_fds=(theirs.fileno(),), start_new_session=True)
+                    [
+                        python,
+                        "-I",
+                        "-c",
+                        BOOT,
+                        str(BOT_ROOT),
+                        str(theirs.fileno()),
+                        "1" if compiler else "0",
+                        "1" if vector_isa else "0",
+                    ],
+                    cwd=self._home,
+                    env={**env, "HOME": self._home, "TMPDIR": self._home},
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,
+                )
         except OSError as exc:  # no such interpreter, no processes left, ...
             self._sock.close()
             shutil.rmtree(self._home, ignore_errors=True)
@@ -269,24 +297,43 @@ class ForkServer:
         hello = self._receive(time.monotonic() + READY_TIMEOUT_S)
         if hello is not None and hello.get("driver_initialized"):
             self.close()
-            raise DriverInitialized("the fork server's imports initialised the CUDA driver"
-                                    + (" (torch.compile's included)" if hello.get("compiler") else ""))
+            raise DriverInitialized(
+                "the fork server's imports initialised the CUDA driver"
+                + (" (torch.compile's included)" if hello.get("compiler") else "")
+            )
         if hello is None or not hello.get("ready"):
             self.close()
             raise ForkServerError(f"the fork server did not start: {self._log_tail()}")
         self.compiler: bool = bool(hello.get("compiler"))  # torch.compile's machinery is in every fork
         self.vector_isa: bool = bool(hello.get("vector_isa"))  # and Inductor's CPU instruction sets checked
 
-    def spawn(self, channel: socket.socket, *, log: Path, cwd: Path, env: dict[str, str],
-              memory_mb: int, device: str, cores: set[int], containment: dict | None = None) -> int:
+    def spawn(
+        self,
+        channel: socket.socket,
+        *,
+        log: Path,
+        cwd: Path,
+        env: dict[str, str],
+        memory_mb: int,
+        device: str,
+        cores: set[int],
+        containment: dict | None = None,
+    ) -> int:
         """A new worker on `channel` (the worker's end of its socket pair); its pid."""
         with self._lock:
             if self._dead:
                 raise ForkServerError("the fork server has stopped")
             self._next_id += 1
-            request = {"id": self._next_id, "log": str(log), "cwd": str(cwd), "env": env,
-                       "memory_mb": memory_mb, "device": device, "cores": sorted(cores),
-                       "containment": containment}
+            request = {
+                "id": self._next_id,
+                "log": str(log),
+                "cwd": str(cwd),
+                "env": env,
+                "memory_mb": memory_mb,
+                "device": device,
+                "cores": sorted(cores),
+                "containment": containment,
+            }
             try:
                 socket.send_fds(self._sock, [json.dumps(request).encode()], [channel.fileno()])
             except OSError as exc:
@@ -356,4 +403,3 @@ class ForkServer:
             return self._log.read_text(errors="replace")[-2000:].strip() or "(no output)"
         except OSError:
             return "(no log)"
-

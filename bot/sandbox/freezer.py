@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 from bot.sandbox.base import RunningWorker
 

@@ -21,8 +21,7 @@ from bot.sandbox.cgroup import kill_tree, sweep_dead_runs
 
 log = logging.getLogger(__name__)
 
-BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-        "from bot.sandbox.guardian import watch; watch(int(sys.argv[2]))")
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from bot.sandbox.guardian import watch; watch(int(sys.argv[2]))"
 
 _lock = threading.Lock()
 _writer: tuple[int, int] | None = None  # (bot pid, write end)
@@ -61,6 +60,7 @@ def _remove_containers(run_id: str) -> None:
         import docker
 
         from bot.sandbox.docker import remove_leftover_workers
+
         remove_leftover_workers(docker.from_env(), run_id)
     except Exception as exc:  # noqa: BLE001  the engine gone too: nothing left to remove
         print(f"guardian: could not remove containers of {run_id}: {exc}", file=sys.stderr)
@@ -75,10 +75,13 @@ def ensure_started() -> bool:
         read_end, write_end = os.pipe()  # both non-inheritable: no other child gets them
         try:
             subprocess.Popen(
-                [sys.executable, "-I", "-c", BOOT, str(Path(__file__).resolve().parents[2]),
-                 str(read_end)],
-                pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                start_new_session=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+                [sys.executable, "-I", "-c", BOOT, str(Path(__file__).resolve().parents[2]), str(read_end)],
+                pass_fds=(read_end,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            )
         except OSError as exc:
             os.close(write_end)
             log.warning("no guardian process: workers may outlive a killed bot (%s)", exc)

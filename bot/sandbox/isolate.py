@@ -43,7 +43,7 @@ class Containment:
         return asdict(self)
 
     @staticmethod
-    def from_dict(data: dict | None) -> "Containment":
+    def from_dict(data: dict | None) -> Containment:
         if not data:
             return Containment()
         return Containment(**{**data, "expose": tuple(data["expose"]), "hide": tuple(data["hide"])})
@@ -70,14 +70,15 @@ def unshare(flags: int) -> None:
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: None if s is None else s.encode())
-    _check(_c().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
-           f"mount {target}")
+    enc = lambda s: None if s is None else s.encode()
+    _check(_c().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
 
 
 def prctl(option: int, arg: int) -> None:
-    _check(_c().prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0),
-                      ctypes.c_ulong(0), ctypes.c_ulong(0)), "prctl")
+    _check(
+        _c().prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+        "prctl",
+    )
 
 
 def enter(plan: Containment) -> None:

@@ -32,11 +32,22 @@ PYTHON_LABEL = "kernel-bot.python"
 
 # System folders the interpreter, torch's shared libraries and compilers (torch.compile on
 # CPU) need. /usr/include is read-only headers; nothing here holds credentials.
-SYSTEM_PATHS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/bin", "/bin", "/usr/include",
-                "/usr/libexec", "/etc/ld.so.cache", "/etc/alternatives")
+SYSTEM_PATHS = (
+    "/usr/lib",
+    "/usr/lib64",
+    "/lib",
+    "/lib64",
+    "/usr/bin",
+    "/bin",
+    "/usr/include",
+    "/usr/libexec",
+    "/etc/ld.so.cache",
+    "/etc/alternatives",
+)
 
-_PASSWD = (b"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
-           b"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+_PASSWD = (
+    b"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+)
 _GROUP = b"root:x:0:\nnogroup:x:65534:\n"
 
 
@@ -67,9 +78,15 @@ def ensure_local_image(client) -> str:
     repository, tag = LOCAL_IMAGE.split(":")
     try:
         client.api.import_image_from_data(
-            _tarball(), repository=repository, tag=tag,
-            changes=[f"LABEL {HOST_MOUNTS_LABEL}=1", "LABEL kernel-bot.image=1",
-                     f"LABEL kernel-bot.image-version={IMAGE_VERSION}"])
+            _tarball(),
+            repository=repository,
+            tag=tag,
+            changes=[
+                f"LABEL {HOST_MOUNTS_LABEL}=1",
+                "LABEL kernel-bot.image=1",
+                f"LABEL kernel-bot.image-version={IMAGE_VERSION}",
+            ],
+        )
     except docker.errors.APIError as exc:
         raise BotError(f"could not build {LOCAL_IMAGE} with docker import: {exc}") from None
     return LOCAL_IMAGE

@@ -13,7 +13,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 CHUNK_BYTES = 16 << 20  # the parent's buffer: a batch's inputs pass through it in pieces
 
@@ -36,8 +36,14 @@ def _calls() -> ctypes.CDLL:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         for name in ("process_vm_readv", "process_vm_writev"):
             fn = getattr(libc, name)
-            fn.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
-                           ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+            fn.argtypes = [
+                ctypes.c_int,
+                ctypes.POINTER(_IoVec),
+                ctypes.c_ulong,
+                ctypes.POINTER(_IoVec),
+                ctypes.c_ulong,
+                ctypes.c_ulong,
+            ]
             fn.restype = ctypes.c_ssize_t
         _libc = libc
     return _libc
@@ -63,10 +69,11 @@ def _transfer(write: bool, pid: int, local: int, remote: int, nbytes: int) -> No
         if n < 0:
             err = ctypes.get_errno()
             if err in (errno.EPERM, errno.ESRCH):
-                raise PermissionError(err, f"{'write to' if write else 'read from'} process {pid}: "
-                                      f"{os.strerror(err)}")
-            raise MemoryCopyError(f"{'write to' if write else 'read from'} process {pid} at "
-                                  f"{remote + done:#x} ({nbytes - done} bytes): {os.strerror(err)}")
+                raise PermissionError(err, f"{'write to' if write else 'read from'} process {pid}: {os.strerror(err)}")
+            raise MemoryCopyError(
+                f"{'write to' if write else 'read from'} process {pid} at "
+                f"{remote + done:#x} ({nbytes - done} bytes): {os.strerror(err)}"
+            )
         if n == 0:
             raise MemoryCopyError(f"process {pid} at {remote + done:#x}: nothing transferred")
         done += n

@@ -22,10 +22,10 @@ import time
 from abc import abstractmethod
 from pathlib import Path
 
-from bot.sandbox.cores import worker_cores
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, proc_status, worker_env
 from bot.sandbox.cgroup import Leaf
 from bot.sandbox.contained import containment, prepare
+from bot.sandbox.cores import worker_cores
 from bot.sandbox.fork_server import DriverInitialized, ForkServer, ForkServerError
 from bot.sandbox.isolate import Containment, enter
 
@@ -36,8 +36,7 @@ class _GroupWorker(RunningWorker):
     """A worker leading its own process group, however it was started; with a cgroup leaf,
     everything it starts is counted, frozen and killed through that leaf."""
 
-    def __init__(self, launched: int, sock: socket.socket, log_path: Path, leaf: Leaf | None,
-                 containment: str):
+    def __init__(self, launched: int, sock: socket.socket, log_path: Path, leaf: Leaf | None, containment: str):
         self.launched, self.sock, self.log_path, self.leaf = launched, sock, log_path, leaf
         self.containment = containment
         self._main: int | None = None if leaf is not None else launched
@@ -109,8 +108,14 @@ def _parent_of(pid: int) -> int | None:
 class ProcessWorker(_GroupWorker):
     """A worker started as a fresh process: the bot is its parent."""
 
-    def __init__(self, proc: subprocess.Popen, sock: socket.socket, log_path: Path,
-                 leaf: Leaf | None = None, containment: str = ""):
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        sock: socket.socket,
+        log_path: Path,
+        leaf: Leaf | None = None,
+        containment: str = "",
+    ):
         super().__init__(proc.pid, sock, log_path, leaf, containment)
         self.proc = proc
 
@@ -181,20 +186,31 @@ class ProcessSandbox(Sandbox):
         try:
             if server is not None:
                 try:
-                    pid = server.spawn(child_sock, log=log_path, cwd=launch.workdir, env=env,
-                                       memory_mb=launch.limits.memory_mb, device=launch.device, cores=cores,
-                                       containment=plan.as_dict())
+                    pid = server.spawn(
+                        child_sock,
+                        log=log_path,
+                        cwd=launch.workdir,
+                        env=env,
+                        memory_mb=launch.limits.memory_mb,
+                        device=launch.device,
+                        cores=cores,
+                        containment=plan.as_dict(),
+                    )
                     return ForkedWorker(server, pid, parent_sock, log_path, leaf, containment().description)
                 except ForkServerError as exc:
                     _give_up_on(server, exc)
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
-                    [launch.python, "-I", "-c", BOOT, str(BOT_ROOT), "--channel",
-                     f"fd:{child_sock.fileno()}"],
-                    cwd=launch.workdir, env=env, stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
+                    [launch.python, "-I", "-c", BOOT, str(BOT_ROOT), "--channel", f"fd:{child_sock.fileno()}"],
+                    cwd=launch.workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(child_sock.fileno(),),
                     start_new_session=True,
-                    preexec_fn=lambda: confine(launch.limits.memory_mb, launch.device, cores, plan))
+                    preexec_fn=lambda: confine(launch.limits.memory_mb, launch.device, cores, plan),
+                )
             return ProcessWorker(proc, parent_sock, log_path, leaf, containment().description)
         finally:
             child_sock.close()
@@ -203,8 +219,15 @@ class ProcessSandbox(Sandbox):
 class ForkedWorker(_GroupWorker):
     """A worker forked by the fork server: the server, its parent, reports its exit."""
 
-    def __init__(self, server: ForkServer, pid: int, sock: socket.socket, log_path: Path,
-                 leaf: Leaf | None = None, containment: str = ""):
+    def __init__(
+        self,
+        server: ForkServer,
+        pid: int,
+        sock: socket.socket,
+        log_path: Path,
+        leaf: Leaf | None = None,
+        containment: str = "",
+    ):
         super().__init__(pid, sock, log_path, leaf, containment)
         self.server = server
 
@@ -233,8 +256,13 @@ def fork_server_for(launch: WorkerLaunch, start: bool = True) -> ForkServer | No
     with _servers_lock:
         if key not in _servers and start:
             try:
-                generic = WorkerLaunch(workdir=launch.workdir, cache_dir=launch.cache_dir, readable=(),
-                                       device=launch.device, python=launch.python)
+                generic = WorkerLaunch(
+                    workdir=launch.workdir,
+                    cache_dir=launch.cache_dir,
+                    readable=(),
+                    device=launch.device,
+                    python=launch.python,
+                )
                 _servers[key] = _start_server(launch.python, worker_env(generic), launch.device)
             except (ForkServerError, OSError) as exc:
                 log.warning("workers start without the fork server: %s", exc)

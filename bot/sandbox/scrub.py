@@ -9,7 +9,8 @@ environment variables replaced before it can reach results.json, logs, JUnit or 
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from bot.sandbox.base import _SECRET
 

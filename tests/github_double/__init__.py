@@ -3,5 +3,15 @@
 from .records import CheckRunRecord, CommentRecord, Identity, PullRecord
 from .server import ROUTES, SECONDARY_RATE_LIMIT, SERVER_ERROR, Exchange, Fault, GitHubDouble
 
-__all__ = ["ROUTES", "SECONDARY_RATE_LIMIT", "SERVER_ERROR", "CheckRunRecord", "CommentRecord",
-           "Exchange", "Fault", "GitHubDouble", "Identity", "PullRecord"]
+__all__ = [
+    "ROUTES",
+    "SECONDARY_RATE_LIMIT",
+    "SERVER_ERROR",
+    "CheckRunRecord",
+    "CommentRecord",
+    "Exchange",
+    "Fault",
+    "GitHubDouble",
+    "Identity",
+    "PullRecord",
+]

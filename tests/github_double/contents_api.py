@@ -45,9 +45,18 @@ class ContentsAPI:
         git_url = f"{self.api}/repos/{self.full_name}/git/{'trees' if kind == 'dir' else 'blobs'}/{sha}"
         html = f"{P.WEB}/{self.full_name}/{'tree' if kind == 'dir' else 'blob'}/{ref}/{path}"
         raw = None if kind == "dir" else f"https://raw.githubusercontent.com/{self.full_name}/{ref}/{path}"
-        return {"type": kind, "size": size, "name": path.rsplit("/", 1)[-1], "path": path, "sha": sha,
-                "url": url, "git_url": git_url, "html_url": html, "download_url": raw,
-                "_links": {"self": url, "git": git_url, "html": html}}
+        return {
+            "type": kind,
+            "size": size,
+            "name": path.rsplit("/", 1)[-1],
+            "path": path,
+            "sha": sha,
+            "url": url,
+            "git_url": git_url,
+            "html_url": html,
+            "download_url": raw,
+            "_links": {"self": url, "git": git_url, "html": html},
+        }
 
     def op_repos_get_content(self, req: Request) -> Response:
         path = req.params[0].strip("/")
@@ -58,14 +67,22 @@ class ContentsAPI:
             return not_found()
         mode, kind, sha = entry
         if kind == "tree":
-            listing = [self._item(f"{path}/{e.path}", e.sha, "dir" if e.type == "tree" else "file",
-                                  e.size or 0, ref) for e in self.git.ls_tree(sha)]
+            listing = [
+                self._item(f"{path}/{e.path}", e.sha, "dir" if e.type == "tree" else "file", e.size or 0, ref)
+                for e in self.git.ls_tree(sha)
+            ]
             return Response(200, listing)
         data = self.git.read_blob(sha)
         if mode == "120000":
             return Response(200, {**self._item(path, sha, "symlink", len(data), ref), "target": data.decode()})
-        return Response(200, {**self._item(path, sha, "file", len(data), ref), "encoding": "base64",
-                              "content": base64.b64encode(data).decode()})
+        return Response(
+            200,
+            {
+                **self._item(path, sha, "file", len(data), ref),
+                "encoding": "base64",
+                "content": base64.b64encode(data).decode(),
+            },
+        )
 
     def op_repos_list_pull_requests_associated_with_commit(self, req: Request) -> Response:
         sha = req.params[0]

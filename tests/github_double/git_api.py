@@ -28,11 +28,16 @@ class GitDataAPI:
                 raise ValueError(encoding)
             data = base64.b64decode(content, validate=True) if encoding == "base64" else content.encode()
         except (ValueError, binascii.Error):
-            return invalid("https://docs.github.com/rest/git/blobs#create-a-blob",
-                            {"resource": "Blob", "field": "content", "code": "invalid"})
+            return invalid(
+                "https://docs.github.com/rest/git/blobs#create-a-blob",
+                {"resource": "Blob", "field": "content", "code": "invalid"},
+            )
         sha = self.git.write_blob(data)
-        return Response(201, {"url": f"{self.api}/repos/{self.full_name}/git/blobs/{sha}", "sha": sha},
-                        {"Location": f"{self.api}/repos/{self.full_name}/git/blobs/{sha}"})
+        return Response(
+            201,
+            {"url": f"{self.api}/repos/{self.full_name}/git/blobs/{sha}", "sha": sha},
+            {"Location": f"{self.api}/repos/{self.full_name}/git/blobs/{sha}"},
+        )
 
     def op_git_create_tree(self, req: Request) -> Response:
         doc = "https://docs.github.com/rest/git/trees#create-a-tree"
@@ -67,11 +72,15 @@ class GitDataAPI:
         if self.git.object_type(tree) != "tree" or any(self.git.object_type(p) != "commit" for p in parents):
             return invalid(doc, {"resource": "Commit", "field": "tree", "code": "invalid"})
         # Like GitHub: author and committer default to the token's identity, dated now.
-        me = Signature(req.identity.login, f"{req.identity.user_id}+{req.identity.login}"
-                       "@users.noreply.github.com", now())
+        me = Signature(
+            req.identity.login, f"{req.identity.user_id}+{req.identity.login}@users.noreply.github.com", now()
+        )
         sha = self.git.commit_tree(tree, parents, str(body.get("message", "")), me, me)
-        return Response(201, P.git_commit(self.api, self.full_name, self.git.read_commit(sha)),
-                        {"Location": f"{self.api}/repos/{self.full_name}/git/commits/{sha}"})
+        return Response(
+            201,
+            P.git_commit(self.api, self.full_name, self.git.read_commit(sha)),
+            {"Location": f"{self.api}/repos/{self.full_name}/git/commits/{sha}"},
+        )
 
     def op_git_get_commit(self, req: Request) -> Response:
         sha = req.params[0]
@@ -95,8 +104,11 @@ class GitDataAPI:
         if self.git.object_type(sha) != "commit":
             return Response(422, P.error(422, "Object does not exist", doc))
         self.git.update_ref(ref, sha)
-        return Response(201, P.git_ref(self.api, self.full_name, ref, sha),
-                        {"Location": f"{self.api}/repos/{self.full_name}/git/{ref}"})
+        return Response(
+            201,
+            P.git_ref(self.api, self.full_name, ref, sha),
+            {"Location": f"{self.api}/repos/{self.full_name}/git/{ref}"},
+        )
 
     def op_git_update_ref(self, req: Request) -> Response:
         doc = "https://docs.github.com/rest/git/refs#update-a-reference"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 
@@ -61,16 +61,23 @@ class GitStore:
 
     @classmethod
     def init_bare(cls, path: Path, default_branch: str) -> GitStore:
-        subprocess.run(["git", "init", "--quiet", "--bare", f"--initial-branch={default_branch}",
-                        str(path)], check=True)
+        subprocess.run(
+            ["git", "init", "--quiet", "--bare", f"--initial-branch={default_branch}", str(path)], check=True
+        )
         return cls(path)
 
     def git(self, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
         # A clean environment: the host's git config must not change hashes (e.g. signing).
-        full_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(self.path),
-                    "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C", **(env or {})}
-        return subprocess.run(["git", f"--git-dir={self.path}", *args], input=stdin, env=full_env,
-                              check=True, capture_output=True).stdout
+        full_env = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(self.path),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "LC_ALL": "C",
+            **(env or {}),
+        }
+        return subprocess.run(
+            ["git", f"--git-dir={self.path}", *args], input=stdin, env=full_env, check=True, capture_output=True
+        ).stdout
 
     def object_type(self, sha: str) -> str | None:
         try:
@@ -94,12 +101,13 @@ class GitStore:
                 entries.append(TreeEntry(mode, kind, sha, None if size == "-" else int(size), path))
         return entries
 
-    def build_tree(self, base_tree: str | None,
-                   changes: list[tuple[str, str, str, str | None]]) -> str:
+    def build_tree(self, base_tree: str | None, changes: list[tuple[str, str, str, str | None]]) -> str:
         """Apply (path, mode, type, sha-or-None-to-delete) to base_tree, as POST /git/trees does."""
-        flat = {} if base_tree is None else {
-            e.path: (e.mode, e.type, e.sha) for e in self.ls_tree(base_tree, recursive=True)
-            if e.type != "tree"}
+        flat = (
+            {}
+            if base_tree is None
+            else {e.path: (e.mode, e.type, e.sha) for e in self.ls_tree(base_tree, recursive=True) if e.type != "tree"}
+        )
         for path, mode, kind, sha in changes:
             for existing in [p for p in flat if p == path or p.startswith(path + "/")]:
                 del flat[existing]
@@ -120,16 +128,19 @@ class GitStore:
     def _write_tree(self, node: dict) -> str:
         lines = []
         for name, value in node.items():
-            mode, kind, sha = ("040000", "tree", self._write_tree(value)) if isinstance(value, dict) \
-                else value
+            mode, kind, sha = ("040000", "tree", self._write_tree(value)) if isinstance(value, dict) else value
             lines.append(f"{mode} {kind} {sha}\t{name}\0")
         return self.git("mktree", "-z", stdin="".join(lines).encode()).decode().strip()
 
-    def commit_tree(self, tree: str, parents: list[str], message: str, author: Signature,
-                    committer: Signature) -> str:
-        env = {"GIT_AUTHOR_NAME": author.name, "GIT_AUTHOR_EMAIL": author.email,
-               "GIT_AUTHOR_DATE": _git_date(author.date), "GIT_COMMITTER_NAME": committer.name,
-               "GIT_COMMITTER_EMAIL": committer.email, "GIT_COMMITTER_DATE": _git_date(committer.date)}
+    def commit_tree(self, tree: str, parents: list[str], message: str, author: Signature, committer: Signature) -> str:
+        env = {
+            "GIT_AUTHOR_NAME": author.name,
+            "GIT_AUTHOR_EMAIL": author.email,
+            "GIT_AUTHOR_DATE": _git_date(author.date),
+            "GIT_COMMITTER_NAME": committer.name,
+            "GIT_COMMITTER_EMAIL": committer.email,
+            "GIT_COMMITTER_DATE": _git_date(committer.date),
+        }
         args = ["commit-tree", tree, *[a for p in parents for a in ("-p", p)], "-F", "-"]
         return self.git(*args, stdin=message.encode(), env=env).decode().strip()
 
@@ -147,7 +158,7 @@ class GitStore:
                 name, _, rest = value.partition(" <")
                 email, _, stamp = rest.partition("> ")
                 seconds = int(stamp.split()[0])
-                people[key] = Signature(name, email, datetime.fromtimestamp(seconds, timezone.utc))
+                people[key] = Signature(name, email, datetime.fromtimestamp(seconds, UTC))
         return CommitInfo(sha, tree, tuple(parents), people["author"], people["committer"], message)
 
     def resolve(self, ref: str) -> str | None:
@@ -189,9 +200,16 @@ class GitStore:
             _, _, _, new_sha, status = meta.lstrip(":").split()
             patch = self.git("diff", "--no-renames", start, head, "--", path).decode(errors="replace")
             n_added, n_deleted = counts.get(path, (0, 0))
-            files.append(FileDiff(_STATUS.get(status[0], "modified"), path,
-                                  None if new_sha == _ZERO_SHA else new_sha, n_added, n_deleted,
-                                  patch[patch.find("@@"):] if "@@" in patch else ""))
+            files.append(
+                FileDiff(
+                    _STATUS.get(status[0], "modified"),
+                    path,
+                    None if new_sha == _ZERO_SHA else new_sha,
+                    n_added,
+                    n_deleted,
+                    patch[patch.find("@@") :] if "@@" in patch else "",
+                )
+            )
         return files
 
 

@@ -124,9 +124,11 @@ def translate(schema: Any, in_all_of: bool = False) -> Any:
         return [translate(s, in_all_of) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: translate(v, k == "allOf") if k not in ("properties", "enum", "example") else v
-           for k, v in schema.items() if k not in ("nullable", "discriminator", "xml", "example",
-                                                     "examples", "externalDocs", "deprecated")}
+    out = {
+        k: translate(v, k == "allOf") if k not in ("properties", "enum", "example") else v
+        for k, v in schema.items()
+        if k not in ("nullable", "discriminator", "xml", "example", "examples", "externalDocs", "deprecated")
+    }
     if "properties" in schema:
         out["properties"] = {k: translate(v) for k, v in schema["properties"].items()}
         if "additionalProperties" not in schema and not in_all_of:
@@ -149,7 +151,8 @@ def _is_date_time(value: object) -> bool:
     # GitHub sends UTC timestamps like 2011-01-26T19:01:12Z.
     return not isinstance(value, str) or bool(
         re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)", value)
-        and datetime.fromisoformat(value.replace("Z", "+00:00")))
+        and datetime.fromisoformat(value.replace("Z", "+00:00"))
+    )
 
 
 @_FORMATS.checks("uri")

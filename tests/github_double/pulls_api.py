@@ -38,8 +38,9 @@ class PullsAPI:
         name = full_name or self.full_name
         fork = name != self.full_name
         owner = self.owner if not fork else P.user(self.api, name.split("/")[0], 9_000_002)
-        return P.repository(self.api, name, 1_296_269 + fork, owner, self.default_branch,
-                            self.created_at, fork=fork, full=full)
+        return P.repository(
+            self.api, name, 1_296_269 + fork, owner, self.default_branch, self.created_at, fork=fork, full=full
+        )
 
     def head_sha(self, pr: PullRecord) -> str | None:
         # GitHub keeps every PR head at refs/pull/N/head; a fork's branch exists nowhere else here.
@@ -53,65 +54,134 @@ class PullsAPI:
         html = f"{P.WEB}/{self.full_name}/pull/{pr.number}"
         head_sha, base_sha = self.head_sha(pr) or "", self.git.resolve(f"refs/heads/{pr.base_ref}") or ""
         author = P.user(self.api, pr.author.login, pr.author.user_id, pr.author.kind)
-        head_owner = P.user(self.api, pr.head_repo.split("/")[0], 9_000_002 if pr.head_repo !=
-                            self.full_name else 9_000_001)
+        head_owner = P.user(
+            self.api, pr.head_repo.split("/")[0], 9_000_002 if pr.head_repo != self.full_name else 9_000_001
+        )
 
         def end(ref: str, sha: str, repo: str, owner: dict[str, Any]) -> dict[str, Any]:
-            return {"label": f"{repo.split('/')[0]}:{ref}", "ref": ref, "sha": sha,
-                    "user": owner, "repo": self.repo_json(repo)}
+            return {
+                "label": f"{repo.split('/')[0]}:{ref}",
+                "ref": ref,
+                "sha": sha,
+                "user": owner,
+                "repo": self.repo_json(repo),
+            }
 
-        links = {"self": url, "html": html, "issue": issue, "comments": f"{issue}/comments",
-                 "review_comments": f"{url}/comments", "review_comment": f"{self.api}/repos/"
-                 f"{self.full_name}/pulls/comments{{/number}}", "commits": f"{url}/commits",
-                 "statuses": f"{self.api}/repos/{self.full_name}/statuses/{head_sha}"}
+        links = {
+            "self": url,
+            "html": html,
+            "issue": issue,
+            "comments": f"{issue}/comments",
+            "review_comments": f"{url}/comments",
+            "review_comment": f"{self.api}/repos/{self.full_name}/pulls/comments{{/number}}",
+            "commits": f"{url}/commits",
+            "statuses": f"{self.api}/repos/{self.full_name}/statuses/{head_sha}",
+        }
         body: dict[str, Any] = {
-            "url": url, "id": 10_000_000 + pr.number, "node_id": P.node_id("PR", pr.number),
-            "html_url": html, "diff_url": f"{html}.diff", "patch_url": f"{html}.patch", "issue_url": issue,
-            "commits_url": links["commits"], "review_comments_url": links["review_comments"],
-            "review_comment_url": links["review_comment"], "comments_url": links["comments"],
-            "statuses_url": links["statuses"], "number": pr.number, "state": pr.state, "locked": False,
-            "title": pr.title, "user": author, "body": pr.body,
+            "url": url,
+            "id": 10_000_000 + pr.number,
+            "node_id": P.node_id("PR", pr.number),
+            "html_url": html,
+            "diff_url": f"{html}.diff",
+            "patch_url": f"{html}.patch",
+            "issue_url": issue,
+            "commits_url": links["commits"],
+            "review_comments_url": links["review_comments"],
+            "review_comment_url": links["review_comment"],
+            "comments_url": links["comments"],
+            "statuses_url": links["statuses"],
+            "number": pr.number,
+            "state": pr.state,
+            "locked": False,
+            "title": pr.title,
+            "user": author,
+            "body": pr.body,
             "labels": [P.label(self.api, self.full_name, n, 5_000_000 + i) for i, n in enumerate(pr.labels)],
-            "milestone": None, "active_lock_reason": None, "created_at": P.iso(pr.created_at),
-            "updated_at": P.iso(pr.updated_at), "closed_at": None, "merged_at": None,
-            "merge_commit_sha": None, "assignee": None, "assignees": [], "requested_reviewers": [],
-            "requested_teams": [], "head": {**end(pr.head_ref, head_sha, pr.head_repo, head_owner),
-                                            **({"repo": None} if pr.head_repo_deleted else {})},
+            "milestone": None,
+            "active_lock_reason": None,
+            "created_at": P.iso(pr.created_at),
+            "updated_at": P.iso(pr.updated_at),
+            "closed_at": None,
+            "merged_at": None,
+            "merge_commit_sha": None,
+            "assignee": None,
+            "assignees": [],
+            "requested_reviewers": [],
+            "requested_teams": [],
+            "head": {
+                **end(pr.head_ref, head_sha, pr.head_repo, head_owner),
+                **({"repo": None} if pr.head_repo_deleted else {}),
+            },
             "base": end(pr.base_ref, base_sha, self.full_name, self.owner),
             "_links": {k: {"href": v} for k, v in links.items()},
             "author_association": "NONE" if pr.author.kind == "Bot" else "CONTRIBUTOR",
-            "auto_merge": None, "draft": False}
+            "auto_merge": None,
+            "draft": False,
+        }
         if simple:
             return body
         files = self.git.diff(base_sha, head_sha) if head_sha and base_sha else []
-        body.update({
-            "merged": False, "mergeable": None, "rebaseable": None, "mergeable_state": "unknown",
-            "merged_by": None, "comments": sum(c.issue_number == pr.number for c in self.comments.values()),
-            "review_comments": 0, "maintainer_can_modify": False,
-            "commits": self.git.count_commits(base_sha, head_sha) if files else 0,
-            "additions": sum(f.additions for f in files), "deletions": sum(f.deletions for f in files),
-            "changed_files": len(files)})
+        body.update(
+            {
+                "merged": False,
+                "mergeable": None,
+                "rebaseable": None,
+                "mergeable_state": "unknown",
+                "merged_by": None,
+                "comments": sum(c.issue_number == pr.number for c in self.comments.values()),
+                "review_comments": 0,
+                "maintainer_can_modify": False,
+                "commits": self.git.count_commits(base_sha, head_sha) if files else 0,
+                "additions": sum(f.additions for f in files),
+                "deletions": sum(f.deletions for f in files),
+                "changed_files": len(files),
+            }
+        )
         return body
 
     def comment_json(self, c: CommentRecord) -> dict[str, Any]:
         base = f"{self.api}/repos/{self.full_name}/issues"
-        return {"id": c.id, "node_id": P.node_id("IC", c.id), "url": f"{base}/comments/{c.id}",
-                "html_url": f"{P.WEB}/{self.full_name}/pull/{c.issue_number}#issuecomment-{c.id}",
-                "body": c.body, "user": P.user(self.api, c.author.login, c.author.user_id, c.author.kind),
-                "created_at": P.iso(c.created_at), "updated_at": P.iso(c.updated_at),
-                "issue_url": f"{base}/{c.issue_number}", "author_association": "NONE"}
+        return {
+            "id": c.id,
+            "node_id": P.node_id("IC", c.id),
+            "url": f"{base}/comments/{c.id}",
+            "html_url": f"{P.WEB}/{self.full_name}/pull/{c.issue_number}#issuecomment-{c.id}",
+            "body": c.body,
+            "user": P.user(self.api, c.author.login, c.author.user_id, c.author.kind),
+            "created_at": P.iso(c.created_at),
+            "updated_at": P.iso(c.updated_at),
+            "issue_url": f"{base}/{c.issue_number}",
+            "author_association": "NONE",
+        }
 
     def check_run_json(self, run: CheckRunRecord) -> dict[str, Any]:
         url = f"{self.api}/repos/{self.full_name}/check-runs/{run.id}"
-        output = {"title": None, "summary": None, "text": None, **run.output,
-                  "annotations_count": 0, "annotations_url": f"{url}/annotations"}
-        return {"id": run.id, "head_sha": run.head_sha, "node_id": P.node_id("CR", run.id),
-                "external_id": "", "url": url, "html_url": f"{P.WEB}/{self.full_name}/runs/{run.id}",
-                "details_url": f"{P.WEB}/{self.full_name}/runs/{run.id}", "status": run.status,
-                "conclusion": run.conclusion, "started_at": P.iso(run.started_at),
-                "completed_at": P.iso(run.completed_at), "output": output, "name": run.name,
-                "check_suite": {"id": run.id + 7}, "app": P.github_actions_app(self.api),
-                "pull_requests": []}
+        output = {
+            "title": None,
+            "summary": None,
+            "text": None,
+            **run.output,
+            "annotations_count": 0,
+            "annotations_url": f"{url}/annotations",
+        }
+        return {
+            "id": run.id,
+            "head_sha": run.head_sha,
+            "node_id": P.node_id("CR", run.id),
+            "external_id": "",
+            "url": url,
+            "html_url": f"{P.WEB}/{self.full_name}/runs/{run.id}",
+            "details_url": f"{P.WEB}/{self.full_name}/runs/{run.id}",
+            "status": run.status,
+            "conclusion": run.conclusion,
+            "started_at": P.iso(run.started_at),
+            "completed_at": P.iso(run.completed_at),
+            "output": output,
+            "name": run.name,
+            "check_suite": {"id": run.id + 7},
+            "app": P.github_actions_app(self.api),
+            "pull_requests": [],
+        }
 
     # -- pull requests and comments ------------------------------------------------------
 
@@ -120,9 +190,13 @@ class PullsAPI:
 
     def op_pulls_list(self, req: Request) -> Response:
         state, head, base = req.query.get("state", "open"), req.query.get("head"), req.query.get("base")
-        found = [p for p in self.pulls.values() if state in ("all", p.state)
-                 and (head is None or f"{p.head_repo.split('/')[0]}:{p.head_ref}" == head)
-                 and (base is None or p.base_ref == base)]
+        found = [
+            p
+            for p in self.pulls.values()
+            if state in ("all", p.state)
+            and (head is None or f"{p.head_repo.split('/')[0]}:{p.head_ref}" == head)
+            and (base is None or p.base_ref == base)
+        ]
         found.sort(key=lambda p: p.number, reverse=True)  # GitHub's default: newest first
         return Response(200, [self.pull_json(p, simple=True) for p in found])
 
@@ -143,16 +217,39 @@ class PullsAPI:
             return invalid(doc, {"resource": "PullRequest", "field": "base", "code": "invalid"})
         if head_sha is None:
             return invalid(doc, {"resource": "PullRequest", "field": "head", "code": "invalid"})
-        if any(p.state == "open" and p.head_ref == head_ref and p.head_repo == head_repo
-               and p.base_ref == body["base"] for p in self.pulls.values()):
-            return invalid(doc, {"resource": "PullRequest", "code": "custom", "message":
-                                  f"A pull request already exists for {body['head']}."})
+        if any(
+            p.state == "open" and p.head_ref == head_ref and p.head_repo == head_repo and p.base_ref == body["base"]
+            for p in self.pulls.values()
+        ):
+            return invalid(
+                doc,
+                {
+                    "resource": "PullRequest",
+                    "code": "custom",
+                    "message": f"A pull request already exists for {body['head']}.",
+                },
+            )
         if self.git.is_ancestor(head_sha, base_sha):
-            return invalid(doc, {"resource": "PullRequest", "code": "custom", "message":
-                                  f"No commits between {body['base']} and {head_ref}"})
+            return invalid(
+                doc,
+                {
+                    "resource": "PullRequest",
+                    "code": "custom",
+                    "message": f"No commits between {body['base']} and {head_ref}",
+                },
+            )
         stamp = now()
-        pr = PullRecord(self.new_number(), body["title"], body.get("body"), head_ref, self.full_name,
-                        body["base"], req.identity, stamp, stamp)
+        pr = PullRecord(
+            self.new_number(),
+            body["title"],
+            body.get("body"),
+            head_ref,
+            self.full_name,
+            body["base"],
+            req.identity,
+            stamp,
+            stamp,
+        )
         self.pulls[pr.number] = pr
         return Response(201, self.pull_json(pr))
 
@@ -179,8 +276,7 @@ class PullsAPI:
         number = int(req.params[0])
         if number not in self.pulls:
             return not_found()
-        return Response(200, [self.comment_json(c) for c in self.comments.values()
-                              if c.issue_number == number])
+        return Response(200, [self.comment_json(c) for c in self.comments.values() if c.issue_number == number])
 
     def op_issues_create_comment(self, req: Request) -> Response:
         number = int(req.params[0])
@@ -188,8 +284,10 @@ class PullsAPI:
             return not_found()
         body = req.body.get("body") if isinstance(req.body, dict) else None
         if not isinstance(body, str) or not body:
-            return invalid("https://docs.github.com/rest/issues/comments#create-an-issue-comment",
-                            {"resource": "IssueComment", "field": "body", "code": "missing_field"})
+            return invalid(
+                "https://docs.github.com/rest/issues/comments#create-an-issue-comment",
+                {"resource": "IssueComment", "field": "body", "code": "missing_field"},
+            )
         stamp = now()
         comment = CommentRecord(self.new_id(), number, body, req.identity, stamp, stamp)
         self.comments[comment.id] = comment
@@ -201,8 +299,10 @@ class PullsAPI:
             return not_found()
         body = req.body.get("body") if isinstance(req.body, dict) else None
         if not isinstance(body, str) or not body:
-            return invalid("https://docs.github.com/rest/issues/comments#update-an-issue-comment",
-                            {"resource": "IssueComment", "field": "body", "code": "missing_field"})
+            return invalid(
+                "https://docs.github.com/rest/issues/comments#update-an-issue-comment",
+                {"resource": "IssueComment", "field": "body", "code": "missing_field"},
+            )
         comment.body, comment.updated_at = body, now()
         return Response(200, self.comment_json(comment))
 
@@ -217,15 +317,26 @@ class PullsAPI:
             return invalid(doc, {"resource": "CheckRun", "field": "conclusion", "code": "missing_field"})
         output = {k: v for k, v in (body.get("output") or {}).items() if k in ("title", "summary", "text")}
         stamp = now()
-        run = CheckRunRecord(self.new_id(), str(body.get("name")), sha, status, conclusion, output,
-                             stamp, stamp if status == "completed" else None)
+        run = CheckRunRecord(
+            self.new_id(),
+            str(body.get("name")),
+            sha,
+            status,
+            conclusion,
+            output,
+            stamp,
+            stamp if status == "completed" else None,
+        )
         self.check_runs[run.id] = run
         return Response(201, self.check_run_json(run))
 
     def op_checks_list_for_ref(self, req: Request) -> Response:
         name = req.query.get("check_name")
-        runs = sorted((r for r in self.check_runs.values() if r.head_sha == req.params[0]
-                       and (name is None or r.name == name)), key=lambda r: r.id, reverse=True)
+        runs = sorted(
+            (r for r in self.check_runs.values() if r.head_sha == req.params[0] and (name is None or r.name == name)),
+            key=lambda r: r.id,
+            reverse=True,
+        )
         return Response(200, {"total_count": len(runs), "check_runs": [self.check_run_json(r) for r in runs]})
 
     def op_checks_update(self, req: Request) -> Response:

@@ -35,31 +35,47 @@ class FakeRepository(PullsAPI, GitDataAPI, ContentsAPI):
 
     # -- seeding (tests call these directly; they bypass HTTP) ---------------------------
 
-    def commit_files(self, branch: str, files: dict[str, bytes], message: str = "Update files",
-                     ref: str | None = None, parent: str | None = None) -> str:
+    def commit_files(
+        self,
+        branch: str,
+        files: dict[str, bytes],
+        message: str = "Update files",
+        ref: str | None = None,
+        parent: str | None = None,
+    ) -> str:
         """Commit `files` on top of `parent` (default: the ref's tip, else the default branch's)."""
         ref = ref or f"refs/heads/{branch}"
         parent = parent or self.git.resolve(ref) or self.git.resolve(f"refs/heads/{self.default_branch}")
         base_tree = self.git.read_commit(parent).tree if parent else None
-        tree = self.git.build_tree(base_tree, [(path, "100644", "blob", self.git.write_blob(data))
-                                               for path, data in files.items()])
+        tree = self.git.build_tree(
+            base_tree, [(path, "100644", "blob", self.git.write_blob(data)) for path, data in files.items()]
+        )
         me = Signature(CONTRIBUTOR.login, "octocat@github.com", now())
         sha = self.git.commit_tree(tree, [parent] if parent else [], message, me, me)
         self.git.update_ref(ref, sha)
         return sha
 
-    def open_pull_request(self, head: str, files: dict[str, bytes], title: str = "Faster softmax",
-                          body: str = "", base: str | None = None, labels: tuple[str, ...] = (),
-                          fork: str | None = None) -> PullRecord:
+    def open_pull_request(
+        self,
+        head: str,
+        files: dict[str, bytes],
+        title: str = "Faster softmax",
+        body: str = "",
+        base: str | None = None,
+        labels: tuple[str, ...] = (),
+        fork: str | None = None,
+    ) -> PullRecord:
         """A contributor's pull request; `fork="someone/octo-repo"` keeps its branch out of this repo."""
         base = base or self.default_branch
         number = self.new_number()
         ref = f"refs/pull/{number}/head" if fork else f"refs/heads/{head}"
-        self.commit_files(head, files, title, ref=ref,
-                          parent=self.git.resolve(ref) or self.git.resolve(f"refs/heads/{base}"))
+        self.commit_files(
+            head, files, title, ref=ref, parent=self.git.resolve(ref) or self.git.resolve(f"refs/heads/{base}")
+        )
         stamp = now()
-        pr = PullRecord(number, title, body, head, fork or self.full_name, base, CONTRIBUTOR, stamp,
-                        stamp, list(labels))
+        pr = PullRecord(
+            number, title, body, head, fork or self.full_name, base, CONTRIBUTOR, stamp, stamp, list(labels)
+        )
         self.pulls[number] = pr
         return pr
 

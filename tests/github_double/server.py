@@ -18,8 +18,8 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from . import payloads as P
-from .records import Identity, Request, Response
 from .git_store import GitStore
+from .records import Identity, Request, Response
 from .repository import FakeRepository
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,7 @@ ROUTES = (
     Route("POST", "/git/trees", "git/create-tree"),
     Route("POST", "/git/blobs", "git/create-blob"),
     Route("POST", "/check-runs", "checks/create"),
-    Route("GET", r"/commits/([0-9a-f]{40})/pulls", "repos/list-pull-requests-associated-with-commit",
-          paginated=True),
+    Route("GET", r"/commits/([0-9a-f]{40})/pulls", "repos/list-pull-requests-associated-with-commit", paginated=True),
     Route("GET", r"/contents/(.+)", "repos/get-content"),
     Route("GET", r"/commits/([0-9a-f]{40})/check-runs", "checks/list-for-ref"),
     Route("PATCH", r"/check-runs/(\d+)", "checks/update"),
@@ -73,13 +72,17 @@ class Fault:
 
 SERVER_ERROR = Fault("bad gateway", 502, {"message": "Server Error"})
 SECONDARY_RATE_LIMIT = Fault(
-    "secondary rate limit", 403,
-    P.error(403, "You have exceeded a secondary rate limit. Please wait a few minutes before you "
-                 "try again. If you reach out to GitHub Support for help, please include the "
-                 "request ID 0000:1111:2222:3333:4444.",
-            "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
-            "#about-secondary-rate-limits"),
-    {"Retry-After": "1"})
+    "secondary rate limit",
+    403,
+    P.error(
+        403,
+        "You have exceeded a secondary rate limit. Please wait a few minutes before you "
+        "try again. If you reach out to GitHub Support for help, please include the "
+        "request ID 0000:1111:2222:3333:4444.",
+        "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits",
+    ),
+    {"Retry-After": "1"},
+)
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,8 @@ class GitHubDouble:
         self.git = GitStore.init_bare(root / "remote.git", default_branch)
         self.tokens: dict[str, Identity] = {
             "test-token": Identity("github-actions[bot]", 41_898_282),
-            "read-only-token": Identity("github-actions[bot]", 41_898_282, can_write=False)}
+            "read-only-token": Identity("github-actions[bot]", 41_898_282, can_write=False),
+        }
         self.exchanges: list[Exchange] = []
         self._faults: list[tuple[Fault, tuple[str, ...] | None, str | None]] = []
         self._lock = threading.Lock()
@@ -111,8 +115,9 @@ class GitHubDouble:
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self.repo = FakeRepository(self.url, repo, self.git, default_branch)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        name="github-double", daemon=True)  # 50 ms: quick shutdown
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="github-double", daemon=True
+        )  # 50 ms: quick shutdown
 
     def __enter__(self) -> GitHubDouble:
         self._thread.start()
@@ -122,8 +127,9 @@ class GitHubDouble:
         self._server.shutdown()
         self._server.server_close()
 
-    def fail_next(self, fault: Fault, times: int = 1, methods: tuple[str, ...] | None = None,
-                  operation: str | None = None) -> None:
+    def fail_next(
+        self, fault: Fault, times: int = 1, methods: tuple[str, ...] | None = None, operation: str | None = None
+    ) -> None:
         """Answer the next `times` requests (of `methods`, default any; of `operation`, an
         operationId, default any) with `fault`."""
         self._faults.extend([(fault, methods, operation)] * times)
@@ -140,12 +146,28 @@ class GitHubDouble:
             response, fault = self._answer(method, route, params, query, headers, raw)
             if route is not None and route.paginated and response.status == 200:
                 response = self._paginate(url.path, query, response)
-            self.exchanges.append(Exchange(method, url.path, query, route.operation_id if route else None,
-                                           response.status, response.body, fault))
+            self.exchanges.append(
+                Exchange(
+                    method,
+                    url.path,
+                    query,
+                    route.operation_id if route else None,
+                    response.status,
+                    response.body,
+                    fault,
+                )
+            )
             return response
 
-    def _answer(self, method: str, route: Route | None, params: tuple[str, ...], query: dict[str, str],
-                headers: dict[str, str], raw: bytes) -> tuple[Response, str | None]:
+    def _answer(
+        self,
+        method: str,
+        route: Route | None,
+        params: tuple[str, ...],
+        query: dict[str, str],
+        headers: dict[str, str],
+        raw: bytes,
+    ) -> tuple[Response, str | None]:
         for i, (fault, methods, operation) in enumerate(self._faults):
             if (methods is None or method in methods) and operation in (None, route and route.operation_id):
                 del self._faults[i]
@@ -170,7 +192,7 @@ class GitHubDouble:
         prefix = f"/repos/{self.repo_name}"
         if not (path == prefix or path.startswith(prefix + "/")):
             return None, (path,)
-        rest = path[len(prefix):]
+        rest = path[len(prefix) :]
         for route in ROUTES:
             match = re.fullmatch(route.pattern, rest)
             if route.method == method and match:
@@ -186,12 +208,13 @@ class GitHubDouble:
         def link(n: int) -> str:
             return f"{self.url}{path}?{urlencode({**query, 'per_page': per_page, 'page': n})}"
 
-        rels = ([("prev", page - 1), ("first", 1)] if page > 1 else []) + \
-               ([("next", page + 1), ("last", last)] if page < last else [])
+        rels = ([("prev", page - 1), ("first", 1)] if page > 1 else []) + (
+            [("next", page + 1), ("last", last)] if page < last else []
+        )
         headers = dict(response.headers)
         if rels:
             headers["Link"] = ", ".join(f'<{link(n)}>; rel="{rel}"' for rel, n in rels)
-        return Response(200, items[(page - 1) * per_page: page * per_page], headers)
+        return Response(200, items[(page - 1) * per_page : page * per_page], headers)
 
 
 def _handler_for(double: GitHubDouble) -> type[BaseHTTPRequestHandler]:
@@ -225,9 +248,14 @@ def _handler_for(double: GitHubDouble) -> type[BaseHTTPRequestHandler]:
 
 
 def _standard_headers() -> dict[str, str]:
-    return {"Content-Type": "application/json; charset=utf-8",
-            "X-GitHub-Media-Type": "github.v3; format=json",
-            "X-GitHub-Api-Version-Selected": "2022-11-28",
-            "X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4999", "X-RateLimit-Reset": "4102444800",
-            "X-RateLimit-Used": "1", "X-RateLimit-Resource": "core",
-            "X-GitHub-Request-Id": "0000:1111:2222:3333:4444"}
+    return {
+        "Content-Type": "application/json; charset=utf-8",
+        "X-GitHub-Media-Type": "github.v3; format=json",
+        "X-GitHub-Api-Version-Selected": "2022-11-28",
+        "X-RateLimit-Limit": "5000",
+        "X-RateLimit-Remaining": "4999",
+        "X-RateLimit-Reset": "4102444800",
+        "X-RateLimit-Used": "1",
+        "X-RateLimit-Resource": "core",
+        "X-GitHub-Request-Id": "0000:1111:2222:3333:4444",
+    }

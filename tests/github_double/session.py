@@ -29,40 +29,62 @@ class SleepRecorder:
 
 def client_for(double: GitHubDouble, token: str = "test-token", **options: object) -> GitHubClient:
     """A client without PyGithub's pauses between requests, and with a recorded sleep."""
-    settings: dict = {"sleep": SleepRecorder(), "base_delay_s": 0.01,
-                      "seconds_between_requests": None, "seconds_between_writes": None, **options}
+    settings: dict = {
+        "sleep": SleepRecorder(),
+        "base_delay_s": 0.01,
+        "seconds_between_requests": None,
+        "seconds_between_writes": None,
+        **options,
+    }
     return GitHubClient(token, double.repo_name, double.url, **settings)
 
 
 def tiny_png() -> bytes:
     """A valid 1x1 PNG: its signature byte 0x89 is not UTF-8, so it must travel as base64."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
     header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(b"\x00\xff\x80\x00")) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00\xff\x80\x00"))
+        + chunk(b"IEND", b"")
+    )
 
 
-def sample_plan(source_pr: int | None, base: str, *, head_sha: str | None = None,
-                fork: bool = False, speedup: str = "1.42x") -> PullRequestPlan:
+def sample_plan(
+    source_pr: int | None, base: str, *, head_sha: str | None = None, fork: bool = False, speedup: str = "1.42x"
+) -> PullRequestPlan:
     kernel = f"# softmax, {speedup} faster\nimport torch\n".encode()
-    files = () if fork else (FileChange("kernels/softmax.py", kernel),
-                             FileChange("docs/plots/softmax.png", tiny_png()))
-    check = None if head_sha is None else CheckRunPlan(
-        "kernel-bot", head_sha, "success", f"softmax: {speedup}", f"Speedup {speedup} (95% CI ...)")
+    files = () if fork else (FileChange("kernels/softmax.py", kernel), FileChange("docs/plots/softmax.png", tiny_png()))
+    check = (
+        None
+        if head_sha is None
+        else CheckRunPlan("kernel-bot", head_sha, "success", f"softmax: {speedup}", f"Speedup {speedup} (95% CI ...)")
+    )
     return PullRequestPlan(
-        repo="octo-org/octo-repo", branch=f"kernel-bot/pr-{source_pr}", base=base,
-        title=f"kernel-bot: softmax {speedup} faster", body=f"Measured speedup: {speedup}",
-        files=files, patch="--- a/kernels/softmax.py\n+++ b/kernels/softmax.py\n",
-        source_pr=source_pr, comment_body=f"kernel-bot found a {speedup} faster softmax.",
-        fork=fork, check_run=check)
+        repo="octo-org/octo-repo",
+        branch=f"kernel-bot/pr-{source_pr}",
+        base=base,
+        title=f"kernel-bot: softmax {speedup} faster",
+        body=f"Measured speedup: {speedup}",
+        files=files,
+        patch="--- a/kernels/softmax.py\n+++ b/kernels/softmax.py\n",
+        source_pr=source_pr,
+        comment_body=f"kernel-bot found a {speedup} faster softmax.",
+        fork=fork,
+        check_run=check,
+    )
 
 
 def scripted_session(double: GitHubDouble) -> None:
     """Every route of the double, successes and failures, as the bot (and PyGithub) call them."""
     repo = double.repo
-    source = repo.open_pull_request("feature/softmax", {f"problems/op{i}.py": b"x = 1\n" for i in range(3)},
-                                    labels=("kernel-bot",))
+    source = repo.open_pull_request(
+        "feature/softmax", {f"problems/op{i}.py": b"x = 1\n" for i in range(3)}, labels=("kernel-bot",)
+    )
     fork = repo.open_pull_request("patch-1", {"problems/fork.py": b"y = 2\n"}, fork="contributor/octo-repo")
     head_sha = repo.head_sha(source)
     assert head_sha is not None
@@ -88,8 +110,13 @@ def scripted_session(double: GitHubDouble) -> None:
             client_for(double, token=token).publish(sample_plan(99, "main"), max_open=3)
 
     # Operations the double serves beyond what publish needs, read through PyGithub itself.
-    gh = Github(auth=Auth.Token("test-token"), base_url=double.url, retry=None,
-                seconds_between_requests=None, seconds_between_writes=None)
+    gh = Github(
+        auth=Auth.Token("test-token"),
+        base_url=double.url,
+        retry=None,
+        seconds_between_requests=None,
+        seconds_between_writes=None,
+    )
     remote = gh.get_repo(double.repo_name)
     remote.get_git_tree(remote.get_git_commit(head_sha).tree.sha, recursive=True)
     remote.get_pull(source.number).title  # noqa: B018 - a lazy object: reading it sends the GET
