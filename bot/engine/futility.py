@@ -8,9 +8,9 @@ median known to 1 %, or the time cap), which never looks at the ratio. What stop
 power: a candidate that would have cleared the bar after all is, rarely, stopped first; the
 looks use a 99 % interval, at a few rounds spaced apart, to keep that rare.
 
-On the first dry run's 2 vCPUs seven of twelve timed problems had a single candidate at 0.33x
-to 0.77x of the baseline, each timed for the whole 5 s cap after its third round had already
-said so.
+In the README's dry run on 2 vCPUs, without this, seven of twelve timed problems had a single
+candidate at 0.33x to 0.77x of the baseline, each timed for the whole 5 s cap after its third
+round had already said so.
 """
 
 from __future__ import annotations
