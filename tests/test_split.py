@@ -132,10 +132,12 @@ def test_a_gain_on_one_shape_does_not_pay_for_a_loss_on_another():
     assert select_best([Attempt(0, mixed), Attempt(0, steady)], 1.05) is steady
     assert select_best([Attempt(0, mixed)], 1.05) is None
     assert "significantly slower on prefill" in Attempt(0, mixed).reason
-    assert Attempt(0, mixed).to_json(1.05)["slower_shapes"] == ["prefill"]
+    attempt = Attempt(0, mixed).to_result(1.05)
+    assert attempt.slower_shapes == ("prefill",)
+    from bot.core.results import ProblemResult
     from bot.report.markdown import attempts_table
 
-    table = attempts_table({"min_speedup": 1.05, "attempts": [Attempt(0, mixed).to_json(1.05)]})
+    table = attempts_table(ProblemResult("split", "no_improvement", attempts=(attempt,), min_speedup=1.05))
     assert "significantly slower on prefill" in table and "interval clears" not in table
 
 

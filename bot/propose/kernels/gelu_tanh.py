@@ -1,3 +1,5 @@
+
+
 # kernel-bot: GELU with the tanh approximation through a Triton kernel with the GPU's own tanh.
 # Read as text into search candidates after replace.py (bot/propose/paths.py): it is
 # candidate code, and the bot's own process never imports it. On the H200 it is 1.18x faster
@@ -17,9 +19,8 @@ def _kernel_bot_gelu_tanh(x_ptr, y_ptr, n, BLOCK: tl.constexpr, HARDWARE_TANH: t
     x = tl.load(x_ptr + offsets, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
     inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)  # sqrt(2/pi) * (x + 0.044715 x^3)
     if HARDWARE_TANH:
-        tanh = tl.inline_asm_elementwise(
-            "tanh.approx.f32 $0, $1;", "=f,f", [inner], dtype=tl.float32, is_pure=True, pack=1
-        )
+        tanh = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [inner], dtype=tl.float32,
+                                         is_pure=True, pack=1)
     else:
         tanh = 1.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0)  # saturates to +-1 where exp overflows
     tl.store(y_ptr + offsets, (0.5 * x * (1.0 + tanh)).to(y_ptr.dtype.element_ty), mask=mask)
@@ -28,12 +29,9 @@ def _kernel_bot_gelu_tanh(x_ptr, y_ptr, n, BLOCK: tl.constexpr, HARDWARE_TANH: t
 # How many elements per program and how many warps is a measurement: on the GPU the autotuner
 # times these at the first call of each size (the bot gives its timing the GPU alone).
 _kernel_bot_tuned_gelu_tanh = triton.autotune(
-    [
-        triton.Config({"BLOCK": b}, num_warps=w)
-        for b, w in ((512, 2), (1024, 2), (1024, 4), (2048, 4), (2048, 8), (4096, 8), (8192, 16))
-    ],
-    key=["n"],
-)(_kernel_bot_gelu_tanh)
+    [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((512, 2), (1024, 2), (1024, 4), (2048, 4),
+                                                           (2048, 8), (4096, 8), (8192, 16))],
+    key=["n"])(_kernel_bot_gelu_tanh)
 
 
 def _kernel_bot_fast_gelu(input, approximate="none"):

@@ -1,7 +1,10 @@
+
+
 # kernel-bot: operator calls of the forward replaced by the kernels below, where they apply.
 # Read as text into search candidates (bot/propose/paths.py), before the kernels' own text.
 import os as _kernel_bot_os
 
+import torch
 from torch.overrides import TorchFunctionMode as _KernelBotTorchFunctionMode
 
 _KERNEL_BOT_INTERPRETED = _kernel_bot_os.environ.get("TRITON_INTERPRET") == "1"

@@ -1,3 +1,5 @@
+
+
 # kernel-bot: scaled_dot_product_attention on short sequences, one key block per program.
 # Read as text into search candidates after replace.py (bot/propose/paths.py): it is
 # candidate code, and the bot's own process never imports it. SDPA's kernels are built for long sequences; on a decode
@@ -13,37 +15,12 @@ _KERNEL_BOT_LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _kernel_bot_short_attention(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    o_ptr,
-    qk_scale,
-    heads,
-    queries,
-    keys,
-    sqb,
-    sqh,
-    sqm,
-    sqd,
-    skb,
-    skh,
-    skn,
-    skd,
-    svb,
-    svh,
-    svn,
-    svd,
-    sob,
-    soh,
-    som,
-    sod,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
-):
+def _kernel_bot_short_attention(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, heads, queries, keys,
+                                sqb, sqh, sqm, sqd, skb, skh, skn, skd,
+                                svb, svh, svn, svd, sob, soh, som, sod,
+                                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                CAUSAL: tl.constexpr):
     block = tl.program_id(0)
     batch_head = tl.program_id(1)
     b = (batch_head // heads).to(tl.int64)
@@ -52,11 +29,8 @@ def _kernel_bot_short_attention(
     cols = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
     in_dims = dims[None, :] < HEAD_DIM
-    q = tl.load(
-        q_ptr + b * sqb + h * sqh + rows[:, None] * sqm + dims[None, :] * sqd,
-        mask=(rows[:, None] < queries) & in_dims,
-        other=0.0,
-    )
+    q = tl.load(q_ptr + b * sqb + h * sqh + rows[:, None] * sqm + dims[None, :] * sqd,
+                mask=(rows[:, None] < queries) & in_dims, other=0.0)
     seen = keys
     if CAUSAL:  # SDPA's is_causal is aligned top left: query i sees keys 0..i
         seen = tl.minimum(keys, (block + 1) * BLOCK_M)
@@ -70,11 +44,8 @@ def _kernel_bot_short_attention(
     scores = tl.where(visible, scores, float("-inf"))
     p = tl.exp2(scores - tl.max(scores, 1)[:, None])
     out = tl.dot(p.to(v.dtype), v) / tl.sum(p, 1)[:, None]  # P rounded to the inputs' type, as flash attention does
-    tl.store(
-        o_ptr + b * sob + h * soh + rows[:, None] * som + dims[None, :] * sod,
-        out.to(o_ptr.dtype.element_ty),
-        mask=(rows[:, None] < queries) & in_dims,
-    )
+    tl.store(o_ptr + b * sob + h * soh + rows[:, None] * som + dims[None, :] * sod,
+             out.to(o_ptr.dtype.element_ty), mask=(rows[:, None] < queries) & in_dims)
 
 
 def _kernel_bot_unspilled_configs(configs, named_args, **kwargs):
@@ -89,18 +60,14 @@ def _kernel_bot_unspilled_configs(configs, named_args, **kwargs):
 # Which block of queries per program and how many warps is a measurement: on the GPU the
 # autotuner times these at the first call of each size (the bot gives that timing the GPU alone).
 _kernel_bot_tuned_short_attention = triton.autotune(
-    [
-        triton.Config({"BLOCK_M": m}, num_warps=w, num_stages=1)
-        for m, w in ((16, 2), (16, 4), (32, 4), (64, 4), (16, 8), (32, 8), (64, 8))
-    ],
+    [triton.Config({"BLOCK_M": m}, num_warps=w, num_stages=1)
+     for m, w in ((16, 2), (16, 4), (32, 4), (64, 4), (16, 8), (32, 8), (64, 8))],
     key=["queries", "keys", "HEAD_DIM", "CAUSAL"],
-    prune_configs_by={"early_config_prune": _kernel_bot_unspilled_configs},
-)(_kernel_bot_short_attention)
+    prune_configs_by={"early_config_prune": _kernel_bot_unspilled_configs})(_kernel_bot_short_attention)
 
 
-def _kernel_bot_short_sdpa(
-    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
-):
+def _kernel_bot_short_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                           scale=None, enable_gqa=False):
     """The attention through the kernel above, or None where it does not apply (the caller
     then runs scaled_dot_product_attention itself)."""
     tensors = (query, key, value)
@@ -121,31 +88,15 @@ def _kernel_bot_short_sdpa(
     if not (0 < keys <= _KERNEL_BOT_MAX_KEYS and 0 < queries and 0 < head_dim <= _KERNEL_BOT_MAX_HEAD_DIM):
         return None
     out = torch.empty_like(query)
-    qk_scale = (scale if scale is not None else head_dim**-0.5) * _KERNEL_BOT_LOG2E
-    args = (
-        query,
-        key,
-        value,
-        out,
-        qk_scale,
-        heads,
-        queries,
-        keys,
-        *query.stride(),
-        *key.stride(),
-        *value.stride(),
-        *out.stride(),
-    )
-    sizes = dict(
-        HEAD_DIM=head_dim,
-        BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
-        BLOCK_N=max(16, triton.next_power_of_2(keys)),
-        CAUSAL=bool(is_causal),
-    )
+    qk_scale = (scale if scale is not None else head_dim ** -0.5) * _KERNEL_BOT_LOG2E
+    args = (query, key, value, out, qk_scale, heads, queries, keys, *query.stride(), *key.stride(),
+            *value.stride(), *out.stride())
+    sizes = dict(HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+                 BLOCK_N=max(16, triton.next_power_of_2(keys)), CAUSAL=bool(is_causal))
     if _KERNEL_BOT_INTERPRETED:  # the interpreter has nothing to time
-        _kernel_bot_short_attention[(triton.cdiv(queries, 16), batch * heads)](*args, **sizes, BLOCK_M=16)
+        _kernel_bot_short_attention[(triton.cdiv(queries, 16), batch * heads)](
+            *args, **sizes, BLOCK_M=16)
     else:
-
         def grid(meta):
             return (triton.cdiv(queries, meta["BLOCK_M"]), batch * heads)
 
