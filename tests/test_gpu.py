@@ -246,7 +246,7 @@ def test_hiding_five_percent_of_a_compute_bound_gpu_call_is_caught():
 def test_answers_computed_while_inputs_are_staged_are_on_the_parents_clock():
     # On CUDA a worker draws its batch's inputs itself, inside its window: a candidate that
     # computes the answers there (cheat_precompute_on_stage.py) has that time on the parent's
-    # clock, beside its calls' (bot.engine.timing._stage).
+    # clock, beside its calls' (bot.engine.staging).
     problem = load_problem(PROBLEMS / "tall_matmul.py")
     names = ("cheat_precompute_on_stage", "tall_matmul_honest")
     result = evaluate(

@@ -306,7 +306,7 @@ def check_wall_clock(reported_us: float, parent_wall_us: float) -> CheckResult:
     return CheckResult(name, True)
 
 
-# A look at the GPU (the reference's row of spin kernels, bot.engine.timing) may take this much longer
+# A look at the GPU (the reference's row of spin kernels, bot.engine.harness_cost) may take this much longer
 # than on an idle GPU, or wait this much between two of its kernels, for the GPU's switch from
 # another process's context: on an H100, up to 250 us after an honest batch of memory-bound
 # work; a kernel left running costs a time slice instead (2.4 ms).

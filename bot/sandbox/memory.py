@@ -2,7 +2,7 @@
 process_vm_readv/process_vm_writev, through a buffer of the parent's).
 
 The parent fills a contender's staged input buffers with inputs the trusted reference worker
-drew, while the contender is frozen (bot.engine.timing): the contender never holds a timed call's
+drew, while the contender is frozen (bot.engine.staging): the contender never holds a timed call's
 inputs before the parent's window opens, so no answer can be computed ahead of it. The calls
 need the parent's right to trace both processes (root, or a descendant under Yama's default).
 """

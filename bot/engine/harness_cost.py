@@ -1,0 +1,182 @@
+"""What the harness's own work costs the parent's clock, measured on the trusted reference
+worker (`HarnessCost`, `Calibration`), and the reference's look at the GPU before each window."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from bot.core.domain import CheckResult
+from bot.engine import verify
+from bot.engine.workers import WorkerClient, ask, parse_reply
+from bot.protocol.messages import Outputs, Quiet, Request, Stage, Time
+from bot.sandbox import memory
+
+if TYPE_CHECKING:
+    from bot.engine.timing import TimingRecord
+
+
+def timed_exchange(worker: WorkerClient, request: Request, timeout_s: float, phase: str) -> tuple[Any, float]:
+    """The reply and the parent's wall time of the exchange (the reply checked after it)."""
+    wire = request.to_wire()
+    started = time.perf_counter()
+    reply = worker.request(wire, timeout_s, phase)
+    wall_us = (time.perf_counter() - started) * 1e6
+    return parse_reply(request, reply), wall_us
+
+
+_DTYPE_BYTES = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+
+
+class Calibration:
+    """The expected time of one harness phase around n calls, from batches of calls that do
+    nothing: a fixed part (median of one-call batches) and a part per call, measured once in
+    every round so that a machine that slows down or speeds up moves it too."""
+
+    ROUNDS_KEPT = 3  # the per-call part is the median of the latest rounds' measurements
+
+    def __init__(self) -> None:
+        self.fixed_us: float | None = None
+        self.fixed_spread_us = 0.0
+        self.per_call_us: list[float] = []
+
+    def set_fixed(self, singles: Sequence[float]) -> None:
+        self.fixed_us = statistics.median(singles)
+        self.fixed_spread_us = verify.spread(singles)
+
+    def add_round(self, n: int, measured_us: float) -> None:
+        self.per_call_us.append(max(measured_us - (self.fixed_us or 0.0), 0.0) / n)
+
+    def of(self, n: int) -> tuple[float, float]:
+        """(expected, spread) in us around n calls: as measured in the latest rounds, and how
+        much one batch's measurement scatters over the whole run."""
+        recent = self.per_call_us[-self.ROUNDS_KEPT :] or [0.0]
+        return (
+            (self.fixed_us or 0.0) + n * statistics.median(recent),
+            self.fixed_spread_us + n * verify.spread(self.per_call_us or [0.0]),
+        )
+
+
+class HarnessCost:
+    """What the harness's own work around n calls costs the parent's clock, per phase: the
+    window (the channel, clocks, L2 flushes, commitments to outputs of this shape: the part of a
+    window the calls do not explain) and the staging of the batch's inputs before it. Measured
+    on the reference worker with calls that do nothing, so the candidate's process cannot
+    inflate it, interleaved with the contenders' batches (Calibration). The window's part does
+    not grow with input generation (staged before the window); the staging's part is what
+    drawing the inputs costs, so that work a candidate moves into the staging (its answers
+    computed there, ahead of the window) is on the parent's clock too."""
+
+    REPEATS = 5
+    # On CUDA, a picked call's outputs come back in full up to this size; larger ones are checked
+    # by their committed fingerprints alone (gelu's prefill output, 235 MB in bf16, would cross
+    # the channel twice a batch, the reference's in float32 besides). On the CPU always.
+    FULL_CHECK_BYTES = 64 << 20
+    STAGE_BYTES = 1 << 30  # inputs and kept outputs of one batch at most; larger shapes: fewer calls
+
+    def __init__(
+        self,
+        reference: WorkerClient,
+        meta: list[dict],
+        per_call_bytes: int,
+        mode: str,
+        rng: random.Random,
+        timeout_s: float,
+    ):
+        self.reference, self.meta, self.mode, self.rng, self.timeout_s = reference, meta, mode, rng, timeout_s
+        self.max_batch = max(1, self.STAGE_BYTES // max(per_call_bytes, 1))
+        out_bytes = sum(math.prod(m["shape"]) * _DTYPE_BYTES.get(m["dtype"], 8) for m in meta)
+        self.reveals_in_full = reference.device != "cuda" or out_bytes <= self.FULL_CHECK_BYTES
+        self.window, self.staging = Calibration(), Calibration()
+        self._idle_quiet_us: float | None = None
+        self.last_timed: TimingRecord | None = None  # whose batch ran last, for gpu_left_busy
+        # On the CPU the parent fills each batch's inputs from outside (bot.engine.timing._stage) until
+        # it cannot; then `staging_note` says why and each worker stages its own.
+        self.fills_from_outside = reference.device == "cpu" and memory.supported()
+        self.staging_note = "" if self.fills_from_outside else "inputs staged in each worker"
+
+    QUIET_CHUNKS = 30  # the look at the GPU before each window on CUDA: longer than a time
+    QUIET_CHUNK_US = 100.0  # slice (2.4 ms on an H100), so work left running cannot hide in one
+
+    def gpu_left_busy(self) -> CheckResult | None:
+        """On CUDA, with every contender frozen: whether the GPU is the reference's (verify.
+        check_gpu_quiet), after waiting out what the look found; None on the CPU."""
+        if self.reference.device != "cuda":
+            return None
+        if self._idle_quiet_us is None:
+            self._idle_quiet_us = statistics.median(self._look()[0] for _ in range(3))
+        wall_us, gaps = self._look()
+        found = verify.check_gpu_quiet(wall_us, self._idle_quiet_us, gaps)
+        for _ in range(20):  # let it drain before the window opens, about 60 ms at most
+            if verify.check_gpu_quiet(*self._look_with_idle()).passed:
+                break
+        return found
+
+    def _look_with_idle(self) -> tuple[float, float, list[float]]:
+        wall_us, gaps = self._look()
+        return wall_us, self._idle_quiet_us or wall_us, gaps
+
+    def _look(self) -> tuple[float, list[float]]:
+        reply = ask(
+            self.reference, Quiet(chunks=self.QUIET_CHUNKS, chunk_us=self.QUIET_CHUNK_US), self.timeout_s, "problem"
+        )
+        return float(reply.wall_us), [float(g) for g in reply.intervals_us]
+
+    def stop_filling(self, why: str) -> None:
+        self.fills_from_outside, self.staging_note = False, why
+
+    def of(self, n: int) -> tuple[float, float]:
+        """(expected, spread) in us of the harness's work in the window around n calls."""
+        self._calibrate_fixed()
+        return self.window.of(n)
+
+    def staging_of(self, n: int) -> tuple[float, float]:
+        """(expected, spread) in us of staging n calls' inputs."""
+        self._calibrate_fixed()
+        return self.staging.of(n)
+
+    def measure_round(self, n: int) -> None:
+        """One batch of n calls that do nothing: the harness's per-call work in this round."""
+        self._calibrate_fixed()
+        window_us, staging_us = self._stub_batch(n)
+        self.window.add_round(n, window_us)
+        self.staging.add_round(n, staging_us)
+
+    def _calibrate_fixed(self) -> None:
+        if self.window.fixed_us is None:
+            singles = [self._stub_batch(1) for _ in range(self.REPEATS)]
+            self.window.set_fixed([w for w, _ in singles])
+            self.staging.set_fixed([s for _, s in singles])
+
+    def _stub_batch(self, n: int) -> tuple[float, float]:
+        """One calibration batch: the parent's wall time of its window less the calls' reported
+        time, and of its staging."""
+        seeds = [self.rng.getrandbits(62) for _ in range(n)]
+        _, staging_us = timed_exchange(
+            self.reference,
+            Stage(seeds=seeds, distribution="standard", stub=True, meta=self.meta),
+            self.timeout_s * n,
+            "problem",
+        )
+        reply, wall_us = timed_exchange(
+            self.reference, Time(fp_seed=1, mode=self.mode, stub=True, calls=n), self.timeout_s * n, "problem"
+        )
+        ask(self.reference, Outputs(picks=[]), self.timeout_s, "problem")
+        return wall_us - sum(reply.host_us), staging_us

@@ -1,0 +1,66 @@
+"""A batch's inputs staged in a contender's worker, inside its window: on the CPU copied in
+from the reference's while the contender is frozen (bot.sandbox.memory), elsewhere drawn by the
+worker itself with the parent's clock on it (docs/verifier.md, "Timed calls")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bot.engine.harness_cost import timed_exchange
+from bot.engine.workers import WorkerClient, ask
+from bot.protocol.messages import Stage, StageInto
+from bot.sandbox import memory
+
+if TYPE_CHECKING:
+    from bot.engine.timing import Run
+
+
+def stage(run: Run, worker: WorkerClient, seeds: list[int]) -> float | None:
+    """Stage a batch's inputs in `worker`, inside its window (every other contender frozen).
+    Filled from outside where it can be (the reference draws them; the parent copies them into
+    the worker's empty buffers while it is frozen): nothing to account for, None. Otherwise the
+    worker draws them itself and the parent's wall time of that is returned, to be accounted
+    for like the window's (work done with the inputs there, ahead of the calls, counts)."""
+    timeout_s = run.call_timeout_s * len(seeds)
+    drawn = Stage(seeds=seeds, distribution="standard")
+    if run.harness.fills_from_outside:
+        ref = ask(run.reference, Stage(seeds=seeds, distribution="standard", expose=True), timeout_s, "problem")
+        if ref.layout is None:
+            run.harness.stop_filling(f"inputs staged in each worker: {ref.why}")
+        else:
+            got = ask(worker, StageInto(layout=ref.layout), timeout_s, "call")
+            try:
+                _fill(run.reference, worker, ref.regions, got.regions)
+                return None
+            except PermissionError as exc:
+                run.harness.stop_filling(f"inputs staged in each worker: {exc}")
+    return timed_exchange(worker, drawn, timeout_s, "call")[1]
+
+
+class StagingRefused(Exception):
+    """The worker's buffers do not take the batch's inputs (their sizes, or their addresses)."""
+
+
+def _fill(reference: WorkerClient, worker: WorkerClient, source: list, target: object) -> None:
+    """The reference's staged bytes into the worker's buffers, the worker frozen meanwhile."""
+    if (
+        not isinstance(target, list)
+        or len(target) != len(source)
+        or any(
+            not isinstance(t, list)
+            or len(t) != len(s)
+            or any(not isinstance(r, list) or len(r) != 2 or r[1] != q[1] for r, q in zip(t, s))
+            for t, s in zip(target, source)
+        )
+    ):
+        raise StagingRefused("the worker's buffers are not the batch's layout")
+    regions = [(int(s[0]), int(t[0]), int(s[1])) for ts, ss in zip(target, source) for t, s in zip(ts, ss)]
+    if reference.running.pid is None or worker.running.pid is None:
+        raise PermissionError("no process id to copy between")
+    worker.running.freeze()
+    try:
+        memory.copy(reference.running.pid, worker.running.pid, regions)
+    except memory.MemoryCopyError as exc:
+        raise StagingRefused(str(exc)) from exc
+    finally:
+        worker.running.thaw()
