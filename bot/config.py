@@ -18,39 +18,15 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from bot.core.errors import BotError
+from bot.core.settings import Backend, DeviceChoice, SandboxKind, Settings, Strategy, TimingMode, choices
 
 PYPROJECT = "pyproject.toml"
 KERNEL_BOT_TOML = "kernel-bot.toml"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything configurable about a run; built only by `load_settings`."""
-
-    problems_dir: str = "problems"
-    label: str = "optimize-kernel"
-    strategy: str = "search"  # "search" | "llm" | "all"
-    budget_s: float = 900.0
-    max_rounds: int = 5
-    samples: int = 2
-    min_speedup: float = 1.05
-    # A speedup above it is flagged for a human and never claimed (bot.core.plausible).
-    max_plausible_speedup: float = 100.0
-    model: str | None = None
-    backend: str = "triton"  # "triton" | "cuda"
-    sandbox: str = "process"  # "process" | "docker"
-    max_open_prs: int = 5
-    kernel_paths: tuple[str, ...] = ("kernels/**", "problems/**")  # what the bot may change
-    # Where the follow-up branch gets the speedup chart ("" for none). The publishing stage
-    # draws it from the validated numbers itself, so it is no file of the untrusted results.
-    chart_path: str = "docs/kernel-bot/speedups.png"
-    time_cap_s: float | None = None
-    timing: str = "latency"  # "latency" | "throughput" | "graph" (bot.engine.timing.TimingOptions.mode)
-    device: str = "auto"  # "auto" | "cpu" | "cuda"
 
 
 class _Bad(ValueError):
@@ -63,11 +39,11 @@ def _string(value: Any) -> str:
     return value.strip()
 
 
-def _choice(*options: str) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        if value not in options:
-            raise _Bad("one of " + ", ".join(repr(o) for o in options))
-        return value
+def _choice(kind: type[StrEnum]) -> Callable[[Any], StrEnum]:
+    def check(value: Any) -> StrEnum:
+        if value not in choices(kind):
+            raise _Bad("one of " + ", ".join(repr(o) for o in choices(kind)))
+        return kind(value)
 
     return check
 
@@ -120,24 +96,46 @@ def _kernel_paths(value: Any) -> tuple[str, ...]:
 CHECKS: dict[str, Callable[[Any], Any]] = {
     "problems_dir": _relative_path,
     "label": _string,
-    "strategy": _choice("search", "llm", "all"),
+    "strategy": _choice(Strategy),
     "budget_s": _number(0, False, "a positive number of seconds"),
     "max_rounds": _integer(1, "an integer >= 1"),
     "samples": _integer(1, "an integer >= 1"),
     "min_speedup": _number(1, True, "a number >= 1 (1.05 = 5% faster)"),
     "max_plausible_speedup": _number(1, False, "a number > 1 (100 = a 100x speedup is flagged)"),
     "model": _string,
-    "backend": _choice("triton", "cuda"),
-    "sandbox": _choice("process", "docker"),
+    "backend": _choice(Backend),
+    "sandbox": _choice(SandboxKind),
     "max_open_prs": _integer(0, "an integer >= 0"),
     "kernel_paths": _kernel_paths,
     "chart_path": _chart_path,
     "time_cap_s": _number(0, False, "a positive number of seconds"),
-    "timing": _choice("latency", "throughput", "graph"),
-    "device": _choice("auto", "cpu", "cuda"),
+    "timing": _choice(TimingMode),
+    "device": _choice(DeviceChoice),
 }
-# The person at the command line may point anywhere; only the file (maybe from a PR) is fenced in.
-OVERRIDE_CHECKS = {**CHECKS, "problems_dir": _string}
+
+
+def _patterns(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+        raise _Bad("a list of fnmatch patterns")
+    return tuple(value)
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad("true or false")
+    return value
+
+
+# The person at the command line may point anywhere; only the file (maybe from a PR) is fenced
+# in. Settings the file may not touch (bot.core.settings says why) come only from here.
+OVERRIDE_CHECKS: dict[str, Callable[[Any], Any]] = {
+    **CHECKS,
+    "problems_dir": _string,
+    "replicas": _integer(1, "an integer >= 1"),
+    "max_tokens": _integer(1, "an integer >= 1"),
+    "exclude": _patterns,
+    "use_cache": _flag,
+}
 FILE_KEYS = {name.replace("_", "-"): name for name in CHECKS}
 
 # Action inputs as action.yml passes them through `env:`; the parser turns the string first.
@@ -230,9 +228,9 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _override_values(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = [k for k in overrides if k not in CHECKS]
+    unknown = [k for k in overrides if k not in OVERRIDE_CHECKS]
     if unknown:
-        raise BotError(f"unknown setting(s) {_unknown(unknown, list(CHECKS))}")
+        raise BotError(f"unknown setting(s) {_unknown(unknown, list(OVERRIDE_CHECKS))}")
     values = {}
     for name, raw in overrides.items():
         if raw is None:
@@ -251,6 +249,11 @@ def load_settings(
     environ = os.environ if environ is None else environ
     merged = {**_file_values(Path(repo_root)), **_env_values(environ), **_override_values(overrides or {})}
     return Settings(**merged)
+
+
+def command_line_settings(overrides: Mapping[str, Any]) -> Settings:
+    """Defaults < CLI values, validated: for commands given problem files, not a repository."""
+    return Settings(**_override_values(overrides))
 
 
 # --- paths the bot may change --------------------------------------------------------------

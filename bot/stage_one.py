@@ -13,10 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bot.config import GitHubEnv, Settings, github_env, load_settings, path_allowed, read_event
+from bot.config import GitHubEnv, github_env, load_settings, path_allowed, read_event
 from bot.core.domain import Trigger
 from bot.core.errors import BotError
 from bot.core.results import Results
+from bot.core.settings import Settings
 
 Echo = Callable[[str], None]
 
@@ -60,8 +61,6 @@ def run_stage_one(
     overrides: Mapping[str, Any],
     shard: str | None,
     jobs: int,
-    max_tokens: int | None,
-    exclude: tuple[str, ...],
     progress: Callable[[str], None],
     echo: Echo,
     environ: Mapping[str, str] | None = None,
@@ -91,7 +90,7 @@ def run_stage_one(
         workspace,
         settings,
         trigger,
-        job_options(settings, max_tokens=max_tokens, exclude=exclude),
+        job_options(settings),
         results_dir,
         jobs,
         gpus,

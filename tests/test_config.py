@@ -441,8 +441,9 @@ def test_repository_must_be_owner_slash_name(tmp_path):
 
 
 def test_a_gpu_timing_mode_on_a_cpu_is_timed_and_cached_as_latency():
+    from bot.core.settings import Settings, TimingMode
     from bot.options import evaluation_options
 
-    assert evaluation_options("cuda", "process", timing_mode="graph").timing.mode == "graph"
-    assert evaluation_options("cpu", "process", timing_mode="graph").timing.mode == "latency"
-    assert evaluation_options("cpu", "process", timing_mode="throughput").timing.mode == "latency"
+    assert evaluation_options(Settings(timing=TimingMode.GRAPH), "cuda").timing.mode == "graph"
+    assert evaluation_options(Settings(timing=TimingMode.GRAPH), "cpu").timing.mode == "latency"
+    assert evaluation_options(Settings(timing=TimingMode.THROUGHPUT), "cpu").timing.mode == "latency"

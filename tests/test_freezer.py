@@ -9,7 +9,7 @@ import pytest
 from conftest import PROBLEMS
 
 from bot.engine.workers import WorkerClient
-from bot.sandbox import Limits, freezer
+from bot.sandbox import Limits, WorkerLaunch, freezer
 from bot.sandbox.contained import containment
 from bot.sandbox.process import ProcessSandbox
 
@@ -35,11 +35,13 @@ def _client(tmp_path, label: str, module, sandbox) -> WorkerClient:
     client = WorkerClient(
         sandbox,
         label,
-        "cpu",
-        tmp_path / f"w-{label}",
-        tmp_path / "cache",
-        (PROBLEMS / "scale_add.py", PROBLEMS, module),
-        Limits(memory_mb=4096),
+        WorkerLaunch(
+            workdir=tmp_path / f"w-{label}",
+            cache_dir=tmp_path / "cache",
+            readable=(PROBLEMS / "scale_add.py", PROBLEMS, module),
+            device="cpu",
+            limits=Limits(memory_mb=4096),
+        ),
         threads=1,
     )
     client.request(
@@ -134,11 +136,13 @@ def test_time_spent_frozen_counts_toward_neither_the_timeout_nor_the_stall_bound
     client = WorkerClient(
         _sandbox("process"),
         "frozen-mid-request",
-        "cpu",
-        tmp_path / "w",
-        tmp_path / "cache",
-        (PROBLEMS / "scale_add.py", PROBLEMS, module),
-        Limits(memory_mb=4096, stall_timeout_s=3.0),
+        WorkerLaunch(
+            workdir=tmp_path / "w",
+            cache_dir=tmp_path / "cache",
+            readable=(PROBLEMS / "scale_add.py", PROBLEMS, module),
+            device="cpu",
+            limits=Limits(memory_mb=4096, stall_timeout_s=3.0),
+        ),
         threads=1,
     )
 

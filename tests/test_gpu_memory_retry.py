@@ -10,6 +10,7 @@ from bot.core.domain import CandidateSource, CheckResult, Environment, Origin, V
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.engine.evaluate import EvalOptions
+from bot.engine.failures import ran_out_of_gpu_memory
 from bot.engine.problems import load_problem
 
 OOM = CheckResult("call", False, "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB.")
@@ -121,7 +122,7 @@ NVML_REPORT = (
 def test_an_allocation_failure_whose_memory_report_could_not_start_nvml_counts_as_out_of_memory(evidence, short):
     cand = CandidateSource("a", "# a", Origin("search"))
     outcome = ContenderOutcome(cand, "candidate", Verdict("rejected", (CheckResult("call", False, evidence),)), ())
-    assert ev.ran_out_of_gpu_memory(outcome) is short
+    assert ran_out_of_gpu_memory(outcome) is short
 
 
 def test_a_baseline_rejected_after_a_round_that_accepted_it_keeps_the_rounds_before(setup):

@@ -10,7 +10,8 @@ from conftest import CANDIDATES, PROBLEMS
 
 from bot.core.errors import BotError, GpuOutOfMemory, ProblemError
 from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.evaluate import _problem_failure, evaluate
+from bot.engine.evaluate import evaluate
+from bot.engine.failures import problem_failure
 from bot.engine.lanes import Lanes, run_problems
 from bot.engine.problems import load_problem
 from bot.engine.workers import WorkerFailure
@@ -149,7 +150,7 @@ def test_one_problems_error_does_not_stop_the_others_and_is_raised_after_them():
 
 def test_a_reference_out_of_gpu_memory_is_not_called_a_broken_problem():
     problem = load_problem(PROBLEMS / "scale_add.py")
-    oom = _problem_failure(problem, WorkerFailure("problem", "OutOfMemoryError: CUDA out of memory. Tried"))
+    oom = problem_failure(problem, WorkerFailure("problem", "OutOfMemoryError: CUDA out of memory. Tried"))
     assert isinstance(oom, GpuOutOfMemory) and "ran out of GPU memory" in str(oom)
-    broken = _problem_failure(problem, WorkerFailure("problem", "TypeError: get_inputs() returned a dict"))
+    broken = problem_failure(problem, WorkerFailure("problem", "TypeError: get_inputs() returned a dict"))
     assert isinstance(broken, ProblemError) and not isinstance(broken, GpuOutOfMemory)

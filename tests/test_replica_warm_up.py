@@ -7,8 +7,9 @@ import contextlib
 
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine import evaluate as evaluate_module
+from bot.engine import shape_run as shape_run_module
 from bot.engine.candidates import load_candidate
+from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
 from bot.engine.workers import WorkerClient
@@ -30,8 +31,8 @@ def test_a_replicas_first_call_is_made_under_the_shared_hold_before_the_timing(q
 
         return hold
 
-    monkeypatch.setattr(evaluate_module, "gpu_shared", holding("shared", evaluate_module.gpu_shared))
-    monkeypatch.setattr(evaluate_module, "gpu_exclusive", holding("exclusive", evaluate_module.gpu_exclusive))
+    monkeypatch.setattr(shape_run_module, "gpu_shared", holding("shared", shape_run_module.gpu_shared))
+    monkeypatch.setattr(shape_run_module, "gpu_exclusive", holding("exclusive", shape_run_module.gpu_exclusive))
     request = WorkerClient.request
 
     def spy(self, message, *args, **kwargs):
@@ -43,7 +44,7 @@ def test_a_replicas_first_call_is_made_under_the_shared_hold_before_the_timing(q
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     timing = TimingOptions(time_cap_s=0.3, min_samples=5, replicas=2)
-    result = evaluate_module.evaluate(
+    result = evaluate(
         problem,
         [load_candidate(CANDIDATES / "honest.py")],
         load_candidate(CANDIDATES / "honest.py"),

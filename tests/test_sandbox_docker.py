@@ -158,7 +158,15 @@ def test_no_secrets_in_environment_or_log(engine, tmp_path, monkeypatch):
 
     cand = CANDIDATES / "docker_secrets.py"
     client = WorkerClient(
-        DockerSandbox(), "secrets", "cpu", tmp_path / "w", tmp_path / "c", (PROBLEM, ROOT, cand), Limits()
+        DockerSandbox(),
+        "secrets",
+        WorkerLaunch(
+            workdir=tmp_path / "w",
+            cache_dir=tmp_path / "c",
+            readable=(PROBLEM, ROOT, cand),
+            device="cpu",
+            limits=Limits(),
+        ),
     )
     try:
         client.request(

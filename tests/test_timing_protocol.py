@@ -11,7 +11,7 @@ import torch
 from conftest import PROBLEMS
 
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions, screened_out, time_interleaved
+from bot.engine.timing import TimedShape, TimingHooks, TimingOptions, screened_out, time_interleaved
 from bot.engine.trials import ReferenceInfo
 from bot.harness.shared import hash_tensor
 
@@ -92,18 +92,14 @@ def _time(
     first = {n: w[0] if isinstance(w, tuple) else w for n, w in contenders.items()}
     more = {n: w for n, w in contenders.items() if isinstance(w, tuple)}
     return time_interleaved(
-        problem,
-        problem.shapes_for("cpu")[0],
-        _Worker(1.0),
+        TimedShape(problem, problem.shapes_for("cpu")[0], _Worker(1.0), INFO, options, 10.0, random.Random(0)),
         first,
-        INFO,
-        random.Random(0),
-        options,
-        10.0,
-        lambda _: None,
-        keep=keep,
-        replicate=lambda chosen: {n: more.get(n, (w,)) for n, w in chosen.items()},
-        stop=stop,
+        TimingHooks(
+            progress=lambda _: None,
+            keep=keep,
+            replicate=lambda chosen: {n: more.get(n, (w,)) for n, w in chosen.items()},
+            stop=stop,
+        ),
     )
 
 
@@ -256,18 +252,17 @@ def test_only_the_finalists_get_replicas_and_they_are_built_outside_the_exclusiv
         return {n: (w, seconds[n]) for n, w in chosen.items()}
 
     records = time_interleaved(
-        problem,
-        problem.shapes_for("cpu")[0],
-        _Worker(1.0),
+        TimedShape(
+            problem,
+            problem.shapes_for("cpu")[0],
+            _Worker(1.0),
+            INFO,
+            TimingOptions(time_cap_s=0.5, min_batches=6, finalists=2, batch_target_us=1_000),
+            10.0,
+            random.Random(0),
+        ),
         workers,
-        INFO,
-        random.Random(0),
-        TimingOptions(time_cap_s=0.5, min_batches=6, finalists=2, batch_target_us=1_000),
-        10.0,
-        lambda _: None,
-        keep=frozenset({"base"}),
-        replicate=replicate,
-        exclusive=exclusive,
+        TimingHooks(progress=lambda _: None, keep=frozenset({"base"}), replicate=replicate, exclusive=exclusive),
     )
     assert asked == [(["base", "c0", "c1"], False)]
     assert all(seconds[n].batches for n in ("base", "c0", "c1"))
@@ -292,19 +287,19 @@ def test_workers_are_retired_once_when_screened_out_and_the_rest_when_timing_end
         events.append(("retire", sorted(name_of[id(w)] for w in done)))
 
     time_interleaved(
-        problem,
-        problem.shapes_for("cpu")[0],
-        _Worker(1.0),
+        TimedShape(
+            problem,
+            problem.shapes_for("cpu")[0],
+            _Worker(1.0),
+            INFO,
+            TimingOptions(time_cap_s=0.3, min_batches=4, finalists=2, batch_target_us=1_000),
+            10.0,
+            random.Random(0),
+        ),
         workers,
-        INFO,
-        random.Random(0),
-        TimingOptions(time_cap_s=0.3, min_batches=4, finalists=2, batch_target_us=1_000),
-        10.0,
-        lambda _: None,
-        keep=frozenset({"base"}),
-        replicate=replicate,
-        exclusive=exclusive,
-        retire=retire,
+        TimingHooks(
+            progress=lambda _: None, keep=frozenset({"base"}), replicate=replicate, exclusive=exclusive, retire=retire
+        ),
     )
     assert events == [
         ("retire", ["c2", "c3", "c4", "c5"]),
@@ -318,16 +313,17 @@ def test_few_contenders_are_retired_together_when_timing_ends():
     problem = load_problem(PROBLEMS / "scale_add.py")
     workers = {"a": _Worker(100.0), "b": _Worker(100.0)}
     time_interleaved(
-        problem,
-        problem.shapes_for("cpu")[0],
-        _Worker(1.0),
+        TimedShape(
+            problem,
+            problem.shapes_for("cpu")[0],
+            _Worker(1.0),
+            INFO,
+            TimingOptions(time_cap_s=0.2, min_batches=2, batch_target_us=500),
+            10.0,
+            random.Random(0),
+        ),
         workers,
-        INFO,
-        random.Random(0),
-        TimingOptions(time_cap_s=0.2, min_batches=2, batch_target_us=500),
-        10.0,
-        lambda _: None,
-        retire=lambda done: retired.append(sorted(map(id, done))),
+        TimingHooks(progress=lambda _: None, retire=lambda done: retired.append(sorted(map(id, done)))),
     )
     assert retired == [sorted(map(id, workers.values()))]
 

@@ -13,10 +13,10 @@ from conftest import CANDIDATES, PROBLEMS
 
 from bot.engine.gpulock import GpuHandover, _RWLock
 from bot.engine.problems import load_problem
-from bot.engine.trials import run_trials
+from bot.engine.trials import DeviceHolds, TrialRun, run_trials
 from bot.engine.workers import WorkerClient, WorkerFailure
 from bot.harness.tuning_gate import TuningGate
-from bot.sandbox import Limits
+from bot.sandbox import Limits, WorkerLaunch
 from bot.sandbox.process import ProcessSandbox
 
 PROBLEM = PROBLEMS / "scale_add.py"
@@ -103,11 +103,13 @@ def _worker(tmp_path, name, candidate=None):
     client = WorkerClient(
         ProcessSandbox(),
         name,
-        "cpu",
-        tmp_path / f"w-{name}",
-        tmp_path / "c",
-        readable,
-        Limits(call_timeout_s=60),
+        WorkerLaunch(
+            workdir=tmp_path / f"w-{name}",
+            cache_dir=tmp_path / "c",
+            readable=readable,
+            device="cpu",
+            limits=Limits(call_timeout_s=60),
+        ),
         threads=1,
     )
     client.request(
@@ -156,18 +158,10 @@ def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_t
     said: list[str] = []
     try:
         _, checks, _ = run_trials(
-            problem,
-            problem.shapes_for("cpu")[0],
-            reference,
+            TrialRun(problem, problem.shapes_for("cpu")[0], reference, random.Random(0), 1, (60.0, 60.0), 2),
             contenders,
-            random.Random(0),
-            1,
-            (60.0, 60.0),
-            2,
             said.append,
-            alone=frozenset({"tuned"}),
-            shared=shared,
-            exclusive=exclusive,
+            DeviceHolds(alone=frozenset({"tuned"}), shared=shared, exclusive=exclusive),
         )
     finally:
         for worker in (reference, *contenders.values()):
@@ -201,18 +195,10 @@ def test_self_tuning_contenders_asking_at_once_take_turns_without_deadlock(tmp_p
 
     def trials():
         outcome["checks"] = run_trials(
-            problem,
-            problem.shapes_for("cpu")[0],
-            reference,
+            TrialRun(problem, problem.shapes_for("cpu")[0], reference, random.Random(0), 1, (60.0, 60.0), 3),
             contenders,
-            random.Random(0),
-            1,
-            (60.0, 60.0),
-            3,
             lambda _: None,
-            alone=frozenset({"tuned1", "tuned2"}),
-            shared=lock.shared,
-            exclusive=exclusive,
+            DeviceHolds(alone=frozenset({"tuned1", "tuned2"}), shared=lock.shared, exclusive=exclusive),
         )[1]
 
     runner = threading.Thread(target=trials, daemon=True)

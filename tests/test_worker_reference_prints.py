@@ -98,21 +98,15 @@ def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
     from conftest import CANDIDATES
 
     from bot.engine.problems import load_problem
-    from bot.engine.trials import run_trials
+    from bot.engine.trials import TrialRun, run_trials
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     log: list[tuple[str, str]] = []
     reference = _LoggedWorker("reference", log)
     contenders = {n: _LoggedWorker(n, log, str(CANDIDATES / "honest.py"), "ModelNew", "native") for n in ("a", "b")}
     _, checks, _ = run_trials(
-        problem,
-        problem.shapes_for("cpu")[0],
-        reference,
+        TrialRun(problem, problem.shapes_for("cpu")[0], reference, random.Random(0), 1, (20.0, 20.0), 1),
         contenders,
-        random.Random(0),
-        1,
-        (20.0, 20.0),
-        1,
         lambda _: None,
     )
     assert all(c.passed for found in checks.values() for c in found)
@@ -163,7 +157,7 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
     from conftest import CANDIDATES
 
     from bot.engine.problems import load_problem
-    from bot.engine.trials import run_trials
+    from bot.engine.trials import DeviceHolds, TrialRun, run_trials
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     log: list[tuple[str, str]] = []
@@ -183,18 +177,12 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
         return hold
 
     _, checks, _ = run_trials(
-        problem,
-        problem.shapes_for("cpu")[0],
-        _LoggedWorker("reference", log),
+        TrialRun(
+            problem, problem.shapes_for("cpu")[0], _LoggedWorker("reference", log), random.Random(0), 1, (20.0, 20.0), 1
+        ),
         contenders,
-        random.Random(0),
-        1,
-        (20.0, 20.0),
-        1,
         seen.append,
-        alone=frozenset({"tuned1", "tuned2"}),
-        shared=held("shared"),
-        exclusive=held("exclusive"),
+        DeviceHolds(alone=frozenset({"tuned1", "tuned2"}), shared=held("shared"), exclusive=held("exclusive")),
     )
     assert list(checks) == list(contenders)  # every contender judged, in the order given
     assert all(c.passed for found in checks.values() for c in found)
@@ -239,7 +227,7 @@ def test_a_trial_reply_missing_a_field_fails_that_contender_and_the_others_carry
     from conftest import CANDIDATES
 
     from bot.engine.problems import load_problem
-    from bot.engine.trials import run_trials
+    from bot.engine.trials import TrialRun, run_trials
 
     class _Forger(_LoggedWorker):
         def request(self, message, timeout_s, phase, gate=None):
@@ -255,14 +243,10 @@ def test_a_trial_reply_missing_a_field_fails_that_contender_and_the_others_carry
         "honest": _LoggedWorker("honest", log, str(CANDIDATES / "honest.py"), "ModelNew", "native"),
     }
     _, checks, _ = run_trials(
-        problem,
-        problem.shapes_for("cpu")[0],
-        _LoggedWorker("reference", log),
+        TrialRun(
+            problem, problem.shapes_for("cpu")[0], _LoggedWorker("reference", log), random.Random(0), 1, (20.0, 20.0), 1
+        ),
         contenders,
-        random.Random(0),
-        1,
-        (20.0, 20.0),
-        1,
         lambda _: None,
     )
     failed = [c for c in checks["forger"] if not c.passed]

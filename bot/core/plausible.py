@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.core.outcomes import ContenderOutcome
+from bot.core.settings import DEFAULTS
 
-DEFAULT_MAX_PLAUSIBLE_SPEEDUP = 100.0
+DEFAULT_MAX_PLAUSIBLE_SPEEDUP = DEFAULTS.max_plausible_speedup
 FLAG = "implausible; check the baseline"
 
 

@@ -18,6 +18,7 @@ from itertools import accumulate, repeat, starmap
 from operator import mul
 
 from bot.core.domain import Measurement, Speedup
+from bot.core.settings import DEFAULTS
 
 
 def converged(m: Measurement, target_rel_se: float, min_samples: int, min_batches: int = 1) -> bool:
@@ -167,7 +168,7 @@ def _student_t(rng: random.Random, df: int) -> float:
 def speedup(
     baseline: Measurement,
     candidate: Measurement,
-    min_speedup: float = 1.05,
+    min_speedup: float = DEFAULTS.min_speedup,
     level: float = 0.95,
     resamples: int = 2000,
     spread: WorkerSpread = WorkerSpread(),

@@ -20,7 +20,7 @@ from bot.engine.gpulock import gpu_shared
 from bot.engine.trials import failure_check, release_cache
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.messages import Construct, Load
-from bot.sandbox import make_sandbox
+from bot.sandbox import WorkerLaunch, make_sandbox
 
 if TYPE_CHECKING:
     from bot.engine.evaluate import EvalOptions
@@ -52,18 +52,15 @@ class Session:
 
     def start(self, label: str, module: Path | None, class_name: str, precision: str, source_hash: str) -> WorkerClient:
         readable = (self.problem.path, self.problem.root) + ((module,) if module else ())
-        worker = WorkerClient(
-            self.sandbox,
-            label,
-            self.options.device,
-            self.root / f"w-{label}"[:80],
-            self.options.cache_root / "compile" / source_hash,
-            readable,
-            self.options.limits,
-            self.options.gpu_index,
-            self.worker_threads,
-            describe=label == "reference",
+        launch = WorkerLaunch(
+            workdir=self.root / f"w-{label}"[:80],
+            cache_dir=self.options.cache_root / "compile" / source_hash,
+            readable=readable,
+            device=self.options.device,
+            limits=self.options.limits,
+            gpu_index=self.options.gpu_index,
         )
+        worker = WorkerClient(self.sandbox, label, launch, self.worker_threads, describe=label == "reference")
         self.workers.append(worker)
         began = time.monotonic()
         ask(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,30 +12,31 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bot.core import stats as bench
-from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Progress, Shape, source_hash
-from bot.core.errors import BotError, GpuOutOfMemory, HarnessError, ProblemError
+from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Progress, source_hash
+from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
-from bot.core.roofline import floor_us, peaks_for
+from bot.core.settings import DEFAULTS, SandboxKind
 from bot.engine import verify
-from bot.engine.eval_workers import Replicas, construct_all, materialise, open_session, release_caches
-from bot.engine.futility import Futility, bar
-from bot.engine.gpulock import device_key, gpu_exclusive, gpu_shared
+from bot.engine.eval_workers import Replicas, materialise, open_session
+from bot.engine.failures import problem_failure, ran_out_of_gpu_memory
+from bot.engine.shape_run import ProblemRun, evaluate_shape
 from bot.engine.simulated import simulated_reason
-from bot.engine.timing import TimingOptions, TimingRecord, time_interleaved
-from bot.engine.trials import ReferenceInfo, TrialStats, failure_check, run_trials, tunes_on_first_call
-from bot.engine.workers import WorkerClient, WorkerFailure, ask
-from bot.protocol.messages import Construct
-from bot.sandbox import Limits, freezer
+from bot.engine.timing import TimingOptions
+from bot.engine.trials import (
+    failure_check,
+    tunes_on_first_call,
+)
+from bot.engine.workers import WorkerClient, WorkerFailure
+from bot.sandbox import Limits
 
 
 @dataclass(frozen=True)
 class EvalOptions:
-    device: str = "cpu"
-    sandbox: str = "process"
+    device: str = "cpu"  # resolved: "cpu" or "cuda"
+    sandbox: SandboxKind = DEFAULTS.sandbox
     limits: Limits = field(default_factory=Limits)
     timing: TimingOptions = field(default_factory=TimingOptions)
-    min_speedup: float = 1.05
+    min_speedup: float = DEFAULTS.min_speedup
     trials_per_distribution: int = 1
     parallel: int = max(1, (os.cpu_count() or 2) // 2)  # workers compiling/verifying at once
     # Threads per worker for torch's CPU kernels; None: one on CPU (workers take turns there,
@@ -65,30 +65,6 @@ def _environment(env: dict[str, Any]) -> Environment:
         host=env.get("host", ""),
         containment=env.get("containment", ""),
     )
-
-
-# The last alternative: when an allocation fails, torch's caching allocator asks NVML which
-# processes hold the GPU's memory, for the OutOfMemoryError's message (reportProcessMemoryInfo).
-# Where NVML does not start in the worker, an assertion in that report is what the caller sees
-# instead (tests/test_gpu_memory_retry.py has the message an H200 printed).
-OUT_OF_MEMORY = re.compile(
-    r"OutOfMemoryError|CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED"
-    r'|nvml\w*\(\) INTERNAL ASSERT FAILED at "[^"]*CUDACachingAllocator\.cpp"'
-)
-
-
-def _says_out_of_memory(text: str) -> bool:
-    return OUT_OF_MEMORY.search(text) is not None
-
-
-def _problem_failure(problem: Problem, exc: WorkerFailure) -> BotError:
-    if _says_out_of_memory(exc.reason):
-        # Before the phase: a reference can run out of memory while building its inputs beside
-        # other workers; that is not a broken problem file.
-        return GpuOutOfMemory(f"{problem.path}: reference worker ran out of GPU memory: {exc.reason}")
-    if exc.phase in ("problem", "import", "construct"):
-        return ProblemError(f"{problem.path}: {exc.reason}")
-    return HarnessError(f"{problem.path}: reference worker failed: {exc.reason}")
 
 
 def evaluate(
@@ -154,12 +130,6 @@ def untimed_where_simulated(evaluation: Evaluation, device: str) -> Evaluation:
             for c in candidates
         )
     return replace(evaluation, baseline=mark(base, base_reason) if base is not None else None, candidates=candidates)
-
-
-def ran_out_of_gpu_memory(outcome: ContenderOutcome) -> bool:
-    return not outcome.verdict.accepted and any(
-        _says_out_of_memory(c.evidence) for c in outcome.verdict.checks if not c.passed
-    )
 
 
 def _short_of_memory(evaluation: Evaluation) -> list[ContenderOutcome]:
@@ -247,7 +217,7 @@ def _evaluate_once(
             try:
                 reference = ref_future.result()
             except WorkerFailure as exc:
-                raise _problem_failure(problem, exc) from None
+                raise problem_failure(problem, exc) from None
         progress(f"{problem.name}: {session.start_summary(time.monotonic() - began)}")
         environment = _environment(reference.env)
         workers = {n: workers[n] for n in names if n in workers}
@@ -264,24 +234,24 @@ def _evaluate_once(
                 f"{problem.name}: {len(untimed)} contender(s) verified but not timed: "
                 "they run under a simulator on this device"
             )
+        run = ProblemRun(
+            problem,
+            reference,
+            workers,
+            replicas,
+            rng,
+            options,
+            environment,
+            names,
+            baseline is not None,
+            progress,
+            self_tuning,
+            untimed,
+            checks,
+            per_shape,
+        )
         for shape in problem.shapes_for(options.device):
-            _evaluate_shape(
-                problem,
-                shape,
-                reference,
-                workers,
-                replicas,
-                checks,
-                per_shape,
-                rng,
-                options,
-                environment,
-                baseline is not None,
-                names,
-                progress,
-                self_tuning,
-                untimed,
-            )
+            evaluate_shape(run, shape)
     outcomes = [
         ContenderOutcome(
             c,
@@ -293,166 +263,3 @@ def _evaluate_once(
     ]
     base = outcomes[0] if baseline is not None else None
     return Evaluation(problem, environment, base, tuple(outcomes[1:] if base else outcomes))
-
-
-def _evaluate_shape(
-    problem: Problem,
-    shape: Shape,
-    reference: WorkerClient,
-    workers: dict[str, WorkerClient],
-    replicas: Replicas,
-    checks: dict[str, list[CheckResult]],
-    per_shape: dict[str, list[ShapeOutcome]],
-    rng: random.Random,
-    options: EvalOptions,
-    environment: Environment,
-    has_baseline: bool,
-    names: list[str],
-    progress: Progress,
-    self_tuning: frozenset[str],
-    untimed: frozenset[str] = frozenset(),
-) -> None:
-    limits = options.limits
-    seed = rng.getrandbits(62)
-    construct = Construct(seed=seed, overrides=dict(shape.overrides))
-    try:
-        ask(reference, construct, limits.construct_timeout_s * 4, "problem")
-    except WorkerFailure as exc:
-        raise _problem_failure(problem, exc) from None
-    alive = construct_all(workers, construct, checks, limits.construct_timeout_s, options.parallel)
-    lock_key = device_key(options.device, options.gpu_index)
-    try:
-        info, trial_checks, stats = run_trials(
-            problem,
-            shape,
-            reference,
-            alive,
-            rng,
-            options.trials_per_distribution,
-            (limits.first_call_timeout_s, limits.call_timeout_s),
-            options.parallel,
-            progress,
-            alone=self_tuning,
-            shared=lambda: gpu_shared(lock_key),
-            exclusive=lambda: gpu_exclusive(lock_key),
-        )
-    except WorkerFailure as exc:
-        raise _problem_failure(problem, exc) from None
-    for name, found in trial_checks.items():
-        checks[name].extend(found)
-    verified = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
-    progress(f"{problem.name} [{shape.name}] verified: {len(verified)} of {len(workers)} contender(s) pass")
-    passed = {n: w for n, w in verified.items() if n not in untimed}
-
-    def warm(name: str, worker: WorkerClient) -> dict:
-        """A replica's first call (compilation), as a trial call is made: the device shared.
-        One that tunes by timing makes it in the warm-up batch, with the device to itself."""
-        if name in self_tuning:
-            return {"new_threads": []}
-        with gpu_shared(lock_key):
-            return worker.request(
-                {"op": "run", "seed": secrets.randbits(62), "distribution": "standard"},
-                limits.first_call_timeout_s,
-                "call",
-            )
-
-    records: dict[str, TimingRecord] = {}
-    # A candidate that can no longer be selected on this shape is timed no further (bot.engine.futility).
-    futility = (
-        Futility(
-            names[0],
-            bar(options.min_speedup, len(problem.shapes_for(options.device))),
-            options.min_speedup,
-            options.timing.min_batches,
-        )
-        if has_baseline
-        else None
-    )
-    if passed:
-        try:
-            records = time_interleaved(
-                problem,
-                shape,
-                reference,
-                passed,
-                info,
-                rng,
-                options.timing,
-                limits.call_timeout_s,
-                progress,
-                keep=frozenset(names[:1]) if has_baseline else frozenset(),
-                replicate=lambda chosen: replicas.ready(
-                    chosen, construct, checks, limits.construct_timeout_s, progress, warm
-                ),
-                exclusive=lambda: gpu_exclusive(lock_key),  # one measurement at a time per device
-                retire=lambda done: release_caches(done, lock_key, limits.call_timeout_s, options.parallel),
-                window=freezer.freeze_all_but,
-                phase=freezer.timing_phase,
-                stop=futility,
-            )
-        except WorkerFailure as exc:
-            raise _problem_failure(problem, exc) from None
-        early = [n for n in (futility.stopped if futility else {}) if n in records]
-        progress(
-            f"{problem.name} [{shape.name}] timed: "
-            f"{sum(len(r.batch_sizes) for r in records.values())} batches"
-            + (
-                f"; {len(early)} candidate(s) stopped early: their 99% intervals were under {futility.below:.3g}x"
-                if early
-                else ""
-            )
-        )
-        # The reference's float64 outputs for the timed calls' checks are held until the next
-        # shape's references otherwise, through other problems' trials.
-        release_caches([reference], lock_key, limits.call_timeout_s, 1)
-    floor = floor_us(
-        info.nbytes, info.flops, peaks_for(environment.device_name) if environment.device == "cuda" else None
-    )
-    # First: the times below count what the parent's clock saw and a report left out.
-    hidden = verify.hidden_time_checks(
-        {n: r for n, r in records.items() if not r.failed}, names[0] if has_baseline else None
-    )
-    for name, found in hidden.items():
-        checks[name].append(verify.check_hidden_time(found))
-        records[name].counted_us = found.counted_us
-    for name, rec in records.items():
-        checks[name].extend(rec.checks)
-        m = rec.measurement()
-        if m is not None and not rec.failed:
-            if rec.event_us:
-                checks[name].append(verify.check_stream_timing(rec.host_us, rec.event_us, workers[name].overhead_us))
-            checks[name].append(verify.check_roofline(m.median_us, floor))
-    base_rec = records.get(names[0]) if has_baseline else None
-    base_m = base_rec.measurement() if base_rec and all(c.passed for c in checks[names[0]]) else None
-    # How far processes of one code disagree: from the accepted contenders' workers (a
-    # rejected one's times may be of wrong work), never under the baseline's own.
-    spread = bench.worker_spread(
-        (m for n, r in records.items() if all(c.passed for c in checks[n]) and (m := r.measurement()) is not None),
-        trusted=base_m,
-    )
-    for name in names:
-        rec = records.get(name)
-        m = rec.measurement() if rec and all(c.passed for c in checks[name]) else None
-        sp = None
-        if base_m is not None and m is not None and name != names[0]:
-            against = futility.baseline_for(name, base_m) if futility else base_m
-            # Never narrower than what the baseline's batches of those rounds show by themselves.
-            own = bench.worker_spread([against]).log_sd
-            sp = bench.speedup(against, m, options.min_speedup, spread=replace(spread, log_sd=max(spread.log_sd, own)))
-        st = stats.get(name, TrialStats())
-        per_shape[name].append(
-            ShapeOutcome(
-                shape.name,
-                _describe(info),
-                info.meta[0]["dtype"] if info.meta else None,
-                m,
-                sp,
-                floor,
-                st.max_abs_err if name in stats else None,
-                st.norm_rel_err if name in stats else None,
-            )
-        )
-
-
-def _describe(info: ReferenceInfo) -> str:
-    return ", ".join(info.inputs)

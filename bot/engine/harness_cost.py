@@ -17,7 +17,7 @@ from bot.protocol.messages import Outputs, Quiet, Request, Stage, Time
 from bot.sandbox import memory
 
 if TYPE_CHECKING:
-    from bot.engine.timing import TimingRecord
+    from bot.engine.timed_batch import TimingRecord
 
 
 def timed_exchange(worker: WorkerClient, request: Request, timeout_s: float, phase: str) -> tuple[Any, float]:

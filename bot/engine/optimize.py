@@ -5,18 +5,19 @@ from __future__ import annotations
 import fnmatch
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bot.core.domain import CandidateSource, Environment, Problem, Progress
-from bot.core.errors import BotError, ProblemError
+from bot.core.errors import ProblemError
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible, implausibility
 from bot.core.results import BestResult, ContenderResult, ProblemResult
 from bot.core.results import Skipped as SkippedResult
+from bot.core.settings import DEFAULTS, Backend, Strategy
 from bot.engine.evaluate import EvalOptions, evaluate
-from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
+from bot.engine.llm_rounds import Rounds, llm_rounds
+from bot.propose.base import H200, Hardware, Proposer
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import path_of
 from bot.propose.search import Skipped, search_candidates
@@ -28,17 +29,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class OptimizeOptions:
-    strategy: str = "search"  # "search" | "llm" | "all"
-    model: str | None = None
-    backend: str = "triton"  # "triton" | "cuda"
-    samples: int = 2
-    budget_s: float = 900.0  # wall clock per problem (NVIDIA's loop used about 15 minutes)
-    max_rounds: int = 5
-    max_total_tokens: int | None = None
-    min_speedup: float = 1.05
-    max_plausible_speedup: float = DEFAULT_MAX_PLAUSIBLE_SPEEDUP  # above it: flagged, never claimed
+    strategy: Strategy = DEFAULTS.strategy
+    model: str | None = DEFAULTS.model
+    backend: Backend = DEFAULTS.backend
+    samples: int = DEFAULTS.samples
+    budget_s: float = DEFAULTS.budget_s
+    max_rounds: int = DEFAULTS.max_rounds
+    max_total_tokens: int | None = DEFAULTS.max_tokens
+    min_speedup: float = DEFAULTS.min_speedup
+    max_plausible_speedup: float = DEFAULTS.max_plausible_speedup  # above it: flagged, never claimed
     roofline_stop_pct: float = 90.0  # stop refining once the best reaches this % of the floor
-    exclude: tuple[str, ...] = ()  # fnmatch patterns of search candidate names to leave out
+    exclude: tuple[str, ...] = DEFAULTS.exclude  # fnmatch patterns of search candidate names to leave out
     evaluation: EvalOptions = field(default_factory=EvalOptions)
 
 
@@ -213,37 +214,6 @@ def tuning_step(bases: list[Base], attempts: list[Attempt], round_: int = 0, lim
     return out
 
 
-def feedback_for(outcome: ContenderOutcome) -> Feedback:
-    """What the next prompt learns about a candidate: the verifier's evidence, or its timing."""
-    verdict = outcome.verdict
-    if verdict.accepted:
-        shape = outcome.shapes[0] if outcome.shapes else None
-        return Feedback(
-            outcome.candidate,
-            "accepted",
-            "passed every check",
-            speedup=outcome.speedup,
-            median_us=outcome.median_us,
-            baseline_us=(
-                shape.measurement.median_us / shape.speedup.ratio
-                if shape and shape.speedup and shape.measurement
-                else None
-            ),
-            floor_us=shape.floor_us if shape else None,
-        )
-    failed = [c for c in verdict.checks if not c.passed]
-    first = failed[0]
-    log_tail = str(first.details.get("log_tail", ""))[-1500:]
-    if first.name == "import":
-        status = "syntax_error" if "SyntaxError" in first.evidence else "compile_error"
-    elif first.name in ("call", "construction", "start"):
-        status = "runtime_error"
-    else:
-        status = "rejected"
-    message = "\n".join(verdict.reasons) + (f"\n{log_tail}" if log_tail else "")
-    return Feedback(outcome.candidate, status, message)
-
-
 def refuse_rejected_baseline(problem: Problem, evaluation: Evaluation, first: bool, progress: Progress) -> None:
     """Every speedup is against the baseline: one the verifier rejected leaves none to report.
     Without this a baseline rejected for a wrong TARGET or an unrecognised out-of-memory reads
@@ -261,19 +231,12 @@ def refuse_rejected_baseline(problem: Problem, evaluation: Evaluation, first: bo
     )
 
 
-def _near_roofline(attempts: list[Attempt], pct: float) -> bool:
-    return any(
-        a.outcome.verdict.accepted and a.outcome.shapes and all((s.pct_of_floor or 0) >= pct for s in a.outcome.shapes)
-        for a in attempts
-    )
-
-
 def optimize(
     problem: Problem,
     baseline: CandidateSource,
     options: OptimizeOptions,
     progress: Progress = lambda _: None,
-    proposer: Any = None,
+    proposer: Proposer | None = None,
     hardware: Hardware = H200,
 ) -> OptimizeResult:
     """Search (no LLM) and/or LLM rounds with feedback; every candidate verified and timed
@@ -322,9 +285,8 @@ def optimize(
 
     llm_info: dict[str, Any] = {}
     if options.strategy in ("llm", "all"):
-        stopped = _llm_rounds(
-            problem, baseline, options, proposer, hardware, attempts, run, deadline, progress, llm_info
-        )
+        rounds = Rounds(problem, baseline, options, hardware, attempts, run, deadline, progress)
+        stopped = llm_rounds(rounds, proposer, llm_info)
         best_llm = select_best(
             [a for a in attempts if a.outcome.candidate.origin.strategy == "llm"],
             options.min_speedup,
@@ -357,59 +319,3 @@ def optimize(
         implausible=flagged(attempts, bound),
         max_plausible_speedup=bound,
     )
-
-
-def _llm_rounds(
-    problem: Problem,
-    baseline: CandidateSource,
-    options: OptimizeOptions,
-    proposer: Any,
-    hardware: Hardware,
-    attempts: list[Attempt],
-    run: Callable[[int, list], None],
-    deadline: float,
-    progress: Progress,
-    info: dict[str, Any],
-) -> str:
-    if proposer is None:
-        from bot.propose.llm import LlmProposer
-
-        if not options.model:
-            raise BotError("the llm strategy needs --model (and OPENAI_API_KEY / OPENAI_BASE_URL)")
-        proposer = LlmProposer(options.model, samples=options.samples, max_total_tokens=options.max_total_tokens)
-    history: list[Feedback] = [feedback_for(a.outcome) for a in attempts][-6:]
-    floor = next((s.floor_us for a in attempts for s in a.outcome.shapes if s.floor_us), None)
-    current = baseline.source
-    stopped = "max rounds"
-    for round_ in range(1, options.max_rounds + 1):
-        if time.monotonic() > deadline:
-            stopped = "budget"
-            break
-        if _near_roofline(attempts, options.roofline_stop_pct):
-            stopped = "near the roofline floor"
-            break
-        request = ProposalRequest(
-            problem, current, hardware, floor, round_, options.samples, tuple(history), options.backend
-        )
-        progress(f"{problem.name}: LLM round {round_}")
-        try:
-            cands = proposer.propose(request)
-        except BudgetExhausted as exc:
-            stopped = f"token budget: {exc}"
-            break
-        history.extend(getattr(proposer, "last_failures", []))
-        if cands:
-            before = len(attempts)
-            run(round_, cands)
-            history.extend(feedback_for(a.outcome) for a in attempts[before:])
-            for a in attempts[before:]:
-                if a.outcome.verdict.accepted:
-                    floor = floor or next((s.floor_us for s in a.outcome.shapes if s.floor_us), None)
-    info.update(
-        {
-            "tokens": getattr(proposer, "tokens_used", 0),
-            "cost_usd": getattr(proposer, "cost_usd", 0.0),
-            "transcript": [e.to_json() for e in getattr(proposer, "transcript", [])],
-        }
-    )
-    return stopped

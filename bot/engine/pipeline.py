@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.config import Settings, path_allowed
+from bot.config import path_allowed
 from bot.core.domain import Problem, Progress, PullRequestPlan, Trigger
 from bot.core.errors import BotError
 from bot.core.results import ProblemResult, Results
+from bot.core.settings import Settings
 from bot.engine.changes import affected_problems
 from bot.engine.optimize import OptimizeOptions, OptimizeResult, failed_result, optimize
 from bot.engine.outputs import results_document, write_optimize_outputs, write_results

@@ -12,7 +12,7 @@ from bot.protocol.messages import Stage, StageInto
 from bot.sandbox import memory
 
 if TYPE_CHECKING:
-    from bot.engine.timing import Run
+    from bot.engine.timed_batch import Run
 
 
 def stage(run: Run, worker: WorkerClient, seeds: list[int]) -> float | None:

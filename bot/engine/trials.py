@@ -93,19 +93,37 @@ def tunes_on_first_call(source: str) -> bool:
     return bool(SELF_TUNING.search(source))
 
 
+Hold = Callable[[], contextlib.AbstractContextManager[Any]]
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """One shape's trials: the problem, the trusted reference worker, and how hard to try."""
+
+    problem: Problem
+    shape: Shape
+    reference: WorkerClient
+    rng: random.Random
+    per_distribution: int
+    timeouts: tuple[float, float]  # (first call, later calls)
+    parallel: int  # contenders running their trials at once
+
+
+@dataclass(frozen=True)
+class DeviceHolds:
+    """How trials hold the device: `shared` for a call, `exclusive` for timing kernel variants,
+    which the contenders named in `alone` do at their first call."""
+
+    alone: frozenset[str] = frozenset()
+    shared: Hold = contextlib.nullcontext
+    exclusive: Hold = contextlib.nullcontext
+
+
 def run_trials(
-    problem: Problem,
-    shape: Shape,
-    reference: WorkerClient,
+    trial: TrialRun,
     contenders: Mapping[str, WorkerClient],
-    rng: random.Random,
-    per_distribution: int,
-    timeouts: tuple[float, float],
-    parallel: int,
     progress: Callable[[str], None],
-    alone: frozenset[str] = frozenset(),
-    shared: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-    exclusive: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    holds: DeviceHolds = DeviceHolds(),
 ) -> tuple[ReferenceInfo, dict[str, list[CheckResult]], dict[str, TrialStats]]:
     """Run every trial on every contender; a contender stops at its first failed check.
 
@@ -118,7 +136,10 @@ def run_trials(
     others run their trials afterwards, one at a time, each holding the device exclusively
     throughout. Either way no other trial or timing of this bot, of this problem or another,
     runs beside their tuning.
-    `timeouts` = (first call, later calls)."""
+    """
+    problem, shape, reference, rng = trial.problem, trial.shape, trial.reference, trial.rng
+    per_distribution, timeouts, parallel = trial.per_distribution, trial.timeouts, trial.parallel
+    alone, shared, exclusive = holds.alone, holds.shared, holds.exclusive
     info = ReferenceInfo()
     plan = trial_plan(problem, rng, per_distribution)
     for note in skip_notes(problem):

@@ -13,13 +13,12 @@ import select
 import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
 from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply, ProtocolError, Request
 from bot.sandbox import freezer
-from bot.sandbox.base import Limits, RunningWorker, Sandbox, WorkerLaunch
+from bot.sandbox.base import RunningWorker, Sandbox, WorkerLaunch
 from bot.sandbox.cores import timing_core, worker_cores
 from bot.sandbox.scrub import scrub
 
@@ -41,26 +40,13 @@ class WorkerFailure(Exception):
 
 class WorkerClient:
     def __init__(
-        self,
-        sandbox: Sandbox,
-        label: str,
-        device: str,
-        workdir: Path,
-        cache_dir: Path,
-        readable: tuple[Path, ...],
-        limits: Limits,
-        gpu_index: int | None = None,
-        threads: int | None = None,
-        describe: bool = True,
+        self, sandbox: Sandbox, label: str, launch: WorkerLaunch, threads: int | None = None, describe: bool = True
     ):
         self.label = label
-        self.device = device
-        self.gpu_index = gpu_index
-        self.limits = limits
-        self.workdir = workdir
-        launch = WorkerLaunch(
-            workdir=workdir, cache_dir=cache_dir, readable=readable, device=device, limits=limits, gpu_index=gpu_index
-        )
+        self.device = launch.device
+        self.gpu_index = launch.gpu_index
+        self.limits = launch.limits
+        self.workdir = launch.workdir
         began = time.monotonic()
         self.running: RunningWorker = sandbox.start(launch)
         self.trusted = label == "reference"  # never frozen while others are timed (bot.sandbox.freezer)
@@ -71,13 +57,13 @@ class WorkerClient:
         try:
             # Only one worker per run needs to describe the machine (the reference's is the
             # one reported); the others skip nvidia-smi, a subprocess each at start-up.
-            self.channel.send(Hello(key=key.hex(), device=device, threads=threads, describe=describe).to_wire())
+            self.channel.send(Hello(key=key.hex(), device=launch.device, threads=threads, describe=describe).to_wire())
         except OSError as exc:
             self.close()
             raise WorkerFailure("start", f"could not reach the worker: {exc}") from None
         self.channel.key = key
         try:
-            hello: HelloReply = Hello.Reply.from_wire(self._receive("start", limits.import_timeout_s))
+            hello: HelloReply = Hello.Reply.from_wire(self._receive("start", launch.limits.import_timeout_s))
         except ProtocolError as exc:
             self.close()
             raise WorkerFailure("protocol", f"malformed hello: {exc}") from None

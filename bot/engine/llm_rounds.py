@@ -1,0 +1,117 @@
+"""The LLM's rounds on one problem: propose, judge, feed the verdicts back, until the budget,
+the round limit, the token budget or the roofline floor says stop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bot.core.domain import CandidateSource, Problem, Progress
+from bot.core.errors import BotError
+from bot.core.outcomes import ContenderOutcome
+from bot.propose.base import BudgetExhausted, Feedback, Hardware, ProposalRequest, Proposer
+
+if TYPE_CHECKING:
+    from bot.engine.optimize import Attempt, OptimizeOptions
+
+
+def feedback_for(outcome: ContenderOutcome) -> Feedback:
+    """What the next prompt learns about a candidate: the verifier's evidence, or its timing."""
+    verdict = outcome.verdict
+    if verdict.accepted:
+        shape = outcome.shapes[0] if outcome.shapes else None
+        return Feedback(
+            outcome.candidate,
+            "accepted",
+            "passed every check",
+            speedup=outcome.speedup,
+            median_us=outcome.median_us,
+            baseline_us=(
+                shape.measurement.median_us / shape.speedup.ratio
+                if shape and shape.speedup and shape.measurement
+                else None
+            ),
+            floor_us=shape.floor_us if shape else None,
+        )
+    failed = [c for c in verdict.checks if not c.passed]
+    first = failed[0]
+    log_tail = str(first.details.get("log_tail", ""))[-1500:]
+    if first.name == "import":
+        status = "syntax_error" if "SyntaxError" in first.evidence else "compile_error"
+    elif first.name in ("call", "construction", "start"):
+        status = "runtime_error"
+    else:
+        status = "rejected"
+    message = "\n".join(verdict.reasons) + (f"\n{log_tail}" if log_tail else "")
+    return Feedback(outcome.candidate, status, message)
+
+
+def near_roofline(attempts: list[Attempt], pct: float) -> bool:
+    return any(
+        a.outcome.verdict.accepted and a.outcome.shapes and all((s.pct_of_floor or 0) >= pct for s in a.outcome.shapes)
+        for a in attempts
+    )
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """What the LLM's rounds on one problem share: where they start, the budget, and how a
+    round's candidates are judged (`run` adds their attempts to `attempts`)."""
+
+    problem: Problem
+    baseline: CandidateSource
+    options: OptimizeOptions
+    hardware: Hardware
+    attempts: list[Attempt]
+    run: Callable[[int, list[CandidateSource]], None]
+    deadline: float  # time.monotonic()
+    progress: Progress
+
+
+def llm_rounds(rounds: Rounds, proposer: Proposer | None, info: dict[str, Any]) -> str:
+    problem, baseline, options, hardware = rounds.problem, rounds.baseline, rounds.options, rounds.hardware
+    attempts, run, deadline, progress = rounds.attempts, rounds.run, rounds.deadline, rounds.progress
+    if proposer is None:
+        from bot.propose.llm import LlmProposer
+
+        if not options.model:
+            raise BotError("the llm strategy needs --model (and OPENAI_API_KEY / OPENAI_BASE_URL)")
+        proposer = LlmProposer(options.model, samples=options.samples, max_total_tokens=options.max_total_tokens)
+    history: list[Feedback] = [feedback_for(a.outcome) for a in attempts][-6:]
+    floor = next((s.floor_us for a in attempts for s in a.outcome.shapes if s.floor_us), None)
+    current = baseline.source
+    stopped = "max rounds"
+    for round_ in range(1, options.max_rounds + 1):
+        if time.monotonic() > deadline:
+            stopped = "budget"
+            break
+        if near_roofline(attempts, options.roofline_stop_pct):
+            stopped = "near the roofline floor"
+            break
+        request = ProposalRequest(
+            problem, current, hardware, floor, round_, options.samples, tuple(history), options.backend
+        )
+        progress(f"{problem.name}: LLM round {round_}")
+        try:
+            cands = proposer.propose(request)
+        except BudgetExhausted as exc:
+            stopped = f"token budget: {exc}"
+            break
+        history.extend(getattr(proposer, "last_failures", []))
+        if cands:
+            before = len(attempts)
+            run(round_, cands)
+            history.extend(feedback_for(a.outcome) for a in attempts[before:])
+            for a in attempts[before:]:
+                if a.outcome.verdict.accepted:
+                    floor = floor or next((s.floor_us for s in a.outcome.shapes if s.floor_us), None)
+    info.update(
+        {
+            "tokens": getattr(proposer, "tokens_used", 0),
+            "cost_usd": getattr(proposer, "cost_usd", 0.0),
+            "transcript": [e.to_json() for e in getattr(proposer, "transcript", [])],
+        }
+    )
+    return stopped

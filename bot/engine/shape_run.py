@@ -1,0 +1,208 @@
+"""One shape of one problem's evaluation: construct every worker for the shape, run the
+trials, time those that pass against each other, and add the checks the times call for."""
+
+from __future__ import annotations
+
+import random
+import secrets
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from bot.core import stats as bench
+from bot.core.domain import CheckResult, Environment, Problem, Progress, Shape
+from bot.core.outcomes import ShapeOutcome
+from bot.core.roofline import floor_us, peaks_for
+from bot.engine import verify
+from bot.engine.eval_workers import Replicas, construct_all, release_caches
+from bot.engine.failures import problem_failure
+from bot.engine.futility import Futility, bar
+from bot.engine.gpulock import device_key, gpu_exclusive, gpu_shared
+from bot.engine.timing import TimedShape, TimingHooks, TimingRecord, time_interleaved
+from bot.engine.trials import (
+    DeviceHolds,
+    ReferenceInfo,
+    TrialRun,
+    TrialStats,
+    run_trials,
+)
+from bot.engine.workers import WorkerClient, WorkerFailure, ask
+from bot.protocol.messages import Construct
+from bot.sandbox import freezer
+
+if TYPE_CHECKING:
+    from bot.engine.evaluate import EvalOptions
+
+
+@dataclass(frozen=True)
+class ProblemRun:
+    """One problem's evaluation, shared by its shapes: the workers and options, and the checks
+    and per-shape outcomes each shape adds to."""
+
+    problem: Problem
+    reference: WorkerClient
+    workers: dict[str, WorkerClient]
+    replicas: Replicas
+    rng: random.Random
+    options: EvalOptions
+    environment: Environment
+    names: list[str]  # the baseline first, where there is one
+    has_baseline: bool
+    progress: Progress
+    self_tuning: frozenset[str]
+    untimed: frozenset[str]
+    checks: dict[str, list[CheckResult]]
+    per_shape: dict[str, list[ShapeOutcome]]
+
+
+def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
+    problem, reference, workers, replicas, rng = run.problem, run.reference, run.workers, run.replicas, run.rng
+    options, environment, names, has_baseline = run.options, run.environment, run.names, run.has_baseline
+    progress, self_tuning, untimed, checks, per_shape = (
+        run.progress,
+        run.self_tuning,
+        run.untimed,
+        run.checks,
+        run.per_shape,
+    )
+    limits = options.limits
+    seed = rng.getrandbits(62)
+    construct = Construct(seed=seed, overrides=dict(shape.overrides))
+    try:
+        ask(reference, construct, limits.construct_timeout_s * 4, "problem")
+    except WorkerFailure as exc:
+        raise problem_failure(problem, exc) from None
+    alive = construct_all(workers, construct, checks, limits.construct_timeout_s, options.parallel)
+    lock_key = device_key(options.device, options.gpu_index)
+    try:
+        info, trial_checks, stats = run_trials(
+            TrialRun(
+                problem,
+                shape,
+                reference,
+                rng,
+                options.trials_per_distribution,
+                (limits.first_call_timeout_s, limits.call_timeout_s),
+                options.parallel,
+            ),
+            alive,
+            progress,
+            DeviceHolds(
+                alone=self_tuning, shared=lambda: gpu_shared(lock_key), exclusive=lambda: gpu_exclusive(lock_key)
+            ),
+        )
+    except WorkerFailure as exc:
+        raise problem_failure(problem, exc) from None
+    for name, found in trial_checks.items():
+        checks[name].extend(found)
+    verified = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
+    progress(f"{problem.name} [{shape.name}] verified: {len(verified)} of {len(workers)} contender(s) pass")
+    passed = {n: w for n, w in verified.items() if n not in untimed}
+
+    def warm(name: str, worker: WorkerClient) -> dict:
+        """A replica's first call (compilation), as a trial call is made: the device shared.
+        One that tunes by timing makes it in the warm-up batch, with the device to itself."""
+        if name in self_tuning:
+            return {"new_threads": []}
+        with gpu_shared(lock_key):
+            return worker.request(
+                {"op": "run", "seed": secrets.randbits(62), "distribution": "standard"},
+                limits.first_call_timeout_s,
+                "call",
+            )
+
+    records: dict[str, TimingRecord] = {}
+    # A candidate that can no longer be selected on this shape is timed no further (bot.engine.futility).
+    futility = (
+        Futility(
+            names[0],
+            bar(options.min_speedup, len(problem.shapes_for(options.device))),
+            options.min_speedup,
+            options.timing.min_batches,
+        )
+        if has_baseline
+        else None
+    )
+    if passed:
+        try:
+            records = time_interleaved(
+                TimedShape(problem, shape, reference, info, options.timing, limits.call_timeout_s, rng),
+                passed,
+                TimingHooks(
+                    progress=progress,
+                    keep=frozenset(names[:1]) if has_baseline else frozenset(),
+                    replicate=lambda chosen: replicas.ready(
+                        chosen, construct, checks, limits.construct_timeout_s, progress, warm
+                    ),
+                    exclusive=lambda: gpu_exclusive(lock_key),  # one measurement at a time per device
+                    retire=lambda done: release_caches(done, lock_key, limits.call_timeout_s, options.parallel),
+                    window=freezer.freeze_all_but,
+                    phase=freezer.timing_phase,
+                    stop=futility,
+                ),
+            )
+        except WorkerFailure as exc:
+            raise problem_failure(problem, exc) from None
+        early = [n for n in (futility.stopped if futility else {}) if n in records]
+        progress(
+            f"{problem.name} [{shape.name}] timed: "
+            f"{sum(len(r.batch_sizes) for r in records.values())} batches"
+            + (
+                f"; {len(early)} candidate(s) stopped early: their 99% intervals were under {futility.below:.3g}x"
+                if early
+                else ""
+            )
+        )
+        # The reference's float64 outputs for the timed calls' checks are held until the next
+        # shape's references otherwise, through other problems' trials.
+        release_caches([reference], lock_key, limits.call_timeout_s, 1)
+    floor = floor_us(
+        info.nbytes, info.flops, peaks_for(environment.device_name) if environment.device == "cuda" else None
+    )
+    # First: the times below count what the parent's clock saw and a report left out.
+    hidden = verify.hidden_time_checks(
+        {n: r for n, r in records.items() if not r.failed}, names[0] if has_baseline else None
+    )
+    for name, found in hidden.items():
+        checks[name].append(verify.check_hidden_time(found))
+        records[name].counted_us = found.counted_us
+    for name, rec in records.items():
+        checks[name].extend(rec.checks)
+        m = rec.measurement()
+        if m is not None and not rec.failed:
+            if rec.event_us:
+                checks[name].append(verify.check_stream_timing(rec.host_us, rec.event_us, workers[name].overhead_us))
+            checks[name].append(verify.check_roofline(m.median_us, floor))
+    base_rec = records.get(names[0]) if has_baseline else None
+    base_m = base_rec.measurement() if base_rec and all(c.passed for c in checks[names[0]]) else None
+    # How far processes of one code disagree: from the accepted contenders' workers (a
+    # rejected one's times may be of wrong work), never under the baseline's own.
+    spread = bench.worker_spread(
+        (m for n, r in records.items() if all(c.passed for c in checks[n]) and (m := r.measurement()) is not None),
+        trusted=base_m,
+    )
+    for name in names:
+        rec = records.get(name)
+        m = rec.measurement() if rec and all(c.passed for c in checks[name]) else None
+        sp = None
+        if base_m is not None and m is not None and name != names[0]:
+            against = futility.baseline_for(name, base_m) if futility else base_m
+            # Never narrower than what the baseline's batches of those rounds show by themselves.
+            own = bench.worker_spread([against]).log_sd
+            sp = bench.speedup(against, m, options.min_speedup, spread=replace(spread, log_sd=max(spread.log_sd, own)))
+        st = stats.get(name, TrialStats())
+        per_shape[name].append(
+            ShapeOutcome(
+                shape.name,
+                _describe(info),
+                info.meta[0]["dtype"] if info.meta else None,
+                m,
+                sp,
+                floor,
+                st.max_abs_err if name in stats else None,
+                st.norm_rel_err if name in stats else None,
+            )
+        )
+
+
+def _describe(info: ReferenceInfo) -> str:
+    return ", ".join(info.inputs)

@@ -1,0 +1,211 @@
+"""One timed batch of one contender, and the records and options of a timing run: inputs
+staged, the calls timed inside the parent's own window, the calls the parent picks afterwards
+checked against the reference in full."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bot.core.domain import CheckResult, Measurement, Problem, Shape
+from bot.core.settings import DEFAULTS, TimingMode
+from bot.engine import verify
+from bot.engine.harness_cost import HarnessCost, timed_exchange
+from bot.engine.staging import StagingRefused, stage
+from bot.engine.trials import failure_check
+from bot.engine.workers import WorkerClient, WorkerFailure, ask
+from bot.protocol.messages import Fingerprints, Outputs, Time
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    time_cap_s: float = 5.0  # per shape, all contenders together
+    target_rel_se: float = 0.01  # stop once every median is known to 1%
+    min_samples: int = 10
+    # Each contender's samples come from at least this many interleaved visits, so that no
+    # single moment (a clock change, a busy host) decides a median.
+    min_batches: int = 6
+    # Many contenders: after two screening rounds only the baseline and this many fastest
+    # go on, so the cap buys precise intervals where a choice is being made.
+    finalists: int = 4
+    # CUDA only: "latency" synchronises before each call (host launch path + GPU work, back
+    # to back); "throughput" times back-to-back calls; "graph" times CUDA-graph replays of
+    # each call, the GPU's time alone (bot/harness/worker.py, op_time).
+    mode: TimingMode = DEFAULTS.timing
+    # Worker processes per contender when contenders are compared, visited in turn: each
+    # process carries an offset of its own (on the H200, 5 % between fresh processes on a
+    # 5 us kernel), which only a second process of the same code can reveal (bench.speedup).
+    replicas: int = DEFAULTS.replicas
+    batch_target_us: float = 10_000.0  # calls per batch chosen to fill about this long
+    max_batch: int = 50
+    warmup_batches: int = 1
+    checks_per_batch: int = 1  # timed calls re-checked against the reference, chosen afterwards
+
+
+@dataclass
+class TimingRecord:
+    samples_us: list[float] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)
+    batch_workers: list[int] = field(default_factory=list)  # which replica took each batch
+    # Pairs for the stream check: device-synchronised host time and the event time on the
+    # current stream, per call ("latency") or per batch ("throughput", "graph").
+    host_us: list[float] = field(default_factory=list)
+    event_us: list[float] = field(default_factory=list)
+    # Per kept batch, per call: the host time the worker reported (the calls' own, or on CUDA in
+    # "throughput" and "graph" its whole batch's), and the parent's wall time it leaves
+    # unexplained beyond the harness's measured work (HarnessCost; verify.check_hidden_time).
+    reported_us: list[float] = field(default_factory=list)
+    unexplained_us: list[float] = field(default_factory=list)
+    harness_us: list[float] = field(default_factory=list)  # per kept batch, per call: HarnessCost's median
+    noise_us: list[float] = field(default_factory=list)  # and its spread
+    counted_us: float = 0.0  # hidden time per call counted in the samples, set once timing is done
+    checks: list[CheckResult] = field(default_factory=list)
+    batch: int = 1
+    failed: bool = False
+
+    def measurement(self) -> Measurement | None:
+        """The samples, each with `counted_us` added: the time per call the parent's clock saw
+        and the worker's report left out (verify.hidden_time), so that the work of a contender
+        that hid it below the rejection bound is still counted."""
+        if not self.samples_us:
+            return None
+        workers = tuple(self.batch_workers) if len(set(self.batch_workers)) > 1 else ()
+        return Measurement(tuple(s + self.counted_us for s in self.samples_us), tuple(self.batch_sizes), workers)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What every batch of one shape's timing shares."""
+
+    problem: Problem
+    shape: Shape
+    reference: WorkerClient
+    dtypes: list[str]
+    rng: random.Random
+    options: TimingOptions
+    call_timeout_s: float
+    harness: HarnessCost
+    window: Window
+
+
+def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord, keep: bool) -> None:
+    """One batch: inputs staged, the calls timed inside the parent's own window, then calls the
+    parent picks checked against the reference in full (docs/verifier.md, "timed calls")."""
+    problem, shape, reference, dtypes, rng = run.problem, run.shape, run.reference, run.dtypes, run.rng
+    options, call_timeout_s, harness, window = run.options, run.call_timeout_s, run.harness, run.window
+    seeds = [rng.getrandbits(62) for _ in range(record.batch)]
+    fp_seed = rng.getrandbits(40)
+    try:
+        # Every other contender's processes frozen from here on. The staging is inside this
+        # window too and on the parent's clock: the worker holds the inputs from then on, and
+        # work it does with them before the calls (their answers, ahead of time) counts.
+        window(worker)
+        _blame_work_left_running(run)
+        staging_us = stage(run, worker, seeds)
+        reply, wall_us = timed_exchange(
+            worker,
+            Time(
+                fp_seed=fp_seed,
+                mode=options.mode,
+                calls=len(seeds),
+                outputs=len(dtypes),
+                digests=reference.device != "cuda",
+            ),
+            call_timeout_s * len(seeds),
+            "call",
+        )
+        harness.last_timed = record
+        # Picked after the batch, from calls the worker had to commit to (fingerprints) inside
+        # the window: what it returns now cannot change what it computed then.
+        picked = rng.sample(range(len(seeds)), min(options.checks_per_batch, len(seeds)))
+        full = harness.reveals_in_full
+        got = ask(worker, Outputs(picks=picked if full else []), call_timeout_s * 20, "call")
+    except WorkerFailure as exc:
+        record.checks.append(failure_check(exc))
+        record.failed = True
+        return
+    except StagingRefused as exc:
+        record.checks.append(
+            CheckResult(
+                "staged inputs",
+                False,
+                f"the parent could not write the batch's inputs into the buffers this worker named: {exc}",
+            )
+        )
+        record.failed = True
+        return
+    samples = reply.samples
+    results = [verify.check_wall_clock(sum(samples), wall_us), verify.check_threads(reply.new_threads, "timed calls")]
+    # On the CPU timed calls commit by digest: the reference's fingerprints are not needed.
+    cuda = reference.device == "cuda"
+    ref = ask(
+        reference,
+        Fingerprints(
+            seeds=[seeds[i] for i in picked],
+            distribution="standard",
+            fp_seed=fp_seed,
+            want=("both" if full else "fingerprint") if cuda else "outputs",
+        ),
+        call_timeout_s * 20 * max(len(picked), 1),
+        "problem",
+    )
+    for n, i in enumerate(picked):
+        label = f"shape {shape.name}, timed call {len(record.samples_us) + i + 1}"
+        revealed = got.outputs[n] if full else []
+        results.append(
+            verify.check_commitment(
+                reply.fingerprints[i], revealed, ref.fingerprints[n], dtypes, problem.tolerance, label
+            )
+        )
+        if full:
+            results.extend(verify.compare_outputs(ref.outputs[n], revealed, dtypes, problem.tolerance, label))
+    record.checks.extend(results)
+    if not all(r.passed for r in results):
+        record.failed = True
+        return
+    if keep:
+        record.samples_us.extend(samples)
+        record.batch_sizes.append(len(samples))
+        record.batch_workers.append(replica)
+        record.host_us.extend(reply.host_us)
+        if reply.batch_span_us is not None:  # back to back: one host/stream pair for the whole batch
+            record.event_us.append(reply.batch_span_us)
+        else:
+            record.event_us.extend(reply.event_us or [])
+        reported = sum(reply.host_us)
+        usual, noise = harness.of(len(seeds))
+        unexplained = wall_us - reported - usual
+        if staging_us is not None:  # drawn in the worker: its staging is on the parent's clock too
+            usual_staging, staging_noise = harness.staging_of(len(seeds))
+            unexplained += staging_us - usual_staging
+            noise = math.hypot(noise, staging_noise)
+        record.reported_us.append(reported / len(seeds))
+        record.unexplained_us.append(unexplained / len(seeds))
+        # The allowance grows with the window's harness work only, never with input generation.
+        record.harness_us.append(usual / len(seeds))
+        record.noise_us.append(noise / len(seeds))
+    else:  # warm-up: also sizes the batches of the measured rounds
+        per_call = max(sorted(samples)[len(samples) // 2], 1.0)
+        record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch, harness.max_batch))
+
+
+def _blame_work_left_running(run: Run) -> None:
+    """On CUDA, before a window: GPU work still running is the last timed contender's, which
+    fails (its record; the contender about to be timed is not at fault)."""
+    found = run.harness.gpu_left_busy()
+    last = run.harness.last_timed
+    if found is not None and last is not None:
+        last.checks.append(found)
+        if not found.passed:
+            last.failed = True
+
+
+# Called right before each timed batch with its worker: the sandbox freezes every other
+# contender's processes there (bot.sandbox.freezer), until the timing phase ends.
+Window = Callable[[WorkerClient], object]
+
+
+def no_window(worker: WorkerClient) -> None:
+    return None
