@@ -86,12 +86,11 @@ def stage_two_plan(
     plan = plan_pull_request(
         shown,
         trigger,
-        Path("/nonexistent"),
+        current,
         lambda path: path in changes,
         chart,
         reproduce_command(shown, settings.problems_dir, settings.min_speedup),
         settings.chart_path,
-        current=current,
     )
     for change in plan.files if plan else ():
         scoped = changes.get(change.path)
