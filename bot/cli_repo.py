@@ -85,12 +85,12 @@ def dry_run(
 @click.pass_context
 def run(ctx: click.Context, results_dir: str, shard: str | None, jobs: int, gpus: str | None, **given: Any) -> None:
     """Stage 1 of the Action (GPU runner, read-only token): event -> results directory."""
-    from bot.stage_one import run_stage_one
+    from bot.stage_one import StageOneInputs, run_stage_one
 
     # The workspace is known only from the event's environment: stage one loads the settings
     # there, with the options the user gave on top.
     overrides = given_overrides(ctx, given)
-    run_stage_one(Path(results_dir), overrides, shard, jobs, progress, click.echo, gpus=gpus)
+    run_stage_one(StageOneInputs(Path(results_dir), overrides, shard, jobs, gpus), progress, click.echo)
 
 
 @click.command()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,24 +56,34 @@ def _changed_files(trigger: Trigger, env: GitHubEnv, workspace: Path, echo: Echo
     return changed_files_git(workspace, trigger.base_sha, trigger.head_sha)
 
 
+@dataclass(frozen=True)
+class StageOneInputs:
+    """What `bot run` asks of stage one, as its command line gave it."""
+
+    results_dir: Path
+    # Settings the command line gave, over the repository's (bot.config.load_settings); the
+    # token budget and the search's exclusions among them.
+    overrides: Mapping[str, Any]
+    shard: str | None  # "K/N": only the K-th of N shards of the problems
+    jobs: int  # problems optimised at once
+    gpus: str | None = None  # GPU lanes: "all" or "0,1" (bot.engine.lanes); None: all
+
+
 def run_stage_one(
-    results_dir: Path,
-    overrides: Mapping[str, Any],
-    shard: str | None,
-    jobs: int,
+    inputs: StageOneInputs,
     progress: Callable[[str], None],
     echo: Echo,
     environ: Mapping[str, str] | None = None,
-    gpus: str | None = None,
 ) -> Results | None:
     from bot.core.shards import parse_shard, shard_problems
     from bot.engine.pipeline import Job, raise_if_any_failed, run_job, select_problems
     from bot.github.events import trigger_from_event
     from bot.options import job_options
 
+    results_dir = inputs.results_dir
     env = github_env(environ)
     workspace = env.workspace or Path.cwd()
-    settings = load_settings(workspace, environ if environ is not None else os.environ, overrides)
+    settings = load_settings(workspace, environ if environ is not None else os.environ, inputs.overrides)
     trigger = trigger_from_event(env.event_name or "", read_event(env), env.repository or "")
     skip = wants_run(trigger, settings)
     if skip:
@@ -82,8 +92,8 @@ def run_stage_one(
         return None
     changed = _changed_files(trigger, env, workspace, echo) if trigger.kind == "pull_request" else None
     problems = select_problems(workspace, settings, changed)
-    if shard:
-        problems = shard_problems(problems, *parse_shard(shard))
+    if inputs.shard:
+        problems = shard_problems(problems, *parse_shard(inputs.shard))
     if not problems:
         echo("kernel-bot: no problem is affected by this change.")
     job = Job(
@@ -92,8 +102,8 @@ def run_stage_one(
         trigger,
         job_options(settings),
         results_dir,
-        jobs,
-        gpus,
+        inputs.jobs,
+        inputs.gpus,
     )
     results, plan = run_job(job, problems, progress)
     summary = (results_dir / "summary.md").read_text()

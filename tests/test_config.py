@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from conftest import ROOT
 
-from bot.config import GitHubEnv, Settings, github_env, load_settings, path_allowed, path_matches
+from bot.config import GitHubEnv, github_env, load_settings, path_allowed, path_matches
 from bot.core.errors import BotError
+from bot.core.settings import Settings
 
 
 def pyproject(tmp_path, body: str):

@@ -11,7 +11,7 @@ import pytest
 from github_double import SECONDARY_RATE_LIMIT, SERVER_ERROR, Fault, GitHubDouble, Identity
 from github_double.openapi import webhook_examples
 from github_double.records import CommentRecord, now
-from github_double.session import SleepRecorder, client_for, sample_plan, tiny_png
+from github_double.session import NO_PAUSES, SleepRecorder, client_for, fast_retry, sample_plan, tiny_png
 
 from bot.core.errors import BotError
 from bot.github.client import STICKY_MARKER, GitHubClient, trigger_from_event
@@ -198,7 +198,7 @@ def test_cap_on_open_bot_pull_requests(double, source):
 
 def test_pull_request_files_reads_every_page(double):
     pr = double.repo.open_pull_request("many", {f"problems/p{i}.py": b"1\n" for i in range(5)})
-    client = client_for(double, per_page=2)
+    client = client_for(double, pacing=replace(NO_PAUSES, per_page=2))
     assert sorted(client.pull_request_files(pr.number)) == [f"problems/p{i}.py" for i in range(5)]
     assert sum(e.operation_id == "pulls/list-files" for e in double.exchanges) == 3
 
@@ -230,7 +230,9 @@ def test_sticky_marker_counts_only_in_the_bots_own_comments(double, source):
 def test_bad_gateway_twice_then_success(double, source, caplog):
     sleep = SleepRecorder()
     double.fail_next(SERVER_ERROR, times=2)
-    result = client_for(double, sleep=sleep).publish(sample_plan(source.number, source.head_ref), max_open=3)
+    result = client_for(double, retry=fast_retry(sleep=sleep)).publish(
+        sample_plan(source.number, source.head_ref), max_open=3
+    )
     assert result.created and double.pending_faults == 0
     assert sleep.delays == [0.01, 0.02]  # exponential backoff from base_delay_s
     assert len(double.repo.open_pulls()) == 2
@@ -241,7 +243,9 @@ def test_bad_gateway_twice_then_success(double, source, caplog):
 def test_secondary_rate_limit_honours_retry_after(double, source, fault):
     sleep = SleepRecorder()
     double.fail_next(fault, times=1, methods=("POST",))
-    result = client_for(double, sleep=sleep).publish(sample_plan(source.number, source.head_ref), max_open=3)
+    result = client_for(double, retry=fast_retry(sleep=sleep)).publish(
+        sample_plan(source.number, source.head_ref), max_open=3
+    )
     assert result.created and sleep.delays == [1.0]  # Retry-After: 1 beats the 0.01 s backoff
     assert git_show(double, "kernel-bot/pr-1:kernels/softmax.py").startswith(b"# softmax")
 
@@ -258,14 +262,14 @@ def test_primary_rate_limit_is_not_retried(double, source):
     double.fail_next(exhausted)
     sleep = SleepRecorder()
     with pytest.raises(BotError, match="rate limit exhausted"):
-        client_for(double, sleep=sleep).open_bot_pull_requests()
+        client_for(double, retry=fast_retry(sleep=sleep)).open_bot_pull_requests()
     assert sleep.delays == []
 
 
 def test_gives_up_after_max_attempts(double, source):
     double.fail_next(SERVER_ERROR, times=10)
     with pytest.raises(BotError, match=r"kept failing .* after 3 attempts"):
-        client_for(double, max_attempts=3).publish(sample_plan(source.number, "main"), max_open=3)
+        client_for(double, retry=fast_retry(max_attempts=3)).publish(sample_plan(source.number, "main"), max_open=3)
 
 
 def test_token_without_write_permission(double, source):

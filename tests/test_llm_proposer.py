@@ -13,6 +13,7 @@ import pytest
 from bot.core.domain import CandidateSource, Origin, Problem, Shape
 from bot.propose.base import H200, BudgetExhausted, Feedback, ProposalRequest
 from bot.propose.llm import LlmError, LlmProposer, redact
+from bot.propose.llm_settings import LlmEndpoint, LlmGeneration, LlmPricing
 from bot.propose.parse import parse_answer, split_think
 from bot.propose.prompt import build_messages, format_feedback
 
@@ -97,9 +98,26 @@ def sleeps() -> list[float]:
     return []
 
 
-def proposer(srv: OpenAIDouble, sleeps: list[float], **kw) -> LlmProposer:
-    kw.setdefault("timeout_s", 5.0)
-    return LlmProposer("r1-test", base_url=srv.base_url, api_key=FAKE_KEY, sleep=sleeps.append, **kw)
+def proposer(
+    srv: OpenAIDouble,
+    sleeps: list[float],
+    *,
+    max_total_tokens: int | None = None,
+    generation: LlmGeneration | None = None,
+    pricing: LlmPricing | None = None,
+    transcript_path: Path | None = None,
+    **endpoint,
+) -> LlmProposer:
+    """A proposer on the double; the remaining keywords are LlmEndpoint fields."""
+    endpoint.setdefault("timeout_s", 5.0)
+    return LlmProposer(
+        "r1-test",
+        max_total_tokens=max_total_tokens,
+        endpoint=LlmEndpoint(base_url=srv.base_url, api_key=FAKE_KEY, sleep=sleeps.append, **endpoint),
+        generation=generation or LlmGeneration(),
+        pricing=pricing or LlmPricing(),
+        transcript_path=transcript_path,
+    )
 
 
 # ---- right first time -------------------------------------------------------------------
@@ -109,7 +127,12 @@ def test_right_first_time_plain(sleeps):
     with OpenAIDouble(
         [Answer("Here you go:\n" + block(GOOD) + "\nDone.", prompt_tokens=1200, completion_tokens=300)]
     ) as srv:
-        p = proposer(srv, sleeps, temperature=0.3, price_per_mtok_in=1.0, price_per_mtok_out=4.0)
+        p = proposer(
+            srv,
+            sleeps,
+            generation=LlmGeneration(temperature=0.3),
+            pricing=LlmPricing(price_per_mtok_in=1.0, price_per_mtok_out=4.0),
+        )
         cands = p.propose(make_request())
     assert [c.source for c in cands] == [GOOD]
     origin = cands[0].origin
@@ -165,7 +188,7 @@ def test_samples_are_separate_requests_and_env_configures_client(sleeps, monkeyp
     with OpenAIDouble([Answer(block(GOOD)), Answer(block(other)), Answer(block(GOOD))]) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
-        p = LlmProposer("r1-test", sleep=sleeps.append)
+        p = LlmProposer("r1-test", endpoint=LlmEndpoint(sleep=sleeps.append))
         cands = p.propose(make_request(samples=3, round_=2))
     assert len(srv.requests) == 3 and all("n" not in r.body for r in srv.requests)
     assert srv.requests[0].headers["authorization"] == f"Bearer {FAKE_KEY}"
@@ -314,7 +337,7 @@ def test_budget_spent_mid_round_keeps_bought_candidates(sleeps):
 
 def test_cost_budget(sleeps):
     with OpenAIDouble([Answer(block(GOOD), prompt_tokens=1_000_000, completion_tokens=0)] * 2) as srv:
-        p = proposer(srv, sleeps, price_per_mtok_in=2.0, max_cost_usd=1.0)
+        p = proposer(srv, sleeps, pricing=LlmPricing(price_per_mtok_in=2.0, max_cost_usd=1.0))
         p.propose(make_request())
         with pytest.raises(BudgetExhausted):
             p.propose(make_request())

@@ -17,6 +17,7 @@ from bot.engine.optimize import OptimizeOptions, optimize
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
 from bot.propose.llm import LlmProposer
+from bot.propose.llm_settings import LlmEndpoint
 from bot.sandbox import Limits
 
 KEY = "sk-kernelbot-test-key-DO-NOT-PRINT-123"
@@ -42,15 +43,15 @@ def _options(**kw) -> OptimizeOptions:
 def _run(script, rounds=2, stream=False, **kw):
     problem = load_problem(PROBLEMS / "scale_add.py")
     with OpenAIDouble(script) as srv:
-        proposer = LlmProposer(
-            "test-model",
+        endpoint = LlmEndpoint(
             base_url=srv.base_url,
             api_key=KEY,
             stream=stream,
-            samples=1,
             timeout_s=kw.pop("timeout_s", 30.0),
             sleep=lambda s: None,
-            max_total_tokens=kw.pop("max_total_tokens", None),
+        )
+        proposer = LlmProposer(
+            "test-model", samples=1, max_total_tokens=kw.pop("max_total_tokens", None), endpoint=endpoint
         )
         result = optimize(problem, default_baseline(problem), _options(max_rounds=rounds, **kw), proposer=proposer)
         prompts = [r.body["messages"][-1]["content"] for r in srv.requests if r.body]

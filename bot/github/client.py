@@ -7,7 +7,6 @@ which retries transient failures and turns permission errors into one clear `Bot
 from __future__ import annotations
 
 import logging
-import time
 from base64 import b64encode
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from github.Repository import Repository
 
 from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan
 from bot.core.errors import BotError
+from bot.github.client_settings import GitHubPacing, GitHubRetry
 from bot.github.events import PULL_REQUEST_ACTIONS, trigger_from_event  # noqa: F401 (re-exported)
 from bot.github.identity import PullFacts
 
@@ -31,6 +31,7 @@ STICKY_MARKER = "<!-- kernel-bot:sticky -->"
 BOT_BRANCH_PREFIX = "kernel-bot/"
 _TRANSIENT_STATUSES = frozenset({502, 503, 504})
 _CHECK_SUMMARY_MAX_CHARS = 65_535  # GitHub rejects longer check run summaries with 422
+DEFAULT_RETRY, DEFAULT_PACING = GitHubRetry(), GitHubPacing()
 
 
 @dataclass(frozen=True)
@@ -55,12 +56,8 @@ class GitHubClient:
         repo: str,
         api_url: str = "https://api.github.com",
         *,
-        sleep: Callable[[float], None] = time.sleep,
-        base_delay_s: float = 2.0,
-        max_attempts: int = 5,
-        per_page: int = 100,
-        seconds_between_requests: float | None = 0.25,
-        seconds_between_writes: float | None = 1.0,
+        retry: GitHubRetry = DEFAULT_RETRY,
+        pacing: GitHubPacing = DEFAULT_PACING,
         sticky_author: str | None = None,
     ) -> None:
         if not token:
@@ -68,21 +65,20 @@ class GitHubClient:
         if repo.count("/") != 1:
             raise BotError(f"repository must be 'owner/name', got {repo!r}")
         self.repo_name = repo
-        self._sleep, self._base_delay_s, self._max_attempts = sleep, base_delay_s, max_attempts
+        self._retry = retry
         self._sticky_author = sticky_author  # a login, for personal tokens (they post as users)
         # retry=None: PyGithub's own urllib3 retry waits with time.sleep (60 s on secondary
         # limits) and retries single requests; `_step` retries whole idempotent steps instead,
         # so a create that succeeded before a 502 is found again rather than duplicated.
-        # The pauses between writes are GitHub's advice against secondary rate limits.
         # lazy=True: objects fetched by URL (repo, pull, issue, ref) send no GET until a field
         # is read, so publishing costs only the requests it needs.
         self._gh = Github(
             auth=Auth.Token(token),
             base_url=api_url.rstrip("/"),
             retry=None,
-            per_page=per_page,
-            seconds_between_requests=seconds_between_requests,
-            seconds_between_writes=seconds_between_writes,
+            per_page=pacing.per_page,
+            seconds_between_requests=pacing.seconds_between_requests,
+            seconds_between_writes=pacing.seconds_between_writes,
             lazy=True,
         )
         self._repo: Repository = self._gh.get_repo(repo)  # lazy: no request yet
@@ -300,26 +296,26 @@ class GitHubClient:
 
     def _step(self, what: str, fn: Callable[[], T], permission: str | None = None) -> T:
         """Run one idempotent step; retry it whole on 5xx and secondary rate limits."""
-        for attempt in range(1, self._max_attempts + 1):
+        for attempt in range(1, self._retry.max_attempts + 1):
             try:
                 return fn()
             except (GithubException, requests.ConnectionError, requests.Timeout) as exc:
                 delay = self._retry_delay(exc, attempt)
-                if delay is None or attempt == self._max_attempts:
+                if delay is None or attempt == self._retry.max_attempts:
                     raise _as_bot_error(exc, what, permission, attempt) from exc
                 log.warning(
                     "%s: %s; attempt %d/%d, retrying in %.1f s",
                     what,
                     _describe(exc),
                     attempt,
-                    self._max_attempts,
+                    self._retry.max_attempts,
                     delay,
                 )
-                self._sleep(delay)
+                self._retry.sleep(delay)
         raise AssertionError("unreachable")
 
     def _retry_delay(self, exc: Exception, attempt: int) -> float | None:
-        backoff = self._base_delay_s * 2 ** (attempt - 1)
+        backoff = self._retry.base_delay_s * 2 ** (attempt - 1)
         if not isinstance(exc, GithubException) or exc.status in _TRANSIENT_STATUSES:
             return backoff
         if exc.status in (403, 429) and "secondary rate limit" in _message(exc).lower():

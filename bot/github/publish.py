@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.config import Settings
 from bot.core.domain import CheckRunPlan, PullRequestPlan, Trigger
 from bot.core.errors import BotError
 from bot.core.results import Results
 from bot.core.safe_text import inert, inert_results
 from bot.core.scope import FileReader, scoped_changes
+from bot.core.settings import DEFAULTS, Settings
 from bot.github.rederive import InconsistentArtifact, rederive
 from bot.report import data as rd
 from bot.report.chart import results_chart
@@ -86,12 +86,11 @@ def stage_two_plan(
     plan = plan_pull_request(
         shown,
         trigger,
-        Path("/nonexistent"),
+        current,
         lambda path: path in changes,
         chart,
         reproduce_command(shown, settings.problems_dir, settings.min_speedup),
         settings.chart_path,
-        current=current,
     )
     for change in plan.files if plan else ():
         scoped = changes.get(change.path)
@@ -118,7 +117,9 @@ def publish_plan(
         repo_root,
         allowed,
         chart,
-        reproduce_command(results, problems_dir, 1.05 if results.min_speedup is None else results.min_speedup),
+        reproduce_command(
+            results, problems_dir, DEFAULTS.min_speedup if results.min_speedup is None else results.min_speedup
+        ),
         chart_path,
     )
     for change in plan.files if plan else ():

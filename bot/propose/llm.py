@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +22,9 @@ import openai
 from bot.core.domain import CandidateSource, Origin
 from bot.core.errors import BotError
 from bot.propose.base import BudgetExhausted, Feedback, ProposalRequest
+from bot.propose.llm_settings import LlmEndpoint, LlmGeneration, LlmPricing
 from bot.propose.parse import parse_answer
-from bot.propose.prompt import MAX_FEEDBACK_CHARS, build_messages
+from bot.propose.prompt import build_messages
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ _SECRET_PATTERNS = (
 _RETRY_STATUSES = {408, 409, 429}  # plus every 5xx: overload and gateway hiccups pass
 _FATAL_STATUSES = {401, 403, 404}  # wrong key, model or URL: every later request fails too
 MAX_RETRY_AFTER_S = 600.0  # honour Retry-After, but a broken header must not hang the run
+DEFAULT_ENDPOINT, DEFAULT_GENERATION, DEFAULT_PRICING = LlmEndpoint(), LlmGeneration(), LlmPricing()
 
 
 class LlmError(BotError):
@@ -124,34 +126,20 @@ class LlmProposer:
         self,
         model: str,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        client: Any = None,
-        stream: bool = False,
         samples: int | None = None,
-        temperature: float = 0.7,
-        max_answer_tokens: int | None = None,
-        timeout_s: float = 600.0,
-        max_retries: int = 4,
-        backoff_s: float = 2.0,
-        max_backoff_s: float = 60.0,
         max_total_tokens: int | None = None,
-        max_cost_usd: float | None = None,
-        price_per_mtok_in: float = 0.0,
-        price_per_mtok_out: float = 0.0,
-        max_feedback_chars: int = MAX_FEEDBACK_CHARS,
+        endpoint: LlmEndpoint = DEFAULT_ENDPOINT,
+        generation: LlmGeneration = DEFAULT_GENERATION,
+        pricing: LlmPricing = DEFAULT_PRICING,
         transcript_path: Path | None = None,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.model = model
-        self.stream, self.samples, self.temperature = stream, samples, temperature
-        self.max_answer_tokens, self.timeout_s = max_answer_tokens, timeout_s
-        self.max_retries, self.backoff_s, self.max_backoff_s = max_retries, backoff_s, max_backoff_s
-        self.max_total_tokens, self.max_cost_usd = max_total_tokens, max_cost_usd
-        self.price_per_mtok_in, self.price_per_mtok_out = price_per_mtok_in, price_per_mtok_out
-        self.max_feedback_chars, self.transcript_path = max_feedback_chars, transcript_path
-        self._sleep, self._client = sleep, client
-        self._client_args = {k: v for k, v in (("base_url", base_url), ("api_key", api_key)) if v}
+        # samples and max_total_tokens stand apart: they are the run's own knobs (OptimizeOptions
+        # passes them), where the grouped settings describe the endpoint, the model and prices.
+        self.model, self.samples, self.max_total_tokens = model, samples, max_total_tokens
+        self.endpoint, self.generation, self.pricing = endpoint, generation, pricing
+        self.transcript_path = transcript_path
+        self._client = endpoint.client
+        self._client_args = {k: v for k, v in (("base_url", endpoint.base_url), ("api_key", endpoint.api_key)) if v}
         self.transcript: list[TranscriptEntry] = []
         self.last_failures: list[Feedback] = []  # unusable answers of the last round
         self.last_errors: list[str] = []  # transport errors of the last round (redacted)
@@ -167,7 +155,7 @@ class LlmProposer:
         # Built lazily: constructing the proposer must not need a key (dry runs, --help).
         if self._client is None:
             try:
-                self._client = openai.OpenAI(max_retries=0, timeout=self.timeout_s, **self._client_args)
+                self._client = openai.OpenAI(max_retries=0, timeout=self.endpoint.timeout_s, **self._client_args)
             except openai.OpenAIError as err:
                 raise LlmError(f"cannot configure the LLM client: {self.redact(str(err))}") from None
         return self._client
@@ -179,7 +167,7 @@ class LlmProposer:
 
     def propose(self, request: ProposalRequest) -> list[CandidateSource]:
         """Candidates of one round; unusable answers land in `last_failures`."""
-        messages = build_messages(request, self.max_feedback_chars)
+        messages = build_messages(request, self.generation.max_feedback_chars)
         parent = hashlib.sha256(request.current_source.encode()).hexdigest()[:16]
         candidates: list[CandidateSource] = []
         self.last_failures, self.last_errors = [], []
@@ -218,8 +206,9 @@ class LlmProposer:
             and self.tokens_used + _estimate_tokens(*(m["content"] for m in messages)) > self.max_total_tokens
         ):
             raise BudgetExhausted(f"token budget {self.max_total_tokens} spent ({self.tokens_used})")
-        if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
-            raise BudgetExhausted(f"cost budget ${self.max_cost_usd:.2f} spent (${self.cost_usd:.2f})")
+        ceiling = self.pricing.max_cost_usd
+        if ceiling is not None and self.cost_usd >= ceiling:
+            raise BudgetExhausted(f"cost budget ${ceiling:.2f} spent (${self.cost_usd:.2f})")
 
     def _sample(self, round_: int, sample: int, messages: list[dict[str, str]]) -> tuple[str | None, bool]:
         """(answer or None, unreadable) of one request, retried on transient errors, recorded."""
@@ -282,28 +271,29 @@ class LlmProposer:
                 fh.write(json.dumps(entry.to_json()) + "\n")
 
     def _with_retries(self, messages: list[dict[str, str]]) -> tuple[str, str, Usage]:
-        for attempt in range(self.max_retries + 1):
+        endpoint = self.endpoint
+        for attempt in range(endpoint.max_retries + 1):
             try:
                 return self._request(messages)
             except ValueError as err:  # the client's json.loads on a garbled body
                 raise _Malformed(str(err)) from None
             except openai.APIError as err:
-                if not _retryable(err) or attempt == self.max_retries:
+                if not _retryable(err) or attempt == endpoint.max_retries:
                     raise
                 wait = _retry_after_s(err)
                 wait = (
                     min(wait, MAX_RETRY_AFTER_S)
                     if wait is not None
-                    else min(self.max_backoff_s, self.backoff_s * 2**attempt)
+                    else min(endpoint.max_backoff_s, endpoint.backoff_s * 2**attempt)
                 )
                 log.warning(
                     "llm request failed (%s), retry %d/%d in %.1f s",
                     self.redact(f"{type(err).__name__}: {err}"),
                     attempt + 1,
-                    self.max_retries,
+                    endpoint.max_retries,
                     wait,
                 )
-                self._sleep(wait)
+                endpoint.sleep(wait)
         raise AssertionError("unreachable")
 
     def _request(self, messages: list[dict[str, str]]) -> tuple[str, str, Usage]:
@@ -311,13 +301,13 @@ class LlmProposer:
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
-            "temperature": self.temperature,
-            "timeout": self.timeout_s,
+            "temperature": self.generation.temperature,
+            "timeout": self.endpoint.timeout_s,
         }
-        if self.max_answer_tokens is not None:
-            kwargs["max_tokens"] = self.max_answer_tokens
+        if self.generation.max_answer_tokens is not None:
+            kwargs["max_tokens"] = self.generation.max_answer_tokens
         usage: Any = None
-        if self.stream:
+        if self.endpoint.stream:
             parts: list[tuple[str, str]] = []
             for chunk in self.client.chat.completions.create(
                 stream=True, stream_options={"include_usage": True}, **kwargs
@@ -342,7 +332,7 @@ class LlmProposer:
         else:  # servers without usage reporting still spend the budget
             p = _estimate_tokens(*(m["content"] for m in messages))
             c, estimated = _estimate_tokens(*out), True
-        return Usage(p, c, estimated, (p * self.price_per_mtok_in + c * self.price_per_mtok_out) / 1e6)
+        return Usage(p, c, estimated, (p * self.pricing.price_per_mtok_in + c * self.pricing.price_per_mtok_out) / 1e6)
 
 
 def _reasoning_of(obj: Any) -> str:

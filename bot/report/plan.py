@@ -1,6 +1,6 @@
 """results.json + Trigger -> PullRequestPlan: which files, which branch, what text. No network.
 
-The only I/O is reading the current content of the files a plan replaces from `repo_root`, to
+The only I/O is reading the current content of the files a plan replaces from a checkout, to
 build the patch; everything GitHub needs to publish is decided here, so `bot.github.client` only
 executes a plan and tests can assert a whole plan.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from urllib.parse import quote
 
@@ -22,6 +23,8 @@ from bot.report.markdown import render_comment, render_pr_body, render_step_summ
 CHART_PATH = "docs/kernel-bot/speedups.png"
 CHECK_NAME = "kernel-bot"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+# A file's text on the follow-up's base; None when it does not exist, ValueError when unusable.
+CurrentText = Callable[[str], str | None]
 
 
 def _plain_relative(path: str) -> bool:
@@ -138,16 +141,16 @@ def _changes(
 def plan_pull_request(
     results: Results,
     trigger: Trigger,
-    repo_root: Path,
+    base_files: Path | CurrentText,
     allowed: Callable[[str], bool],
     chart_png: bytes | None,
     reproduce_command: str,
     chart_path: str = CHART_PATH,
-    current: Callable[[str], str | None] | None = None,
 ) -> PullRequestPlan | None:
     """The follow-up PR (and sticky comment, check run) for `results`; None when there is
-    nothing to publish: no improvement and no pull request to comment on. `current` gives a
-    file's text on the follow-up's base (default: as it is under `repo_root`)."""
+    nothing to publish: no improvement and no pull request to comment on. `base_files` gives
+    the text of files on the follow-up's base: a checkout's root, whose files are read as they
+    are, or a reader (stage two serves them from the API, with no checkout to read)."""
     better = rd.improved(results)
     is_pr = trigger.kind == "pull_request" and trigger.pr_number is not None
     if not better and not is_pr:
@@ -165,7 +168,7 @@ def plan_pull_request(
     # No candidate may land on the chart's path: that file is the chart's alone.
     changes, patches, notes = _changes(
         better,
-        current or (lambda path: _current_text(repo_root, path)),
+        base_files if callable(base_files) else partial(_current_text, base_files),
         lambda path: allowed(path) and path != chart_path,
     )
     chart_url = None

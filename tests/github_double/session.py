@@ -7,12 +7,14 @@ import contextlib
 import struct
 import zlib
 from dataclasses import replace
+from typing import Any
 
 from github import Auth, Github
 
 from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan
 from bot.core.errors import BotError
 from bot.github.client import GitHubClient
+from bot.github.client_settings import GitHubPacing, GitHubRetry
 
 from .server import SECONDARY_RATE_LIMIT, SERVER_ERROR, GitHubDouble
 
@@ -27,16 +29,26 @@ class SleepRecorder:
         self.delays.append(seconds)
 
 
-def client_for(double: GitHubDouble, token: str = "test-token", **options: object) -> GitHubClient:
+NO_PAUSES = GitHubPacing(seconds_between_requests=None, seconds_between_writes=None)
+
+
+def fast_retry(**fields: Any) -> GitHubRetry:
+    """Retries from a 10 ms first delay that record their waits; `fields` override the rest."""
+    return GitHubRetry(**{"sleep": SleepRecorder(), "base_delay_s": 0.01, **fields})
+
+
+def client_for(
+    double: GitHubDouble,
+    token: str = "test-token",
+    *,
+    retry: GitHubRetry | None = None,
+    pacing: GitHubPacing = NO_PAUSES,
+    sticky_author: str | None = None,
+) -> GitHubClient:
     """A client without PyGithub's pauses between requests, and with a recorded sleep."""
-    settings: dict = {
-        "sleep": SleepRecorder(),
-        "base_delay_s": 0.01,
-        "seconds_between_requests": None,
-        "seconds_between_writes": None,
-        **options,
-    }
-    return GitHubClient(token, double.repo_name, double.url, **settings)
+    return GitHubClient(
+        token, double.repo_name, double.url, retry=retry or fast_retry(), pacing=pacing, sticky_author=sticky_author
+    )
 
 
 def tiny_png() -> bytes:
@@ -88,7 +100,7 @@ def scripted_session(double: GitHubDouble) -> None:
     fork = repo.open_pull_request("patch-1", {"problems/fork.py": b"y = 2\n"}, fork="contributor/octo-repo")
     head_sha = repo.head_sha(source)
     assert head_sha is not None
-    client = client_for(double, per_page=2)  # 3 files on 2 pages: exercises Link pagination
+    client = client_for(double, pacing=replace(NO_PAUSES, per_page=2))  # 3 files on 2 pages: exercises Link pagination
     client.pull_request_files(source.number)
     assert client.pull_request(source.number) is not None and client.pull_request(999) is None
     assert [p.number for p in client.pull_requests_for_commit(head_sha)] == [source.number]
