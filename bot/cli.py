@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
-from bot.core.domain import STEADY_REPLICAS
 from bot.core.errors import BotError
+from bot.core.measurement import STEADY_REPLICAS
 from bot.core.results import ProblemResult
 from bot.options import evaluation_options, job_options, optimize_options, resolve_device
 

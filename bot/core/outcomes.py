@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.core import stats as bench
-from bot.core.domain import CandidateSource, Environment, Measurement, Problem, Speedup, Verdict
+from bot.core.domain import CandidateSource, Environment, Problem, Verdict
+from bot.core.measurement import Measurement, Speedup
 
 
 @dataclass(frozen=True)

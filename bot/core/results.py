@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from bot.core.domain import CheckResult, Environment, Measurement, Origin, Trigger, source_sha256
+from bot.core.domain import CheckResult, Environment, Origin, Trigger, source_sha256
+from bot.core.measurement import Measurement
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION, InvalidResults, validate  # noqa: F401

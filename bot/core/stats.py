@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import accumulate, repeat, starmap
 from operator import mul
 
-from bot.core.domain import Measurement, Speedup
+from bot.core.measurement import Measurement, Speedup
 
 
 def converged(m: Measurement, target_rel_se: float, min_samples: int, min_batches: int = 1) -> bool:

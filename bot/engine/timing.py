@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.core import stats as bench
-from bot.core.domain import CheckResult, Measurement, Problem, Shape
+from bot.core.domain import CheckResult, Problem, Shape
+from bot.core.measurement import Measurement
 from bot.engine import verify
 from bot.engine.harness_cost import HarnessCost, timed_exchange
 from bot.engine.staging import StagingRefused, stage

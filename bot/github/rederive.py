@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from bot.core import stats as bench
-from bot.core.domain import Measurement, Speedup
+from bot.core.measurement import Measurement, Speedup
 from bot.core.results import (
     BestResult,
     ContenderResult,
