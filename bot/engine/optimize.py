@@ -13,8 +13,9 @@ from bot.core.domain import CandidateSource, Environment, Problem, Progress
 from bot.core.errors import BotError, ProblemError
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible, implausibility
-from bot.core.results import BestResult, ContenderResult, ProblemResult
+from bot.core.results import ProblemResult
 from bot.core.results import Skipped as SkippedResult
+from bot.core.results_contenders import BestResult, ContenderResult
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
 from bot.propose.derive import Base, bases_for
