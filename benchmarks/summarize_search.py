@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.core.domain import Measurement
+from bot.core.measurement import Measurement
 from bot.core.stats import geomean, speedup
 
 

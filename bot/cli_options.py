@@ -16,7 +16,7 @@ import click
 from click.core import ParameterSource
 
 from bot.config import OVERRIDE_CHECKS, command_line_settings, load_settings
-from bot.core.domain import STEADY_REPLICAS
+from bot.core.measurement import STEADY_REPLICAS
 from bot.core.settings import DEFAULTS, Backend, DeviceChoice, SandboxKind, Settings, Strategy, TimingMode, choices
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -15,13 +15,13 @@ from bot.core.domain import (
     CandidateSource,
     CheckResult,
     Environment,
-    Measurement,
     Origin,
     Problem,
     Shape,
     Trigger,
     Verdict,
 )
+from bot.core.measurement import Measurement
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 from bot.engine.optimize import Attempt, OptimizeResult
 from bot.engine.outputs import results_document

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from bot.core.domain import Measurement
+from bot.core.measurement import Measurement
 from bot.core.stats import WorkerSpread, converged, geomean, speedup, worker_spread
 
 
@@ -240,7 +240,7 @@ def test_the_interval_is_a_function_of_the_samples_alone(tmp_path):
     spread = worker_spread([base, cand], trusted=base)
     here = speedup(base, cand, spread=spread)
     code = (
-        "import json, sys; from bot.core.stats import speedup, WorkerSpread; from bot.core.domain import Measurement as M\n"  # noqa: E501
+        "import json, sys; from bot.core.stats import speedup, WorkerSpread; from bot.core.measurement import Measurement as M\n"  # noqa: E501
         "b, c, s = json.loads(sys.argv[1])\n"
         "r = speedup(M.from_samples_json(b), M.from_samples_json(c), spread=WorkerSpread(*s))\n"
         "print(json.dumps([r.ratio, r.ci_low, r.ci_high, 'numpy' in sys.modules]))"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import CANDIDATES, PROBLEMS, typed
 
-from bot.core.domain import CandidateSource, Measurement, Origin, Speedup, Trigger, Verdict
+from bot.core.domain import CandidateSource, Origin, Trigger, Verdict
+from bot.core.measurement import Measurement, Speedup
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 from bot.core.plausible import implausibility
 from bot.core.results import Results

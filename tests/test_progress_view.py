@@ -84,7 +84,8 @@ def test_quiet_prints_nothing_in_either_mode():
 
 
 def test_final_table_is_a_table_on_a_terminal_only():
-    from bot.core.results import BestResult, ProblemResult
+    from bot.core.results import ProblemResult
+    from bot.core.results_contenders import BestResult
 
     best = BestResult("compile-default-reference", "source", "0" * 64, 6.37, (6.25, 6.48), ())
     problems = [

@@ -408,7 +408,8 @@ def test_autotuning_leaves_out_settings_already_tried():
 
 
 def _tuned_outcome(source: str, ratio: float, accepted: bool = True, parent: str = ""):
-    from bot.core.domain import CandidateSource, Origin, Speedup, Verdict
+    from bot.core.domain import CandidateSource, Origin, Verdict
+    from bot.core.measurement import Speedup
     from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 
     name = "tune-" + "-".join(f"{k.lower()}{v}" for k, v in tunable_constants(source).items())

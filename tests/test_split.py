@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from conftest import ROOT
 
-from bot.core.domain import CandidateSource, Environment, Origin, Speedup, Verdict
+from bot.core.domain import CandidateSource, Environment, Origin, Verdict
+from bot.core.measurement import Speedup
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.optimize import Attempt, split_candidates

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.core import stats as bench
-from bot.core.domain import CandidateSource, Environment, Measurement, Problem, Speedup, Verdict
+from bot.core.domain import CandidateSource, Environment, Problem, Verdict
+from bot.core.measurement import Measurement, Speedup
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class ShapeOutcome:
         return 100.0 * self.floor_us / self.measurement.median_us
 
     def to_json(self) -> dict[str, Any]:
-        from bot.core.results import ShapeResult  # it builds on this module
+        from bot.core.results_shapes import ShapeResult  # it builds on this module
 
         return ShapeResult.of(self).to_json()
 
@@ -75,8 +76,8 @@ class ContenderOutcome:
         return self.verdict.accepted and ci is not None and ci[0] >= min_speedup and not self.slower_shapes()
 
     def to_json(self) -> dict[str, Any]:
-        """Its form in results.json (bot.core.results.ContenderResult)."""
-        from bot.core.results import ContenderResult  # it builds on this module
+        """Its form in results.json (bot.core.results_contenders.ContenderResult)."""
+        from bot.core.results_contenders import ContenderResult  # it builds on this module
 
         return ContenderResult.of(self).to_json()
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import accumulate, repeat, starmap
 from operator import mul
 
-from bot.core.domain import Measurement, Speedup
+from bot.core.measurement import Measurement, Speedup
 from bot.core.settings import DEFAULTS
 
 

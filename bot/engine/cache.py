@@ -16,7 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bot.core.domain import CandidateSource, CheckResult, Measurement, Problem, Speedup, Verdict, source_hash
+from bot.core.domain import CandidateSource, CheckResult, Problem, Verdict, source_hash
+from bot.core.measurement import Measurement, Speedup
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bot.core import stats as bench
-from bot.core.domain import Measurement
+from bot.core.measurement import Measurement
 
 LEVEL = 0.99  # wider than the claims' 95 %: the look is repeated
 LOOK_GROWTH = 1.5  # a look after rounds 3, 5, 8, 12, 18, ...

@@ -12,8 +12,9 @@ from bot.core.domain import CandidateSource, Environment, Problem, Progress
 from bot.core.errors import ProblemError
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible, implausibility
-from bot.core.results import BestResult, ContenderResult, ProblemResult
+from bot.core.results import ProblemResult
 from bot.core.results import Skipped as SkippedResult
+from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.settings import DEFAULTS, Backend, Strategy
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.llm_rounds import Rounds, llm_rounds

@@ -9,7 +9,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bot.core.domain import CheckResult, Measurement, Problem, Shape
+from bot.core.domain import CheckResult, Problem, Shape
+from bot.core.measurement import Measurement
 from bot.core.settings import DEFAULTS, TimingMode
 from bot.engine import verify
 from bot.engine.harness_cost import HarnessCost, timed_exchange

@@ -17,16 +17,10 @@ from dataclasses import replace
 from typing import Any
 
 from bot.core import stats as bench
-from bot.core.domain import Measurement, Speedup
-from bot.core.results import (
-    BestResult,
-    ContenderResult,
-    MeasurementResult,
-    ProblemResult,
-    Results,
-    Samples,
-    ShapeResult,
-)
+from bot.core.measurement import Measurement, Speedup
+from bot.core.results import ProblemResult, Results
+from bot.core.results_contenders import BestResult, ContenderResult
+from bot.core.results_shapes import MeasurementResult, Samples, ShapeResult
 
 REL_TOLERANCE = 1e-9  # JSON round-trips floats exactly; this only absorbs summation order
 

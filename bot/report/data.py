@@ -17,7 +17,9 @@ from typing import Any
 
 from bot.core.domain import Environment
 from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP
-from bot.core.results import BestResult, ContenderResult, ProblemResult, Results, ShapeResult
+from bot.core.results import ProblemResult, Results
+from bot.core.results_contenders import BestResult, ContenderResult
+from bot.core.results_shapes import ShapeResult
 
 MISSING = "–"  # en dash: one glyph for "absent" in every table
 _WHITESPACE = re.compile(r"\s+")

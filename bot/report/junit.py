@@ -12,7 +12,8 @@ from typing import Any
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
-from bot.core.results import ContenderResult, ProblemResult, Results
+from bot.core.results import ProblemResult, Results
+from bot.core.results_contenders import ContenderResult
 from bot.report import data as rd
 
 _MESSAGE_MAX_CHARS = 500  # failure `message` is an attribute: reporters show it on one line

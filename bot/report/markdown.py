@@ -11,7 +11,8 @@ from typing import Any
 
 from bot.core.distributions import DESCRIPTIONS, DISTRIBUTIONS
 from bot.core.plausible import FLAG
-from bot.core.results import ContenderResult, ProblemResult, Results
+from bot.core.results import ProblemResult, Results
+from bot.core.results_contenders import ContenderResult
 from bot.report import data as rd
 
 REPORT_MARKER = "<!-- kernel-bot:report -->"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.core.domain import STEADY_REPLICAS
+from bot.core.measurement import STEADY_REPLICAS
 from bot.core.outcomes import ContenderOutcome, Evaluation
 
 
@@ -91,7 +91,7 @@ def render_table(evaluation: Evaluation) -> str:
 
 
 # Shapes this short move by about 2 % between runs at two processes per contender (38 us and
-# longer held 0.3 % on the H200; bot.core.domain.STEADY_REPLICAS). Verdicts stay right (the processes'
+# longer held 0.3 % on the H200; bot.core.measurement.STEADY_REPLICAS). Verdicts stay right (the processes'
 # spread widens the intervals), but a user comparing such a shape's medians across runs should know.
 LAUNCH_BOUND_US = 10.0
 
