@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from bot.core.domain import CheckResult
 from bot.engine import verify
 from bot.engine.workers import WorkerClient, ask, parse_reply
-from bot.protocol.messages import Outputs, Quiet, Request, Stage, Time
+from bot.protocol.batches import Outputs, Quiet, Stage, Time
+from bot.protocol.typed import Request
 from bot.sandbox import memory
 
 if TYPE_CHECKING:

@@ -19,7 +19,8 @@ from bot.engine.harness_cost import HarnessCost, timed_exchange
 from bot.engine.staging import StagingRefused, stage
 from bot.engine.trials import ReferenceInfo, failure_check
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
-from bot.protocol.messages import Fingerprints, Outputs, Time
+from bot.protocol.batches import Outputs, Time
+from bot.protocol.messages import Fingerprints
 
 
 @dataclass(frozen=True)

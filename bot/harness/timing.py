@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from bot.harness import shared
-from bot.protocol.messages import Failure, Quiet, QuietReply, Time, TimeReply
+from bot.protocol.batches import Quiet, QuietReply, Time, TimeReply
+from bot.protocol.typed import Failure
 
 FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBench
 

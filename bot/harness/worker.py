@@ -29,11 +29,12 @@ from bot.harness import shared, staging, support, triton_interp
 from bot.harness.env import describe_environment, timer_overhead_us
 from bot.harness.timing import Rotation, TimedCalls
 from bot.harness.tuning_gate import TuningGate
+from bot.protocol.batches import Outputs, OutputsReply, Stage, StageInto, StageReply
 from bot.protocol.channel import Channel, ChannelClosed
+from bot.protocol.dispatch import parse_request, serve
 from bot.protocol.messages import (
     Construct,
     ConstructReply,
-    Done,
     Fingerprints,
     FingerprintsReply,
     GateReply,
@@ -41,18 +42,10 @@ from bot.protocol.messages import (
     HelloReply,
     Load,
     LoadReply,
-    Message,
-    Outputs,
-    OutputsReply,
-    ProtocolError,
     Run,
     RunReply,
-    Stage,
-    StageInto,
-    StageReply,
-    parse_request,
-    serve,
 )
+from bot.protocol.typed import Done, Message, ProtocolError
 
 
 class Harness(TimedCalls):
