@@ -4,7 +4,7 @@ before it on CUDA, every output fingerprinted for the parent to check.
 
 A part of bot.harness.worker.Harness, kept apart for size: the harness supplies the model, its device,
 the inputs drawn from a seed (`_inputs`), the fingerprints (`_fingerprints`,
-`_fingerprint_tensors`) and the thread listing (`_new_threads`).
+`_fingerprint_tensors`, bot/harness/checked.py) and the thread listing (`_new_threads`).
 """
 
 from __future__ import annotations
