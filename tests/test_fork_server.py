@@ -18,7 +18,8 @@ from bot.engine.problems import load_problem
 from bot.sandbox import process
 from bot.sandbox.base import BOT_ROOT, WorkerLaunch, worker_env
 from bot.sandbox.contained import containment
-from bot.sandbox.fork_server import ForkServer, _shut_nvml_down, cuda_driver_initialized
+from bot.sandbox.fork_client import ForkServer
+from bot.sandbox.fork_server import _shut_nvml_down, cuda_driver_initialized
 from bot.sandbox.isolate import UID_BASE
 
 NAMESPACES = containment().namespaces  # root here and on CI: each worker in its own namespaces
@@ -162,10 +163,10 @@ def test_confine_caps_the_address_space_of_a_cpu_worker():
 
 
 def test_a_server_that_cannot_start_leaves_workers_to_start_plainly(tmp_path, quick_options, monkeypatch):
-    from bot.sandbox import fork_server
+    from bot.sandbox import fork_client
 
     monkeypatch.setattr(process, "_servers", {})
-    monkeypatch.setattr(fork_server, "BOOT", "raise SystemExit('no torch here')")
+    monkeypatch.setattr(fork_client, "BOOT", "raise SystemExit('no torch here')")
     assert process.fork_server_for(_cpu_launch(tmp_path)) is None
     assert process._servers[(sys.executable, "cpu")] is None  # not tried again for every worker
     verdicts = _evaluate(["honest", "slow2x", "crash_segfault"], quick_options)
@@ -259,10 +260,10 @@ DRIVER_TOUCHED_BOOT = (
 def test_a_server_whose_imports_initialised_the_driver_starts_again_without_the_compiler(
     tmp_path, quick_options, monkeypatch
 ):
-    from bot.sandbox import fork_server
+    from bot.sandbox import fork_client
 
     monkeypatch.setattr(process, "_servers", {})
-    monkeypatch.setattr(fork_server, "BOOT", DRIVER_TOUCHED_BOOT)
+    monkeypatch.setattr(fork_client, "BOOT", DRIVER_TOUCHED_BOOT)
     server = process.fork_server_for(_cpu_launch(tmp_path))
     assert server is not None and not server.compiler
     seen = _probe(tmp_path, quick_options)

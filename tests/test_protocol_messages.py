@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bot.protocol import batches as b
+from bot.protocol import dispatch as d
 from bot.protocol import messages as m
+from bot.protocol import typed as t
 from bot.protocol.channel import decode, encode
 
 META = [{"type": "Tensor", "dtype": "float32", "shape": [2, 3], "device": "cpu"}]
@@ -22,11 +25,11 @@ REQUESTS = [
     m.Run(seed=1, distribution="standard", gate=True),
     m.Run(seed=1, distribution="standard", want="both", fp_seed=9),
     m.Fingerprints(seeds=[1, 2], distribution="standard", fp_seed=9, want="outputs"),
-    m.Stage(seeds=[1, 2], distribution="standard", stub=True, meta=META, expose=False),
-    m.StageInto(layout=[[{"tensor": ["float32", [2, 3]]}, {"value": 3, "tuple": False}]]),
-    m.Time(fp_seed=5, mode="throughput", stub=False),
-    m.Outputs(picks=[0, 2]),
-    m.Quiet(chunks=30, chunk_us=100.0),
+    b.Stage(seeds=[1, 2], distribution="standard", stub=True, meta=META, expose=False),
+    b.StageInto(layout=[[{"tensor": ["float32", [2, 3]]}, {"value": 3, "tuple": False}]]),
+    b.Time(fp_seed=5, mode="throughput", stub=False),
+    b.Outputs(picks=[0, 2]),
+    b.Quiet(chunks=30, chunk_us=100.0),
     m.Gate(),
     m.Release(),
 ]
@@ -36,7 +39,7 @@ REQUESTS = [
 def test_every_request_survives_the_channel(request_):
     wire = decode(encode(request_.to_wire()))
     assert wire["op"] == request_.op
-    assert m.parse_request(wire) == request_
+    assert d.parse_request(wire) == request_
 
 
 REPLIES = [
@@ -55,17 +58,17 @@ REPLIES = [
         m.FingerprintsReply(fingerprints=[[[1.0, 2.0, 0.0]]], outputs=[[OUT]]),
     ),
     (
-        m.Stage(seeds=[1], distribution="standard", expose=True),
-        m.StageReply(layout=[[{"tensor": ["float32", [2, 3]]}]], regions=[[[4096, 24]]]),
+        b.Stage(seeds=[1], distribution="standard", expose=True),
+        b.StageReply(layout=[[{"tensor": ["float32", [2, 3]]}]], regions=[[[4096, 24]]]),
     ),
-    (m.StageInto(layout=[[{"tensor": ["float32", [2, 3]]}]]), m.StageReply(regions=[[[8192, 24]]])),
+    (b.StageInto(layout=[[{"tensor": ["float32", [2, 3]]}]]), b.StageReply(regions=[[[8192, 24]]])),
     (
-        m.Time(fp_seed=1, calls=2),
-        m.TimeReply(host_us=[1.0, 2.0], event_us=None, fingerprints=[["d1"], ["d2"]], new_threads=[]),
+        b.Time(fp_seed=1, calls=2),
+        b.TimeReply(host_us=[1.0, 2.0], event_us=None, fingerprints=[["d1"], ["d2"]], new_threads=[]),
     ),
     (
-        m.Time(fp_seed=1, mode="throughput", calls=2),
-        m.TimeReply(
+        b.Time(fp_seed=1, mode="throughput", calls=2),
+        b.TimeReply(
             host_us=[9.0],
             event_us=[3.0, 4.0],
             fingerprints=[[[1.0, 2.0, 0.0]]] * 2,
@@ -74,10 +77,10 @@ REPLIES = [
             samples_us=[3.0, 4.0],
         ),
     ),
-    (m.Outputs(picks=[1]), m.OutputsReply(outputs=[[OUT]])),
-    (m.Quiet(chunks=2, chunk_us=100.0), m.QuietReply(wall_us=250.0, intervals_us=[100.0, 101.0])),
+    (b.Outputs(picks=[1]), b.OutputsReply(outputs=[[OUT]])),
+    (b.Quiet(chunks=2, chunk_us=100.0), b.QuietReply(wall_us=250.0, intervals_us=[100.0, 101.0])),
     (m.Gate(), m.GateReply(hooks=["triton Autotuner._bench"])),
-    (m.Release(), m.Done()),
+    (m.Release(), t.Done()),
 ]
 
 
@@ -104,15 +107,15 @@ def test_every_reply_survives_the_channel(request_, reply):
 
 
 def test_the_time_reply_samples_are_the_parents_per_call_times():
-    cpu = m.TimeReply(host_us=[1.0, 2.0], event_us=None, fingerprints=[], new_threads=[])
-    cuda = m.TimeReply(host_us=[1.5, 2.5], event_us=[1.0, 2.0], fingerprints=[], new_threads=[])
-    b2b = m.TimeReply(
+    cpu = b.TimeReply(host_us=[1.0, 2.0], event_us=None, fingerprints=[], new_threads=[])
+    cuda = b.TimeReply(host_us=[1.5, 2.5], event_us=[1.0, 2.0], fingerprints=[], new_threads=[])
+    b2b = b.TimeReply(
         host_us=[9.0], event_us=[3.0, 1.0], fingerprints=[], new_threads=[], batch_span_us=8.0, samples_us=[3.0, 4.0]
     )
     assert (cpu.samples, cuda.samples, b2b.samples) == ([1.0, 2.0], [1.0, 2.0], [3.0, 4.0])
 
 
-TIME = m.Time(fp_seed=1, calls=2)
+TIME = b.Time(fp_seed=1, calls=2)
 GOOD_TIME = {"ok": True, "host_us": [1.0, 2.0], "event_us": None, "fingerprints": [["d"], ["d"]], "new_threads": []}
 
 
@@ -135,7 +138,7 @@ GOOD_TIME = {"ok": True, "host_us": [1.0, 2.0], "event_us": None, "fingerprints"
 )
 def test_a_malformed_time_reply_is_refused_naming_the_field(change, says):
     wire = {k: v for k, v in {**GOOD_TIME, **change}.items() if v is not None or k == "event_us"}
-    with pytest.raises(m.ProtocolError, match="malformed reply to op 'time'") as caught:
+    with pytest.raises(t.ProtocolError, match="malformed reply to op 'time'") as caught:
         TIME.parse_reply(wire)
     assert says in str(caught.value)
 
@@ -143,12 +146,12 @@ def test_a_malformed_time_reply_is_refused_naming_the_field(change, says):
 @pytest.mark.parametrize(
     "request_,wire,says",
     [
-        (m.Outputs(picks=[0, 1]), {"ok": True, "outputs": [[OUT]]}, "outputs: expected 2 entries, got 1"),
-        (m.Outputs(picks=[0]), {"ok": True, "outputs": [["not a tensor"]]}, "outputs[0][0]: expected a tensor"),
-        (m.Outputs(picks=[0]), {"ok": True, "outputs": {"0": [OUT]}}, "OutputsReply.outputs: expected a list"),
-        (m.Quiet(chunks=3, chunk_us=1.0), {"ok": True, "wall_us": 5.0, "intervals_us": [1.0]}, "expected 3 entries"),
+        (b.Outputs(picks=[0, 1]), {"ok": True, "outputs": [[OUT]]}, "outputs: expected 2 entries, got 1"),
+        (b.Outputs(picks=[0]), {"ok": True, "outputs": [["not a tensor"]]}, "outputs[0][0]: expected a tensor"),
+        (b.Outputs(picks=[0]), {"ok": True, "outputs": {"0": [OUT]}}, "OutputsReply.outputs: expected a list"),
+        (b.Quiet(chunks=3, chunk_us=1.0), {"ok": True, "wall_us": 5.0, "intervals_us": [1.0]}, "expected 3 entries"),
         (
-            m.Quiet(chunks=1, chunk_us=1.0),
+            b.Quiet(chunks=1, chunk_us=1.0),
             {"ok": True, "wall_us": float("nan"), "intervals_us": [1.0]},
             "a finite number",
         ),
@@ -184,14 +187,14 @@ def test_a_malformed_time_reply_is_refused_naming_the_field(change, says):
             {"ok": True, "fingerprints": [None, None], "outputs": [[OUT], [OUT]]},
             "fingerprints: one is missing",
         ),
-        (m.StageInto(layout=[[], []]), {"ok": True, "regions": [[[1, 2, 3]]]}, "[address, bytes]"),
-        (m.StageInto(layout=[[], []]), {"ok": True}, "regions: expected 2 entries, got none"),
+        (b.StageInto(layout=[[], []]), {"ok": True, "regions": [[[1, 2, 3]]]}, "[address, bytes]"),
+        (b.StageInto(layout=[[], []]), {"ok": True}, "regions: expected 2 entries, got none"),
         (m.Gate(), {"ok": True, "hooks": [1]}, "GateReply.hooks[0]: expected a string"),
         (m.Gate(), ["ok"], "GateReply: expected an object, got list"),
     ],
 )
 def test_malformed_replies_are_refused_naming_the_field(request_, wire, says):
-    with pytest.raises(m.ProtocolError) as caught:
+    with pytest.raises(t.ProtocolError) as caught:
         request_.parse_reply(wire)
     assert says in str(caught.value) and f"op {request_.op!r}" in str(caught.value)
 
@@ -210,22 +213,22 @@ def test_malformed_replies_are_refused_naming_the_field(request_, wire, says):
     ],
 )
 def test_malformed_requests_are_refused_naming_the_field(wire, says):
-    with pytest.raises(m.ProtocolError) as caught:
-        m.parse_request(wire)
+    with pytest.raises(t.ProtocolError) as caught:
+        d.parse_request(wire)
     assert says in str(caught.value)
 
 
 def test_a_failure_reply_round_trips():
-    failure = m.Failure(phase="call", error="RuntimeError: boom", traceback="tb")
+    failure = t.Failure(phase="call", error="RuntimeError: boom", traceback="tb")
     assert failure.to_wire() == {"ok": False, "phase": "call", "error": "RuntimeError: boom", "traceback": "tb"}
-    assert m.Failure.from_wire(failure.to_wire()) == failure
-    with pytest.raises(m.ProtocolError, match="Failure.phase: expected a string"):
-        m.Failure.from_wire({"ok": False, "phase": 3, "error": "x"})
+    assert t.Failure.from_wire(failure.to_wire()) == failure
+    with pytest.raises(t.ProtocolError, match="Failure.phase: expected a string"):
+        t.Failure.from_wire({"ok": False, "phase": 3, "error": "x"})
 
 
 def test_messages_are_frozen_and_hold_tensors_without_copying():
-    reply = m.OutputsReply(outputs=[[OUT]])
-    assert m.Outputs(picks=[0]).parse_reply(reply.to_wire()).outputs[0][0] is OUT
+    reply = b.OutputsReply(outputs=[[OUT]])
+    assert b.Outputs(picks=[0]).parse_reply(reply.to_wire()).outputs[0][0] is OUT
     with pytest.raises(AttributeError):
         reply.outputs = []  # type: ignore[misc]
 
@@ -233,5 +236,5 @@ def test_messages_are_frozen_and_hold_tensors_without_copying():
 def test_the_tuning_gates_exchange_is_typed_too():
     assert m.GateAsk("want").to_wire() == {"gate": "want"}
     assert m.GateAnswer.from_wire(m.GateAnswer(m.GateAnswer.GRANTED).to_wire()).gate == "granted"
-    with pytest.raises(m.ProtocolError, match="GateAsk.gate: expected a string"):
+    with pytest.raises(t.ProtocolError, match="GateAsk.gate: expected a string"):
         m.GateAsk.from_wire({"gate": {"want": True}})

@@ -329,7 +329,7 @@ def test_few_contenders_are_retired_together_when_timing_ends():
 
 
 def test_the_parents_clock_shows_the_time_a_worker_leaves_out_of_its_report():
-    from bot.engine import verify
+    from bot.engine import hidden
 
     for mode in ("latency", "throughput"):  # calls timed one by one, and batches back to back
         options = TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=4_000, mode=mode)
@@ -348,7 +348,7 @@ def test_the_parents_clock_shows_the_time_a_worker_leaves_out_of_its_report():
         # The stand-in's own work per call is nil: what is unexplained is what the liar hid (600 us).
         assert min(records["liar"].unexplained_us) > 500, mode
         assert max(records["liar"].reported_us) < 300, mode
-        checks = {n: verify.check_hidden_time(f) for n, f in verify.hidden_time_checks(records, "base").items()}
+        checks = {n: hidden.check_hidden_time(f) for n, f in hidden.hidden_time_checks(records, "base").items()}
         assert set(checks) == {"base", "honest", "liar"}
         assert checks["honest"].passed, (mode, checks["honest"].details)
         assert not checks["liar"].passed and "tampered" in checks["liar"].evidence, checks["liar"].details

@@ -13,7 +13,8 @@ from conftest import PROBLEMS
 import bot.harness.shared as shared
 import bot.harness.timing as worker_timing
 import bot.harness.worker as worker
-from bot.protocol.messages import Construct, Load, parse_request
+from bot.protocol.dispatch import parse_request
+from bot.protocol.messages import Construct, Load
 
 
 class _Event:

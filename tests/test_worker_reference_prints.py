@@ -11,7 +11,8 @@ from conftest import PROBLEMS
 import bot.harness.shared as shared
 import bot.harness.worker as worker
 from bot.core.distributions import DISTRIBUTIONS
-from bot.protocol.messages import Construct, Fingerprints, Load, Release, Run, parse_request
+from bot.protocol.dispatch import parse_request
+from bot.protocol.messages import Construct, Fingerprints, Load, Release, Run
 
 
 def _reference(monkeypatch, hashed: list[int]):

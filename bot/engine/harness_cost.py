@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from bot.core.domain import CheckResult
 from bot.engine import verify
+from bot.engine.hidden import spread
 from bot.engine.workers import WorkerClient, ask, parse_reply
-from bot.protocol.messages import Outputs, Quiet, Request, Stage, Time
+from bot.protocol.batches import Outputs, Quiet, Stage, Time
+from bot.protocol.typed import Request
 from bot.sandbox import memory
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ class Calibration:
 
     def set_fixed(self, singles: Sequence[float]) -> None:
         self.fixed_us = statistics.median(singles)
-        self.fixed_spread_us = verify.spread(singles)
+        self.fixed_spread_us = spread(singles)
 
     def add_round(self, n: int, measured_us: float) -> None:
         self.per_call_us.append(max(measured_us - (self.fixed_us or 0.0), 0.0) / n)
@@ -70,7 +72,7 @@ class Calibration:
         recent = self.per_call_us[-self.ROUNDS_KEPT :] or [0.0]
         return (
             (self.fixed_us or 0.0) + n * statistics.median(recent),
-            self.fixed_spread_us + n * verify.spread(self.per_call_us or [0.0]),
+            self.fixed_spread_us + n * spread(self.per_call_us or [0.0]),
         )
 
 

@@ -17,6 +17,7 @@ from bot.engine.eval_workers import Replicas, construct_all, release_caches
 from bot.engine.failures import problem_failure
 from bot.engine.futility import Futility, bar
 from bot.engine.gpulock import device_key, gpu_exclusive, gpu_shared
+from bot.engine.hidden import check_hidden_time, hidden_time_checks
 from bot.engine.timing import TimedShape, TimingHooks, TimingRecord, time_interleaved
 from bot.engine.trials import (
     DeviceHolds,
@@ -159,11 +160,9 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         info.nbytes, info.flops, peaks_for(environment.device_name) if environment.device == "cuda" else None
     )
     # First: the times below count what the parent's clock saw and a report left out.
-    hidden = verify.hidden_time_checks(
-        {n: r for n, r in records.items() if not r.failed}, names[0] if has_baseline else None
-    )
+    hidden = hidden_time_checks({n: r for n, r in records.items() if not r.failed}, names[0] if has_baseline else None)
     for name, found in hidden.items():
-        checks[name].append(verify.check_hidden_time(found))
+        checks[name].append(check_hidden_time(found))
         records[name].counted_us = found.counted_us
     for name, rec in records.items():
         checks[name].extend(rec.checks)

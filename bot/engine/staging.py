@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from bot.engine.harness_cost import timed_exchange
 from bot.engine.workers import WorkerClient, ask
-from bot.protocol.messages import Stage, StageInto
+from bot.protocol.batches import Stage, StageInto
 from bot.sandbox import memory
 
 if TYPE_CHECKING:

@@ -13,11 +13,13 @@ from bot.core.domain import CheckResult, Problem, Shape
 from bot.core.measurement import Measurement
 from bot.core.settings import DEFAULTS, TimingMode
 from bot.engine import verify
+from bot.engine.compare import check_commitment, compare_outputs
 from bot.engine.harness_cost import HarnessCost, timed_exchange
 from bot.engine.staging import StagingRefused, stage
 from bot.engine.trials import failure_check
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
-from bot.protocol.messages import Fingerprints, Outputs, Time
+from bot.protocol.batches import Outputs, Time
+from bot.protocol.messages import Fingerprints
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class TimingRecord:
     event_us: list[float] = field(default_factory=list)
     # Per kept batch, per call: the host time the worker reported (the calls' own, or on CUDA in
     # "throughput" and "graph" its whole batch's), and the parent's wall time it leaves
-    # unexplained beyond the harness's measured work (HarnessCost; verify.check_hidden_time).
+    # unexplained beyond the harness's measured work (HarnessCost; bot.engine.hidden.check_hidden_time).
     reported_us: list[float] = field(default_factory=list)
     unexplained_us: list[float] = field(default_factory=list)
     harness_us: list[float] = field(default_factory=list)  # per kept batch, per call: HarnessCost's median
@@ -68,7 +70,7 @@ class TimingRecord:
 
     def measurement(self) -> Measurement | None:
         """The samples, each with `counted_us` added: the time per call the parent's clock saw
-        and the worker's report left out (verify.hidden_time), so that the work of a contender
+        and the worker's report left out (bot.engine.hidden.hidden_time), so that the work of a contender
         that hid it below the rejection bound is still counted."""
         if not self.samples_us:
             return None
@@ -156,12 +158,10 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         label = f"shape {shape.name}, timed call {len(record.samples_us) + i + 1}"
         revealed = got.outputs[n] if full else []
         results.append(
-            verify.check_commitment(
-                reply.fingerprints[i], revealed, ref.fingerprints[n], dtypes, problem.tolerance, label
-            )
+            check_commitment(reply.fingerprints[i], revealed, ref.fingerprints[n], dtypes, problem.tolerance, label)
         )
         if full:
-            results.extend(verify.compare_outputs(ref.outputs[n], revealed, dtypes, problem.tolerance, label))
+            results.extend(compare_outputs(ref.outputs[n], revealed, dtypes, problem.tolerance, label))
     record.checks.extend(results)
     if not all(r.passed for r in results):
         record.failed = True

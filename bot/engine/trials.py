@@ -12,6 +12,7 @@ from typing import Any
 
 from bot.core.domain import CheckResult, Problem, Shape
 from bot.engine import verify
+from bot.engine.compare import compare_values
 from bot.engine.gpulock import GpuHandover
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.messages import Gate, ReferenceRun, Release, Run
@@ -181,7 +182,7 @@ def run_trials(
             if all(r.passed for r in results):
                 for i, (expected, actual) in enumerate(zip(ref.outputs, got.outputs)):
                     out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
-                    result = verify.compare_values(expected, actual, dtypes[i], problem.tolerance, out_label)
+                    result = compare_values(expected, actual, dtypes[i], problem.tolerance, out_label)
                     stats.add(result.details, dist == "standard")
                     results.append(result)
             found.extend(results)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
-from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply, ProtocolError, Request
+from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply
+from bot.protocol.typed import ProtocolError, Request
 from bot.sandbox import freezer
 from bot.sandbox.base import RunningWorker, Sandbox, WorkerLaunch
 from bot.sandbox.cores import timing_core, worker_cores
@@ -232,7 +233,7 @@ class WorkerClient:
 def ask(
     worker: WorkerClient, request: Request, timeout_s: float, phase: str, gate: Callable[[str], str] | None = None
 ) -> Any:
-    """Send a typed request (bot.protocol.messages) and return its reply, checked field by
+    """Send a typed request (bot.protocol.messages, .batches) and return its reply, checked field by
     field and against the request. The reply is the candidate's process's word: a malformed
     one fails the contender (phase "protocol"), never the bot."""
     wire = request.to_wire()

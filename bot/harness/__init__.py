@@ -4,7 +4,7 @@ Trust rule: every module here runs in the candidate's process, after the candida
 imported, so at run time it is the candidate's. A candidate can rebind anything in it
 (`sys.modules["bot.harness.shared"].perf_ns`, `Harness` methods), so nothing the harness
 reports is trusted without a check from outside the worker: the parent's own clock around
-each timed call (bot.engine.timing, bot.engine.verify), outputs compared with a reference
+each timed call (bot.engine.timing, bot.engine.hidden), outputs compared with a reference
 computed in another process, threads counted by the kernel (bot.engine.workers).
 
 It imports only bot.core and bot.protocol besides the standard library, torch, numpy and

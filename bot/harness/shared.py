@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from bot.protocol.messages import Failure
+from bot.protocol.typed import Failure
 
 # --- originals, captured before any candidate code exists in this process ------------
 perf_ns = time.perf_counter_ns

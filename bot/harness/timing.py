@@ -4,7 +4,7 @@ before it on CUDA, every output fingerprinted for the parent to check.
 
 A part of bot.harness.worker.Harness, kept apart for size: the harness supplies the model, its device,
 the inputs drawn from a seed (`_inputs`), the fingerprints (`_fingerprints`,
-`_fingerprint_tensors`) and the thread listing (`_new_threads`).
+`_fingerprint_tensors`, bot/harness/checked.py) and the thread listing (`_new_threads`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from bot.harness import shared
-from bot.protocol.messages import Failure, Quiet, QuietReply, Time, TimeReply
+from bot.protocol.batches import Quiet, QuietReply, Time, TimeReply
+from bot.protocol.typed import Failure
 
 FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBench
 

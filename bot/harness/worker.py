@@ -8,54 +8,43 @@ a reference computed in another process.
 Everything the harness relies on is captured at import time, before any candidate code is
 imported (bot/harness/shared.py), so a candidate that patches `time.perf_counter_ns`,
 `torch.cuda.Event.elapsed_time` or `torch.Tensor.clone` changes what it sees, not what the
-harness measures. The timed calls are in bot/harness/timing.py, the machine's description in
-bot/harness/env.py. Only the standard library, torch, numpy and (optionally) triton are used.
+harness measures. The checked calls are in bot/harness/checked.py, the timed calls in
+bot/harness/timing.py, the machine's description in bot/harness/env.py. Only the standard
+library, torch, numpy and (optionally) triton are used.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import threading
-from dataclasses import replace
 from typing import Any
 
 import torch
 
 from bot.harness import inputs as worker_inputs
 from bot.harness import shared, staging, support, triton_interp
+from bot.harness.checked import CheckedCalls
 from bot.harness.env import describe_environment, timer_overhead_us
 from bot.harness.timing import Rotation, TimedCalls
 from bot.harness.tuning_gate import TuningGate
+from bot.protocol.batches import Outputs, OutputsReply, Stage, StageInto, StageReply
 from bot.protocol.channel import Channel, ChannelClosed
+from bot.protocol.dispatch import parse_request, serve
 from bot.protocol.messages import (
     Construct,
     ConstructReply,
-    Done,
-    Fingerprints,
-    FingerprintsReply,
     GateReply,
     Hello,
     HelloReply,
     Load,
     LoadReply,
-    Message,
-    Outputs,
-    OutputsReply,
-    ProtocolError,
-    Run,
-    RunReply,
-    Stage,
-    StageInto,
-    StageReply,
-    parse_request,
-    serve,
 )
+from bot.protocol.typed import Done, Message, ProtocolError
 
 
-class Harness(TimedCalls):
+class Harness(CheckedCalls, TimedCalls):
     def __init__(self, channel: Channel, device: str, threads: int | None):
         self.ch = channel
         self.device = device
@@ -190,81 +179,6 @@ class Harness(TimedCalls):
         dtype = getattr(torch, self.precision)
         return [shared.to(x, dtype) if shared.is_tensor(x) and x.is_floating_point() else x for x in inputs]
 
-    def op_run(self, msg: Run) -> dict:
-        """One checked call: full outputs (or fingerprints) for the parent to compare."""
-        try:
-            inputs = self._inputs(msg.seed, msg.distribution)
-        except Exception as exc:
-            return shared.failure("problem", exc)
-        # Checks of timed calls (requests that say what they want) compare outputs only. Hashing the inputs
-        # goes through host memory: for 2 GB of logits it cost seconds per timed batch.
-        before = [] if msg.want else [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
-        if self.precision != "native":  # the reference: values from the upcast model
-            return self._reference_run(inputs, before, msg)
-        if self.device == "cuda":
-            support.poison_free_cuda_memory()
-        gated = self.gate.gated_call() if msg.gate and self.gate is not None else contextlib.nullcontext()
-        try:
-            with torch.no_grad():
-                shared.cuda_sync() if self.device == "cuda" else None
-                t0 = shared.perf_ns()
-                with gated:
-                    result = self.model(*inputs)
-                shared.cuda_sync() if self.device == "cuda" else None
-                host_us = (shared.perf_ns() - t0) / 1e3
-        except BaseException as exc:
-            return shared.failure("call", exc)
-        outputs = shared.as_outputs(result)
-        metas = [support.meta(o) for o in outputs]
-        after = [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
-        reply = RunReply(
-            meta=metas, inputs_before=before, inputs_after=after, host_us=host_us, new_threads=self._new_threads()
-        )
-        if all(m["type"] == "Tensor" for m in metas):
-            reply = self._answer(reply, [shared.detach(o) for o in outputs], msg)
-        return reply.to_wire()
-
-    def _answer(self, reply: RunReply, values: list[torch.Tensor], msg: Run) -> RunReply:
-        """Outputs and/or fingerprints, as the request says it wants them (a reference of native
-        precision answers timed-call checks through op_run too)."""
-        prints = self._fingerprints(values, int(msg.fp_seed)) if msg.want in ("fingerprint", "both") else None
-        return replace(reply, fingerprints=prints, outputs=values if msg.want != "fingerprint" else None)
-
-    def _reference_run(self, inputs: list[Any], before: list[str], msg: Run) -> dict:
-        try:
-            with torch.no_grad():
-                native = shared.as_outputs(self.native_model(*inputs))
-                exact = shared.as_outputs(self.model(*self._upcast(inputs)))
-            metas = [support.meta(o) for o in native]
-            if any(m["type"] != "Tensor" for m in metas):
-                raise TypeError(f"Model.forward returned {[m['type'] for m in metas]}, expected tensors")
-            values = []
-            for n, e in zip(native, exact):
-                dtype = support.transfer_dtype(n.dtype)
-                values.append(shared.to(e, dtype) if dtype is not None else shared.to(e, n.dtype))
-        except Exception as exc:
-            return shared.failure("problem", exc)
-        nbytes = sum(x.numel() * x.element_size() for x in inputs if shared.is_tensor(x))
-        nbytes += sum(o.numel() * o.element_size() for o in native)
-        nbytes += sum(p.numel() * p.element_size() for p in support.module_tensors(self.native_model))
-        flops = None
-        if callable(self.roofline_flops):
-            try:
-                flops = int(self.roofline_flops(*inputs))
-            except Exception as exc:
-                return shared.failure("problem", exc)
-        reply = RunReply(
-            meta=metas,
-            inputs_before=before,
-            bytes=nbytes,
-            flops=flops,
-            input_meta=[
-                f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x) else repr(x)
-                for x in inputs
-            ],
-        )
-        return self._answer(reply, values, msg).to_wire()
-
     def op_stage(self, msg: Stage | StageInto) -> dict:
         """A batch's inputs, before the parent opens its timing window (docs/verifier.md,
         "timed calls"). StageInto: empty buffers of that layout, which the parent fills
@@ -335,44 +249,7 @@ class Harness(TimedCalls):
             torch.cuda.empty_cache()
         return Done().to_wire()
 
-    def op_fingerprints(self, msg: Fingerprints) -> dict:
-        """Reference fingerprints and full outputs for a list of seeds: the checks of the calls
-        the parent picked from a timed batch."""
-        prints, outputs = [], []
-        for seed in msg.seeds:
-            reply = self.op_run(Run(seed=seed, distribution=msg.distribution, want=msg.want, fp_seed=msg.fp_seed))
-            if not reply.get("ok"):
-                return reply
-            prints.append(reply.get("fingerprints"))
-            outputs.append(reply.get("outputs"))
-        return FingerprintsReply(fingerprints=prints, outputs=outputs).to_wire()
-
     # --- helpers ----------------------------------------------------------------------
-    def _fingerprints(self, outputs: list[torch.Tensor], fp_seed: int) -> list[list[float]]:
-        """Per output: (projection on a secret random vector, 2-norm, non-finite count)."""
-        return [t.tolist() for t in self._fingerprint_tensors(outputs, fp_seed)]
-
-    def _fingerprint_tensors(self, outputs: list[torch.Tensor], fp_seed: int) -> list[torch.Tensor]:
-        """The same, as float64 tensors on the outputs' device: no host synchronisation, so
-        back-to-back timed calls stay back to back."""
-        result = []
-        for i, out in enumerate(outputs):
-            x = shared.to(shared.detach(out), torch.float64)
-            finite = torch.isfinite(x)
-            nonfinite = (~finite).sum()
-            x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
-            key = (i, tuple(x.shape), x.device.type, fp_seed)
-            w = self.weights.get(key)
-            if w is None:
-                gen = torch.Generator(device=x.device)
-                gen.manual_seed(fp_seed + i)
-                w = torch.randn(x.shape, generator=gen, dtype=torch.float64, device=x.device)
-                if len(self.weights) >= 4:  # a few output sizes at a time: bounded memory
-                    self.weights.clear()
-                self.weights[key] = w
-            result.append(torch.stack([(x * w).sum(), x.norm(), shared.to(nonfinite, torch.float64)]))
-        return result
-
     def _new_threads(self) -> list[str]:
         extra = shared.tids() - self.baseline_tids
         names = sorted(t.name for t in shared.threads() if t is not threading.main_thread())

@@ -1,5 +1,6 @@
 """What the bot and its workers share across the process boundary: the result channel and
-the typed messages it carries (channel.py, messages.py, typed.py).
+the typed messages it carries (channel.py; messages.py and batches.py, built from typed.py),
+and the worker's side of one exchange (dispatch.py).
 
 Imported on both sides, so it depends on nothing else of the bot.
 """

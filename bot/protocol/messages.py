@@ -1,4 +1,7 @@
-"""The requests the bot sends a worker and the replies it takes back, as typed messages.
+"""The requests the bot sends a worker and the replies it takes back, as typed messages:
+start-up, set-up, checked calls and housekeeping. The timed batches' ops are in
+bot.protocol.batches; the worker's side of an exchange (a frame parsed into its request and
+served) in bot.protocol.dispatch.
 
 Each request (an op) and each reply is a frozen dataclass with `to_wire()` (the dict the
 channel carries) and `from_wire(dict)`, which raises ProtocolError, naming the field, on
@@ -12,34 +15,28 @@ that contender, never an exception of the bot. Tensors are held by reference, ne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
 from bot.protocol.typed import (
     Done,
-    Failure,
     Message,
-    ProtocolError,
     Reply,
     Request,
     bool_,
     count,
     dict_,
     duration,
-    durations,
     expect,
     int_,
     ints,
     list_of,
-    local,
     one_of,
     optional,
     output_meta,
     prints,
-    regions,
     str_,
     strs,
     tensors,
@@ -178,126 +175,6 @@ class Fingerprints(Request):
             expect(None not in reply.outputs, "outputs: one is missing")
 
 
-# Timed batches: inputs staged, the calls timed, then the picked calls' outputs revealed.
-@dataclass(frozen=True)
-class StageReply(Reply):
-    regions: list | None = wire(optional(regions), None)  # per call, per tensor: [address, bytes]
-    layout: list | None = wire(optional(list_of(list_of(dict_))), None)  # bot.harness.staging.Layout
-    why: str | None = wire(optional(str_), None)  # why the inputs cannot be laid out
-
-
-@dataclass(frozen=True)
-class Stage(Request):
-    """A batch's inputs drawn in the worker from the parent's seeds; `stub` (the reference):
-    its calibration stand-in returns outputs of `meta`; `expose`: the inputs described for
-    the parent to copy (StageInto)."""
-
-    op, Reply = "stage", StageReply
-    seeds: list[int] = wire(ints)
-    distribution: str = wire(str_)
-    stub: bool = wire(bool_, False)
-    meta: list[dict] | None = wire(optional(list_of(output_meta)), None)
-    expose: bool = wire(bool_, False)
-
-    def validate(self) -> None:
-        expect(not self.stub or self.meta is not None, "Stage: a stub needs meta")
-
-    def check_reply(self, reply: StageReply) -> None:
-        if self.expose and reply.layout is not None:
-            count("layout", reply.layout, len(self.seeds))
-            count("regions", reply.regions, len(self.seeds))
-
-
-@dataclass(frozen=True)
-class StageInto(Request):
-    """Empty buffers of `layout` (per call, per input), which the parent fills from outside."""
-
-    op, Reply = "stage", StageReply
-    layout: list = wire(list_of(list_of(dict_)))
-
-    def check_reply(self, reply: StageReply) -> None:
-        count("regions", reply.regions, len(self.layout))
-
-
-@dataclass(frozen=True)
-class TimeReply(Reply):
-    host_us: list[float] = wire(durations)  # per call; on CUDA unsynchronised: the whole batch's
-    event_us: list[float] | None = wire(optional(durations))  # per call on CUDA, None on the CPU
-    fingerprints: list[list[Any]] = wire(list_of(prints))  # per call, per output
-    new_threads: list[str] = wire(strs)
-    batch_span_us: float | None = wire(optional(duration), None)  # unsynchronised: the batch's events
-    samples_us: list[float] | None = wire(optional(durations), None)  # per call, where not event_us
-    graph_copies: int | None = wire(optional(int_), None)
-
-    @property
-    def samples(self) -> list[float]:
-        """Per call: the time the parent records."""
-        if self.samples_us:
-            return self.samples_us
-        return self.event_us if self.event_us is not None else self.host_us
-
-
-@dataclass(frozen=True)
-class Time(Request):
-    """The staged batch timed (`mode`: "latency", "throughput" or "graph" on CUDA); `stub`:
-    the reference's calibration. `calls`, the parent's own count of the staged calls, checks
-    the reply."""
-
-    op, Reply = "time", TimeReply
-    fp_seed: int = wire(int_)
-    mode: str = wire(one_of("latency", "throughput", "graph"), "latency")
-    stub: bool = wire(bool_, False)
-    calls: int | None = local()
-    outputs: int | None = local()  # per call: as many commitments
-    digests: bool | None = local()  # the calls commit by digest (CPU) or by fingerprint (CUDA)
-
-    def check_reply(self, reply: TimeReply) -> None:
-        if self.calls is not None:
-            count("fingerprints", reply.fingerprints, self.calls)
-            count("samples", reply.samples, self.calls)
-        if reply.event_us is not None and reply.batch_span_us is None:
-            count("event_us", reply.event_us, len(reply.host_us))  # the stream check's pairs
-        for i, call in enumerate(reply.fingerprints):
-            if self.outputs is not None:
-                count(f"fingerprints[{i}]", call, self.outputs)
-            if self.digests is not None and any(isinstance(c, str) != self.digests for c in call):
-                raise ProtocolError(f"fingerprints[{i}]: expected {'digests' if self.digests else 'fingerprints'}")
-
-
-@dataclass(frozen=True)
-class OutputsReply(Reply):
-    outputs: list[list[torch.Tensor]] = wire(list_of(tensors))
-
-
-@dataclass(frozen=True)
-class Outputs(Request):
-    """The full outputs of the batch's calls the parent picked, after the batch."""
-
-    op, Reply = "outputs", OutputsReply
-    picks: list[int] = wire(ints)
-
-    def check_reply(self, reply: OutputsReply) -> None:
-        count("outputs", reply.outputs, len(self.picks))
-
-
-@dataclass(frozen=True)
-class QuietReply(Reply):
-    wall_us: float = wire(duration)
-    intervals_us: list[float] = wire(durations)
-
-
-@dataclass(frozen=True)
-class Quiet(Request):
-    """The reference's look at the GPU before a window: `chunks` spin kernels of `chunk_us`."""
-
-    op, Reply = "quiet", QuietReply
-    chunks: int = wire(int_)
-    chunk_us: float = wire(duration)
-
-    def check_reply(self, reply: QuietReply) -> None:
-        count("intervals_us", reply.intervals_us, self.chunks)
-
-
 # Housekeeping.
 @dataclass(frozen=True)
 class GateReply(Reply):
@@ -333,49 +210,10 @@ class Release(Request):
     op, Reply = "release", Done
 
 
-REQUESTS: dict[str, type[Request]] = {
-    r.op: r for r in (Hello, Exit, Load, Construct, Run, Fingerprints, Stage, Time, Outputs, Quiet, Gate, Release)
-}
-
-
-def parse_request(message: Any) -> Request:
-    """The worker's side: the request a frame carries (ProtocolError if it is none)."""
-    if not isinstance(message, dict):
-        raise ProtocolError(f"expected a request object, got {type(message).__name__}")
-    op = message.get("op")
-    kind = REQUESTS.get(op) if isinstance(op, str) else None
-    if kind is None:
-        raise ProtocolError(f"unknown op {op!r}")
-    if kind is Stage and "layout" in message:
-        kind = StageInto
-    return kind.from_wire({k: v for k, v in message.items() if k != "op"})
-
-
-def to_wire(reply: Message | dict) -> dict[str, Any]:
-    """A handler's reply as the channel carries it (handlers may return plain dicts)."""
-    return reply.to_wire() if isinstance(reply, Message) else reply
-
-
-def serve(handlers: Mapping[str, Callable[[Any], Message | dict]], message: Any) -> dict[str, Any]:
-    """The worker's side of one exchange: the request parsed and given to the handler of its
-    op; the reply as the channel carries it. A request that does not parse, or that no
-    handler serves, is answered with a Failure in phase "protocol"."""
-    try:
-        request = parse_request(message)
-    except ProtocolError as exc:
-        return Failure("protocol", str(exc)).to_wire()
-    handler = handlers.get(request.op)
-    if handler is None:
-        return Failure("protocol", f"op {request.op!r} is not served here").to_wire()
-    return to_wire(handler(request))
-
-
 __all__ = [
     "Construct",
     "ConstructReply",
-    "Done",
     "Exit",
-    "Failure",
     "Fingerprints",
     "FingerprintsReply",
     "Gate",
@@ -386,24 +224,8 @@ __all__ = [
     "HelloReply",
     "Load",
     "LoadReply",
-    "Message",
-    "Outputs",
-    "OutputsReply",
-    "ProtocolError",
-    "Quiet",
-    "QuietReply",
     "ReferenceRun",
     "Release",
-    "Reply",
-    "Request",
     "Run",
     "RunReply",
-    "Stage",
-    "StageInto",
-    "StageReply",
-    "Time",
-    "TimeReply",
-    "parse_request",
-    "serve",
-    "to_wire",
 ]

@@ -1,6 +1,6 @@
-"""What typed messages are made of (bot.protocol.messages): the checks of a field's value,
-and the base classes that turn a frozen dataclass into a message with `to_wire()` and a
-checked `from_wire()`."""
+"""What typed messages are made of (bot.protocol.messages, bot.protocol.batches): the checks
+of a field's value, and the base classes that turn a frozen dataclass into a message with
+`to_wire()` and a checked `from_wire()`."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunc
 from bot.sandbox.cgroup import Leaf
 from bot.sandbox.contained import containment, prepare
 from bot.sandbox.cores import worker_cores
-from bot.sandbox.fork_server import DriverInitialized, ForkServer, ForkServerError
+from bot.sandbox.fork_client import DriverInitialized, ForkServer, ForkServerError, ForkSettings
 from bot.sandbox.isolate import Containment, enter
 
 log = logging.getLogger(__name__)
@@ -186,16 +186,16 @@ class ProcessSandbox(Sandbox):
         try:
             if server is not None:
                 try:
-                    pid = server.spawn(
-                        child_sock,
+                    settings = ForkSettings(
                         log=log_path,
                         cwd=launch.workdir,
                         env=env,
                         memory_mb=launch.limits.memory_mb,
                         device=launch.device,
-                        cores=cores,
+                        cores=frozenset(cores),
                         containment=plan.as_dict(),
                     )
+                    pid = server.spawn(child_sock, settings)
                     return ForkedWorker(server, pid, parent_sock, log_path, leaf, containment().description)
                 except ForkServerError as exc:
                     _give_up_on(server, exc)

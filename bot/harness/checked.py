@@ -1,0 +1,145 @@
+"""The harness's checked calls (ops "run" and "fingerprints"): one call of the model on inputs
+drawn from the parent's seed, answered with its full outputs, their fingerprints or both, for
+the parent to compare with the reference's from another process.
+
+A part of bot.harness.worker.Harness, kept apart for size as bot/harness/timing.py is: the
+harness supplies the models, their device and precision, the inputs drawn from a seed
+(`_inputs`, `_upcast`), the gate and the thread listing (`_new_threads`). The fingerprints
+(`_fingerprints`, `_fingerprint_tensors`) live here and serve the timed calls too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from bot.harness import shared, support
+from bot.harness.tuning_gate import TuningGate
+from bot.protocol.messages import Fingerprints, FingerprintsReply, Run, RunReply
+
+
+class CheckedCalls:
+    """The checked-call ops; the state they keep lives on the harness (see bot.harness.worker.Harness)."""
+
+    device: str
+    precision: str
+    model: Any
+    native_model: Any  # the model in the problem's own precision (the reference's is upcast)
+    roofline_flops: Any  # the problem's roofline_flops(*inputs), if it defines one
+    gate: TuningGate | None
+    weights: dict[tuple, torch.Tensor]  # the fingerprints' random vectors, a few at a time
+
+    def op_run(self, msg: Run) -> dict:
+        """One checked call: full outputs (or fingerprints) for the parent to compare."""
+        try:
+            inputs = self._inputs(msg.seed, msg.distribution)
+        except Exception as exc:
+            return shared.failure("problem", exc)
+        # Checks of timed calls (requests that say what they want) compare outputs only. Hashing the inputs
+        # goes through host memory: for 2 GB of logits it cost seconds per timed batch.
+        before = [] if msg.want else [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
+        if self.precision != "native":  # the reference: values from the upcast model
+            return self._reference_run(inputs, before, msg)
+        if self.device == "cuda":
+            support.poison_free_cuda_memory()
+        gated = self.gate.gated_call() if msg.gate and self.gate is not None else contextlib.nullcontext()
+        try:
+            with torch.no_grad():
+                shared.cuda_sync() if self.device == "cuda" else None
+                t0 = shared.perf_ns()
+                with gated:
+                    result = self.model(*inputs)
+                shared.cuda_sync() if self.device == "cuda" else None
+                host_us = (shared.perf_ns() - t0) / 1e3
+        except BaseException as exc:
+            return shared.failure("call", exc)
+        outputs = shared.as_outputs(result)
+        metas = [support.meta(o) for o in outputs]
+        after = [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
+        reply = RunReply(
+            meta=metas, inputs_before=before, inputs_after=after, host_us=host_us, new_threads=self._new_threads()
+        )
+        if all(m["type"] == "Tensor" for m in metas):
+            reply = self._answer(reply, [shared.detach(o) for o in outputs], msg)
+        return reply.to_wire()
+
+    def _answer(self, reply: RunReply, values: list[torch.Tensor], msg: Run) -> RunReply:
+        """Outputs and/or fingerprints, as the request says it wants them (a reference of native
+        precision answers timed-call checks through op_run too)."""
+        prints = self._fingerprints(values, int(msg.fp_seed)) if msg.want in ("fingerprint", "both") else None
+        return replace(reply, fingerprints=prints, outputs=values if msg.want != "fingerprint" else None)
+
+    def _reference_run(self, inputs: list[Any], before: list[str], msg: Run) -> dict:
+        try:
+            with torch.no_grad():
+                native = shared.as_outputs(self.native_model(*inputs))
+                exact = shared.as_outputs(self.model(*self._upcast(inputs)))
+            metas = [support.meta(o) for o in native]
+            if any(m["type"] != "Tensor" for m in metas):
+                raise TypeError(f"Model.forward returned {[m['type'] for m in metas]}, expected tensors")
+            values = []
+            for n, e in zip(native, exact):
+                dtype = support.transfer_dtype(n.dtype)
+                values.append(shared.to(e, dtype) if dtype is not None else shared.to(e, n.dtype))
+        except Exception as exc:
+            return shared.failure("problem", exc)
+        nbytes = sum(x.numel() * x.element_size() for x in inputs if shared.is_tensor(x))
+        nbytes += sum(o.numel() * o.element_size() for o in native)
+        nbytes += sum(p.numel() * p.element_size() for p in support.module_tensors(self.native_model))
+        flops = None
+        if callable(self.roofline_flops):
+            try:
+                flops = int(self.roofline_flops(*inputs))
+            except Exception as exc:
+                return shared.failure("problem", exc)
+        reply = RunReply(
+            meta=metas,
+            inputs_before=before,
+            bytes=nbytes,
+            flops=flops,
+            input_meta=[
+                f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x) else repr(x)
+                for x in inputs
+            ],
+        )
+        return self._answer(reply, values, msg).to_wire()
+
+    def op_fingerprints(self, msg: Fingerprints) -> dict:
+        """Reference fingerprints and full outputs for a list of seeds: the checks of the calls
+        the parent picked from a timed batch."""
+        prints, outputs = [], []
+        for seed in msg.seeds:
+            reply = self.op_run(Run(seed=seed, distribution=msg.distribution, want=msg.want, fp_seed=msg.fp_seed))
+            if not reply.get("ok"):
+                return reply
+            prints.append(reply.get("fingerprints"))
+            outputs.append(reply.get("outputs"))
+        return FingerprintsReply(fingerprints=prints, outputs=outputs).to_wire()
+
+    def _fingerprints(self, outputs: list[torch.Tensor], fp_seed: int) -> list[list[float]]:
+        """Per output: (projection on a secret random vector, 2-norm, non-finite count)."""
+        return [t.tolist() for t in self._fingerprint_tensors(outputs, fp_seed)]
+
+    def _fingerprint_tensors(self, outputs: list[torch.Tensor], fp_seed: int) -> list[torch.Tensor]:
+        """The same, as float64 tensors on the outputs' device: no host synchronisation, so
+        back-to-back timed calls stay back to back."""
+        result = []
+        for i, out in enumerate(outputs):
+            x = shared.to(shared.detach(out), torch.float64)
+            finite = torch.isfinite(x)
+            nonfinite = (~finite).sum()
+            x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
+            key = (i, tuple(x.shape), x.device.type, fp_seed)
+            w = self.weights.get(key)
+            if w is None:
+                gen = torch.Generator(device=x.device)
+                gen.manual_seed(fp_seed + i)
+                w = torch.randn(x.shape, generator=gen, dtype=torch.float64, device=x.device)
+                if len(self.weights) >= 4:  # a few output sizes at a time: bounded memory
+                    self.weights.clear()
+                self.weights[key] = w
+            result.append(torch.stack([(x * w).sum(), x.norm(), shared.to(nonfinite, torch.float64)]))
+        return result
