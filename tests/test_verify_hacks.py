@@ -40,6 +40,7 @@ REJECTED = {
     "cheat_some_calls": "timed-call outputs",  # right on 1 timed call in 4: missed w.p. (1/4)^checks
     "cheat_compute_on_reveal": "timed-call outputs",
     "cheat_forge_reply": "protocol",  # a timed batch answered without its commitments
+    "cheat_forge_failure": "protocol",  # a failure whose fields are not what a failure holds
     "syntax_error": "import",
     "import_error": "import",
     "no_modelnew": "import",

@@ -17,7 +17,7 @@ from typing import Any
 
 from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
 from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply
-from bot.protocol.typed import ProtocolError, Request
+from bot.protocol.typed import Failure, ProtocolError, Request
 from bot.sandbox import freezer
 from bot.sandbox.base import RunningWorker, Sandbox, WorkerLaunch
 from bot.sandbox.cores import timing_core, worker_cores
@@ -110,17 +110,21 @@ class WorkerClient:
             except OSError:
                 raise self._dead(phase) from None
         if not reply.get("ok"):
-            detail = reply.get("traceback") or ""
-            raise WorkerFailure(
-                str(reply.get("phase", phase)),
-                str(reply.get("error", "failed")),
-                _tail(detail + "\n" + self.running.log_tail()),
-            )
+            raise self._failure(reply)
         if isinstance(reply.get("new_threads"), list):  # anything else is refused by `ask`
             reply["new_threads"] = (
                 self._threads_seen_from_outside(reply["new_threads"]) + self._processes_seen_from_outside()
             )
         return reply
+
+    def _failure(self, reply: dict[str, Any]) -> WorkerFailure:
+        """The worker's own report that an op failed, read as strictly as any other reply: a
+        reply that is not a well-formed `Failure` fails the contender as a protocol error."""
+        try:
+            failed = Failure.from_wire(reply)
+        except ProtocolError as exc:
+            return WorkerFailure("protocol", f"malformed failure reply: {exc}", _tail(self.running.log_tail()))
+        return WorkerFailure(failed.phase, failed.error, _tail(failed.traceback + "\n" + self.running.log_tail()))
 
     def _processes_seen_from_outside(self) -> list[str]:
         """Processes in the worker's unit besides the worker itself (a child it left running,
