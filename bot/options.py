@@ -46,7 +46,8 @@ def evaluation_options(settings: Settings, device: str | None = None) -> EvalOpt
     )
 
 
-def optimize_options(settings: Settings) -> OptimizeOptions:
+def optimize_options(settings: Settings, device: str | None = None) -> OptimizeOptions:
+    """`device`: as for `evaluation_options`."""
     from bot.engine.optimize import OptimizeOptions
 
     return OptimizeOptions(
@@ -60,7 +61,7 @@ def optimize_options(settings: Settings) -> OptimizeOptions:
         max_plausible_speedup=settings.max_plausible_speedup,
         max_total_tokens=settings.max_tokens,
         exclude=settings.exclude,
-        evaluation=evaluation_options(settings),
+        evaluation=evaluation_options(settings, device),
     )
 
 
@@ -70,4 +71,4 @@ def job_options(settings: Settings) -> OptimizeOptions:
     resolved = resolve_device(settings.device)
     if resolved == "cpu" and not settings.exclude:
         settings = replace(settings, exclude=("compile-max-autotune*",))
-    return optimize_options(replace(settings, device=DeviceChoice(resolved)))
+    return optimize_options(settings, resolved)

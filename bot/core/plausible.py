@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.core.outcomes import ContenderOutcome
-from bot.core.settings import DEFAULTS
 
-DEFAULT_MAX_PLAUSIBLE_SPEEDUP = DEFAULTS.max_plausible_speedup
 FLAG = "implausible; check the baseline"
 
 

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.core.domain import Environment, Trigger
-from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible
+from bot.core.plausible import Implausible
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_json import as_list, drop_none, read_interval
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION, validate
+from bot.core.settings import DEFAULTS
 
 KIND = "kernel-bot-results"
 RESULTS_FILE = "results.json"  # its name in a results directory
@@ -76,7 +77,7 @@ class ProblemResult:
     not_timed: str | None = None
     implausible: tuple[Implausible, ...] = ()
     min_speedup: float | None = None
-    max_plausible_speedup: float = DEFAULT_MAX_PLAUSIBLE_SPEEDUP
+    max_plausible_speedup: float = DEFAULTS.max_plausible_speedup
     stopped: str | None = None
     wall_s: float | None = None
     baseline: ContenderResult | None = None
@@ -142,7 +143,7 @@ class ProblemResult:
             d.get("not_timed"),
             tuple(_implausible(f) for f in d.get("implausible") or ()),
             d.get("min_speedup"),
-            d.get("max_plausible_speedup", DEFAULT_MAX_PLAUSIBLE_SPEEDUP),
+            d.get("max_plausible_speedup", DEFAULTS.max_plausible_speedup),
             d.get("stopped"),
             d.get("wall_s"),
             ContenderResult.from_json(base) if base else None,

@@ -11,7 +11,7 @@ from typing import Any
 from bot.core.domain import CandidateSource, Environment, Problem, Progress
 from bot.core.errors import ProblemError
 from bot.core.outcomes import ContenderOutcome, Evaluation
-from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP, Implausible, implausibility
+from bot.core.plausible import Implausible, implausibility
 from bot.core.results import ProblemResult
 from bot.core.results import Skipped as SkippedResult
 from bot.core.results_contenders import BestResult, ContenderResult
@@ -84,7 +84,7 @@ class OptimizeResult:
     llm: dict[str, Any] = field(default_factory=dict)  # tokens, cost, transcript
     error: str | None = None  # the problem could not be evaluated (one clear line)
     implausible: tuple[Implausible, ...] = ()  # timed, kept from a claim by the guard
-    max_plausible_speedup: float = DEFAULT_MAX_PLAUSIBLE_SPEEDUP
+    max_plausible_speedup: float = DEFAULTS.max_plausible_speedup
 
     @property
     def outcome(self) -> str:
@@ -135,7 +135,7 @@ def failed_result(problem: Problem, error: str, device: str, wall_s: float = 0.0
 
 
 def select_best(
-    attempts: list[Attempt], min_speedup: float, max_plausible: float = DEFAULT_MAX_PLAUSIBLE_SPEEDUP
+    attempts: list[Attempt], min_speedup: float, max_plausible: float = DEFAULTS.max_plausible_speedup
 ) -> ContenderOutcome | None:
     """The fastest accepted candidate whose whole confidence interval clears `min_speedup`,
     and that the plausibility guard (bot.core.plausible) does not flag."""

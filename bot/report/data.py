@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.core.domain import Environment
-from bot.core.plausible import DEFAULT_MAX_PLAUSIBLE_SPEEDUP
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_shapes import ShapeResult
+from bot.core.settings import DEFAULTS
 
 MISSING = "–"  # en dash: one glyph for "absent" in every table
 _WHITESPACE = re.compile(r"\s+")
@@ -123,7 +123,7 @@ def plausible(problem: ProblemResult, attempt: Contender) -> bool:
     again rather than trust `best`."""
     if getattr(attempt, "not_timed", None) or problem.not_timed:
         return False
-    bound = problem.max_plausible_speedup or DEFAULT_MAX_PLAUSIBLE_SPEEDUP
+    bound = problem.max_plausible_speedup or DEFAULTS.max_plausible_speedup
     ratios = [s.speedup for s in attempt.shapes]
     ratios.append(attempt.speedup)
     return all(r is None or r <= bound for r in ratios)
