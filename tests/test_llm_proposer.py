@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from bot.core.domain import CandidateSource, Origin, Problem, Shape
-from bot.propose.base import H200, BudgetExhausted, Feedback, ProposalRequest
+from bot.propose.base import H200, BudgetExhausted, Feedback, Hardware, ProposalRequest
 from bot.propose.llm import LlmError, LlmProposer, redact
 from bot.propose.llm_settings import LlmEndpoint, LlmGeneration, LlmPricing
 from bot.propose.parse import parse_answer, split_think
@@ -80,11 +80,12 @@ def make_request(
     backend: str = "triton",
     floor_us: float | None = 1.75,
     round_: int = 0,
+    hardware: Hardware = H200,
 ) -> ProposalRequest:
     return ProposalRequest(
         problem=make_problem(),
         current_source=CURRENT,
-        hardware=H200,
+        hardware=hardware,
         floor_us=floor_us,
         round=round_,
         samples=samples,
@@ -463,3 +464,15 @@ def test_transport_errors_do_not_leak_openai_retries(sleeps):
         assert p.propose(make_request()) == []
     assert len(srv.requests) == 1 and isinstance(p.client, openai.OpenAI)
     assert p.client.max_retries == 0
+
+
+def test_prompt_describes_the_gpu_the_job_runs_on():
+    from bot.propose.base import hardware_for
+
+    h100 = build_messages(make_request(hardware=hardware_for("NVIDIA H100 80GB HBM3")))[0]["content"]
+    assert "NVIDIA H100 SXM" in h100 and "3350 GB/s" in h100 and "50 MB L2" in h100
+    assert "H200" not in h100 and "4800 GB/s" not in h100
+    assert "114 SMs" in build_messages(make_request(hardware=hardware_for("NVIDIA H100 PCIe")))[0]["content"]
+    # A device with no known ceilings is named, never described with another GPU's figures.
+    other = build_messages(make_request(hardware=hardware_for("NVIDIA RTX 6000 Ada Generation")))[0]["content"]
+    assert "## Hardware\nNVIDIA RTX 6000 Ada Generation." in other and "SMs" not in other

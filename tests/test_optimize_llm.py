@@ -55,7 +55,11 @@ def _run(script, rounds=2, stream=False, **kw):
         )
         result = optimize(problem, default_baseline(problem), _options(max_rounds=rounds, **kw), proposer=proposer)
         prompts = [r.body["messages"][-1]["content"] for r in srv.requests if r.body]
+        systems.extend(r.body["messages"][0]["content"] for r in srv.requests if r.body)
     return result, prompts
+
+
+systems: list[str] = []  # the system messages of the last runs, for the hardware they describe
 
 
 def _statuses(result):
@@ -67,6 +71,13 @@ def test_right_first_time_streamed():
     assert _statuses(result) == [(1, "accepted")]
     assert result.attempts[0].outcome.candidate.origin.strategy == "llm"
     assert result.llm["tokens"] > 0 and len(prompts) == 1
+
+
+def test_prompt_describes_the_device_the_job_runs_on():
+    systems.clear()
+    _run([Answer(block(HONEST))], rounds=1)
+    assert systems and all("no GPU, candidates run on the CPU" in s for s in systems)
+    assert not any("H200" in s or "SMs" in s for s in systems)
 
 
 def test_syntax_error_then_fix_feeds_the_line_back():

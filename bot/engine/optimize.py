@@ -16,9 +16,10 @@ from bot.core.results import ProblemResult
 from bot.core.results import Skipped as SkippedResult
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.settings import DEFAULTS, Backend, Strategy
+from bot.engine.device_name import device_name
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.llm_rounds import Rounds, llm_rounds
-from bot.propose.base import H200, Hardware, Proposer
+from bot.propose.base import Hardware, Proposer, hardware_for
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import path_of
 from bot.propose.search import Skipped, search_candidates
@@ -238,10 +239,11 @@ def optimize(
     options: OptimizeOptions,
     progress: Progress = lambda _: None,
     proposer: Proposer | None = None,
-    hardware: Hardware = H200,
+    hardware: Hardware | None = None,
 ) -> OptimizeResult:
     """Search (no LLM) and/or LLM rounds with feedback; every candidate verified and timed
-    against the same-run baseline; only a significant improvement is selected."""
+    against the same-run baseline; only a significant improvement is selected. The LLM is told
+    the ceilings of `hardware`, by default those of the device this job runs on."""
     started = time.monotonic()
     deadline = started + options.budget_s
     device = options.evaluation.device
@@ -286,6 +288,8 @@ def optimize(
 
     llm_info: dict[str, Any] = {}
     if options.strategy in ("llm", "all"):
+        if hardware is None:
+            hardware = hardware_for(_device_name(options, evaluations))
         rounds = Rounds(problem, baseline, options, hardware, attempts, run, deadline, progress)
         stopped = llm_rounds(rounds, proposer, llm_info)
         best_llm = select_best(
@@ -320,3 +324,11 @@ def optimize(
         implausible=flagged(attempts, bound),
         max_plausible_speedup=bound,
     )
+
+
+def _device_name(options: OptimizeOptions, evaluations: list[Evaluation]) -> str:
+    """The device's name as the reference worker reported it, else as its driver reports it."""
+    known = [e.environment.device_name for e in evaluations if e.environment.device_name not in ("", "?")]
+    if known:
+        return known[-1]
+    return device_name(options.evaluation.device, options.evaluation.gpu_index)

@@ -10,28 +10,38 @@ from bot.core.domain import CandidateSource, Problem
 
 @dataclass(frozen=True)
 class Hardware:
-    """What a kernel author needs to know about the GPU (ceilings for the prompt)."""
+    """What a kernel author needs to know about the device (ceilings for the prompt); `None`
+    where the device's figure is not known (an unlisted GPU, a CPU)."""
 
     name: str
-    sm_count: int
-    l2_mb: float
-    smem_per_sm_kb: int
-    bandwidth_gbs: float
-    bf16_tflops: float
-    fp32_tflops: float
-    compute_capability: str
+    sm_count: int | None = None
+    l2_mb: float | None = None
+    smem_per_sm_kb: int | None = None
+    bandwidth_gbs: float | None = None
+    bf16_tflops: float | None = None
+    fp32_tflops: float | None = None
+    compute_capability: str | None = None
 
 
-H200 = Hardware(
-    name="NVIDIA H200 (SM90)",
-    sm_count=132,
-    l2_mb=60,
-    smem_per_sm_kb=228,
-    bandwidth_gbs=4800,
-    bf16_tflops=989,
-    fp32_tflops=67,
-    compute_capability="9.0",
-)
+# Datasheet figures (dense tensor-core rates). Keys are matched against the name the driver
+# reports ("NVIDIA H100 80GB HBM3"), longest key first, so "H100 PCIe" wins over "H100".
+KNOWN_GPUS: dict[str, Hardware] = {
+    "H200": Hardware("NVIDIA H200 (SM90)", 132, 60, 228, 4800, 989, 67, "9.0"),
+    "H100 PCIe": Hardware("NVIDIA H100 PCIe (SM90)", 114, 50, 228, 2000, 756, 51, "9.0"),
+    "H100": Hardware("NVIDIA H100 SXM (SM90)", 132, 50, 228, 3350, 989, 67, "9.0"),
+    "H800": Hardware("NVIDIA H800 (SM90)", 132, 50, 228, 3350, 989, 67, "9.0"),
+    "A100": Hardware("NVIDIA A100 (SM80)", 108, 40, 164, 2039, 312, 19.5, "8.0"),
+}
+H200 = KNOWN_GPUS["H200"]
+
+
+def hardware_for(device_name: str) -> Hardware:
+    """The ceilings of the device a job runs on, by the name its driver reports; an unlisted
+    device is named with no figures rather than described as another GPU."""
+    for key in sorted(KNOWN_GPUS, key=len, reverse=True):
+        if key in device_name:
+            return KNOWN_GPUS[key]
+    return Hardware(device_name)
 
 
 @dataclass(frozen=True)

@@ -117,13 +117,19 @@ module (imports, kernels, `class ModelNew`). Nothing after it is read; no partia
 
 
 def hardware_text(hw: Hardware) -> str:
-    """The GPU's ceilings, the numbers a kernel author plans tiles and occupancy with."""
-    return (
-        f"## Hardware\n{hw.name}, compute capability {hw.compute_capability}: "
-        f"{hw.sm_count} SMs, {hw.l2_mb:g} MB L2, {hw.smem_per_sm_kb} KB shared memory per SM, "
-        f"{hw.bandwidth_gbs:g} GB/s HBM bandwidth, {hw.bf16_tflops:g} TFLOP/s bf16 (tensor cores), "
-        f"{hw.fp32_tflops:g} TFLOP/s fp32."
-    )
+    """The device's ceilings, the numbers a kernel author plans tiles and occupancy with; only
+    those known for this device."""
+    figures = [
+        f"compute capability {hw.compute_capability}" if hw.compute_capability else None,
+        f"{hw.sm_count} SMs" if hw.sm_count else None,
+        f"{hw.l2_mb:g} MB L2" if hw.l2_mb else None,
+        f"{hw.smem_per_sm_kb} KB shared memory per SM" if hw.smem_per_sm_kb else None,
+        f"{hw.bandwidth_gbs:g} GB/s memory bandwidth" if hw.bandwidth_gbs else None,
+        f"{hw.bf16_tflops:g} TFLOP/s bf16 (tensor cores)" if hw.bf16_tflops else None,
+        f"{hw.fp32_tflops:g} TFLOP/s fp32" if hw.fp32_tflops else None,
+    ]
+    known = [f for f in figures if f]
+    return f"## Hardware\n{hw.name}" + (": " + ", ".join(known) + "." if known else ".")
 
 
 def system_message(hw: Hardware, backend: str) -> str:
