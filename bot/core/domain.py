@@ -163,11 +163,6 @@ class Environment:
             "containment": self.containment,
         }
 
-    @property
-    def key(self) -> str:
-        """Identity for caches: results from another GPU or stack are not reused."""
-        return "|".join(str(x) for x in (self.device_name, self.torch, self.triton, self.cuda, self.driver))
-
 
 @dataclass(frozen=True)
 class FileChange:

@@ -233,13 +233,3 @@ def chart_bars(results: Results) -> list[ChartBar]:
             if r.speedup is not None and r.ci is not None:
                 bars.append(ChartBar(p.problem, r.shape, r.speedup, r.ci, id(p) in claimed))
     return bars
-
-
-def chart_rows(results: Results) -> list[tuple[str, float, float, float]]:
-    """(operator, speedup, ci_low, ci_high) for every problem with a plausible timed contender."""
-    rows = []
-    for p in problems(results):
-        value, ci = best_speedup(p)
-        if value is not None and ci is not None:
-            rows.append((p.problem, float(value), ci[0], ci[1]))
-    return rows
