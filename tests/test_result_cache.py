@@ -220,6 +220,12 @@ def test_the_cache_is_made_0700_tightened_where_it_is_ours_and_unused_where_it_i
     os.chmod(loose / "results", 0o777)
     assert _cache(loose, options).folder is not None
     assert (loose / "results").stat().st_mode & 0o777 == 0o700
+    (tmp_path / "a-file").write_text("")
+    assert _cache(tmp_path / "a-file" / "kernel-bot", options).folder is None  # cannot be made: off, no error
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "results").symlink_to(loose / "results")
+    assert _cache(linked, options).folder is None
     theirs = tmp_path / "theirs"
     (theirs / "results").mkdir(parents=True)
     if os.geteuid() == 0:
@@ -230,10 +236,6 @@ def test_the_cache_is_made_0700_tightened_where_it_is_ours_and_unused_where_it_i
     assert cache.folder is None and cache.get(problem, reference, _candidate()) is None
     cache.put(problem, reference, faster(_candidate()))
     assert list((theirs / "results").iterdir()) == []
-    linked = tmp_path / "linked"
-    linked.mkdir()
-    (linked / "results").symlink_to(theirs / "results")
-    assert _cache(linked, options).folder is None
 
 
 # Through evaluate, with real workers

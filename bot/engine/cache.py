@@ -156,14 +156,23 @@ def environment_key(device: str, gpu_index: int | None) -> str:
 
 
 class ResultCache:
+    """The conclusions under `root`/results for one machine stack and protocol; off (every
+    lookup a miss, nothing kept) where that folder cannot be this user's alone."""
+
     def __init__(self, root: Path, env_key: str, protocol: Protocol, min_speedup: float):
         self.env_key = env_key
         self.protocol = protocol
         self.min_speedup = min_speedup
         folder = root / "results"
-        self.folder: Path | None = folder if private_folder(root) and private_folder(folder) else None
-        if self.folder is None:
-            log.warning("result cache not used: %s is not a folder of this user's alone", folder)
+        try:
+            private = private_folder(root) and private_folder(folder)
+        except OSError as exc:
+            log.warning("result cache not used: %s", exc)
+            private = False
+        else:
+            if not private:
+                log.warning("result cache not used: %s is not a folder of this user's alone", folder)
+        self.folder: Path | None = folder if private else None
 
     def entry_path(self, problem: Problem, baseline: CandidateSource | None, candidate: CandidateSource) -> Path:
         key = source_hash(
