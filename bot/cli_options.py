@@ -79,7 +79,8 @@ CACHE = click.option(
     "use_cache",
     default=DEFAULTS.use_cache,
     show_default=True,
-    help="Reuse verdicts and timings of candidates judged before on this machine stack.",
+    help="Reuse conclusive verdicts and timings of candidates judged before on this machine stack "
+    "under the same protocol (docs/benchmark.md).",
 )
 JOBS = click.option(
     "--jobs",

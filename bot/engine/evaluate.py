@@ -17,6 +17,7 @@ from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.core.settings import DEFAULTS, SandboxKind
 from bot.engine import verify
+from bot.engine.cache import default_cache_root
 from bot.engine.eval_workers import Replicas, materialise, open_session
 from bot.engine.failures import problem_failure, ran_out_of_gpu_memory
 from bot.engine.shape_run import ProblemRun, evaluate_shape
@@ -48,8 +49,8 @@ class EvalOptions:
     # A contender still short of memory when re-run alone is then not proven too big: the
     # problem is raised as GpuOutOfMemory, for bot.engine.lanes to run it again after the others.
     beside_others: bool = False
-    cache_root: Path = Path.home() / ".cache" / "kernel-bot"
-    use_cache: bool = False  # reuse verdicts and timings of candidates judged before (bot.engine.cache)
+    cache_root: Path = field(default_factory=default_cache_root)  # $XDG_CACHE_HOME/kernel-bot
+    use_cache: bool = False  # reuse conclusive verdicts and timings of candidates judged before (bot.engine.cache)
 
 
 def _environment(env: dict[str, Any]) -> Environment:
@@ -77,18 +78,18 @@ def evaluate(
     """Verify every candidate (and the baseline) on every shape; time the accepted ones.
 
     With `options.use_cache`, candidates already judged against the same problem, baseline and
-    machine stack are taken from the cache (bot.engine.cache) instead of being run again."""
+    machine stack, under the same protocol, are taken from the cache (bot.engine.cache) instead
+    of being run again, where their outcome was conclusive."""
     if not options.use_cache:
         return untimed_where_simulated(
             _evaluate_fresh(problem, candidates, baseline, options, progress), options.device
         )
-    from bot.engine.cache import ResultCache, environment_key
+    from bot.engine.cache import ResultCache, environment_key, protocol_of
 
-    # The timing mode is part of what a cached time means (bot.engine.timing.TimingOptions.mode).
     cache = ResultCache(
         options.cache_root,
-        environment_key(options.device, options.gpu_index)
-        + f"|timing={options.timing.mode}|replicas={options.timing.replicas}",
+        environment_key(options.device, options.gpu_index),
+        protocol_of(options),
         options.min_speedup,
     )
     cached = [cache.get(problem, baseline, c) for c in candidates]
