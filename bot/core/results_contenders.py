@@ -51,6 +51,10 @@ class ContenderResult:
     reason: str | None = None
     significant: bool | None = None
 
+    @property
+    def is_accepted(self) -> bool:
+        return self.status == "accepted" if self.accepted is None else self.accepted
+
     @classmethod
     def of(
         cls, o: ContenderOutcome, round_: int | None = None, reason: str | None = None, significant: bool | None = None
