@@ -109,3 +109,18 @@ def test_every_field_the_schema_allows_has_a_place_in_the_typed_document():
     assert set(doc["trigger"]) == set(schema.TRIGGER["properties"])
     assert set(doc) | {"shards"} == set(schema.RESULTS["properties"]) - {"$schema"}
     assert Results.from_json(doc).to_json() == doc
+
+
+def test_a_measurement_of_one_batch_writes_valid_json():
+    """One batch gives no spread between batches: its relative error is unknown (None), never
+    an Infinity that JSON and the schema refuse."""
+    import json
+
+    from bot.core.measurement import Measurement
+    from bot.core.results_shapes import MeasurementResult
+
+    m = Measurement((10.0, 11.0, 12.0), (3,))
+    assert m.rel_se == float("inf")
+    out = MeasurementResult.of(m)
+    assert out.rel_se is None
+    json.dumps(out.to_json(), allow_nan=False)

@@ -8,6 +8,7 @@ exactly as written, not recomputed on the way in. `from_json` builds without che
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,7 @@ class MeasurementResult:
             m.quantile_us(0.25),
             m.quantile_us(0.75),
             m.n,
-            m.rel_se,
+            m.rel_se if math.isfinite(m.rel_se) else None,  # unknown from one batch: JSON has no Infinity
             len(m.sizes),
             m.workers,
             m.worker_medians,
