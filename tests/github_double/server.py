@@ -57,6 +57,8 @@ ROUTES = (
     Route("GET", r"/contents/(.+)", "repos/get-content"),
     Route("GET", r"/commits/([0-9a-f]{40})/check-runs", "checks/list-for-ref"),
     Route("PATCH", r"/check-runs/(\d+)", "checks/update"),
+    Route("GET", r"/commits/([0-9a-f]{40})", "repos/get-commit"),
+    Route("GET", r"/actions/runs/(\d+)", "actions/get-workflow-run"),
 )
 
 
