@@ -280,6 +280,31 @@ def test_publish_by_hand_needs_the_run_id(double, tmp_path, root):
     )
 
 
+def test_bot_publish_takes_the_run_id_on_its_command_line(double, tmp_path, root):
+    from click.testing import CliRunner
+
+    from bot.cli import main
+
+    (tmp_path / "art").mkdir()
+    (tmp_path / "art" / "results.json").write_text(json.dumps(_nightly(honest_results())))
+    env = {"GITHUB_REPOSITORY": REPO, "GITHUB_TOKEN": "test-token", "GITHUB_API_URL": double.url}
+    env.update(GITHUB_EVENT_NAME=None, GITHUB_EVENT_PATH=None, GITHUB_WORKSPACE=None)
+    args = ["publish", "--results", str(tmp_path / "art"), "--repo", str(root)]
+    for extra, words in (
+        ([], "error: bot publish outside a workflow_run event needs --run-id"),
+        (["--run-id", "0"], "Invalid value for '--run-id'"),
+        (["--run-id", "4242"], "error: GitHub answered 404 'Not Found' while trying to read workflow run 4242"),
+    ):
+        result = CliRunner().invoke(main, args + extra, env=env)
+        assert result.exit_code == 2 and words in result.stderr, (extra, result.output)
+    assert writes(double) == []
+    run = double.repo.record_run(
+        "schedule", double.repo.branch_sha("main"), "main", path=".github/workflows/nightly.yml"
+    )
+    result = CliRunner().invoke(main, [*args, "--run-id", str(run.id)], env=env)
+    assert result.exit_code == 0 and "kernel-bot: opened" in result.stdout, result.output
+
+
 def test_a_forks_artifact_claiming_a_nightly_run_publishes_nothing_by_hand(double, tmp_path, root):
     main = double.repo.branch_sha("main")
     nightly = double.repo.record_run("schedule", main, "main", path=".github/workflows/nightly.yml")
@@ -418,15 +443,21 @@ def test_a_pr_head_that_moves_elsewhere_during_publish_gets_the_follow_up_on_its
     assert double.git.read_commit(double.repo.branch_sha(f"kernel-bot/pr-{pr.number}")).parents == (tip,)
 
 
+def _nightly_event(double) -> dict:
+    return run_event(double.repo.branch_sha("main"), "main", event="schedule")
+
+
+def _not_the_bots(branch: str, tip: str, first_line: str) -> str:
+    return (
+        f"branch {branch} ends in commit {tip[:12]} ({first_line!r}, committed by octocat), which kernel-bot did "
+        "not write (no `Kernel-Bot-Run:` trailer from its account): it is not overwritten and nothing is "
+        "published; merge or close its pull request and delete the branch to let kernel-bot start it afresh"
+    )
+
+
 @pytest.mark.parametrize("fix_up", ["on top", "amended"])
 def test_a_maintainers_fix_up_on_the_nightly_branch_is_not_force_pushed_away(double, tmp_path, root, fix_up):
-    publish(
-        double,
-        tmp_path,
-        root,
-        _nightly(honest_results()),
-        run_event(double.repo.branch_sha("main"), "main", event="schedule"),
-    )
+    publish(double, tmp_path, root, _nightly(honest_results()), _nightly_event(double))
     branch = "kernel-bot/nightly"
     ours = double.git.read_commit(double.repo.branch_sha(branch))
     if fix_up == "on top":
@@ -444,26 +475,16 @@ def test_a_maintainers_fix_up_on_the_nightly_branch_is_not_force_pushed_away(dou
         tmp_path,
         root,
         _nightly(honest_results()),
-        run_event(double.repo.branch_sha("main"), "main", event="schedule"),
-        f"branch {branch} ends in commit {tip[:12]} ({message!r}, committed by octocat), which kernel-bot did not "
-        "write (no `Kernel-Bot-Run:` trailer from its account): it is not overwritten and nothing is published; "
-        "merge or close its pull request and delete the branch to let kernel-bot start it afresh",
+        _nightly_event(double),
+        _not_the_bots(branch, tip, message),
     )
 
 
 def test_the_nightly_branch_is_rebuilt_over_the_bots_own_commit(double, tmp_path, root):
-    publish(
-        double,
-        tmp_path,
-        root,
-        _nightly(honest_results()),
-        run_event(double.repo.branch_sha("main"), "main", event="schedule"),
-    )
+    publish(double, tmp_path, root, _nightly(honest_results()), _nightly_event(double))
     first = double.repo.branch_sha("kernel-bot/nightly")
     newer = double.repo.commit_files("main", {"README.md": b"# newer\n"})
-    publish(
-        double, tmp_path, root, _nightly(honest_results(speedup_factor=2.5)), run_event(newer, "main", event="schedule")
-    )
+    publish(double, tmp_path, root, _nightly(honest_results(speedup_factor=2.5)), _nightly_event(double))
     rebuilt = double.repo.branch_sha("kernel-bot/nightly")
     assert rebuilt != first and double.git.read_commit(rebuilt).parents == (newer,)
     assert len(_follow_ups(double, "main")) == 1
@@ -474,26 +495,13 @@ def test_a_human_branch_named_like_the_follow_up_is_never_touched(double, tmp_pa
     branch = f"kernel-bot/pr-{pr.number}"
     human_tip = double.repo.commit_files(branch, {"notes.md": b"mine\n"}, "My own work", parent=sha)
     event = run_event(sha, pr.head_ref, (pr.number,))
-    refused(
-        double,
-        tmp_path,
-        root,
-        honest_results(),
-        event,
-        f"branch {branch} ends in commit {human_tip[:12]} ('My own work', committed by octocat), which kernel-bot "
-        "did not write (no `Kernel-Bot-Run:` trailer from its account): it is not overwritten and nothing is "
-        "published; merge or close its pull request and delete the branch to let kernel-bot start it afresh",
-    )
+    refused(double, tmp_path, root, honest_results(), event, _not_the_bots(branch, human_tip, "My own work"))
     theirs = double.repo.open_pull_request(branch, {"notes.md": b"mine, v2\n"}, title="Human work", body="Mine")
-    refused(
-        double,
-        tmp_path,
-        root,
-        honest_results(),
-        event,
+    message = (
         f"pull request #{theirs.number} from {branch} was not opened by kernel-bot (by octocat, without its "
-        "marker): its branch, title and body are left alone and nothing is published",
+        "marker): its branch, title and body are left alone and nothing is published"
     )
+    refused(double, tmp_path, root, honest_results(), event, message)
     assert (theirs.title, theirs.body) == ("Human work", "Mine")
 
 

@@ -1,6 +1,6 @@
 """The GitHub edge: `PullRequestPlan` -> branch, PR, comment, check run (events: bot.github.events).
 
-With bot.github.branches (the follow-up branch's commits), the only module importing PyGithub.
+With bot.github.branches (the follow-up branch's commits), the only modules importing PyGithub.
 Every network step goes through `GitHubClient._step`, which retries transient failures and turns
 permission errors into one clear `BotError` line.
 """
