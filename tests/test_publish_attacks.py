@@ -157,6 +157,17 @@ def test_a_failure_between_push_and_pull_request_is_repaired_by_a_rerun(double, 
     assert len([p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]) == 1
 
 
+def test_a_branch_created_before_a_bad_gateway_is_found_again_by_the_retry(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    lost = Fault("bad gateway after the write", 502, {"message": "Server Error"}, carried_out=True)
+    double.fail_next(lost, operation="git/create-ref")
+    said = publish(double, tmp_path, root, honest_results(), run_event(sha, pr.head_ref, (pr.number,)))
+    assert said[0].startswith("kernel-bot: opened")
+    tip = double.repo.branch_sha(f"kernel-bot/pr-{pr.number}")
+    assert double.git.read_commit(tip).parents == (sha,) and len(_follow_ups(double)) == 1
+    assert writes(double).count("git/create-ref") == 1  # the retry found its own commit: up to date
+
+
 # -- identity: from the API, never from the artifact ---------------------------------------
 
 

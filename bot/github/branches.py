@@ -72,6 +72,12 @@ class FollowUpBranch:
         check_branch_is_ours(plan.branch, branch_tip, self._sticky_author)
         return parent, branch_tip
 
+    def publish(self, plan: PullRequestPlan) -> Parent:
+        """`prepare`, then `push`: the parent the follow-up commit was built on."""
+        parent, branch_tip = self.prepare(plan)
+        self.push(plan, parent, branch_tip)
+        return parent
+
     def push(self, plan: PullRequestPlan, parent: Parent, branch_tip: TipCommit | None) -> str:
         """One commit with `plan.files` on `parent`, at `plan.branch` (checked by `prepare`)."""
         repo = self._repo

@@ -207,8 +207,8 @@ class GitHubClient:
             if open_count >= max_open:  # checked before pushing: a skipped plan leaves no branch
                 return None, False, f"{open_count} open kernel-bot pull requests reach the cap of {max_open}", None
         branch = FollowUpBranch(self._repo, self.repo_name, self._sticky_author)
-        parent, tip = self._step(f"read {plan.base} and {plan.branch}", lambda: branch.prepare(plan))
-        self._step("push commits", lambda: branch.push(plan, parent, tip), permission="`contents: write`")
+        # One step: a retry after a 5xx reads the branch again (and finds its own commit there).
+        parent = self._step("push commits", lambda: branch.publish(plan), permission="`contents: write`")
         pr, created = self._step(
             "create pull requests", lambda: self._upsert_pr(plan, parent.note), permission="`pull-requests: write`"
         )
