@@ -130,6 +130,7 @@ def main() -> None:
             "action": "completed",
             "repository": repo,
             "workflow_run": {
+                "id": 7,  # the stage-1 run: its id is the follow-up commit's trailer
                 "event": "pull_request",
                 "head_branch": "feature/rmsnorm",
                 "head_sha": head_sha,

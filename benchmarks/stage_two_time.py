@@ -81,6 +81,7 @@ def main() -> None:
             json.dumps(
                 {
                     "workflow_run": {
+                        "id": 7,  # the stage-1 run: its id is the follow-up commit's trailer
                         "event": "pull_request",
                         "head_sha": sha,
                         "head_branch": pr.head_ref,

@@ -108,11 +108,18 @@ def run(ctx: click.Context, results_dir: str, shard: str | None, jobs: int, gpus
     type=click.Path(file_okay=False, exists=True),
     help="Checkout of the default branch (default: $GITHUB_WORKSPACE or .).",
 )
-def publish(results_dir: str, repo_path: str | None) -> None:
+@click.option(
+    "--run-id",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The workflow run whose artifact DIR is (required outside a workflow_run event; "
+    "its trigger, commit and branch are read from GitHub).",
+)
+def publish(results_dir: str, repo_path: str | None, run_id: int | None) -> None:
     """Stage 2 of the Action (write token): open or update the follow-up PR, comment, check run."""
     from bot.github.stage_two import publish_stage_two
 
-    publish_stage_two(Path(results_dir), Path(repo_path) if repo_path else None, click.echo)
+    publish_stage_two(Path(results_dir), Path(repo_path) if repo_path else None, click.echo, run_id=run_id)
 
 
 @click.command("plan")

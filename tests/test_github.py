@@ -15,6 +15,7 @@ from github_double.session import NO_PAUSES, SleepRecorder, client_for, fast_ret
 
 from bot.core.errors import BotError
 from bot.github.client import STICKY_MARKER, GitHubClient, trigger_from_event
+from bot.github.ownership import FOLLOW_UP_MARKER
 
 REPO = "octo-org/octo-repo"
 
@@ -35,6 +36,11 @@ def source(double):
 
 def git_show(double: GitHubDouble, spec: str) -> bytes:
     return subprocess.run(["git", "-C", str(double.git.path), "show", spec], check=True, capture_output=True).stdout
+
+
+def measured_plan(double: GitHubDouble, number: int, base: str, **fields):
+    """A follow-up of `base` as measured at its tip now."""
+    return sample_plan(number, base, measured_sha=double.repo.branch_sha(base), **fields)
 
 
 def posts(double: GitHubDouble) -> list[str]:
@@ -109,28 +115,29 @@ def test_trigger_rejects_what_it_cannot_handle(event, payload, words):
 
 
 def test_publish_pushes_one_commit_and_opens_the_pull_request(double, source):
-    plan = sample_plan(source.number, source.head_ref)
+    plan = measured_plan(double, source.number, source.head_ref)
     result = client_for(double).publish(plan, max_open=3)
 
     assert result.created and not result.updated and result.skipped_reason is None
     assert git_show(double, f"{plan.branch}:kernels/softmax.py") == plan.files[0].content
     assert git_show(double, f"{plan.branch}:problems/softmax.py") == b"x = 1\n"  # base kept
     tip = double.git.read_commit(double.repo.branch_sha(plan.branch))
-    assert tip.parents == (double.repo.head_sha(source),) and tip.message == plan.title
+    assert tip.parents == (double.repo.head_sha(source),)
+    assert tip.message == f"{plan.title}\n\nKernel-Bot-Run: 7\nKernel-Bot-Measured: {plan.measured_sha}\n"
     [pr] = double.repo.open_pulls()[1:]
     assert (pr.number, pr.head_ref, pr.base_ref) == (result.pr_number, plan.branch, source.head_ref)
-    assert (pr.title, pr.body) == (plan.title, plan.body)
+    assert (pr.title, pr.body) == (plan.title, f"{FOLLOW_UP_MARKER}\n{plan.body}")
     assert result.pr_url == f"https://github.com/{REPO}/pull/{pr.number}"
 
 
 def test_png_is_committed_byte_for_byte(double, source):
-    client_for(double).publish(sample_plan(source.number, source.head_ref), max_open=3)
+    client_for(double).publish(measured_plan(double, source.number, source.head_ref), max_open=3)
     assert git_show(double, "kernel-bot/pr-1:docs/plots/softmax.png") == tiny_png()
 
 
 def test_second_publish_updates_instead_of_duplicating(double, source):
     client = client_for(double)
-    plan = sample_plan(source.number, source.head_ref, head_sha=double.repo.head_sha(source))
+    plan = measured_plan(double, source.number, source.head_ref, head_sha=double.repo.head_sha(source))
     first = client.publish(plan, max_open=3)
     first_tip = double.repo.branch_sha(plan.branch)
     again = client.publish(plan, max_open=3)  # the same plan: nothing new to commit
@@ -148,7 +155,7 @@ def test_second_publish_updates_instead_of_duplicating(double, source):
     assert first.pr_number == again.pr_number == second.pr_number
     assert len(double.repo.open_pulls()) == 2  # the source PR and ours
     pr = double.repo.pulls[second.pr_number]
-    assert (pr.title, pr.body) == ("kernel-bot: softmax 1.6x", "now 1.6x")
+    assert (pr.title, pr.body) == ("kernel-bot: softmax 1.6x", f"{FOLLOW_UP_MARKER}\nnow 1.6x")
     assert git_show(double, f"{plan.branch}:kernels/softmax.py") == b"# v2\n"
     assert double.repo.branch_sha(plan.branch) != first_tip
     [comment] = double.repo.comments.values()
@@ -180,18 +187,19 @@ def test_cap_on_open_bot_pull_requests(double, source):
     client = client_for(double)
     for n in (101, 102):
         assert client.publish(
-            replace(sample_plan(source.number, "main"), branch=f"kernel-bot/pr-{n}", source_pr=None), max_open=2
+            replace(measured_plan(double, source.number, "main"), branch=f"kernel-bot/pr-{n}", source_pr=None),
+            max_open=2,
         ).created
     # A fork PR whose branch happens to look like ours is not ours.
     double.repo.open_pull_request("kernel-bot/x", {"a.py": b"1\n"}, fork="mallory/octo-repo")
     assert sorted(client.open_bot_pull_requests()) == [2, 3]
 
-    capped = client.publish(sample_plan(source.number, source.head_ref), max_open=2)
+    capped = client.publish(measured_plan(double, source.number, source.head_ref), max_open=2)
     assert capped.pr_number is None and "cap of 2" in capped.skipped_reason
     assert double.repo.branch_sha("kernel-bot/pr-1") is None  # nothing pushed for a skipped PR
     assert capped.comment_id is not None  # the source PR still hears about the result
     existing = client.publish(
-        replace(sample_plan(source.number, "main"), branch="kernel-bot/pr-101", title="refreshed"), max_open=2
+        replace(measured_plan(double, source.number, "main"), branch="kernel-bot/pr-101", title="refreshed"), max_open=2
     )
     assert existing.updated and double.repo.pulls[existing.pr_number].title == "refreshed"
 
@@ -209,8 +217,10 @@ def test_sticky_marker_counts_only_in_the_bots_own_comments(double, source):
     double.repo.comments[1] = CommentRecord(
         1, source.number, quoted, Identity("octocat", 583_231, kind="User"), stamp, stamp
     )
-    client_for(double).publish(sample_plan(source.number, source.head_ref), max_open=3)
-    client_for(double).publish(replace(sample_plan(source.number, source.head_ref), comment_body="second"), max_open=3)
+    client_for(double).publish(measured_plan(double, source.number, source.head_ref), max_open=3)
+    client_for(double).publish(
+        replace(measured_plan(double, source.number, source.head_ref), comment_body="second"), max_open=3
+    )
     assert double.repo.comments[1].body == quoted
     [ours] = [c for c in double.repo.comments.values() if c.author.kind == "Bot"]
     assert ours.body == f"{STICKY_MARKER}\nsecond"
@@ -231,7 +241,7 @@ def test_bad_gateway_twice_then_success(double, source, caplog):
     sleep = SleepRecorder()
     double.fail_next(SERVER_ERROR, times=2)
     result = client_for(double, retry=fast_retry(sleep=sleep)).publish(
-        sample_plan(source.number, source.head_ref), max_open=3
+        measured_plan(double, source.number, source.head_ref), max_open=3
     )
     assert result.created and double.pending_faults == 0
     assert sleep.delays == [0.01, 0.02]  # exponential backoff from base_delay_s
@@ -244,7 +254,7 @@ def test_secondary_rate_limit_honours_retry_after(double, source, fault):
     sleep = SleepRecorder()
     double.fail_next(fault, times=1, methods=("POST",))
     result = client_for(double, retry=fast_retry(sleep=sleep)).publish(
-        sample_plan(source.number, source.head_ref), max_open=3
+        measured_plan(double, source.number, source.head_ref), max_open=3
     )
     assert result.created and sleep.delays == [1.0]  # Retry-After: 1 beats the 0.01 s backoff
     assert git_show(double, "kernel-bot/pr-1:kernels/softmax.py").startswith(b"# softmax")
@@ -269,13 +279,15 @@ def test_primary_rate_limit_is_not_retried(double, source):
 def test_gives_up_after_max_attempts(double, source):
     double.fail_next(SERVER_ERROR, times=10)
     with pytest.raises(BotError, match=r"kept failing .* after 3 attempts"):
-        client_for(double, retry=fast_retry(max_attempts=3)).publish(sample_plan(source.number, "main"), max_open=3)
+        client_for(double, retry=fast_retry(max_attempts=3)).publish(
+            measured_plan(double, source.number, "main"), max_open=3
+        )
 
 
 def test_token_without_write_permission(double, source):
     client = client_for(double, token="read-only-token")
     with pytest.raises(BotError, match=r"cannot push commits: grant `contents: write`"):
-        client.publish(sample_plan(source.number, source.head_ref), max_open=3)
+        client.publish(measured_plan(double, source.number, source.head_ref), max_open=3)
     with pytest.raises(BotError, match=r"cannot comment on pull requests: grant `pull-requests: write`"):
         client.publish(sample_plan(source.number, "main", fork=True), max_open=3)
     assert not double.repo.comments and double.repo.branch_sha("kernel-bot/pr-1") is None
@@ -318,7 +330,7 @@ def test_missing_token(token):
 
 def test_unsafe_paths_are_refused_before_any_request(double, source):
     plan = replace(
-        sample_plan(source.number, "main"),
+        measured_plan(double, source.number, "main"),
         files=(replace(sample_plan(1, "main").files[0], path="../.github/workflows/x.yml"),),
     )
     with pytest.raises(BotError, match="refusing to write"):

@@ -41,6 +41,9 @@ def root(tmp_path):
     return path
 
 
+_RUN_IDS = itertools.count(9_000)
+
+
 def run_event(
     head_sha: str,
     head_branch: str,
@@ -50,6 +53,8 @@ def run_event(
 ) -> dict:
     return {
         "workflow_run": {
+            "id": next(_RUN_IDS),
+            "path": f".github/workflows/{'optimize-kernel' if event == 'pull_request' else 'nightly'}.yml",
             "event": event,
             "head_sha": head_sha,
             "head_branch": head_branch,
@@ -64,21 +69,18 @@ def run_event(
 _RUNS = itertools.count()
 
 
-def publish(double, tmp_path, root, results: dict, event: dict) -> list[str]:
+def publish(double, tmp_path, root, results: dict, event: dict | None, run_id=None, client=None) -> list[str]:
+    """`bot publish` from a workflow_run `event`, or by hand (`event` None) on `--run-id run_id`."""
     name = str(next(_RUNS))
     art = tmp_path / f"artifact-{name}"
     art.mkdir()
     (art / "results.json").write_text(json.dumps(results))
-    (tmp_path / f"event-{name}.json").write_text(json.dumps(event))
-    environ = {
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_EVENT_NAME": "workflow_run",
-        "GITHUB_TOKEN": "test-token",
-        "GITHUB_EVENT_PATH": str(tmp_path / f"event-{name}.json"),
-        "GITHUB_API_URL": double.url,
-    }
+    environ = {"GITHUB_REPOSITORY": REPO, "GITHUB_TOKEN": "test-token", "GITHUB_API_URL": double.url}
+    if event is not None:
+        (tmp_path / f"event-{name}.json").write_text(json.dumps(event))
+        environ.update(GITHUB_EVENT_NAME="workflow_run", GITHUB_EVENT_PATH=str(tmp_path / f"event-{name}.json"))
     said: list[str] = []
-    publish_stage_two(art, root, said.append, environ, client=client_for(double))
+    publish_stage_two(art, root, said.append, environ, client=client or client_for(double), run_id=run_id)
     return said
 
 
@@ -94,16 +96,17 @@ def snapshot(double: GitHubDouble) -> tuple:
     )
 
 
-def writes(double: GitHubDouble) -> list[str]:
-    return [e.operation_id or e.path for e in double.exchanges if e.method != "GET"]
+def writes(double: GitHubDouble, start: int = 0) -> list[str]:
+    """The writes the double answered, from its `start`-th exchange on."""
+    return [e.operation_id or e.path for e in double.exchanges[start:] if e.method != "GET"]
 
 
-def refused(double, tmp_path, root, results, event, message: str) -> None:
-    before = snapshot(double)
+def refused(double, tmp_path, root, results, event, message: str, run_id=None) -> None:
+    before, start = snapshot(double), len(double.exchanges)
     with pytest.raises(BotError) as err:
-        publish(double, tmp_path, root, results, event)
+        publish(double, tmp_path, root, results, event, run_id)
     assert str(err.value) == message
-    assert writes(double) == [] and snapshot(double) == before
+    assert writes(double, start) == [] and snapshot(double) == before
 
 
 def same_repo_pr(double, files: dict[str, bytes] | None = None):
@@ -154,6 +157,17 @@ def test_a_failure_between_push_and_pull_request_is_repaired_by_a_rerun(double, 
     assert len([p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]) == 1
 
 
+def test_a_branch_created_before_a_bad_gateway_is_found_again_by_the_retry(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    lost = Fault("bad gateway after the write", 502, {"message": "Server Error"}, carried_out=True)
+    double.fail_next(lost, operation="git/create-ref")
+    said = publish(double, tmp_path, root, honest_results(), run_event(sha, pr.head_ref, (pr.number,)))
+    assert said[0].startswith("kernel-bot: opened")
+    tip = double.repo.branch_sha(f"kernel-bot/pr-{pr.number}")
+    assert double.git.read_commit(tip).parents == (sha,) and len(_follow_ups(double)) == 1
+    assert writes(double).count("git/create-ref") == 1  # the retry found its own commit: up to date
+
+
 # -- identity: from the API, never from the artifact ---------------------------------------
 
 
@@ -164,8 +178,22 @@ def _other_contributor_pr(double):
     return victim
 
 
+def _claiming(results: dict, **fields) -> dict:
+    claimed = copy.deepcopy(results)
+    claimed["trigger"].update(fields)
+    return claimed
+
+
+def _run_says(event: dict, field: str, stated, actual: str) -> str:
+    run = event["workflow_run"]
+    return (
+        f"the results' trigger.{field} is {str(stated)!r}, but GitHub's run {run['id']} ({run['path']}) "
+        f"says {actual}; nothing is published"
+    )
+
+
 @pytest.mark.parametrize("deleted", [False, True])
-def test_fork_claiming_another_pr_gets_only_its_own_comment(double, tmp_path, root, deleted):
+def test_a_fork_artifact_claiming_another_pr_is_refused_its_own_gets_a_comment(double, tmp_path, root, deleted):
     victim = _other_contributor_pr(double)
     fork = double.repo.open_pull_request(
         "main",
@@ -176,10 +204,18 @@ def test_fork_claiming_another_pr_gets_only_its_own_comment(double, tmp_path, ro
     if deleted:
         double.repo.delete_fork(fork)
     sha = double.repo.head_sha(fork)
-    results = honest_results()
-    results["trigger"].update(pr_number=victim.number, head_sha=sha, head_ref="main", head_repo=REPO)
+    event = run_event(sha, "main", (), None if deleted else "attacker/octo-repo")
+    own = _claiming(honest_results(), pr_number=fork.number, head_sha=sha, head_ref="main")
+    claims_victim = _claiming(own, pr_number=victim.number)
+    refused(
+        double, tmp_path, root, claims_victim, event, _run_says(event, "pr_number", victim.number, f"'{fork.number}'")
+    )
+    claims_upstream = _claiming(own, head_repo=REPO)
+    said = "nothing" if deleted else "'attacker/octo-repo'"
+    refused(double, tmp_path, root, claims_upstream, event, _run_says(event, "head_repo", REPO, said))
+    # The honest twin: the fork's artifact naming its own run gets the patch on its own PR.
     refs_before = snapshot(double)[0]
-    publish(double, tmp_path, root, results, run_event(sha, "main", (), None if deleted else "attacker/octo-repo"))
+    publish(double, tmp_path, root, _claiming(own, head_repo="attacker/octo-repo"), event)
     assert snapshot(double)[0] == refs_before  # no branch pushed or moved
     assert not [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
     assert [c.issue_number for c in double.repo.comments.values()] == [fork.number]
@@ -225,6 +261,282 @@ def test_a_nightly_run_from_another_branch_publishes_nothing(double, tmp_path, r
         f"a workflow_dispatch run on {REPO}:feature/rmsnorm, not on {REPO}'s default branch 'main': "
         "nothing is published",
     )
+
+
+# -- identity by hand: the run is named, everything else is read from GitHub -------------------
+
+
+def _nightly(results: dict, **fields) -> dict:
+    """An artifact of a nightly sweep (stage 1 records only the kind and repository)."""
+    return _claiming(results, kind="schedule", repo=REPO, default_branch="main", **fields)
+
+
+def _follow_ups(double, base: str | None = None) -> list:
+    return [
+        p
+        for p in double.repo.pulls.values()
+        if p.head_ref.startswith("kernel-bot/") and (base is None or p.base_ref == base)
+    ]
+
+
+def test_publish_by_hand_needs_the_run_id(double, tmp_path, root):
+    refused(
+        double,
+        tmp_path,
+        root,
+        _nightly(honest_results()),
+        None,
+        "bot publish outside a workflow_run event needs --run-id: the id of the workflow run whose "
+        "artifact this is (its trigger, commit and branch are read from GitHub)",
+    )
+
+
+def test_bot_publish_takes_the_run_id_on_its_command_line(double, tmp_path, root):
+    from click.testing import CliRunner
+
+    from bot.cli import main
+
+    (tmp_path / "art").mkdir()
+    (tmp_path / "art" / "results.json").write_text(json.dumps(_nightly(honest_results())))
+    env = {"GITHUB_REPOSITORY": REPO, "GITHUB_TOKEN": "test-token", "GITHUB_API_URL": double.url}
+    env.update(GITHUB_EVENT_NAME=None, GITHUB_EVENT_PATH=None, GITHUB_WORKSPACE=None)
+    args = ["publish", "--results", str(tmp_path / "art"), "--repo", str(root)]
+    for extra, words in (
+        ([], "error: bot publish outside a workflow_run event needs --run-id"),
+        (["--run-id", "0"], "Invalid value for '--run-id'"),
+        (["--run-id", "4242"], "error: GitHub answered 404 'Not Found' while trying to read workflow run 4242"),
+    ):
+        result = CliRunner().invoke(main, args + extra, env=env)
+        assert result.exit_code == 2 and words in result.stderr, (extra, result.output)
+    assert writes(double) == []
+    run = double.repo.record_run(
+        "schedule", double.repo.branch_sha("main"), "main", path=".github/workflows/nightly.yml"
+    )
+    result = CliRunner().invoke(main, [*args, "--run-id", str(run.id)], env=env)
+    assert result.exit_code == 0 and "kernel-bot: opened" in result.stdout, result.output
+
+
+def test_a_forks_artifact_claiming_a_nightly_run_publishes_nothing_by_hand(double, tmp_path, root):
+    main = double.repo.branch_sha("main")
+    nightly = double.repo.record_run("schedule", main, "main", path=".github/workflows/nightly.yml")
+    publish(double, tmp_path, root, _nightly(honest_results()), None, nightly.id)  # yesterday's follow-up
+    (earlier,) = _follow_ups(double, "main")
+    fork = double.repo.open_pull_request(
+        "main",
+        {"problems/rmsnorm.py": _declaring("kernels/fork_only.py"), "kernels/fork_only.py": KERNEL_SOURCE.encode()},
+        fork="attacker/octo-repo",
+    )
+    fork_sha = double.repo.head_sha(fork)
+    fork_run = double.repo.record_run("pull_request", fork_sha, "main", head_repo="attacker/octo-repo")
+    forged = _nightly(honest_results(target="kernels/fork_only.py"), head_sha=fork_sha, head_ref="main")
+    kind = f"the results' trigger.kind is 'schedule', but GitHub's run {fork_run.id} ({fork_run.path}) says "
+    refused(double, tmp_path, root, forged, None, kind + "'pull_request'; nothing is published", fork_run.id)
+    refused(
+        double,
+        tmp_path,
+        root,
+        forged,
+        None,
+        f"the results' trigger.head_sha is {fork_sha!r}, but GitHub's run {nightly.id} ({nightly.path}) "
+        f"says {main!r}; nothing is published",
+        nightly.id,
+    )
+    refused(  # stating no commit: the nightly's own commit is read, and it declares another TARGET
+        double,
+        tmp_path,
+        root,
+        _claiming(forged, head_sha=None),
+        None,
+        "rmsnorm: the results name target 'kernels/fork_only.py', but problems/rmsnorm.py declares TARGET "
+        f"'kernels/rmsnorm.py' at {main[:12]}; nothing is published",
+        nightly.id,
+    )
+    assert _follow_ups(double, "main") == [earlier] and double.repo.branch_sha("kernel-bot/fork_only") is None
+
+
+def test_publish_by_hand_reads_the_named_run_and_refuses_a_failed_or_mismatched_one(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    failed = double.repo.record_run("pull_request", sha, pr.head_ref, pull_requests=(pr.number,), conclusion="failure")
+    results = _claiming(honest_results(), repo=REPO, pr_number=pr.number, head_sha=sha, head_ref=pr.head_ref)
+    message = f"run {failed.id} concluded 'failure', not 'success': nothing is published"
+    refused(double, tmp_path, root, results, None, message, failed.id)
+    event = run_event(sha, pr.head_ref, (pr.number,))
+    message = f"--run-id {failed.id} is not the run of this workflow_run event ({event['workflow_run']['id']})"
+    refused(double, tmp_path, root, results, event, message, failed.id)
+    run = double.repo.record_run("pull_request", sha, pr.head_ref, pull_requests=(pr.number,))
+    said = publish(double, tmp_path, root, _claiming(results, head_repo=REPO), None, run.id)
+    (follow,) = _follow_ups(double)
+    assert said[0] == f"kernel-bot: opened https://github.com/{REPO}/pull/{follow.number}"
+    tip = double.git.read_commit(double.repo.branch_sha(follow.head_ref))
+    assert tip.parents == (sha,) and f"\n\nKernel-Bot-Run: {run.id}\nKernel-Bot-Measured: {sha}\n" in tip.message
+
+
+# -- pushes: onto what was measured, never over a commit or pull request the bot did not make --
+
+
+def _moved(double, branch: str, files: dict[str, bytes | None]) -> tuple[str, str]:
+    """(measured tip, new tip) of `branch` after a human pushes `files` onto it."""
+    measured = double.repo.branch_sha(branch)
+    return measured, double.repo.commit_files(branch, files, "A newer change")
+
+
+@pytest.mark.parametrize(
+    "files,changed",
+    [
+        ({"kernels/rmsnorm.py": b"# a newer kernel\n"}, "kernels/rmsnorm.py"),
+        ({"kernels/rmsnorm.py": None}, "kernels/rmsnorm.py"),  # deleted since
+        ({"problems/rmsnorm.py": PROBLEM_SOURCE.encode() + b"# stricter\n"}, "problems/rmsnorm.py"),
+    ],
+)
+def test_a_nightly_whose_base_moved_over_what_it_measured_is_refused(double, tmp_path, root, files, changed):
+    measured, tip = _moved(double, "main", files)
+    event = run_event(measured, "main", event="schedule")
+    refused(
+        double,
+        tmp_path,
+        root,
+        _nightly(honest_results()),
+        event,
+        f"main moved from {measured[:12]} (measured) to {tip[:12]}, and {changed} changed in between: "
+        f"the numbers are of {measured[:12]}, so nothing is published (the next run measures {tip[:12]})",
+    )
+
+
+def test_a_nightly_whose_base_moved_elsewhere_is_built_on_the_new_tip_and_says_so(double, tmp_path, root):
+    measured, tip = _moved(double, "main", {"README.md": b"# newer\n"})
+    said = publish(double, tmp_path, root, _nightly(honest_results()), run_event(measured, "main", event="schedule"))
+    note = (
+        f"main moved from {measured[:12]} (measured) to {tip[:12]}; kernels/rmsnorm.py, problems/rmsnorm.py "
+        f"unchanged in between, so the follow-up is built on {tip[:12]}"
+    )
+    assert f"kernel-bot: {note}" in said
+    (follow,) = _follow_ups(double, "main")
+    head = double.repo.branch_sha("kernel-bot/nightly")
+    assert double.git.read_commit(head).parents == (tip,) and follow.body.endswith(f"\n\n{note}.")
+    assert double.git.git("show", f"{head}:README.md") == b"# newer\n"  # the newer change kept
+    assert double.git.git("show", f"{head}:kernels/rmsnorm.py").decode() == FAST_SOURCE
+
+
+def _moving_client(double, pr, files: dict[str, bytes]):
+    """A client for which the contributor pushes `files` after stage 2 read the head, before it writes."""
+    client = client_for(double)
+    real = client.publish
+
+    def moving(plan, max_open):
+        _moved(double, pr.head_ref, files)
+        return real(plan, max_open)
+
+    client.publish = moving
+    return client
+
+
+def test_a_pr_head_that_moves_over_the_target_during_publish_is_refused(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    client = _moving_client(double, pr, {"kernels/rmsnorm.py": b"# pushed meanwhile\n"})
+    with pytest.raises(BotError) as err:
+        publish(double, tmp_path, root, honest_results(), run_event(sha, pr.head_ref, (pr.number,)), client=client)
+    tip = double.repo.head_sha(pr)
+    assert str(err.value) == (
+        f"feature/rmsnorm moved from {sha[:12]} (measured) to {tip[:12]}, and kernels/rmsnorm.py changed "
+        f"in between: the numbers are of {sha[:12]}, so nothing is published (the next run measures {tip[:12]})"
+    )
+    assert writes(double) == [] and not double.repo.comments and not double.repo.check_runs
+    assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") is None
+
+
+def test_a_pr_head_that_moves_elsewhere_during_publish_gets_the_follow_up_on_its_new_head(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    client = _moving_client(double, pr, {"kernels/helpers.py": b"x = 2\n"})
+    said = publish(double, tmp_path, root, honest_results(), run_event(sha, pr.head_ref, (pr.number,)), client=client)
+    tip = double.repo.head_sha(pr)
+    moved = f"kernel-bot: feature/rmsnorm moved from {sha[:12]} (measured) to {tip[:12]};"
+    assert any(line.startswith(moved) for line in said)
+    assert double.git.read_commit(double.repo.branch_sha(f"kernel-bot/pr-{pr.number}")).parents == (tip,)
+
+
+def _nightly_event(double) -> dict:
+    return run_event(double.repo.branch_sha("main"), "main", event="schedule")
+
+
+def _not_the_bots(branch: str, tip: str, first_line: str) -> str:
+    return (
+        f"branch {branch} ends in commit {tip[:12]} ({first_line!r}, committed by octocat), which kernel-bot did "
+        "not write (no `Kernel-Bot-Run:` trailer from its account): it is not overwritten and nothing is "
+        "published; merge or close its pull request and delete the branch to let kernel-bot start it afresh"
+    )
+
+
+@pytest.mark.parametrize("fix_up", ["on top", "amended"])
+def test_a_maintainers_fix_up_on_the_nightly_branch_is_not_force_pushed_away(double, tmp_path, root, fix_up):
+    publish(double, tmp_path, root, _nightly(honest_results()), _nightly_event(double))
+    branch = "kernel-bot/nightly"
+    ours = double.git.read_commit(double.repo.branch_sha(branch))
+    if fix_up == "on top":
+        message = "Fix the kernel's docstring"
+        double.repo.commit_files(branch, {"kernels/rmsnorm.py": FAST_SOURCE.encode() + b"# fixed\n"}, message)
+    else:  # the bot's message and trailer kept, the maintainer now its committer
+        message = ours.message.splitlines()[0]
+        amended = double.repo.commit_files(
+            branch, {"kernels/rmsnorm.py": b"# fixed\n"}, ours.message, parent=ours.parents[0]
+        )
+        double.git.update_ref(f"refs/heads/{branch}", amended)
+    tip = double.repo.branch_sha(branch)
+    refused(
+        double,
+        tmp_path,
+        root,
+        _nightly(honest_results()),
+        _nightly_event(double),
+        _not_the_bots(branch, tip, message),
+    )
+
+
+def test_the_nightly_branch_is_rebuilt_over_the_bots_own_commit(double, tmp_path, root):
+    publish(double, tmp_path, root, _nightly(honest_results()), _nightly_event(double))
+    first = double.repo.branch_sha("kernel-bot/nightly")
+    newer = double.repo.commit_files("main", {"README.md": b"# newer\n"})
+    publish(double, tmp_path, root, _nightly(honest_results(speedup_factor=2.5)), _nightly_event(double))
+    rebuilt = double.repo.branch_sha("kernel-bot/nightly")
+    assert rebuilt != first and double.git.read_commit(rebuilt).parents == (newer,)
+    assert len(_follow_ups(double, "main")) == 1
+
+
+def test_a_human_branch_named_like_the_follow_up_is_never_touched(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    branch = f"kernel-bot/pr-{pr.number}"
+    human_tip = double.repo.commit_files(branch, {"notes.md": b"mine\n"}, "My own work", parent=sha)
+    event = run_event(sha, pr.head_ref, (pr.number,))
+    refused(double, tmp_path, root, honest_results(), event, _not_the_bots(branch, human_tip, "My own work"))
+    theirs = double.repo.open_pull_request(branch, {"notes.md": b"mine, v2\n"}, title="Human work", body="Mine")
+    message = (
+        f"pull request #{theirs.number} from {branch} was not opened by kernel-bot (by octocat, without its "
+        "marker): its branch, title and body are left alone and nothing is published"
+    )
+    refused(double, tmp_path, root, honest_results(), event, message)
+    assert (theirs.title, theirs.body) == ("Human work", "Mine")
+
+
+def test_a_pull_request_from_a_branch_named_like_its_own_follow_up_is_not_rewritten(double, tmp_path, root):
+    number = double.repo._next_number  # the next pull request's number
+    pr = double.repo.open_pull_request(
+        f"kernel-bot/pr-{number}",
+        {"kernels/rmsnorm.py": b"# touched\n" + KERNEL_SOURCE.encode()},
+        title="Human work",
+        body="Mine",
+        labels=("kernel-bot",),
+    )
+    assert pr.number == number
+    sha = double.repo.head_sha(pr)
+    refused(
+        double,
+        tmp_path,
+        root,
+        honest_results(),
+        run_event(sha, pr.head_ref, (pr.number,)),
+        f"the follow-up branch kernel-bot/pr-{number} is the branch it would merge into (a pull request from a "
+        "branch of that name): it is not committed onto and nothing is published",
+    )
+    assert (pr.title, pr.body) == ("Human work", "Mine")
 
 
 # -- write scope: the TARGET the problem file declares at the head commit --------------------

@@ -32,6 +32,7 @@ def test_publish_opens_the_follow_up_with_heavy_modules_blocked(tmp_path):
         (tmp_path / "artifact" / "results.json").write_text(json.dumps(honest_results()))
         event = {
             "workflow_run": {
+                "id": 7,
                 "event": "pull_request",
                 "head_sha": sha,
                 "head_branch": pr.head_ref,

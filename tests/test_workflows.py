@@ -431,6 +431,8 @@ def test_publish_downloads_the_triggering_runs_artifact_outside_the_workspace():
     assert re.search(r"\bbot publish --results\b", publish["run"])
     assert publish["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
     assert publish["env"]["RESULTS_DIR"] == download["with"]["path"]
+    # The run it publishes for is the run whose artifact it downloaded.
+    assert publish["env"]["RUN_ID"] == download["with"]["run-id"] and '--run-id "$RUN_ID"' in publish["run"]
 
 
 # --- nightly.yml ----------------------------------------------------------------------

@@ -196,6 +196,13 @@ class PullRequestPlan:
     comment_body: str | None
     fork: bool  # True: never push; the comment carries the patch
     check_run: CheckRunPlan | None = None
+    # The commit the run measured: the follow-up commit's parent (bot.github.branches). A push
+    # needs it and the run's id, which the commit carries as its `Kernel-Bot-Run:` trailer.
+    measured_sha: str | None = None
+    run_id: int | None = None
+    # Files the measurement rests on (each TARGET and its problem file): the follow-up is built
+    # on a newer tip of `base` only where all of them are unchanged since `measured_sha`.
+    measured_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 stage_two.py is the entry point; it reads the results artifact as untrusted data (untrusted,
 rederive), takes where to publish from the event and the API (identity) and writes through
-client.py, the only module importing PyGithub. events.py turns an event payload into a
+client.py and branches.py (the follow-up commit, under the rules of ownership.py), the only
+modules importing PyGithub. events.py turns an event payload into a
 `Trigger` (stage 1 reads it too).
 
 PyGithub's own top-level package is also named `github`: imports here are absolute, so

@@ -1,28 +1,29 @@
 """The GitHub edge: `PullRequestPlan` -> branch, PR, comment, check run (events: bot.github.events).
 
-The only module importing PyGithub. Every network step goes through `GitHubClient._step`,
-which retries transient failures and turns permission errors into one clear `BotError` line.
+With bot.github.branches (the follow-up branch's commits), the only modules importing PyGithub.
+Every network step goes through `GitHubClient._step`, which retries transient failures and turns
+permission errors into one clear `BotError` line.
 """
 
 from __future__ import annotations
 
 import logging
-from base64 import b64encode
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import requests
-from github import Auth, Github, GithubException, InputGitTreeElement, UnknownObjectException
-from github.GitRef import GitRef
+from github import Auth, Github, GithubException, UnknownObjectException
 from github.PullRequest import PullRequest
 from github.Repository import Repository
 
-from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan
+from bot.core.domain import CheckRunPlan, PullRequestPlan
 from bot.core.errors import BotError
+from bot.github.branches import FollowUpBranch
 from bot.github.client_settings import GitHubPacing, GitHubRetry
 from bot.github.events import PULL_REQUEST_ACTIONS, trigger_from_event  # noqa: F401 (re-exported)
-from bot.github.identity import PullFacts
+from bot.github.identity import PullFacts, RunFacts, run_from_json
+from bot.github.ownership import FOLLOW_UP_MARKER, Account, bot_pull, check_plan_branch
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -45,6 +46,7 @@ class PublishResult:
     created: bool  # a new pull request was opened
     updated: bool  # an existing pull request was reused: branch and text brought up to date
     skipped_reason: str | None  # why no pull request was opened or updated
+    base_note: str | None = None  # where the base moved since the measurement, what the push built on
 
 
 class GitHubClient:
@@ -110,6 +112,15 @@ class GitHubClient:
             lambda: [_facts(p) for p in self._repo.get_commit(sha).get_pulls()],
         )
 
+    def workflow_run(self, run_id: int) -> RunFacts:
+        """A workflow run as GitHub records it (GET .../actions/runs/{id}), with the repository's
+        default branch: what a publish run by hand learns about the run it names."""
+
+        def step() -> RunFacts:
+            return run_from_json(self._repo.get_workflow_run(run_id).raw_data, self._repo.default_branch)
+
+        return self._step(f"read workflow run {run_id}", step)
+
     def file_at(self, path: str, ref: str) -> bytes | None:
         """A regular file's bytes at commit `ref`; None when no file is there. A directory,
         symlink or submodule at `path` is refused: a follow-up only rewrites regular files."""
@@ -129,13 +140,16 @@ class GitHubClient:
         return self._step(f"read {path} at {ref[:12]}", step)
 
     def open_bot_pull_requests(self, prefix: str = BOT_BRANCH_PREFIX) -> list[int]:
-        """Numbers of open pull requests whose head branch is ours (`prefix...` in this repo)."""
+        """Numbers of open pull requests the bot opened from its branches (`prefix...` in this repo)."""
 
         def step() -> list[int]:
             return [
                 p.number
                 for p in self._repo.get_pulls(state="open")
-                if p.head.ref.startswith(prefix) and p.head.repo is not None and p.head.repo.full_name == self.repo_name
+                if p.head.ref.startswith(prefix)
+                and p.head.repo is not None
+                and p.head.repo.full_name == self.repo_name
+                and self._ours(p)
             ]
 
         return self._step("list open pull requests", step)
@@ -146,7 +160,7 @@ class GitHubClient:
         """Push `plan.files`, open or update the follow-up PR, the sticky comment, the check run."""
         if plan.repo != self.repo_name:
             raise BotError(f"plan is for {plan.repo}, but this client writes to {self.repo_name}")
-        pr, created, skipped = self._publish_pull_request(plan, max_open)
+        pr, created, skipped, note = self._publish_pull_request(plan, max_open)
         if skipped:
             log.info("no pull request for %s: %s", plan.branch, skipped)
         comment_id = check_run_id = None
@@ -169,6 +183,7 @@ class GitHubClient:
             created=created,
             updated=pr is not None and not created,
             skipped_reason=skipped,
+            base_note=note,
         )
 
     def create_check_run(self, check: CheckRunPlan) -> int:
@@ -177,82 +192,60 @@ class GitHubClient:
 
     def _publish_pull_request(
         self, plan: PullRequestPlan, max_open: int
-    ) -> tuple[PullRequest | None, bool, str | None]:
-        """(pull request, created?, reason when skipped)."""
+    ) -> tuple[PullRequest | None, bool, str | None, str | None]:
+        """(pull request, created?, reason when skipped, where the base moved): every read and
+        check first, so a refusal writes nothing."""
         if plan.fork:
-            return None, False, "the pull request comes from a fork: the patch is posted as a comment"
+            return None, False, "the pull request comes from a fork: the patch is posted as a comment", None
         if not plan.files:
-            return None, False, "no files to publish"
+            return None, False, "no files to publish", None
         for change in plan.files:
             _check_path(change.path)
+        check_plan_branch(plan)
         if self._step("list open pull requests", lambda: self._find_pr(plan.branch)) is None:
             open_count = len(self.open_bot_pull_requests())
             if open_count >= max_open:  # checked before pushing: a skipped plan leaves no branch
-                return None, False, f"{open_count} open kernel-bot pull requests reach the cap of {max_open}"
-        self._step("push commits", lambda: self._push(plan), permission="`contents: write`")
+                return None, False, f"{open_count} open kernel-bot pull requests reach the cap of {max_open}", None
+        branch = FollowUpBranch(self._repo, self.repo_name, self._sticky_author)
+        # One step: a retry after a 5xx reads the branch again (and finds its own commit there).
+        parent = self._step("push commits", lambda: branch.publish(plan), permission="`contents: write`")
         pr, created = self._step(
-            "create pull requests", lambda: self._upsert_pr(plan), permission="`pull-requests: write`"
+            "create pull requests", lambda: self._upsert_pr(plan, parent.note), permission="`pull-requests: write`"
         )
-        return pr, created, None
+        return pr, created, None, parent.note
 
-    def _push(self, plan: PullRequestPlan) -> str:
-        """One commit with `plan.files` on top of `plan.base`, at `plan.branch` (Git Data API)."""
-        repo = self._repo
-        base_ref = self._ref_or_none(plan.base)
-        if base_ref is None:
-            raise BotError(f"base branch {plan.base!r} does not exist in {self.repo_name}")
-        base_commit = repo.get_git_commit(base_ref.object.sha)
-        elements = [
-            InputGitTreeElement(change.path, "100644", "blob", sha=self._blob(repo, change)) for change in plan.files
-        ]
-        tree = repo.create_git_tree(elements, base_tree=base_commit.tree)
-        current = self._ref_or_none(plan.branch)
-        if current is not None:
-            tip = repo.get_git_commit(current.object.sha)
-            # Same tree on the same base: a new commit would only retrigger the PR's CI.
-            if tip.tree.sha == tree.sha and [p.sha for p in tip.parents] == [base_commit.sha]:
-                log.info("branch %s is already up to date at %s", plan.branch, tip.sha[:12])
-                return tip.sha
-        commit = repo.create_git_commit(plan.title, tree, [base_commit])
-        if current is None:
-            repo.create_git_ref(f"refs/heads/{plan.branch}", commit.sha)
-        else:
-            current.edit(commit.sha, force=True)  # the branch is ours: rebuilt from base each run
-        log.info("pushed %s to %s (%d files)", commit.sha[:12], plan.branch, len(plan.files))
-        return commit.sha
-
-    @staticmethod
-    def _blob(repo: Repository, change: FileChange) -> str:
-        try:
-            return repo.create_git_blob(change.content.decode("utf-8"), "utf-8").sha
-        except UnicodeDecodeError:  # binary (a PNG plot): JSON carries it as base64
-            return repo.create_git_blob(b64encode(change.content).decode("ascii"), "base64").sha
-
-    def _ref_or_none(self, branch: str) -> GitRef | None:
-        ref = self._repo.get_git_ref(f"heads/{branch}")  # lazy: `.object` sends the GET
-        try:
-            ref.object  # noqa: B018 - completing also sets the `/git/refs/...` url edit() PATCHes
-        except UnknownObjectException:
-            return None
-        return ref
+    def _ours(self, pr: PullRequest) -> bool:
+        user = pr.user
+        return bot_pull(Account(user.login, user.type) if user else Account(None, None), pr.body, self._sticky_author)
 
     def _find_pr(self, branch: str) -> PullRequest | None:
-        pulls = self._repo.get_pulls(state="open", head=f"{self.repo_name.split('/')[0]}:{branch}")
-        return next(iter(pulls), None)
+        """The bot's open pull request from `branch`; BotError when one from it is someone else's,
+        whose title and body are theirs."""
+        pulls = list(self._repo.get_pulls(state="open", head=f"{self.repo_name.split('/')[0]}:{branch}"))
+        foreign = [p for p in pulls if not self._ours(p)]
+        if foreign:
+            raise BotError(
+                f"pull request #{foreign[0].number} from {branch} was not opened by kernel-bot (by "
+                f"{foreign[0].user.login if foreign[0].user else 'unknown'}, without its marker): its "
+                "branch, title and body are left alone and nothing is published"
+            )
+        return pulls[0] if pulls else None
 
-    def _upsert_pr(self, plan: PullRequestPlan) -> tuple[PullRequest, bool]:
+    def _upsert_pr(self, plan: PullRequestPlan, note: str | None) -> tuple[PullRequest, bool]:
+        # The marker makes the pull request findable as the bot's; the note says where it was built.
+        body = f"{FOLLOW_UP_MARKER}\n{plan.body}" + (f"\n\n{note}." if note else "")
         pr = self._find_pr(plan.branch)
         if pr is None:
             try:
-                pr = self._repo.create_pull(base=plan.base, head=plan.branch, title=plan.title, body=plan.body)
+                pr = self._repo.create_pull(base=plan.base, head=plan.branch, title=plan.title, body=body)
                 log.info("opened pull request #%d", pr.number)
                 return pr, True
             except GithubException as exc:  # an earlier attempt did succeed before a 5xx
                 pr = self._find_pr(plan.branch) if exc.status == 422 else None
                 if pr is None:
                     raise
-        if (pr.title, pr.body) != (plan.title, plan.body):
-            pr.edit(title=plan.title, body=plan.body)
+        if (pr.title, pr.body) != (plan.title, body):
+            pr.edit(title=plan.title, body=body)
         log.info("updated pull request #%d", pr.number)
         return pr, False
 

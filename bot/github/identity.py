@@ -28,7 +28,8 @@ class PullFacts:
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What the `workflow_run` event says about the run that made the artifact."""
+    """The workflow run that made the artifact, as GitHub records it (the `workflow_run` event's
+    object, or GET /repos/{o}/{r}/actions/runs/{id}: the same schema)."""
 
     event: str
     head_sha: str
@@ -36,6 +37,9 @@ class RunFacts:
     head_repo: str | None  # None: the run's head repository is gone (a deleted fork)
     pr_numbers: tuple[int, ...]  # GitHub lists them for same-repository pull requests only
     default_branch: str | None
+    run_id: int | None = None
+    path: str | None = None  # the workflow file, e.g. .github/workflows/nightly.yml
+    conclusion: str | None = None
 
 
 class PullReader(Protocol):
@@ -44,26 +48,34 @@ class PullReader(Protocol):
     def pull_requests_for_commit(self, sha: str) -> list[PullFacts]: ...
 
 
-def run_facts(payload: dict[str, Any]) -> RunFacts:
-    """The event's fields stage 2 relies on, checked for shape."""
-    run = payload.get("workflow_run")
+def run_from_json(run: Any, default_branch: str | None) -> RunFacts:
+    """A workflow run object's fields stage 2 relies on, checked for shape."""
     if not isinstance(run, dict):
         raise BotError("workflow_run event without a workflow_run object")
     sha = run.get("head_sha")
     if not isinstance(sha, str) or not _SHA.match(sha):
-        raise BotError(f"workflow_run event with head_sha {str(sha)[:60]!r}: expected a commit SHA")
+        raise BotError(f"workflow run with head_sha {str(sha)[:60]!r}: expected a commit SHA")
     head_repo = (run.get("head_repository") or {}).get("full_name")
     numbers = tuple(p.get("number") for p in run.get("pull_requests") or () if isinstance(p, dict))
     if not all(isinstance(n, int) for n in numbers):
-        raise BotError("workflow_run event lists a pull request without a number")
+        raise BotError("workflow run lists a pull request without a number")
+    run_id, path, conclusion = run.get("id"), run.get("path"), run.get("conclusion")
     return RunFacts(
         str(run.get("event")),
         sha,
         run.get("head_branch"),
         head_repo if isinstance(head_repo, str) else None,
         numbers,
-        (payload.get("repository") or {}).get("default_branch"),
+        default_branch,
+        run_id if isinstance(run_id, int) else None,
+        path if isinstance(path, str) else None,
+        conclusion if isinstance(conclusion, str) else None,
     )
+
+
+def run_facts(payload: dict[str, Any]) -> RunFacts:
+    """The run of a `workflow_run` event payload."""
+    return run_from_json(payload.get("workflow_run"), (payload.get("repository") or {}).get("default_branch"))
 
 
 def _matching(pulls: list[PullFacts], run: RunFacts) -> list[PullFacts]:
@@ -118,10 +130,12 @@ def pull_request_trigger(run: RunFacts, repo: str, reader: PullReader) -> Trigge
     )
 
 
-def trusted_trigger(payload: dict[str, Any], repo: str, reader: PullReader) -> Trigger:
-    """The trigger of a `workflow_run` event. Nightly and manual runs publish only from the
-    default branch of this repository: a run from any other branch ran code nobody reviewed."""
-    run = run_facts(payload)
+def trusted_trigger(run: RunFacts, repo: str, reader: PullReader) -> Trigger:
+    """The trigger of a workflow run as GitHub records it. Nightly and manual runs publish only
+    from the default branch of this repository: a run from any other branch ran code nobody
+    reviewed."""
+    if run.conclusion not in (None, "success"):
+        raise BotError(f"run {run.run_id} concluded {run.conclusion!r}, not 'success': nothing is published")
     if run.event == "pull_request":
         return pull_request_trigger(run, repo, reader)
     if run.event not in ("schedule", "workflow_dispatch"):
@@ -136,26 +150,36 @@ def trusted_trigger(payload: dict[str, Any], repo: str, reader: PullReader) -> T
     )
 
 
-def operator_trigger(claimed: Trigger | None, repo: str, reader: PullReader) -> Trigger:
-    """`bot publish` run by hand on a downloaded artifact: the operator vouches for which
-    run it is, but a pull request's branch, base and fork status still come from the API."""
+def _disagreement(claimed: Trigger, trigger: Trigger, run: RunFacts) -> tuple[str, object, object] | None:
+    """The first field the artifact states (not null) that GitHub's record contradicts."""
+    head_repo = trigger.head_repo if trigger.head_repo != DELETED_FORK else None
+    for field, stated, actual in (
+        ("kind", claimed.kind, run.event),
+        ("repo", claimed.repo, trigger.repo),
+        ("head_sha", claimed.head_sha, run.head_sha),
+        ("head_ref", claimed.head_ref, run.head_branch),
+        ("head_repo", claimed.head_repo, head_repo),
+        ("pr_number", claimed.pr_number, trigger.pr_number),
+    ):
+        # A deleted fork's name is gone from GitHub's record; the artifact may still hold it,
+        # but it may never claim to be this repository.
+        gone = field == "head_repo" and actual is None and stated != trigger.repo
+        if stated is not None and stated != actual and not gone:
+            return field, stated, actual
+    return None
+
+
+def check_claims(claimed: Trigger | None, trigger: Trigger, run: RunFacts) -> None:
+    """Refuse an artifact whose `trigger` disagrees with GitHub's record of the run that made it:
+    a fork's artifact handed to a manual publish as a nightly one, or one replayed for another
+    pull request. BotError naming the field; None where it agrees (or states nothing)."""
     if claimed is None:
-        return Trigger(kind="None", repo=repo)
-    kind, sha = claimed.kind, claimed.head_sha
-    if kind != "pull_request":
-        return Trigger(
-            kind=kind,
-            repo=repo,
-            head_ref=claimed.head_ref,
-            head_sha=sha,
-            base_sha=claimed.base_sha,
-            default_branch=claimed.default_branch,
+        return
+    found = _disagreement(claimed, trigger, run)
+    if found is not None:
+        field, stated, actual = found
+        said = "nothing" if actual is None else repr(str(actual)[:80])
+        raise BotError(
+            f"the results' trigger.{field} is {str(stated)[:80]!r}, but GitHub's run {run.run_id} "
+            f"({run.path or 'workflow'}) says {said}; nothing is published"
         )
-    number = claimed.pr_number
-    if not isinstance(number, int) or not isinstance(sha, str):
-        raise BotError("the results name no pull request number and head commit")
-    found = reader.pull_request(number)
-    if found is None:
-        raise BotError(f"pull request #{number} does not exist in {repo}")
-    run = RunFacts("pull_request", sha, found.head_ref, found.head_repo, (number,), claimed.default_branch)
-    return pull_request_trigger(run, repo, reader)

@@ -10,7 +10,7 @@ The whole plan is built and checked before the first write.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bot.core.domain import CheckRunPlan, PullRequestPlan, Trigger
@@ -97,7 +97,11 @@ def stage_two_plan(
         drawn_here = bool(settings.chart_path) and change.path == settings.chart_path and change.content == chart
         if not drawn_here and (scoped is None or change.content != scoped.source.encode()):
             raise BotError(f"refusing to write {change.path}: not the verified candidate for a scoped TARGET")
-    return StagePlan(plan)
+    if plan is None:
+        return StagePlan(None)
+    # What the numbers rest on: each TARGET and the problem file that defines it correct.
+    problems = {f"{settings.problems_dir.strip('/')}/{c.problem}.py" for c in changes.values()}
+    return StagePlan(replace(plan, measured_sha=trigger.head_sha, measured_paths=tuple(sorted({*changes, *problems}))))
 
 
 def publish_plan(

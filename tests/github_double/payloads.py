@@ -165,6 +165,18 @@ def repository(
     return body
 
 
+# `minimal-repository` (a workflow run's repositories): the fields of `repository` it documents.
+MINIMAL_REPOSITORY_FIELDS = frozenset(
+    {"id", "node_id", "name", "full_name", "owner", "private", "html_url", "description", "fork", "url"}
+    | {f"{k}" for k in _REPO_URL_TEMPLATES}
+    | {"git_url", "ssh_url", "clone_url", "svn_url", "mirror_url", "homepage", "language", "size"}
+    | {"forks_count", "stargazers_count", "watchers_count", "default_branch", "open_issues_count"}
+    | {"is_template", "topics", "has_issues", "has_projects", "has_wiki", "has_pages", "has_downloads"}
+    | {"archived", "disabled", "visibility", "pushed_at", "created_at", "updated_at", "permissions"}
+    | {"forks", "open_issues", "watchers", "allow_forking", "license"}
+)
+
+
 def label(api: str, full_name: str, name: str, label_id: int) -> dict[str, Any]:
     return {
         "id": label_id,

@@ -82,3 +82,18 @@ def not_found() -> Response:
 
 def invalid(doc: str, *errors: dict[str, Any]) -> Response:
     return Response(422, P.validation_error(list(errors), doc))
+
+
+@dataclass
+class RunRecord:
+    """A workflow run as GitHub records it (stage 1's run, whose artifact stage 2 publishes)."""
+
+    id: int
+    event: str
+    head_sha: str
+    head_branch: str | None
+    head_repo: str
+    path: str
+    pull_requests: list[int]
+    created_at: datetime
+    conclusion: str | None = "success"

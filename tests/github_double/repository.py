@@ -7,12 +7,13 @@ from .contents_api import ContentsAPI
 from .git_api import GitDataAPI
 from .git_store import GitStore, Signature
 from .pulls_api import PullsAPI
-from .records import CheckRunRecord, CommentRecord, Identity, PullRecord, now
+from .records import CheckRunRecord, CommentRecord, Identity, PullRecord, RunRecord, now
+from .runs_api import RunsAPI
 
 CONTRIBUTOR = Identity("octocat", 583_231, kind="User")
 
 
-class FakeRepository(PullsAPI, GitDataAPI, ContentsAPI):
+class FakeRepository(PullsAPI, GitDataAPI, ContentsAPI, RunsAPI):
     """`full_name` served from `git`; a fork exists only as a pull request head (refs/pull/N/head)."""
 
     def __init__(self, api_url: str, full_name: str, git: GitStore, default_branch: str) -> None:
@@ -22,6 +23,8 @@ class FakeRepository(PullsAPI, GitDataAPI, ContentsAPI):
         self.pulls: dict[int, PullRecord] = {}
         self.comments: dict[int, CommentRecord] = {}
         self.check_runs: dict[int, CheckRunRecord] = {}
+        self.runs: dict[int, RunRecord] = {}
+        self.emails: dict[str, Identity] = {"octocat@github.com": CONTRIBUTOR}
         self._next_number, self._next_id = 1, 1_000_000_000
         self.commit_files(default_branch, {"README.md": b"# octo-repo\n"}, "Initial commit")
 
@@ -38,17 +41,22 @@ class FakeRepository(PullsAPI, GitDataAPI, ContentsAPI):
     def commit_files(
         self,
         branch: str,
-        files: dict[str, bytes],
+        files: dict[str, bytes | None],
         message: str = "Update files",
         ref: str | None = None,
         parent: str | None = None,
     ) -> str:
-        """Commit `files` on top of `parent` (default: the ref's tip, else the default branch's)."""
+        """Commit `files` (None: delete the file) on top of `parent` (default: the ref's tip, else the
+        default branch's), as the contributor octocat."""
         ref = ref or f"refs/heads/{branch}"
         parent = parent or self.git.resolve(ref) or self.git.resolve(f"refs/heads/{self.default_branch}")
         base_tree = self.git.read_commit(parent).tree if parent else None
         tree = self.git.build_tree(
-            base_tree, [(path, "100644", "blob", self.git.write_blob(data)) for path, data in files.items()]
+            base_tree,
+            [
+                (path, "100644", "blob", data if data is None else self.git.write_blob(data))
+                for path, data in files.items()
+            ],
         )
         me = Signature(CONTRIBUTOR.login, "octocat@github.com", now())
         sha = self.git.commit_tree(tree, [parent] if parent else [], message, me, me)

@@ -57,6 +57,8 @@ ROUTES = (
     Route("GET", r"/contents/(.+)", "repos/get-content"),
     Route("GET", r"/commits/([0-9a-f]{40})/check-runs", "checks/list-for-ref"),
     Route("PATCH", r"/check-runs/(\d+)", "checks/update"),
+    Route("GET", r"/commits/([0-9a-f]{40})", "repos/get-commit"),
+    Route("GET", r"/actions/runs/(\d+)", "actions/get-workflow-run"),
 )
 
 
@@ -68,6 +70,7 @@ class Fault:
     status: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    carried_out: bool = False  # the request is carried out first, only its answer is lost (a 502 after a write)
 
 
 SERVER_ERROR = Fault("bad gateway", 502, {"message": "Server Error"})
@@ -171,6 +174,8 @@ class GitHubDouble:
         for i, (fault, methods, operation) in enumerate(self._faults):
             if (methods is None or method in methods) and operation in (None, route and route.operation_id):
                 del self._faults[i]
+                if fault.carried_out:
+                    self._answer(method, route, params, query, headers, raw)
                 return Response(fault.status, fault.body, dict(fault.headers)), fault.name
         scheme, _, token = headers.get("authorization", "").partition(" ")
         identity = self.tokens.get(token) if scheme.lower() in ("token", "bearer") else None

@@ -67,8 +67,15 @@ def tiny_png() -> bytes:
 
 
 def sample_plan(
-    source_pr: int | None, base: str, *, head_sha: str | None = None, fork: bool = False, speedup: str = "1.42x"
+    source_pr: int | None,
+    base: str,
+    *,
+    head_sha: str | None = None,
+    fork: bool = False,
+    speedup: str = "1.42x",
+    measured_sha: str | None = None,
 ) -> PullRequestPlan:
+    """A follow-up of `base`, measured at `measured_sha` (a push needs it) by run 7."""
     kernel = f"# softmax, {speedup} faster\nimport torch\n".encode()
     files = () if fork else (FileChange("kernels/softmax.py", kernel), FileChange("docs/plots/softmax.png", tiny_png()))
     check = (
@@ -88,6 +95,8 @@ def sample_plan(
         comment_body=f"kernel-bot found a {speedup} faster softmax.",
         fork=fork,
         check_run=check,
+        measured_sha=measured_sha,
+        run_id=7,
     )
 
 
@@ -106,10 +115,12 @@ def scripted_session(double: GitHubDouble) -> None:
     assert [p.number for p in client.pull_requests_for_commit(head_sha)] == [source.number]
     assert client.file_at("problems/op0.py", head_sha) == b"x = 1\n"
     assert client.file_at("problems/missing.py", head_sha) is None
-    plan = sample_plan(source.number, source.head_ref, head_sha=head_sha)
+    plan = sample_plan(source.number, source.head_ref, head_sha=head_sha, measured_sha=head_sha)
     client.publish(plan, max_open=3)  # blobs, tree, commit, create ref, create PR, comment, check run
     client.publish(replace(plan, title="kernel-bot: softmax 1.50x faster"), max_open=3)  # updates
-    client.publish(replace(plan, files=(plan.files[0],)), max_open=3)  # new commit: ref update
+    client.publish(replace(plan, files=(plan.files[0],)), max_open=3)  # new commit: ref update (tip read first)
+    run = repo.record_run("pull_request", head_sha, source.head_ref, pull_requests=(source.number,))
+    assert client.workflow_run(run.id).head_sha == head_sha
     client.publish(sample_plan(fork.number, repo.default_branch, fork=True), max_open=3)
 
     double.fail_next(SERVER_ERROR, times=2)
@@ -119,7 +130,9 @@ def scripted_session(double: GitHubDouble) -> None:
 
     for token in ("read-only-token", "wrong-token"):
         with contextlib.suppress(BotError):
-            client_for(double, token=token).publish(sample_plan(99, "main"), max_open=3)
+            client_for(double, token=token).publish(
+                sample_plan(99, "main", measured_sha=repo.branch_sha("main")), max_open=3
+            )
 
     # Operations the double serves beyond what publish needs, read through PyGithub itself.
     gh = Github(
