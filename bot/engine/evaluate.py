@@ -15,7 +15,7 @@ from typing import Any
 from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Progress, source_hash
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
-from bot.core.settings import DEFAULTS, SandboxKind
+from bot.core.settings import DEFAULTS, SandboxKind, TolerancePolicy
 from bot.engine import verify
 from bot.engine.eval_workers import Replicas, materialise, open_session
 from bot.engine.failures import problem_failure, ran_out_of_gpu_memory
@@ -50,6 +50,7 @@ class EvalOptions:
     beside_others: bool = False
     cache_root: Path = Path.home() / ".cache" / "kernel-bot"
     use_cache: bool = False  # reuse verdicts and timings of candidates judged before (bot.engine.cache)
+    tolerance: TolerancePolicy = DEFAULTS.tolerance  # what outputs are compared with (bot.engine.tolerance)
 
 
 def _environment(env: dict[str, Any]) -> Environment:
@@ -88,7 +89,7 @@ def evaluate(
     cache = ResultCache(
         options.cache_root,
         environment_key(options.device, options.gpu_index)
-        + f"|timing={options.timing.mode}|replicas={options.timing.replicas}",
+        + f"|timing={options.timing.mode}|replicas={options.timing.replicas}|tolerance={options.tolerance}",
         options.min_speedup,
     )
     cached = [cache.get(problem, baseline, c) for c in candidates]
@@ -181,6 +182,12 @@ def _unless_still_short(evaluation: Evaluation, options: EvalOptions) -> Evaluat
     return evaluation
 
 
+def reference_precision(problem: Problem, options: EvalOptions) -> str:
+    """What the reference worker computes in: the problem's oracle precision, or under
+    `kernelbench` the problem's own dtype, as KernelBench compares."""
+    return "native" if options.tolerance == TolerancePolicy.KERNELBENCH else problem.reference_precision
+
+
 def _evaluate_once(
     problem: Problem,
     candidates: list[CandidateSource],
@@ -212,7 +219,9 @@ def _evaluate_once(
         # The reference and every contender start together: imports (and CUDA builds) overlap.
         began = time.monotonic()
         with ThreadPoolExecutor(max_workers=max(2, options.parallel)) as pool:
-            ref_future = pool.submit(session.start, "reference", None, "Model", problem.reference_precision, ref_hash)
+            ref_future = pool.submit(
+                session.start, "reference", None, "Model", reference_precision(problem, options), ref_hash
+            )
             list(pool.map(start, names, contenders))
             try:
                 reference = ref_future.result()

@@ -79,7 +79,7 @@ def time_interleaved(
     )
     dtypes = [m["dtype"] for m in info.meta]
     harness = HarnessCost(reference, info.meta, info.nbytes, options.mode, rng, call_timeout_s)
-    run = Run(problem, shape, reference, dtypes, rng, options, call_timeout_s, harness, window)
+    run = Run(problem, shape, reference, dtypes, rng, options, call_timeout_s, harness, window, info.rules)
     records = {name: TimingRecord() for name in contenders}
     active: Workers = {n: (w,) for n, w in contenders.items()}
     everyone: dict[int, WorkerClient] = {id(w): w for w in contenders.values()}
