@@ -26,6 +26,7 @@ from bot.cli_options import (
     SHAPES,
     TIME_CAP,
     TIMING,
+    TOLERANCE,
     names,
     settings_of,
     tuning_options,
@@ -99,6 +100,7 @@ def verify(problem: str, candidate: str, as_json: bool, **given: Any) -> None:
 @TIME_CAP
 @MIN_SPEEDUP
 @TIMING
+@TOLERANCE
 @REPLICAS
 @SHAPES
 @DEVICE
