@@ -60,6 +60,7 @@ def main(verbose: bool, quiet: bool) -> None:
 @main.command()
 @click.argument("problem", type=click.Path(dir_okay=False))
 @click.argument("candidate", type=click.Path(dir_okay=False))
+@TOLERANCE
 @DEVICE
 @SANDBOX
 @JSON

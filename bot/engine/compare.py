@@ -1,7 +1,7 @@
 """Outputs against the reference's, as pure functions to `CheckResult`s, by the rule each output
-is held to (bot.engine.tolerance): the full values of a checked call (`compare_values`), the fingerprints of a timed
-call (`compare_fingerprints`) and what a timed call committed to inside the parent's window
-against what it revealed after (`check_commitment`, `compare_outputs`).
+is held to (bot.engine.tolerance): the full values of a checked call (`compare_values`), the
+fingerprints of a timed call (`compare_fingerprints`) and what a timed call committed to inside
+the parent's window against what it revealed after (`check_commitment`, `compare_outputs`).
 
 Nothing here runs candidate code; the reference comes from a different process.
 """
