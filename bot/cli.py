@@ -26,6 +26,7 @@ from bot.cli_options import (
     SHAPES,
     TIME_CAP,
     TIMING,
+    TOLERANCE,
     names,
     settings_of,
     tuning_options,
@@ -59,6 +60,7 @@ def main(verbose: bool, quiet: bool) -> None:
 @main.command()
 @click.argument("problem", type=click.Path(dir_okay=False))
 @click.argument("candidate", type=click.Path(dir_okay=False))
+@TOLERANCE
 @DEVICE
 @SANDBOX
 @JSON
@@ -99,6 +101,7 @@ def verify(problem: str, candidate: str, as_json: bool, **given: Any) -> None:
 @TIME_CAP
 @MIN_SPEEDUP
 @TIMING
+@TOLERANCE
 @REPLICAS
 @SHAPES
 @DEVICE

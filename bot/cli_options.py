@@ -17,7 +17,17 @@ from click.core import ParameterSource
 
 from bot.config import OVERRIDE_CHECKS, command_line_settings, load_settings
 from bot.core.measurement import STEADY_REPLICAS
-from bot.core.settings import DEFAULTS, Backend, DeviceChoice, SandboxKind, Settings, Strategy, TimingMode, choices
+from bot.core.settings import (
+    DEFAULTS,
+    Backend,
+    DeviceChoice,
+    SandboxKind,
+    Settings,
+    Strategy,
+    TimingMode,
+    TolerancePolicy,
+    choices,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -82,6 +92,17 @@ CACHE = click.option(
     help="Reuse conclusive verdicts and timings of candidates judged before on this machine stack "
     "under the same protocol (docs/benchmark.md).",
 )
+# Not a setting of the repository's configuration either: a pull request must not loosen the rule
+# its own code is judged by.
+TOLERANCE = click.option(
+    "--tolerance",
+    type=click.Choice(choices(TolerancePolicy)),
+    default=DEFAULTS.tolerance.value,
+    show_default=True,
+    help="strict: against the float64 oracle, the bound widened by the problem's own error against it; "
+    "kernelbench: KernelBench's torch.allclose (atol = rtol = 1e-4 for float32, 1e-2 for half types) "
+    "against the problem's own Model on the same device. docs/verifier.md.",
+)
 JOBS = click.option(
     "--jobs",
     type=int,
@@ -130,6 +151,7 @@ def tuning_options(func: F) -> F:
         ),
         TIME_CAP,
         TIMING,
+        TOLERANCE,
         click.option(
             "--exclude",
             multiple=True,

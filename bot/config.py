@@ -23,7 +23,16 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from bot.core.errors import BotError
-from bot.core.settings import Backend, DeviceChoice, SandboxKind, Settings, Strategy, TimingMode, choices
+from bot.core.settings import (
+    Backend,
+    DeviceChoice,
+    SandboxKind,
+    Settings,
+    Strategy,
+    TimingMode,
+    TolerancePolicy,
+    choices,
+)
 
 PYPROJECT = "pyproject.toml"
 KERNEL_BOT_TOML = "kernel-bot.toml"
@@ -135,6 +144,7 @@ OVERRIDE_CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_tokens": _integer(1, "an integer >= 1"),
     "exclude": _patterns,
     "use_cache": _flag,
+    "tolerance": _choice(TolerancePolicy),
 }
 FILE_KEYS = {name.replace("_", "-"): name for name in CHECKS}
 

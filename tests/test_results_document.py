@@ -124,3 +124,19 @@ def test_a_measurement_of_one_batch_writes_valid_json():
     out = MeasurementResult.of(m)
     assert out.rel_se is None
     json.dumps(out.to_json(), allow_nan=False)
+
+
+def test_the_tolerance_policy_that_judged_is_written_read_back_and_reported():
+    from bot.report.markdown import verification
+
+    doc = honest_results()
+    assert doc["problems"][0]["tolerance"] == "strict"  # the default policy, said
+    assert "widened by twice the problem's own error" in verification(Results.from_json(doc))
+    doc["problems"][0]["tolerance"] = "kernelbench"
+    results = Results.from_json(doc)
+    assert results.problems[0].tolerance == "kernelbench" and results.to_json() == doc
+    assert "KernelBench's rule (`torch.allclose`" in verification(results)
+    assert "the problem's own dtype on the same device" in verification(results)
+    doc["problems"][0]["tolerance"] = "lenient"
+    with pytest.raises(InvalidResults, match=r"results\.problems\[0\]\.tolerance"):
+        Results.from_json(doc)

@@ -6,6 +6,7 @@ import ast
 import re
 from dataclasses import replace
 
+import pytest
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 from bot.core.conclusive import conclusion
@@ -44,7 +45,7 @@ def test_catalogue_on_gpu_covers_compile_modes_graphs_and_tuning():
     tuned = [c for c in cands if c.name.startswith("tune-")]
     assert 5 <= len(tuned) <= 16 and all("BLOCK_SIZE" in c.origin.detail for c in tuned)
     reasons = {s.transformation: s.reason for s in skipped}
-    assert "no float32 matrix products" in reasons["TF32 matmul"]
+    assert "no matrix products or convolutions" in reasons["TF32 matmul"]
     assert "no 2-D convolutions" in reasons["channels-last"]
     assert "no scaled_dot_product_attention" in reasons["SDPA backend choice of reference"]
     assert "class ModelNew(Model)" in next(c for c in cands if c.name == "eager-reference").source
@@ -552,3 +553,85 @@ def test_on_cpu_a_triton_implementation_is_not_compiled_and_the_report_says_why(
     assert "no setting is timed" in reasons["Triton autotuning of target"]
     gpu, _ = search_candidates(problem, bases_for(problem), "cuda")
     assert "compile-default-target" in _names(gpu) and any(c.name.startswith("tune-") for c in gpu)
+
+
+# KernelBench's file byte for byte (MIT, tests/fixtures/kernelbench/LICENSE), and where the
+# checkout sits beside the shared copy of KernelBench, that it still is.
+SQUARE_MATMUL = "level1/1_Square_matrix_multiplication_.py"
+KERNELBENCH = ROOT / "tests" / "fixtures" / "kernelbench"
+SHARED_KERNELBENCH = ROOT.parent / "shared" / "kernelbench"
+
+
+def test_a_float32_torch_matmul_of_kernelbench_is_offered_tf32_or_told_why_not():
+    """Level 1's square matmul, read as it is (its 4096 x 4096 inputs are never made): its
+    `torch.rand` inputs carry no dtype, so they are float32, and `torch.matmul` is a matrix product."""
+    path = KERNELBENCH / SQUARE_MATMUL
+    if (SHARED_KERNELBENCH / SQUARE_MATMUL).is_file():
+        assert path.read_bytes() == (SHARED_KERNELBENCH / SQUARE_MATMUL).read_bytes()
+    problem = load_problem(path, root=path.parent)
+    cands, skipped = search_candidates(problem, bases_for(problem), "cuda")
+    reasons = {s.transformation: s.reason for s in skipped}
+    # The dtype default (norm_rel 1e-5) is tighter than TF32's error: that is why, and nothing else.
+    assert "tighter than TF32's error" in reasons["TF32 matmul"]
+    loose = replace(problem, tolerance={"norm_rel": 1e-3})
+    cands, skipped = search_candidates(loose, bases_for(loose), "cuda")
+    assert "tf32" in {c.name for c in cands} and "TF32 matmul" not in {s.transformation for s in skipped}
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        "return torch.matmul(a, b)",
+        "return a @ b",
+        "return torch.mm(a, b)",
+        "return a.mm(b)",
+        "return torch.bmm(a[None], b[None])[0]",
+        "return F.linear(a, b)",
+        "return torch.nn.functional.linear(a, b)",
+        "return self.lin(a)",
+        "return torch.einsum('ij,jk->ik', a, b)",
+        "return torch.addmm(a, a, b)",
+        "return self.conv(a[None, None])[0, 0]",
+    ],
+)
+def test_every_spelling_of_a_float32_matrix_product_is_one(forward):
+    from bot.propose.search import matrix_products
+
+    source = f"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.conv = nn.Conv2d(1, 1, 3, padding=1)
+
+    def forward(self, a, b):
+        {forward}
+
+def get_inputs():
+    return [torch.rand(8, 8), torch.rand(8, 8)]
+
+def get_init_inputs():
+    return []
+"""
+    assert matrix_products(source) == (True, [])
+    assert matrix_products(source.replace("torch.rand(8, 8)", "torch.rand(8, 8, dtype=torch.bfloat16)")) == (
+        True,
+        ["bfloat16"],
+    )
+
+
+def test_elementwise_code_and_decorators_are_no_matrix_products():
+    from bot.propose.search import matrix_products
+
+    source = """
+import torch
+
+@torch.no_grad()
+def scale(x):
+    return x * 2 + torch.relu(x)
+"""
+    assert matrix_products(source) == (False, [])

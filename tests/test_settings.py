@@ -8,7 +8,7 @@ import pytest
 from bot.cli import main
 from bot.config import CHECKS, command_line_settings, load_settings
 from bot.core.errors import BotError
-from bot.core.settings import DEFAULTS, DeviceChoice, SandboxKind, Settings, Strategy, TimingMode
+from bot.core.settings import DEFAULTS, DeviceChoice, SandboxKind, Settings, Strategy, TimingMode, TolerancePolicy
 from bot.engine.evaluate import EvalOptions
 from bot.engine.optimize import OptimizeOptions
 from bot.engine.timing import TimingOptions
@@ -60,12 +60,16 @@ def test_choices_arrive_as_enums_from_every_source(tmp_path):
 def test_the_repository_cannot_set_what_only_the_command_line_may(tmp_path):
     # A pull request must not turn off the replicas that keep one process's offset out of the
     # verdicts, nor spend the runner's token budget.
-    for key in ("replicas", "max-tokens", "exclude", "use-cache"):
+    for key in ("replicas", "max-tokens", "exclude", "use-cache", "tolerance"):
         assert key.replace("-", "_") not in CHECKS
         (tmp_path / "kernel-bot.toml").write_text(f"{key} = 1\n")
         with pytest.raises(BotError, match="unknown key"):
             load_settings(tmp_path, environ={})
     assert command_line_settings({"replicas": 4}).replicas == 4
+    # Nor loosen the rule its own code is judged by.
+    assert command_line_settings({"tolerance": "kernelbench"}).tolerance is TolerancePolicy.KERNELBENCH
+    with pytest.raises(BotError, match="--tolerance: expected one of 'strict', 'kernelbench'"):
+        command_line_settings({"tolerance": "loose"})
     with pytest.raises(BotError, match="--replicas"):
         command_line_settings({"replicas": 0})
 
@@ -80,6 +84,9 @@ def test_the_option_objects_are_derived_from_the_one_settings_object():
     assert options.evaluation.min_speedup == 1.2
     assert options.evaluation.timing.replicas == 3 and options.evaluation.timing.time_cap_s == 2.0
     assert evaluation_options(settings, "cpu").device == "cpu"
+    assert evaluation_options(settings, "cpu").tolerance is TolerancePolicy.STRICT
+    kernelbench = Settings(tolerance=TolerancePolicy.KERNELBENCH, device=DeviceChoice.CPU)
+    assert optimize_options(kernelbench).evaluation.tolerance is TolerancePolicy.KERNELBENCH
 
 
 def test_a_cpu_job_leaves_max_autotune_out_unless_told_what_to_leave_out():

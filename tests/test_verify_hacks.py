@@ -39,6 +39,7 @@ REJECTED = {
     "cheat_hide_thread": "no new threads",
     "cheat_some_calls": "timed-call outputs",  # right on 1 timed call in 4: missed w.p. (1/4)^checks
     "cheat_compute_on_reveal": "timed-call outputs",
+    "reused_output": "timed-call outputs",  # one output tensor for every call, as CUDA graph trees
     "cheat_forge_reply": "protocol",  # a timed batch answered without its commitments
     "cheat_forge_failure": "protocol",  # a failure whose fields are not what a failure holds
     "syntax_error": "import",
@@ -120,3 +121,13 @@ def test_rejections_carry_evidence(outcomes):
     assert "zeros inputs" in shortcut.evidence  # the all-zero trial: relu(b) expected, zeros given
     forged = next(c for c in outcomes["cheat_forge_stdout"].verdict.checks if c.name == "call")
     assert "exited with code 0 without a result" in forged.evidence
+
+
+def test_an_output_overwritten_by_the_next_call_is_said_to_be_valid_only_until_then(outcomes):
+    check = next(c for c in outcomes["reused_output"].verdict.checks if c.name == "timed-call outputs" and not c.passed)
+    assert "the output is valid only until the next call" in check.evidence
+    assert "CUDA graph trees reuse output memory" in check.evidence
+    computed_late = next(
+        c for c in outcomes["cheat_compute_on_reveal"].verdict.checks if c.name == "timed-call outputs" and not c.passed
+    )
+    assert "valid only until the next call" not in computed_late.evidence

@@ -85,6 +85,7 @@ class ProblemResult:
     environment: Environment | None = None  # None: nothing was measured (written as {})
     llm: Mapping[str, Any] = field(default_factory=dict)
     reference_precision: str | None = None  # stage 1 leaves it out; the schema allows it
+    tolerance: str | None = None  # the policy that judged (TolerancePolicy); None: the problem failed
 
     @property
     def failed(self) -> bool:
@@ -116,6 +117,7 @@ class ProblemResult:
                 "environment": self.environment.to_json() if self.environment else {},
                 "llm": dict(self.llm),
                 "reference_precision": self.reference_precision,
+                "tolerance": self.tolerance,
             },
             "problem_path",
             "distributions",
@@ -125,6 +127,7 @@ class ProblemResult:
             "stopped",
             "wall_s",
             "reference_precision",
+            "tolerance",
         )
 
     @classmethod
@@ -151,6 +154,7 @@ class ProblemResult:
             _environment(d.get("environment")),
             dict(d.get("llm") or {}),
             d.get("reference_precision"),
+            d.get("tolerance"),
         )
 
 

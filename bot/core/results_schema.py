@@ -11,6 +11,7 @@ from typing import Any
 
 from bot.core.distributions import DISTRIBUTIONS
 from bot.core.errors import BotError
+from bot.core.settings import TolerancePolicy, choices
 
 RESULTS_SCHEMA_VERSION = 2
 
@@ -235,6 +236,7 @@ PROBLEM = _obj(
             "additionalProperties": _text(500),
         },
         "reference_precision": {"enum": ["float64", "float32", "native"]},
+        "tolerance": {"enum": choices(TolerancePolicy)},
     },
     ("problem", "outcome", "attempts"),
 )

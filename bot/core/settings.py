@@ -39,6 +39,13 @@ class TimingMode(StrEnum):
     GRAPH = "graph"
 
 
+class TolerancePolicy(StrEnum):
+    """What outputs are compared with, and how closely (docs/verifier.md, "Tolerance")."""
+
+    STRICT = "strict"  # the float64 oracle; the bound widened by the problem's own error against it
+    KERNELBENCH = "kernelbench"  # torch.allclose against the problem's own Model, as KernelBench judges
+
+
 class DeviceChoice(StrEnum):
     AUTO = "auto"  # cuda where torch sees a GPU
     CPU = "cpu"
@@ -81,6 +88,8 @@ class Settings:
     max_tokens: int | None = None  # LLM token budget per problem
     exclude: tuple[str, ...] = ()  # fnmatch patterns of search candidate names to leave out
     use_cache: bool = True  # reuse verdicts and timings of candidates judged before
+    # The command line's alone too: a pull request must not loosen the rule its own code is judged by.
+    tolerance: TolerancePolicy = TolerancePolicy.STRICT
 
 
 DEFAULTS = Settings()

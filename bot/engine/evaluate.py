@@ -15,7 +15,7 @@ from typing import Any
 from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Progress, source_hash
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
-from bot.core.settings import DEFAULTS, SandboxKind
+from bot.core.settings import DEFAULTS, SandboxKind, TolerancePolicy
 from bot.engine import verify
 from bot.engine.cache import default_cache_root
 from bot.engine.eval_workers import Replicas, materialise, open_session
@@ -51,6 +51,7 @@ class EvalOptions:
     beside_others: bool = False
     cache_root: Path = field(default_factory=default_cache_root)  # $XDG_CACHE_HOME/kernel-bot
     use_cache: bool = False  # reuse conclusive verdicts and timings of candidates judged before (bot.engine.cache)
+    tolerance: TolerancePolicy = DEFAULTS.tolerance  # what outputs are compared with (bot.engine.tolerance)
 
 
 def _environment(env: dict[str, Any]) -> Environment:
@@ -182,6 +183,12 @@ def _unless_still_short(evaluation: Evaluation, options: EvalOptions) -> Evaluat
     return evaluation
 
 
+def reference_precision(problem: Problem, options: EvalOptions) -> str:
+    """What the reference worker computes in: the problem's oracle precision, or under
+    `kernelbench` the problem's own dtype, as KernelBench compares."""
+    return "native" if options.tolerance == TolerancePolicy.KERNELBENCH else problem.reference_precision
+
+
 def _evaluate_once(
     problem: Problem,
     candidates: list[CandidateSource],
@@ -213,7 +220,9 @@ def _evaluate_once(
         # The reference and every contender start together: imports (and CUDA builds) overlap.
         began = time.monotonic()
         with ThreadPoolExecutor(max_workers=max(2, options.parallel)) as pool:
-            ref_future = pool.submit(session.start, "reference", None, "Model", problem.reference_precision, ref_hash)
+            ref_future = pool.submit(
+                session.start, "reference", None, "Model", reference_precision(problem, options), ref_hash
+            )
             list(pool.map(start, names, contenders))
             try:
                 reference = ref_future.result()

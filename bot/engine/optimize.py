@@ -15,7 +15,7 @@ from bot.core.plausible import Implausible, implausibility
 from bot.core.results import ProblemResult
 from bot.core.results import Skipped as SkippedResult
 from bot.core.results_contenders import BestResult, ContenderResult
-from bot.core.settings import DEFAULTS, Backend, Strategy
+from bot.core.settings import DEFAULTS, Backend, Strategy, TolerancePolicy
 from bot.engine.device_name import device_name
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.llm_rounds import Rounds, llm_rounds
@@ -86,6 +86,7 @@ class OptimizeResult:
     error: str | None = None  # the problem could not be evaluated (one clear line)
     implausible: tuple[Implausible, ...] = ()  # timed, kept from a claim by the guard
     max_plausible_speedup: float = DEFAULTS.max_plausible_speedup
+    tolerance: TolerancePolicy = DEFAULTS.tolerance  # the policy that judged (bot.engine.tolerance)
 
     @property
     def outcome(self) -> str:
@@ -121,6 +122,7 @@ class OptimizeResult:
             # A failed problem measured nothing: no environment for the reports to show.
             None if self.error else self.environment,
             {k: v for k, v in self.llm.items() if k != "transcript"},
+            tolerance=None if self.error else str(self.tolerance),
         )
 
     def to_json(self, min_speedup: float) -> dict[str, Any]:
@@ -323,6 +325,7 @@ def optimize(
         llm_info,
         implausible=flagged(attempts, bound),
         max_plausible_speedup=bound,
+        tolerance=options.evaluation.tolerance,
     )
 
 

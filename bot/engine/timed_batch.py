@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bot.core.domain import CheckResult, Problem, Shape
@@ -16,6 +16,7 @@ from bot.engine import verify
 from bot.engine.compare import check_commitment, compare_outputs
 from bot.engine.harness_cost import HarnessCost, timed_exchange
 from bot.engine.staging import StagingRefused, stage
+from bot.engine.tolerance import Rule
 from bot.engine.trials import failure_check
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.batches import Outputs, Time
@@ -91,12 +92,13 @@ class Run:
     call_timeout_s: float
     harness: HarnessCost
     window: Window
+    rules: Sequence[Rule | None]  # per output, the shape's (ReferenceInfo.rules)
 
 
 def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord, keep: bool) -> None:
     """One batch: inputs staged, the calls timed inside the parent's own window, then calls the
     parent picks checked against the reference in full (docs/verifier.md, "timed calls")."""
-    problem, shape, reference, dtypes, rng = run.problem, run.shape, run.reference, run.dtypes, run.rng
+    shape, reference, dtypes, rng = run.shape, run.reference, run.dtypes, run.rng
     options, call_timeout_s, harness, window = run.options, run.call_timeout_s, run.harness, run.window
     seeds = [rng.getrandbits(62) for _ in range(record.batch)]
     fp_seed = rng.getrandbits(40)
@@ -157,11 +159,13 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
     for n, i in enumerate(picked):
         label = f"shape {shape.name}, timed call {len(record.samples_us) + i + 1}"
         revealed = got.outputs[n] if full else []
-        results.append(
-            check_commitment(reply.fingerprints[i], revealed, ref.fingerprints[n], dtypes, problem.tolerance, label)
+        later = reply.fingerprints[i + 1 :]  # a reused output buffer holds one of these
+        committed = check_commitment(
+            reply.fingerprints[i], revealed, ref.fingerprints[n], dtypes, run.rules, label, later
         )
+        results.append(committed)
         if full:
-            results.extend(compare_outputs(ref.outputs[n], revealed, dtypes, problem.tolerance, label))
+            results.extend(compare_outputs(ref.outputs[n], revealed, dtypes, run.rules, label, committed))
     record.checks.extend(results)
     if not all(r.passed for r in results):
         record.failed = True

@@ -15,6 +15,7 @@ from bot.core import stats as bench
 from bot.core.domain import Problem, Shape
 from bot.engine.harness_cost import HarnessCost
 from bot.engine.timed_batch import Run, TimingOptions, TimingRecord, Window, no_window, one_batch
+from bot.engine.tolerance import rules_of
 from bot.engine.trials import ReferenceInfo
 from bot.engine.workers import WorkerClient
 
@@ -79,7 +80,9 @@ def time_interleaved(
     )
     dtypes = [m["dtype"] for m in info.meta]
     harness = HarnessCost(reference, info.meta, info.nbytes, options.mode, rng, call_timeout_s)
-    run = Run(problem, shape, reference, dtypes, rng, options, call_timeout_s, harness, window)
+    # Set by the shape's trials; a shape timed without them holds the problem's own bounds.
+    rules = info.rules or tuple(rules_of(dtypes, problem.tolerance))
+    run = Run(problem, shape, reference, dtypes, rng, options, call_timeout_s, harness, window, rules)
     records = {name: TimingRecord() for name in contenders}
     active: Workers = {n: (w,) for n, w in contenders.items()}
     everyone: dict[int, WorkerClient] = {id(w): w for w in contenders.values()}

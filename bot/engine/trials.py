@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.core.domain import CheckResult, Problem, Shape
+from bot.core.settings import DEFAULTS, TolerancePolicy
 from bot.engine import verify
 from bot.engine.compare import compare_values
 from bot.engine.gpulock import GpuHandover
+from bot.engine.tolerance import Rule, shape_rules, widening_notes
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.messages import Gate, ReferenceRun, Release, Run
 
@@ -26,6 +28,8 @@ class ReferenceInfo:
     nbytes: int = 0
     flops: int | None = None
     inputs: list[str] = field(default_factory=list)  # e.g. "bfloat16[8192, 4096]"
+    # The rule each output is held to on this shape, in trials and timed calls (bot.engine.tolerance).
+    rules: tuple[Rule | None, ...] = ()
 
 
 @dataclass
@@ -108,6 +112,7 @@ class TrialRun:
     per_distribution: int
     timeouts: tuple[float, float]  # (first call, later calls)
     parallel: int  # contenders running their trials at once
+    policy: TolerancePolicy = DEFAULTS.tolerance
 
 
 @dataclass(frozen=True)
@@ -182,7 +187,7 @@ def run_trials(
             if all(r.passed for r in results):
                 for i, (expected, actual) in enumerate(zip(ref.outputs, got.outputs)):
                     out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
-                    result = compare_values(expected, actual, dtypes[i], problem.tolerance, out_label)
+                    result = compare_values(expected, actual, dtypes[i], info.rules[i], out_label)
                     stats.add(result.details, dist == "standard")
                     results.append(result)
             found.extend(results)
@@ -202,6 +207,9 @@ def run_trials(
         info.meta, info.nbytes, info.flops = refs[0].meta, refs[0].bytes, refs[0].flops
         info.inputs = refs[0].input_meta
         dtypes = [m["dtype"] for m in info.meta]
+        info.rules = shape_rules(info.meta, problem.tolerance, [r.own_error for r in refs], trial.policy)
+        for note in widening_notes(info.meta, problem.tolerance, info.rules):
+            progress(f"{problem.name} [{shape.name}] {note}")
         release_cache(reference, timeouts[1])
     gated: set[str] = set()
     for name in (n for n in contenders if n in alone):

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from bot.harness import shared, support
+from bot.harness.own_error import own_error
 from bot.harness.tuning_gate import TuningGate
 from bot.protocol.messages import Fingerprints, FingerprintsReply, Run, RunReply
 
@@ -26,6 +27,7 @@ class CheckedCalls:
 
     device: str
     precision: str
+    is_reference: bool  # the problem's own Model, started as the reference (bot.harness.worker)
     model: Any
     native_model: Any  # the model in the problem's own precision (the reference's is upcast)
     roofline_flops: Any  # the problem's roofline_flops(*inputs), if it defines one
@@ -41,7 +43,7 @@ class CheckedCalls:
         # Checks of timed calls (requests that say what they want) compare outputs only. Hashing the inputs
         # goes through host memory: for 2 GB of logits it cost seconds per timed batch.
         before = [] if msg.want else [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
-        if self.precision != "native":  # the reference: values from the upcast model
+        if self.is_reference:  # values from the upcast model, where its precision is not native
             return self._reference_run(inputs, before, msg)
         if self.device == "cuda":
             support.poison_free_cuda_memory()
@@ -74,12 +76,15 @@ class CheckedCalls:
 
     def _reference_run(self, inputs: list[Any], before: list[str], msg: Run) -> dict:
         try:
+            oracle = self.precision != "native"
             with torch.no_grad():
                 native = shared.as_outputs(self.native_model(*inputs))
-                exact = shared.as_outputs(self.model(*self._upcast(inputs)))
+                exact = shared.as_outputs(self.model(*self._upcast(inputs))) if oracle else native
             metas = [support.meta(o) for o in native]
             if any(m["type"] != "Tensor" for m in metas):
                 raise TypeError(f"Model.forward returned {[m['type'] for m in metas]}, expected tensors")
+            # Only where the trial is a full one: the timed calls' checks hold the shape's rule.
+            errors = [own_error(n, e) for n, e in zip(native, exact)] if oracle and msg.want is None else None
             values = []
             for n, e in zip(native, exact):
                 dtype = support.transfer_dtype(n.dtype)
@@ -104,6 +109,7 @@ class CheckedCalls:
                 f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x) else repr(x)
                 for x in inputs
             ],
+            own_error=errors,
         )
         return self._answer(reply, values, msg).to_wire()
 

@@ -51,6 +51,7 @@ class Harness(CheckedCalls, TimedCalls):
         self.problem = None
         self.cls = None
         self.precision = "native"
+        self.is_reference = False
         self.model = None
         self.native_model = None
         self.get_inputs = None
@@ -112,6 +113,7 @@ class Harness(CheckedCalls, TimedCalls):
         self.get_init_inputs = self.problem.get_init_inputs
         self.roofline_flops = getattr(self.problem, "roofline_flops", None)
         self.precision = msg.precision
+        self.is_reference = msg.module is None
         if msg.module is None:
             self.cls = self.problem.Model
         else:

@@ -7,6 +7,7 @@ skipped with a reason.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 from bot.core.domain import CandidateSource, Problem
@@ -15,6 +16,39 @@ from bot.propose.paths import GELU_TANH, SDPA_PATHS, path_candidate, paths_for
 from bot.propose.tuning import autotune_variants, tunable_constants
 
 TF32_NORM_ERR = 3e-4  # measured normwise error of TF32 matmuls (field notes: ~3e-4)
+
+
+# What TF32 changes: matrix products (torch.backends.cuda.matmul.allow_tf32) and convolutions
+# (torch.backends.cudnn.allow_tf32), by the name they are called by (torch.matmul, x.mm,
+# F.linear, nn.Linear, torch.einsum, nn.Conv2d, ...) or the `@` operator.
+MATRIX_PRODUCTS = frozenset(
+    {"matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "tensordot", "linear", "Linear", "bilinear"}
+    | {"Bilinear", "conv1d", "conv2d", "conv3d", "Conv1d", "Conv2d", "Conv3d"}
+    | {"conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "ConvTranspose1d", "ConvTranspose2d"}
+    | {"ConvTranspose3d"}
+)
+HALF_TYPES = frozenset({"float16", "half", "bfloat16"})  # torch.float16, x.half(), dtype=torch.bfloat16
+
+
+def matrix_products(source: str) -> tuple[bool, list[str]]:
+    """Whether the problem's code multiplies matrices or convolves (by call or `@`), and the
+    half-precision types it names. Tensors made without a dtype are float32, torch's default, so
+    a problem that names no half type computes its products in float32 (KernelBench's
+    `torch.rand(N, N)` inputs)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False, []
+    products, halves = False, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            products = True
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            products = products or called in MATRIX_PRODUCTS
+        if isinstance(node, ast.Attribute) and node.attr in HALF_TYPES:
+            halves.add(node.attr)
+    return products, sorted(halves)
 
 
 @dataclass(frozen=True)
@@ -122,12 +156,17 @@ def search_candidates(
                 Skipped(f"Triton autotuning of {tag}", "exposes no module-level BLOCK_*/NUM_WARPS/NUM_STAGES constants")
             )
     tol = problem.tolerance.get("norm_rel")
-    matmul = uses(problem.source, "matmul", "@", "nn.Linear", "F.linear", "bmm", "einsum", "conv")
-    fp32 = uses(problem.source, "float32", "torch.randn(") and not uses(problem.source, "bfloat16", "float16")
+    products, halves = matrix_products(problem.source)
     if not cuda:
         skipped.append(Skipped("TF32 matmul", "TF32 exists only on GPUs"))
-    elif not matmul or not fp32:
-        skipped.append(Skipped("TF32 matmul", "no float32 matrix products in this problem"))
+    elif not products:
+        skipped.append(Skipped("TF32 matmul", "no matrix products or convolutions in this problem"))
+    elif halves:
+        skipped.append(
+            Skipped(
+                "TF32 matmul", f"half-precision tensors here ({', '.join(halves)}): TF32 changes float32 products only"
+            )
+        )
     elif tol is None or tol < TF32_NORM_ERR:
         skipped.append(
             Skipped(

@@ -30,6 +30,7 @@ from bot.protocol.typed import (
     dict_,
     duration,
     expect,
+    finite,
     int_,
     ints,
     list_of,
@@ -111,6 +112,9 @@ class RunReply(Reply):
     bytes: int | None = wire(optional(int_), None)
     flops: int | None = wire(optional(int_), None)
     input_meta: list[str] | None = wire(optional(strs), None)
+    # The reference's, where it runs an oracle: per output, the problem's own result's error
+    # against it, [normwise, largest over its row's max] (bot.harness.own_error).
+    own_error: list[list[float]] | None = wire(optional(list_of(list_of(finite))), None)
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,9 @@ class ReferenceRun(Run):
         count("outputs", reply.outputs, len(reply.meta))
         expect(reply.bytes is not None, "missing field 'bytes'")
         expect(reply.input_meta is not None, "missing field 'input_meta'")
+        if reply.own_error is not None:
+            count("own_error", reply.own_error, len(reply.meta))
+            expect(all(len(e) == 2 for e in reply.own_error), "own_error: two figures per output")
 
 
 @dataclass(frozen=True)

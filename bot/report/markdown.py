@@ -13,6 +13,7 @@ from bot.core.distributions import DESCRIPTIONS, DISTRIBUTIONS
 from bot.core.plausible import FLAG
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import ContenderResult
+from bot.core.settings import TolerancePolicy
 from bot.report import data as rd
 
 REPORT_MARKER = "<!-- kernel-bot:report -->"
@@ -121,6 +122,7 @@ def verification(results: Results) -> str:
     drawn = {d for p in ps for d in p.distributions or ()}
     dists = [d for d in DISTRIBUTIONS if d in drawn] + sorted(drawn - set(DISTRIBUTIONS)) or DISTRIBUTIONS
     precision = next((p.reference_precision for p in ps if p.reference_precision), None)
+    kernelbench = any(p.tolerance == TolerancePolicy.KERNELBENCH for p in ps)
     has_floor = any(r.pct_of_floor is not None for p in ps for r in rd.shape_rows(p))
     lines = [
         "- **Inputs**: fresh for every trial, drawn from a secret seed after the candidate was "
@@ -132,12 +134,22 @@ def verification(results: Results) -> str:
             for d, why in (p.skipped_distributions or {}).items()
         )
         + ".",
-        f"- **Reference**: computed in {precision or 'float64 (unless the problem declares otherwise)'} "
-        "in a separate process; candidates ran in their own sandboxed workers and the parent compared "
+        "- **Reference**: computed in "
+        + (
+            "the problem's own dtype on the same device (`--tolerance kernelbench`)"
+            if kernelbench
+            else precision or "float64 (unless the problem declares otherwise)"
+        )
+        + " in a separate process; candidates ran in their own sandboxed workers and the parent compared "
         "outputs the workers never saw.",
-        "- **Checks**: exact output type, shape, dtype and device; values within tolerance with NaN/Inf "
-        "positions matching; inputs unchanged by the call; no new threads; outputs of the timed calls "
-        "checked as well; worker-reported times cross-checked against the parent's wall clock.",
+        "- **Checks**: exact output type, shape, dtype and device; values "
+        + (
+            "by KernelBench's rule (`torch.allclose`, atol = rtol = 1e-4 for float32, 1e-2 for half types)"
+            if kernelbench
+            else "within the dtype's tolerance, widened by twice the problem's own error against the reference"
+        )
+        + ", with NaN/Inf positions matching; inputs unchanged by the call; no new threads; outputs of the "
+        "timed calls checked as well; worker-reported times cross-checked against the parent's wall clock.",
         (
             "- **Timing**: device-synchronised time had to agree with CUDA-event time (no work hidden on "
             "other streams); "

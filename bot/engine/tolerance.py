@@ -1,0 +1,187 @@
+"""Which bound each output of a shape is held to: the tolerance policy (docs/verifier.md,
+"Tolerance").
+
+`strict` (the default) compares with the float64 oracle: the output dtype's default tolerance
+(or the problem's TOLERANCE overrides), widened by OWN_ERROR_MULTIPLE times the problem's own
+error against that oracle, which the reference worker measures in the same trials (its `Model`
+run as written, in the problem's dtype on the device, beside the oracle). The code being
+replaced passes by construction, and a candidate may be as accurate as it, but not much worse.
+`kernelbench` is KernelBench's rule: `torch.allclose` against the problem's own `Model` run on
+the same device in the same dtype.
+
+Pure functions of the reference's replies; nothing here runs code of the problem or a candidate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from bot.core.settings import TolerancePolicy
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Normwise ||out-ref||/||ref|| bound plus an elementwise bound
+    |out-ref| <= elem_atol_rel * max|ref| + elem_rtol * |ref| (scale-free, so the
+    'large' input distribution does not need its own numbers)."""
+
+    norm_rel: float
+    elem_rtol: float
+    elem_atol_rel: float
+
+
+@dataclass(frozen=True)
+class AllClose:
+    """KernelBench's rule: torch.isclose(reference, out, rtol, atol) everywhere, i.e.
+    |ref - out| <= atol + rtol * |out|. `norm_abs` is atol * sqrt(elements of the output): with
+    rtol, the normwise bound the rule implies, for the fingerprints of timed calls."""
+
+    atol: float
+    rtol: float
+    norm_abs: float
+
+
+Rule = Tolerance | AllClose
+# What the comparisons take: a shape's resolved rule, or the problem's TOLERANCE overrides of the
+# dtype's default (None: the default itself).
+Given = Rule | Mapping[str, float] | None
+
+# Chosen so that an honest kernel in the output's precision passes and a kernel computing
+# a float32 problem in bf16 (~3e-3), fp16 (~5e-4) or TF32 (~3e-4) does not.
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(1e-9, 1e-7, 1e-9),
+    "float32": Tolerance(1e-5, 1e-4, 1e-5),
+    "float16": Tolerance(1e-3, 2e-3, 1e-3),
+    "bfloat16": Tolerance(1e-2, 2e-2, 1e-2),
+    "float8_e4m3fn": Tolerance(7e-2, 0.13, 2e-2),
+    "float8_e5m2": Tolerance(1.4e-1, 0.26, 4e-2),
+}
+
+# A candidate of the reference's own precision (another TF32 algorithm, another order of a
+# long float32 reduction) has errors of the same distribution: over thousands of elements its
+# largest is within tens of percent of the reference's, which a factor 2 covers. One precision
+# class worse is 8x (bf16's unit roundoff 2^-8 against TF32's 2^-11) and still fails.
+OWN_ERROR_MULTIPLE = 2.0
+# However loose the reference, never looser than this: a zero, stale or skipped output is ~100 %
+# off normwise, so it still fails. A reference further from its oracle fails its own baseline.
+CEILING = Tolerance(norm_rel=0.05, elem_rtol=float("inf"), elem_atol_rel=0.1)
+
+# KernelBench (src/kernelbench/eval.py, get_tolerance_for_precision): atol = rtol = 1e-4 for
+# float32, 1e-2 for float16 and bfloat16. It defines no other dtype: float64 takes float32's
+# figure and the float8 types the half types', the nearest rule it has.
+KERNELBENCH_TOLERANCE: dict[str, float] = {
+    "float64": 1e-4,
+    "float32": 1e-4,
+    "float16": 1e-2,
+    "bfloat16": 1e-2,
+    "float8_e4m3fn": 1e-2,
+    "float8_e5m2": 1e-2,
+}
+
+
+def tolerance_for(dtype: str, overrides: Mapping[str, float] | None = None) -> Tolerance | None:
+    """None means exact comparison (integer and boolean outputs)."""
+    base = DEFAULT_TOLERANCES.get(dtype)
+    if base is None:
+        return None
+    if overrides:
+        return Tolerance(**{**base.__dict__, **{k: float(v) for k, v in overrides.items()}})
+    return base
+
+
+def rule_of(dtype: str, given: Given) -> Rule | None:
+    """The rule one output is held to: `given` itself when resolved, else the dtype's default
+    with the overrides."""
+    if isinstance(given, (Tolerance, AllClose)):
+        return given
+    return tolerance_for(dtype, given)
+
+
+def rules_of(dtypes: Sequence[str], given: Sequence[Rule | None] | Mapping[str, float] | None) -> list[Rule | None]:
+    """Per output: a shape's resolved rules as they are, or the overrides applied to each dtype.
+    A list of rules of another length is a bug, never a comparison of fewer outputs."""
+    if given is None or isinstance(given, Mapping):
+        return [tolerance_for(d, given) for d in dtypes]
+    if len(given) != len(dtypes):
+        raise ValueError(f"{len(given)} tolerance rules for {len(dtypes)} outputs")
+    return list(given)
+
+
+def widened(base: Tolerance, norm_err: float, row_err: float) -> Tolerance:
+    """`base` plus OWN_ERROR_MULTIPLE times the reference's own error (normwise, and the largest
+    |error| over its row's max |ref|), capped at CEILING."""
+    return Tolerance(
+        min(max(base.norm_rel, CEILING.norm_rel), base.norm_rel + OWN_ERROR_MULTIPLE * norm_err),
+        base.elem_rtol,
+        min(max(base.elem_atol_rel, CEILING.elem_atol_rel), base.elem_atol_rel + OWN_ERROR_MULTIPLE * row_err),
+    )
+
+
+def shape_rules(
+    metas: Sequence[Mapping[str, Any]],
+    overrides: Mapping[str, float] | None,
+    own_errors: Sequence[Sequence[Sequence[float]] | None],
+    policy: TolerancePolicy,
+) -> tuple[Rule | None, ...]:
+    """One rule per output of a shape. `own_errors`: per trial, the reference's own error per
+    output as [normwise, largest over its row's max] (None where it ran no oracle); the
+    largest over the shape's trials widens the bound, so the shape's timed calls are held to the
+    same rule as its trials. Under `kernelbench` the problem's overrides do not apply: KernelBench
+    has none."""
+    rules: list[Rule | None] = []
+    for i, meta in enumerate(metas):
+        dtype = meta["dtype"]
+        if policy == TolerancePolicy.KERNELBENCH:
+            tol = KERNELBENCH_TOLERANCE.get(dtype)
+            elements = math.prod(meta["shape"])
+            rules.append(None if tol is None else AllClose(tol, tol, tol * math.sqrt(elements)))
+            continue
+        base = tolerance_for(dtype, overrides)
+        measured = [trial[i] for trial in own_errors if trial is not None and i < len(trial)]
+        if base is None or not measured:
+            rules.append(base)
+            continue
+        rules.append(widened(base, max(m[0] for m in measured), max(m[1] for m in measured)))
+    return tuple(rules)
+
+
+def widening_notes(
+    metas: Sequence[Mapping[str, Any]], overrides: Mapping[str, float] | None, rules: Sequence[Rule | None]
+) -> list[str]:
+    """One line per output whose bound the reference's own error widened by more than the
+    default itself (rounding to a half-precision output widens each a little, on every problem),
+    with both figures; and where the ceiling cut it, that the baseline may fail and why."""
+    notes = []
+    for i, (meta, rule) in enumerate(zip(metas, rules)):
+        base = tolerance_for(meta["dtype"], overrides)
+        if not isinstance(rule, Tolerance) or base is None:
+            continue
+        if rule.norm_rel <= 2 * base.norm_rel and rule.elem_atol_rel <= 2 * base.elem_atol_rel:
+            continue
+        what = f"output {i} ({meta['dtype']})"
+        notes.append(
+            f"{what}: the problem's own result is off its oracle, so candidates are held to "
+            f"{_figures(rule)} instead of {_figures(base)} "
+            f"({OWN_ERROR_MULTIPLE:g}x its error plus the default)"
+        )
+        if _at_ceiling(rule.norm_rel, base.norm_rel, CEILING.norm_rel) or _at_ceiling(
+            rule.elem_atol_rel, base.elem_atol_rel, CEILING.elem_atol_rel
+        ):
+            notes.append(
+                f"{what}: the problem's own error reaches the ceiling ({_figures(CEILING)}): the "
+                "bound stops there and its baseline may fail the values check; a result this far "
+                "from its oracle is no answer to hold candidates to (REFERENCE_PRECISION = "
+                "'native', or --tolerance kernelbench)"
+            )
+    return notes
+
+
+def _at_ceiling(bound: float, base: float, ceiling: float) -> bool:
+    return bound > base and bound == max(base, ceiling)
+
+
+def _figures(tol: Tolerance) -> str:
+    return ", ".join(f"{f.name} {getattr(tol, f.name):.3g}" for f in fields(tol) if f.name != "elem_rtol")
