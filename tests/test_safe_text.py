@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 import unicodedata
+
+import pytest
 
 from bot.core.domain import Environment
 from bot.core.results_contenders import BestResult
