@@ -26,7 +26,7 @@ from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_shapes import MeasurementResult, Samples, ShapeResult
 from bot.core.settings import DEFAULTS
-from bot.github.rederive_cost import over_budget, total_cost
+from bot.github.rederive_cost import Cost, over_budget, total_cost
 
 PARALLEL_UNITS = 5_000_000  # about a third of a second of one core (bot.github.rederive_cost)
 REL_TOLERANCE = 1e-9  # JSON round-trips floats exactly; this only absorbs summation order
@@ -243,16 +243,22 @@ def _judged(
     )
 
 
+def cost_of(results: Results) -> Cost:
+    """The bootstrap work re-deriving `results` takes, from its sizes alone."""
+    return total_cost(
+        [
+            (s.derivation.baseline, s.measurement.samples, RESAMPLES, s.derivation.spread_df)
+            for c, _ in _contenders(results)
+            for s in c.shapes
+            if s.derivation is not None and s.measurement is not None and (s.speedup, s.speedup_ci) != (None, None)
+        ]
+    )
+
+
 def check_cost(results: Results) -> None:
     """BotError, before any bootstrap runs, when the artifact asks for more re-derivation than
     stage 2 does (bot.github.rederive_cost)."""
-    tasks = [
-        (s.derivation.baseline, s.measurement.samples, RESAMPLES, s.derivation.spread_df)
-        for c, _ in _contenders(results)
-        for s in c.shapes
-        if s.derivation is not None and s.measurement is not None and (s.speedup, s.speedup_ci) != (None, None)
-    ]
-    why = over_budget(total_cost(tasks))
+    why = over_budget(cost_of(results))
     if why:
         raise BotError(f"untrusted results rejected: {why}; nothing is published")
 

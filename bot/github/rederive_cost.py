@@ -5,9 +5,10 @@ cost follows from the artifact's sizes alone: per resample and side, one random 
 batch and a weighted median (a binary search over per-batch prefix counts, or one pass over
 the samples where those would be too large), plus the draws of Student's t for the spread
 between workers. The model below counts those steps in "units"; on the CI machine (2 vCPUs
-AMD EPYC, shared) one core does about 15 to 20 million units a second (docs/security.md), so
-the cap keeps the worst artifact the schema admits to a few seconds, refused before any
-bootstrap starts.
+AMD EPYC, shared) one process does 21 to 38 million units a second, whatever the artifact's
+shape (benchmarks/rederive_cost.py, docs/security.md), so the cap keeps the worst artifact the
+schema admits to about 12 s of CPU, 6 s over the machine's two cores, and an artifact over it
+is refused before any bootstrap starts.
 """
 
 from __future__ import annotations
@@ -17,17 +18,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-# A random draw costs about three steps of the median's search (measured: 1,000 samples in
-# 1,000 batches, 0.84 s for 2,000 resamples on one loaded core).
+# Weights of one step of each kind, fitted so that every artifact shape at the cap costs at most
+# ~12 s of CPU (benchmarks/rederive_cost.py): a random draw weighs three steps of the median's
+# binary search, a step of the running sum over all samples two.
 _DRAW_UNITS = 3
 _PREFIX_LIMIT = 400_000  # bench._bootstrap_medians keeps prefix counts up to n * batches of this
+_PASS_UNITS = 2
 _T_DRAW_UNITS = 4  # one normal draw (two uniforms, a log, a root and a cosine)
-_FIXED_UNITS = 20  # per resample of any speedup: the ratio, its spread draw, the sort
-# 250 million units: about 15 s of one loaded core, under 10 s over the CI machine's two (the
-# speedups run in a process pool). An honest artifact of 30 timed candidates with 1,000 samples
-# a side in 100 batches is 170 million.
+_FIXED_UNITS = 250  # per resample of any speedup: the ratio, its spread draw, the sort
+# 250 million units: at most 11.5 s of CPU in one process, so under 10 s over the CI machine's
+# two cores (the speedups run in a process pool). An honest artifact of 30 timed candidates with
+# 1,000 samples a side in 100 batches is 185 million.
 MAX_UNITS = 250_000_000
-# One speedup runs on one core: half the budget at most, so two cores share the worst artifact.
+# One speedup runs on one core: about half the budget at most, so two cores share the worst.
 MAX_UNITS_PER_SPEEDUP = 120_000_000
 MAX_SPEEDUPS = 2_000  # shapes with a speedup in one artifact: each also costs a process hand-off
 
@@ -53,7 +56,10 @@ class Cost:
 def _side_units(samples: Sides) -> int:
     n = len(samples.samples_us)
     batches = len(samples.batch_sizes) if len(samples.batch_sizes) >= 2 else n
-    median = batches * max(1, math.ceil(math.log2(max(n, 2)))) if n * batches <= _PREFIX_LIMIT else n
+    if n * batches <= _PREFIX_LIMIT:  # a binary search of dot products over the batch counts
+        median = batches * max(1, math.ceil(math.log2(max(n, 2))))
+    else:  # a running sum over every sample, then a bisection: two steps a sample
+        median = _PASS_UNITS * n
     return _DRAW_UNITS * batches + median
 
 
