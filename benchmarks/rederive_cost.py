@@ -1,11 +1,13 @@
 """CPU time of stage 2's re-derivation for artifacts at the cost cap (bot/github/rederive_cost.py).
 
-Each line is one artifact shape: N timed candidates whose measurements have the given samples
+Each line but the last is one artifact shape: N timed candidates whose measurements have the given samples
 and batches, as many as the cap admits (or the first shape over it), re-derived in this one
 process (no pool), so the CPU seconds are what the work costs whatever else the machine runs;
 spread over the CI machine's two cores, the wall time is about half. The artifacts are
 serialised by stage 1's own code (tests/stage_two_artifacts.py) with one honest candidate
 copied under other names, so building them costs one speedup each.
+
+The last line is the CPU time of parsing and validating a file of samples at the size cap.
 
     PYTHONPATH=tests .venv/bin/python benchmarks/rederive_cost.py
 """
@@ -26,6 +28,7 @@ from stage_two_artifacts import copied_candidates  # noqa: E402
 from bot.core.results import Results  # noqa: E402
 from bot.github import rederive as rd  # noqa: E402
 from bot.github.rederive_cost import MAX_UNITS  # noqa: E402
+from bot.github.untrusted import MAX_RESULTS_BYTES, parse_results  # noqa: E402
 
 SHAPES = [(8, 5), (100, 10), (400, 25), (2000, 5), (2000, 10)]  # (batches, samples per batch)
 
@@ -36,6 +39,26 @@ def artifact(copies: int, batches: int, per_batch: int) -> Results:
 
 def units(results: Results) -> int:
     return rd.cost_of(results).units
+
+
+def validation() -> dict[str, float]:
+    """CPU time to parse and validate a file of samples as close to the size cap as it gets."""
+    doc = copied_candidates(20)
+    big = {
+        "samples_us": [100.0 + (i % 7) * 0.123456789 for i in range(20_000)],
+        "batch_sizes": [10] * 2_000,
+        "batch_workers": [b % 2 for b in range(2_000)],
+    }
+    problem = doc["problems"][0]
+    for c in [*problem["attempts"], problem["best"]]:
+        c["shapes"][0]["measurement"].update(big)
+    raw = json.dumps(doc).encode()
+    while len(raw) > MAX_RESULTS_BYTES:
+        problem["attempts"].pop()
+        raw = json.dumps(doc).encode()
+    began = time.process_time()
+    Results.from_json(parse_results(raw, "results.json"))
+    return {"validated_mib": round(len(raw) / 2**20, 2), "cpu_s": round(time.process_time() - began, 2)}
 
 
 def main() -> None:
@@ -64,6 +87,8 @@ def main() -> None:
             ),
             flush=True,
         )
+
+    print(json.dumps(validation()), flush=True)
 
 
 if __name__ == "__main__":
