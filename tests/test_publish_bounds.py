@@ -25,6 +25,11 @@ from bot.github.stage_two import publish_stage_two
 __all__ = ["double", "root"]  # the fixtures, shared with test_publish_attacks
 
 
+def _refused_on(double, tmp_path, root, pr, sha: str, results: dict, message: str) -> None:
+    """`refused`, for a run of pull request `pr` at `sha`."""
+    refused(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)), message)
+
+
 def _texts(double) -> str:
     follow = [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
     return "\n".join(
@@ -171,14 +176,7 @@ def test_an_artifact_over_the_re_derivation_cap_is_refused_before_any_bootstrap(
     cost = _cost(results)
     why = why.format(n=cost.speedups, units=round(cost.units / 1e6), largest=round(cost.largest_units / 1e6))
     start = time.process_time()
-    refused(
-        double,
-        tmp_path,
-        root,
-        results,
-        run_event(sha, pr.head_ref, (pr.number,)),
-        f"untrusted results rejected: {why}; nothing is published",
-    )
+    _refused_on(double, tmp_path, root, pr, sha, results, f"untrusted results rejected: {why}; nothing is published")
     assert time.process_time() - start < 30  # parsing and validating 0.5 MB; no bootstrap ran
 
 
@@ -288,7 +286,7 @@ def test_a_symlink_or_submodule_target_is_refused_from_the_tree(double, tmp_path
         double.repo.commit_files(pr.head_ref, {"problems/rmsnorm.py": _declaring(declared)})
         sha = double.repo.head_sha(pr)
     message = f"rmsnorm: TARGET {declared!r} {why.format(sha=sha[:12])}; nothing is published"
-    refused(double, tmp_path, root, honest_results(target=declared), run_event(sha, pr.head_ref, (pr.number,)), message)
+    _refused_on(double, tmp_path, root, pr, sha, honest_results(target=declared), message)
 
 
 @pytest.mark.parametrize(
@@ -313,14 +311,8 @@ def test_a_symlink_or_submodule_target_is_refused_from_the_tree(double, tmp_path
 )
 def test_case_variants_and_test_modules_are_refused(double, tmp_path, root, target, why):
     pr, sha = same_repo_pr(double, {"problems/rmsnorm.py": _declaring(target), target: b"x = 1\n"})
-    refused(
-        double,
-        tmp_path,
-        root,
-        honest_results(target=target),
-        run_event(sha, pr.head_ref, (pr.number,)),
-        f"rmsnorm: TARGET {target!r} {why}; nothing is published",
-    )
+    message = f"rmsnorm: TARGET {target!r} {why}; nothing is published"
+    _refused_on(double, tmp_path, root, pr, sha, honest_results(target=target), message)
 
 
 def test_an_executable_kernel_module_is_still_a_regular_file(double, tmp_path, root):
