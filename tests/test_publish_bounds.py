@@ -215,8 +215,8 @@ def test_retry_after_600_fails_clearly_without_waiting(double, tmp_path, root):
     with pytest.raises(BotError) as err:
         publish_stage_two(art, root, lambda _: None, environ, client=client_for(double, retry=fast_retry(sleep=sleep)))
     assert str(err.value) == (
-        "GitHub asked to wait before retrying to push commits: 600 s is over the 60 s kernel-bot waits at once; "
-        "nothing more is sent, run the publish job again later"
+        "kernel-bot stopped retrying to push commits: GitHub asked to wait 600 s (Retry-After), over the 60 s "
+        "kernel-bot waits at once; nothing more is sent, run the publish job again later"
     )
     assert sleep.delays == []
     assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") is None and not double.repo.comments
@@ -234,7 +234,7 @@ def test_retry_after_waits_stop_at_the_total_cap(double):
         )
     assert sleep.delays == [50.0, 50.0]
     assert str(err.value) == (
-        "GitHub asked to wait before retrying to push commits: 150 s of waits in all would pass the 120 s "
+        "kernel-bot stopped retrying to push commits: 150 s of waits in all would pass the 120 s "
         "kernel-bot allows one publish; nothing more is sent, run the publish job again later"
     )
 

@@ -313,7 +313,7 @@ class GitHubClient:
                     raise _as_bot_error(exc, what, permission, attempt) from exc
                 too_long = self._retry.too_long(delay, self._waited_s)
                 if too_long:
-                    raise BotError(f"GitHub asked to wait before retrying to {what}: {too_long}") from exc
+                    raise BotError(f"kernel-bot stopped retrying to {what}: {too_long}") from exc
                 log.warning(
                     "%s: %s; attempt %d/%d, retrying in %.1f s",
                     what,

@@ -26,8 +26,8 @@ class GitHubRetry:
         """Why waiting `delay` more seconds, after `waited_s`, would not end in time; None when it would."""
         if delay > self.max_wait_s:
             return (
-                f"{delay:.0f} s is over the {self.max_wait_s:.0f} s kernel-bot waits at once; "
-                "nothing more is sent, run the publish job again later"
+                f"GitHub asked to wait {delay:.0f} s (Retry-After), over the {self.max_wait_s:.0f} s kernel-bot "
+                "waits at once; nothing more is sent, run the publish job again later"
             )
         if waited_s + delay > self.max_total_wait_s:
             return (

@@ -115,8 +115,9 @@ def _speedup(args: tuple[Any, ...]) -> Speedup:
 
 
 def _compute(tasks: list[tuple[Any, ...]]) -> list[Speedup]:
-    """Every speedup, over the machine's cores when there is more than a second of work: ~0.2 s
-    of CPU each for 1,000 samples a side (2,000 resamples), and a sweep's artifact holds hundreds."""
+    """Every speedup, over the machine's cores when there is more work than starting the pool
+    costs: ~0.25 s of CPU each for 1,000 samples a side (2,000 resamples), and the cost cap
+    admits up to about 12 s of CPU (bot.github.rederive_cost)."""
     workers = min(os.cpu_count() or 1, 8)
     units = total_cost([(t[0], t[1], t[4], t[5].df) for t in tasks]).units
     if len(tasks) < 2 or workers < 2 or units < PARALLEL_UNITS:
