@@ -7,8 +7,8 @@ serialised by stage 1's own code (tests/stage_two_artifacts.py); `bot publish` r
 fresh process of PYTHON, installed as kernel-bot-publish.yml installs it:
 
     python3 -m venv /tmp/publish-env
-    python -c 'import tomllib; print("\\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["publish"]))' > /tmp/req.txt
-    /tmp/publish-env/bin/pip install -r /tmp/req.txt && /tmp/publish-env/bin/pip install --no-deps .
+    /tmp/publish-env/bin/pip install --require-hashes --only-binary=:all: -r ci/publish.lock
+    /tmp/publish-env/bin/pip install --no-deps --no-build-isolation --no-index .
     PYTHONPATH=tests .venv/bin/python benchmarks/stage_two_time.py --python /tmp/publish-env/bin/python
 
 Prints one JSON line: seconds from the event to the PR, requests made, whether torch, triton

@@ -6,6 +6,7 @@ JSON from `bot.engine.outputs.results_document`, exactly as `bot run` writes the
 
 from __future__ import annotations
 
+import copy
 import random
 from pathlib import Path
 from typing import Any
@@ -104,3 +105,15 @@ def honest_results(
     chosen = outcomes[0] if outcomes[0].significant(min_speedup) else None
     result = OptimizeResult(problem, env, baseline, chosen, tuple(Attempt(0, o) for o in outcomes), (), "done", 12.5)
     return results_document([result], Trigger(kind="pull_request"), min_speedup).to_json()
+
+
+def copied_candidates(copies: int, batches: int = 8, per_batch: int = 5) -> dict[str, Any]:
+    """`honest_results` with its timed candidate copied under other names, `copies` in all: an
+    artifact of many speedups that costs one to build (every copy re-derives to the same bits)."""
+    doc = honest_results(batches=batches, per_batch=per_batch)
+    attempts = doc["problems"][0]["attempts"]
+    for k in range(copies - 1):
+        twin = copy.deepcopy(attempts[0])
+        twin["name"] = f"copy-{k}"
+        attempts.append(twin)
+    return doc

@@ -116,7 +116,7 @@ def test_size_cap_symlink_nan_deep_json_and_bad_json(tmp_path):
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "results.json").symlink_to("/etc/hostname")
     expected = {
-        "a": "exceeds the 16 MiB cap",
+        "a": f"exceeds the {MAX_RESULTS_BYTES >> 20} MiB cap",
         "b": "not a regular file",
         "c": "not valid JSON",
         "d": "not valid JSON (NaN is not a JSON number)",

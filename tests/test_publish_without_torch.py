@@ -88,4 +88,6 @@ def test_the_publish_extra_is_what_the_publish_workflow_installs():
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "kernel-bot-publish.yml").read_text())
     steps = workflow["jobs"]["publish"]["steps"]
     install = next(s["run"] for s in steps if s.get("name", "").startswith("Install kernel-bot"))
-    assert "torch" not in install and "--no-deps ." in install and '["publish"]' in install
+    assert "torch" not in install and "-r ci/publish.lock" in install and "--no-deps" in install
+    locked = {line.split("==")[0] for line in (ROOT / "ci" / "publish.lock").read_text().splitlines() if "==" in line}
+    assert "torch" not in locked and "triton" not in locked and names <= locked

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
+from bot.core.domain import Environment
+from bot.core.results_contenders import BestResult
 from bot.core.safe_text import inert, inert_results, title
 
 
@@ -32,9 +36,38 @@ def test_each_markdown_construct_is_made_inert(text, gone):
 
 def test_prose_survives_and_source_is_left_alone():
     assert inert("max_abs_err 0.5 > tolerance 1e-3").startswith("max_abs_err 0.5")
-    data = {"source": "x = '<b>@me'\n", "reasons": ["<b>@me</b>"], "n": 3}
-    out = inert_results(data)
-    assert out["source"] == data["source"] and "<b>" not in out["reasons"][0] and out["n"] == 3
+    best = BestResult("<b>@me</b>", "x = '<b>@me'\n", "a" * 64, 2.0, (1.9, 2.1), ())
+    out = inert_results(best)
+    assert out.source == best.source and out.source_sha256 == best.source_sha256 and "<b>" not in out.name
+
+
+# Tag characters, the Arabic letter mark, word joiner, BOM, soft hyphen, bidi overrides and
+# isolates, LRM/RLM, zero-width space and joiners, line separator.
+INVISIBLE = (
+    "\U000e0001\U000e0043\U000e007f\u061c\u2060\ufeff\u00ad\u202a\u202e\u2066\u2069\u200e\u200f\u200b\u200d\u2028"
+)
+
+
+def test_invisible_and_bidi_characters_are_removed_and_keywords_stay_visible():
+    shown = inert(f"fast{INVISIBLE}-rmsnorm Closes #3")
+    assert shown.startswith("fast-rmsnorm ") and "Closes" not in shown and "loses" in shown
+    assert not [c for c in shown if unicodedata.category(c) in ("Cf", "Cc", "Zl", "Zp")]
+    assert inert(shown) == shown  # applying it twice changes nothing
+
+
+def test_map_keys_are_prose_whatever_they_are_called():
+    env = Environment(
+        "cuda",
+        "NVIDIA H100",
+        "2.13",
+        None,
+        None,
+        None,
+        "3.11",
+        {"[x](https://evil.example) Closes #3": "1", "source": "<b>"},
+    )
+    clocks = inert_results(env).clocks
+    assert list(clocks) == ["⟦x⟧(https：//evil.example) Ｃloses ＃3", "source"] and clocks["source"] == "‹b›"
 
 
 def test_titles_are_one_line_of_at_most_256_characters():

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -680,3 +681,40 @@ def test_dockerfile_names_its_interpreter_for_the_docker_backend():
     python = re.search(re.escape(PYTHON_LABEL) + r"=(\S+)", labels)
     assert python and python.group(1).startswith("/"), labels
     assert HOST_MOUNTS_LABEL not in labels  # a full image brings its own interpreter
+
+
+# --- the publish job's supply chain ---------------------------------------------------
+
+
+def _requirement_name(line: str) -> str:
+    return re.split(r"[<>=!~\[; ]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_publish_installs_only_hash_pinned_wheels_from_the_lock():
+    steps = [step for _, step in _steps(_workflow("kernel-bot-publish.yml"))]
+    install = next(s["run"] for s in steps if s.get("name", "").startswith("Install kernel-bot"))
+    commands = [c for c in re.sub(r"\\\n\s*", " ", install).splitlines() if "pip install" in c]
+    assert len(commands) == 2, commands
+    locked, package = commands
+    for flag in ("--require-hashes", "--only-binary=:all:", "-r ci/publish.lock"):
+        assert flag in locked, flag
+    for flag in ("--no-deps", "--no-build-isolation", "--no-index"):
+        assert flag in package, flag  # kernel-bot itself: nothing fetched, no isolated build
+    assert package.rstrip().endswith(" ."), package
+
+
+def test_the_lock_pins_every_package_with_hashes_and_covers_the_publish_extra():
+    lock = (ROOT / "ci" / "publish.lock").read_text()
+    entries = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)", lock, re.MULTILINE)
+    requirement_lines = [line for line in lock.splitlines() if line and not line[0].isspace() and line[0] != "#"]
+    assert len(entries) == len(requirement_lines) > 0  # every requirement pinned (==) and hashed
+    pinned = {name.lower().replace("_", "-") for name, _, _ in entries}
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["publish"]
+    backend = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    wanted = {_requirement_name(r) for r in [*extra, *backend]}
+    assert wanted <= pinned, wanted - pinned
+    # The lock's input is the extra and the build backend, nothing more, nothing less.
+    source = (ROOT / "ci" / "publish.in").read_text().splitlines()
+    listed = [line.strip() for line in source if line.strip() and not line.startswith("#")]
+    assert sorted(listed) == sorted([*extra, *backend])
+    assert not pinned & {"torch", "triton", "nvidia-cuda-runtime-cu12", "docker", "openai"}

@@ -38,22 +38,37 @@ def _us(value: float) -> str:
     return f"{value:.4g} us" if value < 10_000 else f"{value / 1000:,.1f} ms"
 
 
+def shape_reasons(
+    shape: str, ratio: float | None, median_us: float | None, floor: float | None, max_speedup: float
+) -> list[str]:
+    """Why one shape's timing cannot be claimed: a ratio above `max_speedup`, a median under
+    the roofline floor; empty where it can."""
+    if ratio is None or median_us is None:
+        return []
+    reasons = []
+    if ratio > max_speedup:
+        reasons.append(
+            f"{shape}: {ratio:,.1f}x is above the {max_speedup:g}x bound "
+            f"(baseline {_us(median_us * ratio)}, candidate {_us(median_us)})"
+        )
+    if floor is not None and median_us < floor:
+        reasons.append(f"{shape}: {_us(median_us)} is below the roofline floor of {_us(floor)}")
+    return reasons
+
+
 def implausibility(outcome: ContenderOutcome, max_speedup: float) -> Implausible | None:
     """Why `outcome`'s timing cannot be claimed as it stands, or None where it can."""
-    reasons = []
-    for s in outcome.shapes:
-        if s.speedup is None or s.measurement is None:
-            continue
-        if s.speedup.ratio > max_speedup:
-            base_us = s.measurement.median_us * s.speedup.ratio
-            reasons.append(
-                f"{s.shape}: {s.speedup.ratio:,.1f}x is above the {max_speedup:g}x bound "
-                f"(baseline {_us(base_us)}, candidate {_us(s.measurement.median_us)})"
-            )
-        if s.floor_us is not None and s.measurement.median_us < s.floor_us:
-            reasons.append(
-                f"{s.shape}: {_us(s.measurement.median_us)} is below the roofline floor of {_us(s.floor_us)}"
-            )
+    reasons = [
+        reason
+        for s in outcome.shapes
+        for reason in shape_reasons(
+            s.shape,
+            s.speedup.ratio if s.speedup is not None else None,
+            s.measurement.median_us if s.measurement is not None else None,
+            s.floor_us,
+            max_speedup,
+        )
+    ]
     if not reasons:
         return None
     return Implausible(outcome.candidate.name, outcome.speedup, outcome.speedup_ci, "; ".join(reasons))

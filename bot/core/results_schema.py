@@ -20,7 +20,11 @@ MAX_TEXT = 4_000  # one reason, error or note; verifier reasons are under 500 ch
 MAX_PROBLEMS = 500
 MAX_ATTEMPTS = 2_000
 MAX_SHAPES = 64
-MAX_SAMPLES = 100_000  # per measurement; a converged one has tens to thousands
+# Per measurement; a converged one has tens to thousands of samples in tens to hundreds of
+# batches. Stage 2 re-derives every interval from them: these bound one speedup's bootstrap
+# (bot.github.rederive_cost), the document's total is checked before any of it runs.
+MAX_SAMPLES = 20_000
+MAX_BATCHES = 2_000
 MAX_DEPTH = 12  # results -> problems -> attempt -> checks -> details -> value is 9 deep
 # `$(?![\s\S])`: Python's `$` (which jsonschema uses) also matches before a final newline.
 END = r"$(?![\s\S])"
@@ -72,8 +76,8 @@ INTERVAL = _array(POSITIVE, 2, 2)
 SAMPLES = _obj(
     {
         "samples_us": _array(POSITIVE, MAX_SAMPLES, 1),
-        "batch_sizes": _array({"type": "integer", "minimum": 1, "maximum": MAX_SAMPLES}, MAX_SAMPLES),
-        "batch_workers": _array({"type": "integer", "minimum": 0, "maximum": 1024}, MAX_SAMPLES),
+        "batch_sizes": _array({"type": "integer", "minimum": 1, "maximum": MAX_SAMPLES}, MAX_BATCHES),
+        "batch_workers": _array({"type": "integer", "minimum": 0, "maximum": 1024}, MAX_BATCHES),
     },
     ("samples_us", "batch_sizes", "batch_workers"),
 )

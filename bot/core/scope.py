@@ -20,12 +20,23 @@ from bot.core.results import ProblemResult
 
 SAFE_PATH = re.compile(r"^[A-Za-z0-9._/-]{1,300}$")
 # Python packaging and test plumbing sit beside kernels but are not kernels: a candidate
-# written there would run on import or in every test session.
+# written there would run on import or in every test session. Compared in lower case: on a
+# case-insensitive checkout (macOS, Windows) `Conftest.py` is `conftest.py`.
 NEVER_TARGETS = frozenset({"__init__.py", "conftest.py", "setup.py", "__main__.py", "sitecustomize.py"})
+TEST_FOLDERS = frozenset({"test", "tests"})
+# Git tree modes (the trees API gives them; the contents API follows symlinks and cannot tell).
+REGULAR_FILE_MODES = frozenset({"100644", "100755"})
+FOLDER_MODE = "040000"
+_MODE_NAMES = {"120000": "a symlink", "160000": "a submodule (gitlink)", FOLDER_MODE: "a folder"}
 
 
 class FileReader(Protocol):
     def file_at(self, path: str, ref: str) -> bytes | None: ...
+
+    def tree_modes(self, path: str, ref: str) -> tuple[str, ...] | None:
+        """The git mode of each component of `path` in commit `ref`'s tree, down to the first
+        that is not a folder; None when a component does not exist."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -62,16 +73,32 @@ def target_refusal(path: str, problems_dir: str, chart_path: str, allowed: Calla
     parts = path.split("/")
     if not SAFE_PATH.match(path):
         return "has characters outside [A-Za-z0-9._/-]"
-    if any(p in ("", ".", "..", ".git") for p in parts):
+    if any(p.lower() in ("", ".", "..", ".git") for p in parts):
         return "is not a plain repository-relative path"
     if parts[: len(problems_dir.strip("/").split("/"))] == problems_dir.strip("/").split("/"):
         return f"is under {problems_dir}/, where the problems (the definition of correct) live"
     if path == chart_path:
         return "is the chart's path"
-    if not path.endswith(".py") or parts[-1] in NEVER_TARGETS or parts[-1].startswith("."):
+    name = parts[-1].lower()
+    if not name.endswith(".py") or name in NEVER_TARGETS or name.startswith("."):
         return "is not a kernel module (a .py file other than package and test plumbing)"
+    if name.startswith("test_") or name.endswith("_test.py") or any(p.lower() in TEST_FOLDERS for p in parts[:-1]):
+        return "is a test module (test_*.py, *_test.py or under a tests/ folder), not a kernel module"
     if not allowed(path):
         return "is outside the configured kernel paths"
+    return None
+
+
+def tree_refusal(path: str, modes: tuple[str, ...], sha: str) -> str | None:
+    """Why the git tree at `sha` makes `path` no regular file to replace; None when it is one."""
+    parts = path.split("/")
+    for i, mode in enumerate(modes):
+        last = i == len(parts) - 1
+        if (last and mode in REGULAR_FILE_MODES) or (not last and mode == FOLDER_MODE):
+            continue
+        what = _MODE_NAMES.get(mode, f"git mode {mode}")
+        where = "is" if last else f"has {'/'.join(parts[: i + 1])!r}, which is"
+        return f"{where} {what} at {sha[:12]}, not a regular file"
     return None
 
 
@@ -129,7 +156,11 @@ def scoped_changes(
         why = target_refusal(target, problems_dir, chart_path, allowed)
         if why:
             raise BotError(f"{name}: TARGET {target!r} {why}; nothing is published")
-        current = reader.file_at(target, head_sha)
+        modes = reader.tree_modes(target, head_sha)
+        why = tree_refusal(target, modes, head_sha) if modes is not None else None
+        if why:
+            raise BotError(f"{name}: TARGET {target!r} {why}; nothing is published")
+        current = reader.file_at(target, head_sha) if modes is not None else None
         if current is None:
             raise BotError(
                 f"{name}: TARGET {target!r} does not exist at {head_sha[:12]}: a follow-up never "

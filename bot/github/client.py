@@ -24,11 +24,15 @@ from bot.github.client_settings import GitHubPacing, GitHubRetry
 from bot.github.events import PULL_REQUEST_ACTIONS, trigger_from_event  # noqa: F401 (re-exported)
 from bot.github.identity import PullFacts, RunFacts, run_from_json
 from bot.github.ownership import FOLLOW_UP_MARKER, Account, bot_pull, check_plan_branch
+from bot.github.trees import tree_modes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STICKY_MARKER = "<!-- kernel-bot:sticky -->"
+# Who GITHUB_TOKEN posts as: the publish workflow's token. An App or personal token names its
+# own login (`sticky_author`).
+ACTIONS_LOGIN = "github-actions[bot]"
 BOT_BRANCH_PREFIX = "kernel-bot/"
 _TRANSIENT_STATUSES = frozenset({502, 503, 504})
 _CHECK_SUMMARY_MAX_CHARS = 65_535  # GitHub rejects longer check run summaries with 422
@@ -68,7 +72,9 @@ class GitHubClient:
             raise BotError(f"repository must be 'owner/name', got {repo!r}")
         self.repo_name = repo
         self._retry = retry
-        self._sticky_author = sticky_author  # a login, for personal tokens (they post as users)
+        # The login our comments carry: the sticky comment is the one with the marker AND it.
+        self._sticky_author = sticky_author or ACTIONS_LOGIN
+        self._waited_s = 0.0  # Retry-After and backoff waits so far (GitHubRetry.max_total_wait_s)
         # retry=None: PyGithub's own urllib3 retry waits with time.sleep (60 s on secondary
         # limits) and retries single requests; `_step` retries whole idempotent steps instead,
         # so a create that succeeded before a 502 is found again rather than duplicated.
@@ -138,6 +144,10 @@ class GitHubClient:
             return found.decoded_content
 
         return self._step(f"read {path} at {ref[:12]}", step)
+
+    def tree_modes(self, path: str, ref: str) -> tuple[str, ...] | None:
+        """Git modes of `path`'s components at commit `ref` (bot.core.scope.FileReader)."""
+        return self._step(f"read the tree of {path} at {ref[:12]}", lambda: tree_modes(self._repo, path, ref))
 
     def open_bot_pull_requests(self, prefix: str = BOT_BRANCH_PREFIX) -> list[int]:
         """Numbers of open pull requests the bot opened from its branches (`prefix...` in this repo)."""
@@ -253,14 +263,12 @@ class GitHubClient:
         if STICKY_MARKER not in body:
             body = f"{STICKY_MARKER}\n{body}"
         issue = self._repo.get_issue(number)  # lazy: no GET of the issue itself
-        # Anyone can paste the marker, so it counts only in comments by our account: any bot
-        # (GITHUB_TOKEN and App tokens post as bots) unless a login was given.
+        # Anyone can paste the marker (a user quoting us, another app's bot), so it counts only
+        # in comments by our own login: editing another's would fail (or overwrite it).
         ours = [
             c
             for c in issue.get_comments()
-            if STICKY_MARKER in (c.body or "")
-            and c.user
-            and (c.user.login == self._sticky_author if self._sticky_author else c.user.type == "Bot")
+            if STICKY_MARKER in (c.body or "") and c.user and c.user.login == self._sticky_author
         ]
         if ours:
             if ours[0].body != body:
@@ -296,6 +304,9 @@ class GitHubClient:
                 delay = self._retry_delay(exc, attempt)
                 if delay is None or attempt == self._retry.max_attempts:
                     raise _as_bot_error(exc, what, permission, attempt) from exc
+                too_long = self._retry.too_long(delay, self._waited_s)
+                if too_long:
+                    raise BotError(f"kernel-bot stopped retrying to {what}: {too_long}") from exc
                 log.warning(
                     "%s: %s; attempt %d/%d, retrying in %.1f s",
                     what,
@@ -304,6 +315,7 @@ class GitHubClient:
                     self._retry.max_attempts,
                     delay,
                 )
+                self._waited_s += delay
                 self._retry.sleep(delay)
         raise AssertionError("unreachable")
 

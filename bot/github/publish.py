@@ -62,8 +62,11 @@ def stage_two_plan(
 ) -> StagePlan:
     """Validated results + trusted trigger -> the complete plan; BotError when something is out
     of scope, a failure check run when the numbers do not follow from the samples."""
+    # Made inert once, here, before anything reads it: every string below (names, reasons,
+    # map keys, error messages that quote them) reaches the renderers and GitHub already inert.
+    results = inert_results(results)
     try:
-        derived = rederive(results, settings.min_speedup)
+        derived = rederive(results, settings.min_speedup, settings.max_plausible_speedup)
     except InconsistentArtifact as exc:
         return StagePlan(None, inconsistent_check(trigger, exc), str(exc))
     if not trigger.head_sha:
@@ -74,7 +77,7 @@ def stage_two_plan(
             rd.improved(derived), trigger.head_sha, reader, settings.problems_dir, settings.chart_path, allowed
         )
     }
-    shown = inert_results(derived)
+    shown = derived
     chart = results_chart(shown)
 
     def current(path: str) -> str | None:

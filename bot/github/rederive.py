@@ -2,29 +2,49 @@
 
 The artifact's speedups and intervals are claims; its samples are the evidence. Each shape's
 ratio and interval are recomputed with `bot.core.stats.speedup` (the very function stage 1 used,
-seeded from its inputs, so honest artifacts agree to the last bit), significance and the
-choice of the best candidate are re-judged with the trusted `min-speedup`, and any claim that
-disagrees makes the whole artifact inconsistent: nothing of it is published.
+seeded from its inputs, so honest artifacts agree to the last bit) at stage 2's own confidence
+level and resample count, significance and the choice of the best candidate are re-judged with
+the trusted `min-speedup` and plausibility bound (the default branch's, never the artifact's),
+and any claim that disagrees makes the whole artifact inconsistent: nothing of it is published.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bot.core import stats as bench
+from bot.core.errors import BotError
 from bot.core.measurement import Measurement, Speedup
+from bot.core.plausible import Implausible, shape_reasons
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_shapes import MeasurementResult, Samples, ShapeResult
+from bot.core.settings import DEFAULTS
+from bot.github.rederive_cost import Cost, over_budget, total_cost
 
+PARALLEL_UNITS = 5_000_000  # about a third of a second of one core (bot.github.rederive_cost)
 REL_TOLERANCE = 1e-9  # JSON round-trips floats exactly; this only absorbs summation order
+# The interval's level and resample count stage 1 uses (bench.speedup's defaults): a claim is a
+# 95 % interval, so an artifact may not narrow it by naming a lower level or fewer resamples.
+_SPEEDUP_DEFAULTS = inspect.signature(bench.speedup).parameters
+LEVEL: float = _SPEEDUP_DEFAULTS["level"].default
+RESAMPLES: int = _SPEEDUP_DEFAULTS["resamples"].default
 
 Contender = ContenderResult | BestResult
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The trusted bars a claim must clear: the default branch's configuration, never the artifact's."""
+
+    min_speedup: float
+    max_plausible_speedup: float
 
 
 class InconsistentArtifact(Exception):
@@ -73,13 +93,18 @@ def _shape_task(shape: ShapeResult, where: str, min_speedup: float) -> tuple[Sha
             f"{where}.derivation: a worker spread narrower than the baseline's own "
             f"({derivation.spread_log_sd!r} < {floor_spread.log_sd!r})"
         )
-    level = shape.level if shape.level is not None else 0.95
+    if shape.level is not None and shape.level != LEVEL:
+        raise InconsistentArtifact(f"{where}.level is {shape.level!r}: stage 2 judges claims at {LEVEL!r}")
+    if derivation.resamples != RESAMPLES:
+        raise InconsistentArtifact(
+            f"{where}.derivation.resamples is {derivation.resamples!r}: stage 2 re-derives with {RESAMPLES!r}"
+        )
     return shape, (
         baseline,
         candidate,
         min_speedup,
-        float(level),
-        derivation.resamples,
+        LEVEL,
+        RESAMPLES,
         bench.WorkerSpread(derivation.spread_log_sd, derivation.spread_df),
     )
 
@@ -90,10 +115,12 @@ def _speedup(args: tuple[Any, ...]) -> Speedup:
 
 
 def _compute(tasks: list[tuple[Any, ...]]) -> list[Speedup]:
-    """Every speedup, over the machine's cores when there are many: ~0.15 s of CPU each for
-    1,000 samples a side (2,000 resamples), and a sweep's artifact holds hundreds."""
+    """Every speedup, over the machine's cores when there is more work than starting the pool
+    costs: ~0.25 s of CPU each for 1,000 samples a side (2,000 resamples), and the cost cap
+    admits up to about 12 s of CPU (bot.github.rederive_cost)."""
     workers = min(os.cpu_count() or 1, 8)
-    if len(tasks) < 8 or workers < 2:
+    units = total_cost([(t[0], t[1], t[4], t[5].df) for t in tasks]).units
+    if len(tasks) < 2 or workers < 2 or units < PARALLEL_UNITS:
         return [_speedup(t) for t in tasks]
     with ProcessPoolExecutor(workers) as pool:
         return list(pool.map(_speedup, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
@@ -168,25 +195,82 @@ def _significant(c: Contender, min_speedup: float) -> bool:
     return bool(ci) and ci[0] >= min_speedup and not _slower(c.shapes)
 
 
+def _implausible(c: Contender, max_plausible: float) -> Implausible | None:
+    """The trusted plausibility guard (bot.core.plausible) over a contender's re-derived shapes."""
+    reasons = [
+        reason
+        for s in c.shapes
+        for reason in shape_reasons(
+            s.shape, s.speedup, s.measurement.median_us if s.measurement else None, s.floor_us, max_plausible
+        )
+    ]
+    if c.speedup is not None and c.speedup > max_plausible and not reasons:
+        reasons.append(f"{c.speedup:,.1f}x overall is above the {max_plausible:g}x bound")
+    return Implausible(c.name, c.speedup, c.speedup_ci, "; ".join(reasons)) if reasons else None
+
+
 def _judged(
-    p: ProblemResult, i: int, baseline: Any, attempts: tuple[ContenderResult, ...], best: Any, min_speedup: float
+    p: ProblemResult, i: int, derived: tuple[Any, tuple[ContenderResult, ...], Any], bounds: Bounds
 ) -> ProblemResult:
-    """The problem with significance and its best re-judged against the trusted `min_speedup`."""
-    attempts = tuple(replace(a, significant=a.status == "accepted" and _significant(a, min_speedup)) for a in attempts)
+    """The problem with significance, plausibility and its best re-judged against the trusted bounds."""
+    baseline, attempts, best = derived
+    flags = tuple(
+        f for a in attempts if a.status == "accepted" and (f := _implausible(a, bounds.max_plausible_speedup))
+    )
+    flagged = {f.name for f in flags}
+    attempts = tuple(
+        replace(a, significant=a.status == "accepted" and a.name not in flagged and _significant(a, bounds.min_speedup))
+        for a in attempts
+    )
     outcome = p.outcome
     if best is not None:
         twin = next((a for a in attempts if a.name == best.name and a.source_sha256 == best.source_sha256), None)
         if twin is None or twin.speedup_ci != best.speedup_ci:
             raise InconsistentArtifact(f"results.problems[{i}].best: not the numbers of the attempt it names")
-        if not (twin.status == "accepted" and _significant(best, min_speedup)):
+        if twin.name in flagged or _implausible(best, bounds.max_plausible_speedup):
+            best, outcome = None, "implausible"  # flagged for a human, never claimed
+        elif not (twin.status == "accepted" and _significant(best, bounds.min_speedup)):
             # Measured, but its interval does not clear the trusted bar: no improvement to publish.
             best, outcome = None, "no significant improvement"
-    return replace(p, min_speedup=min_speedup, baseline=baseline, attempts=attempts, best=best, outcome=outcome)
+    return replace(
+        p,
+        min_speedup=bounds.min_speedup,
+        max_plausible_speedup=bounds.max_plausible_speedup,
+        implausible=flags + tuple(f for f in p.implausible if f.name not in flagged),
+        baseline=baseline,
+        attempts=attempts,
+        best=best,
+        outcome=outcome,
+    )
 
 
-def rederive(results: Results, min_speedup: float) -> Results:
+def cost_of(results: Results) -> Cost:
+    """The bootstrap work re-deriving `results` takes, from its sizes alone."""
+    return total_cost(
+        [
+            (s.derivation.baseline, s.measurement.samples, RESAMPLES, s.derivation.spread_df)
+            for c, _ in _contenders(results)
+            for s in c.shapes
+            if s.derivation is not None and s.measurement is not None and (s.speedup, s.speedup_ci) != (None, None)
+        ]
+    )
+
+
+def check_cost(results: Results) -> None:
+    """BotError, before any bootstrap runs, when the artifact asks for more re-derivation than
+    stage 2 does (bot.github.rederive_cost)."""
+    why = over_budget(cost_of(results))
+    if why:
+        raise BotError(f"untrusted results rejected: {why}; nothing is published")
+
+
+def rederive(
+    results: Results, min_speedup: float, max_plausible_speedup: float = DEFAULTS.max_plausible_speedup
+) -> Results:
     """`results` with every number following from its samples, judged against the trusted
-    `min_speedup`; InconsistentArtifact where a claim does not."""
+    `min_speedup` and `max_plausible_speedup`; InconsistentArtifact where a claim does not."""
+    bounds = Bounds(min_speedup, max_plausible_speedup)
+    check_cost(results)
     contenders = _contenders(results)
     shapes: list[list[ShapeResult]] = []
     pending = []
@@ -205,5 +289,5 @@ def rederive(results: Results, min_speedup: float) -> Results:
         baseline = next(derived) if p.baseline else None
         attempts = tuple(next(derived) for _ in p.attempts)
         best = next(derived) if p.best else None
-        problems.append(_judged(p, i, baseline, attempts, best, min_speedup))  # type: ignore[arg-type]
+        problems.append(_judged(p, i, (baseline, attempts, best), bounds))  # type: ignore[arg-type]
     return replace(results, problems=tuple(problems), min_speedup=min_speedup)

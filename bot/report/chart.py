@@ -4,6 +4,9 @@ Drawn with matplotlib's Agg backend (no display needed). A log axis gives 0.5x a
 length, so slower operators are as visible as faster ones; bars start at the 1x line. matplotlib
 is imported when a chart is drawn, never at import time: `bot optimize` on a bare GPU image
 reaches this module without it.
+
+Labels are artifact text: they are drawn as plain text, never as mathtext or TeX (a label of
+nested `$a^{b^{...}}$` superscripts makes mathtext's parser recurse until RecursionError).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ INK = "#24292f"
 WIDTH_IN, DPI = 8.0, 100  # 800 px: GitHub's column shows it at full size
 ROW_IN = 0.3
 MAX_LABEL = 34
+PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}  # no `$...$` mathtext, no TeX
 
 
 def _color(bar: ChartBar) -> str:
@@ -51,7 +55,18 @@ def _limits(bars: list[ChartBar]) -> tuple[float, float]:
 
 
 def speedup_figure(bars: list[ChartBar], title: str) -> Any:
-    """The chart as a matplotlib Figure (Agg canvas), for rendering or inspection."""
+    """The chart as a matplotlib Figure (Agg canvas), for rendering or inspection; every text
+    of it plain (PLAIN_TEXT)."""
+    from matplotlib import rc_context
+
+    with rc_context(PLAIN_TEXT):
+        fig = _figure(bars, title)
+    for text in fig.findobj(lambda artist: hasattr(artist, "set_parse_math")):
+        text.set_parse_math(False)  # also for tick labels drawn later, outside the rc context
+    return fig
+
+
+def _figure(bars: list[ChartBar], title: str) -> Any:
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
@@ -141,11 +156,13 @@ def _ratio_formatter(blank: bool = False) -> Any:
 
 def figure_png(fig: Any) -> bytes:
     """PNG bytes of a Figure, through the Agg canvas."""
+    from matplotlib import rc_context
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    with rc_context(PLAIN_TEXT):  # tick labels made while drawing are plain text too
+        fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     return buffer.getvalue()
 
 

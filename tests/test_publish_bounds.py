@@ -1,0 +1,322 @@
+"""`bot publish` against the GitHub double, second round: bounds from the default branch, text
+inert to the last key and character, bounded cost, TARGETs judged from the git tree."""
+
+from __future__ import annotations
+
+import json
+import time
+import unicodedata
+from dataclasses import replace
+
+import pytest
+from github_double.records import CommentRecord, Identity, now
+from github_double.server import SECONDARY_RATE_LIMIT
+from github_double.session import SleepRecorder, client_for, fast_retry
+from stage_two_artifacts import copied_candidates, honest_results
+from test_publish_attacks import REPO, _declaring, double, publish, refused, root, run_event, same_repo_pr, writes
+
+from bot.core.errors import BotError
+from bot.core.results import Results
+from bot.github.client import STICKY_MARKER
+from bot.github.rederive import cost_of, rederive
+from bot.github.rederive_cost import MAX_UNITS, Cost
+from bot.github.stage_two import publish_stage_two
+
+__all__ = ["double", "root"]  # the fixtures, shared with test_publish_attacks
+
+
+def _refused_on(double, tmp_path, root, pr, sha: str, results: dict, message: str) -> None:
+    """`refused`, for a run of pull request `pr` at `sha`."""
+    refused(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)), message)
+
+
+def _texts(double) -> str:
+    follow = [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
+    return "\n".join(
+        [
+            *(f"{p.title}\n{p.body}" for p in follow),
+            *(c.body for c in double.repo.comments.values()),
+            *(str(r.output.get(k) or "") for r in double.repo.check_runs.values() for k in ("title", "summary")),
+        ]
+    )
+
+
+# -- bounds: the default branch's, never the artifact's ------------------------------------
+
+
+def test_a_499x_claim_with_the_artifacts_own_bound_is_flagged_not_published(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    results = honest_results(speedup_factor=499.55)
+    results["problems"][0]["max_plausible_speedup"] = 1e6  # a compromised stage 1 raises its own bar
+    publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
+    assert not [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
+    assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") is None
+    (run,) = double.repo.check_runs.values()
+    assert (run.conclusion, run.output["title"]) == ("neutral", "no significant improvement")
+    (comment,) = double.repo.comments.values()
+    best = results["problems"][0]["best"]
+    low, high = best["speedup_ci"]
+    shape = best["shapes"][0]
+    cand_us, ratio = shape["measurement"]["median_us"], shape["speedup"]
+    assert (
+        f"- **rmsnorm**: implausible; check the baseline: `fast-rmsnorm` measured {best['speedup']:.2f}x "
+        f"[{low:.2f}, {high:.2f}]: default: {ratio:,.1f}x is above the 100x bound "
+        f"(baseline {cand_us * ratio:.4g} us, candidate {cand_us:.4g} us). Not claimed."
+    ) in comment.body
+    assert "499.55x faster" not in _texts(double)
+
+
+def test_the_trusted_plausibility_bound_decides(double, tmp_path, root):
+    (root / "pyproject.toml").write_text("[tool.kernel-bot]\nmin-speedup = 1.05\nmax-plausible-speedup = 1.5\n")
+    pr, sha = same_repo_pr(double)
+    publish(double, tmp_path, root, honest_results(), run_event(sha, pr.head_ref, (pr.number,)))
+    assert not [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
+    (comment,) = double.repo.comments.values()
+    assert "is above the 1.5x bound" in comment.body and "Not claimed." in comment.body
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("level", 0.5, "results.problems[0].attempts[0].shapes[0].level is 0.5: stage 2 judges claims at 0.95"),
+        (
+            "resamples",
+            100,
+            "results.problems[0].attempts[0].shapes[0].derivation.resamples is 100: stage 2 re-derives with 2000",
+        ),
+    ],
+)
+def test_a_narrower_level_or_fewer_resamples_are_inconsistent(double, tmp_path, root, field, value, message):
+    pr, sha = same_repo_pr(double)
+    results = honest_results()
+    shape = results["problems"][0]["attempts"][0]["shapes"][0]
+    (shape["derivation"] if field == "resamples" else shape)[field] = value
+    with pytest.raises(BotError) as err:
+        publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
+    assert str(err.value) == f"nothing published: the results artifact is inconsistent ({message})"
+    assert writes(double) == ["checks/create"]
+
+
+# -- text: inert, keys and invisible characters included; the chart plain ------------------
+
+INVISIBLE = "\U000e0001\U000e0043\U000e006c\U000e007f\u061c\u2060\ufeff\u00ad\u202e\u2066\u2069\u200e\u200f\u200b"
+KEY = "[docs](https://evil.example) ![x](https://evil.example/p.png) Closes #3 @octocat"
+
+
+def test_clock_keys_and_invisible_characters_reach_nothing(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    results = honest_results()
+    p = results["problems"][0]
+    p["environment"]["clocks"] = {KEY: "1980 MHz", f"sm{INVISIBLE}": f"1{INVISIBLE}"}
+    for c in (p["best"], p["attempts"][0]):
+        c["name"] = f"fast{INVISIBLE}-rmsnorm"
+    publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
+    shown = _texts(double)
+    assert "fast-rmsnorm" in shown and "docs" in shown  # the text is there, only inert
+    for bad in ("](https://evil", "![x]", "https://evil", "Closes #3", "#3", "@octocat"):
+        assert bad not in shown, bad
+    assert not [f"U+{ord(c):04X}" for c in shown if unicodedata.category(c) == "Cf"]
+
+
+def test_nested_mathtext_in_a_chart_label_is_drawn_as_text(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    results = honest_results()
+    results["problems"][0]["not_timed"] = "$" + "a^{" * 70 + "b" + "}" * 70 + "$"  # RecursionError in mathtext
+    publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
+    (comment,) = double.repo.comments.values()
+    assert "a^{a^{" in comment.body
+
+
+# -- bounded cost ----------------------------------------------------------------------------
+
+
+def _inflated(batches: int, per_batch: int, copies: int) -> dict:
+    """An honest artifact of `copies` candidates whose measurements are swapped for bigger ones:
+    refused by cost before any number is compared, so its claims need not fit."""
+    results = copied_candidates(copies)
+    big = {
+        "samples_us": [100.0 + (i % 7) for i in range(batches * per_batch)],
+        "batch_sizes": [per_batch] * batches,
+        "batch_workers": [b % 2 for b in range(batches)],
+    }
+    for c in results["problems"][0]["attempts"] + [results["problems"][0]["best"]]:
+        c["shapes"][0]["measurement"].update(big)
+        c["shapes"][0]["derivation"]["baseline"] = dict(big)
+    return results
+
+
+def _cost(results: dict) -> Cost:
+    return cost_of(Results.from_json(results))
+
+
+@pytest.mark.parametrize(
+    "batches,per_batch,copies,why",
+    [
+        (
+            1_000,
+            10,
+            3,
+            "re-deriving its {n} speedups would take {units} million bootstrap steps, over the cap of 250 million "
+            "(fewer samples or batches per measurement)",
+        ),
+        (
+            2_000,
+            10,
+            1,
+            "one of its speedups would take {largest} million bootstrap steps to re-derive, over the cap of "
+            "120 million for one (fewer samples or batches per measurement)",
+        ),
+    ],
+)
+def test_an_artifact_over_the_re_derivation_cap_is_refused_before_any_bootstrap(
+    double, tmp_path, root, batches, per_batch, copies, why
+):
+    pr, sha = same_repo_pr(double)
+    results = _inflated(batches, per_batch, copies)
+    cost = _cost(results)
+    why = why.format(n=cost.speedups, units=round(cost.units / 1e6), largest=round(cost.largest_units / 1e6))
+    start = time.process_time()
+    _refused_on(double, tmp_path, root, pr, sha, results, f"untrusted results rejected: {why}; nothing is published")
+    assert time.process_time() - start < 30  # parsing and validating 0.5 MB; no bootstrap ran
+
+
+def test_the_costliest_admitted_artifact_re_derives_in_bounded_time():
+    """Timed candidates of 1,000 samples a side in 100 batches, as many as the cap admits: the
+    CPU time of such artifacts is in docs/security.md (benchmarks/rederive_cost.py); the bound
+    here is generous for a loaded machine."""
+    one = _cost(copied_candidates(1, 100, 10)).units
+    copies = 1 + (MAX_UNITS - one) // (_cost(copied_candidates(2, 100, 10)).units - one)
+    admitted = Results.from_json(copied_candidates(copies, 100, 10))
+    assert cost_of(admitted).units <= MAX_UNITS
+    start = time.monotonic()
+    derived = rederive(admitted, 1.05)
+    elapsed = time.monotonic() - start
+    assert derived.problems[0].best is not None and len(derived.problems[0].attempts) == copies
+    assert elapsed < 60, elapsed
+    with pytest.raises(BotError, match="over the cap of 250 million"):
+        rederive(Results.from_json(copied_candidates(copies + 1, 100, 10)), 1.05)
+
+
+def test_retry_after_600_fails_clearly_without_waiting(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    sleep = SleepRecorder()
+    double.fail_next(replace(SECONDARY_RATE_LIMIT, headers={"Retry-After": "600"}), methods=("POST",))
+    art = tmp_path / "artifact"
+    art.mkdir()
+    (art / "results.json").write_text(json.dumps(honest_results()))
+    (tmp_path / "event.json").write_text(json.dumps(run_event(sha, pr.head_ref, (pr.number,))))
+    environ = {
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_EVENT_NAME": "workflow_run",
+        "GITHUB_TOKEN": "test-token",
+        "GITHUB_EVENT_PATH": str(tmp_path / "event.json"),
+        "GITHUB_API_URL": double.url,
+    }
+    with pytest.raises(BotError) as err:
+        publish_stage_two(art, root, lambda _: None, environ, client=client_for(double, retry=fast_retry(sleep=sleep)))
+    assert str(err.value) == (
+        "kernel-bot stopped retrying to push commits: GitHub asked to wait 600 s (Retry-After), over the 60 s "
+        "kernel-bot waits at once; nothing more is sent, run the publish job again later"
+    )
+    assert sleep.delays == []
+    assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") is None and not double.repo.comments
+
+
+def test_retry_after_waits_stop_at_the_total_cap(double):
+    from github_double.session import sample_plan
+
+    source = double.repo.open_pull_request("feature/x", {"kernels/softmax.py": b"# softmax\n"})
+    sleep = SleepRecorder()
+    double.fail_next(replace(SECONDARY_RATE_LIMIT, headers={"Retry-After": "50"}), times=10, methods=("POST",))
+    with pytest.raises(BotError) as err:
+        client_for(double, retry=fast_retry(sleep=sleep, max_total_wait_s=120.0)).publish(
+            sample_plan(source.number, source.head_ref), max_open=3
+        )
+    assert sleep.delays == [50.0, 50.0]
+    assert str(err.value) == (
+        "kernel-bot stopped retrying to push commits: 150 s of waits in all would pass the 120 s "
+        "kernel-bot allows one publish; nothing more is sent, run the publish job again later"
+    )
+
+
+def test_another_apps_comment_with_the_marker_is_left_alone(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    stamp = now()
+    foreign = f"{STICKY_MARKER}\nanother app's report"
+    double.repo.comments[900] = CommentRecord(
+        900, pr.number, foreign, Identity("other-app[bot]", 1_234, kind="Bot"), stamp, stamp
+    )
+    publish(double, tmp_path, root, honest_results(), run_event(sha, pr.head_ref, (pr.number,)))
+    publish(double, tmp_path, root, honest_results(), run_event(sha, pr.head_ref, (pr.number,)))
+    assert double.repo.comments[900].body == foreign
+    ours = [c for c in double.repo.comments.values() if c.author.login == "github-actions[bot]"]
+    assert len(ours) == 1 and "kernel-bot results" in ours[0].body
+    edited = [e.path for e in double.exchanges if e.operation_id == "issues/update-comment"]
+    assert "/issues/comments/900" not in "".join(edited)
+
+
+# -- scope: the git tree at the measured commit ----------------------------------------------
+
+
+def _pr_with_entry(double, mode: str, kind: str, target: str = "kernels/rmsnorm.py"):
+    """A pull request whose head has `target` as a tree entry of `mode` (a symlink, a submodule)."""
+    pr, _ = same_repo_pr(double, {"problems/rmsnorm.py": _declaring(target)})
+    git = double.git
+    head = double.repo.head_sha(pr)
+    pointee = git.write_blob(b"../problems/rmsnorm.py") if kind == "blob" else head
+    tree = git.build_tree(git.read_commit(head).tree, [(target, mode, kind, pointee)])
+    me = git.read_commit(head).author
+    sha = git.commit_tree(tree, [head], "entry", me, me)
+    git.update_ref(f"refs/heads/{pr.head_ref}", sha)
+    return pr, sha
+
+
+@pytest.mark.parametrize(
+    "mode,kind,target,why",
+    [
+        ("120000", "blob", "kernels/rmsnorm.py", "is a symlink at {sha}, not a regular file"),
+        ("160000", "commit", "kernels/rmsnorm.py", "is a submodule (gitlink) at {sha}, not a regular file"),
+        ("120000", "blob", "kernels/sub", "has 'kernels/sub', which is a symlink at {sha}, not a regular file"),
+    ],
+)
+def test_a_symlink_or_submodule_target_is_refused_from_the_tree(double, tmp_path, root, mode, kind, target, why):
+    declared = target if target.endswith(".py") else f"{target}/rmsnorm.py"
+    pr, sha = _pr_with_entry(double, mode, kind, target)
+    if declared != target:  # the symlink is a folder on the way to the TARGET
+        double.repo.commit_files(pr.head_ref, {"problems/rmsnorm.py": _declaring(declared)})
+        sha = double.repo.head_sha(pr)
+    message = f"rmsnorm: TARGET {declared!r} {why.format(sha=sha[:12])}; nothing is published"
+    _refused_on(double, tmp_path, root, pr, sha, honest_results(target=declared), message)
+
+
+@pytest.mark.parametrize(
+    "target,why",
+    [
+        ("kernels/Conftest.py", "is not a kernel module (a .py file other than package and test plumbing)"),
+        ("kernels/CONFTEST.PY", "is not a kernel module (a .py file other than package and test plumbing)"),
+        ("kernels/__INIT__.py", "is not a kernel module (a .py file other than package and test plumbing)"),
+        (
+            "kernels/test_rmsnorm.py",
+            "is a test module (test_*.py, *_test.py or under a tests/ folder), not a kernel module",
+        ),
+        (
+            "kernels/rmsnorm_test.py",
+            "is a test module (test_*.py, *_test.py or under a tests/ folder), not a kernel module",
+        ),
+        (
+            "kernels/Tests/rmsnorm.py",
+            "is a test module (test_*.py, *_test.py or under a tests/ folder), not a kernel module",
+        ),
+    ],
+)
+def test_case_variants_and_test_modules_are_refused(double, tmp_path, root, target, why):
+    pr, sha = same_repo_pr(double, {"problems/rmsnorm.py": _declaring(target), target: b"x = 1\n"})
+    message = f"rmsnorm: TARGET {target!r} {why}; nothing is published"
+    _refused_on(double, tmp_path, root, pr, sha, honest_results(target=target), message)
+
+
+def test_an_executable_kernel_module_is_still_a_regular_file(double, tmp_path, root):
+    pr, sha = _pr_with_entry(double, "100755", "blob")
+    double.git.update_ref(f"refs/heads/{pr.head_ref}", sha)
+    publish(double, tmp_path, root, honest_results(), run_event(sha, pr.head_ref, (pr.number,)))
+    assert [p for p in double.repo.pulls.values() if p.head_ref == f"kernel-bot/pr-{pr.number}"]
