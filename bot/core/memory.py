@@ -104,3 +104,22 @@ def host_limit_bytes(footprint_bytes: int, machine_bytes: int, floor_bytes: int 
     and the reference's float64 copies) is `footprint_bytes`, on a machine of `machine_bytes`."""
     ceiling = machine_bytes - margin_bytes(machine_bytes)
     return min(max(floor_bytes, HOST_FACTOR * footprint_bytes), max(ceiling, floor_bytes))
+
+
+def problem_footprints(
+    device: str, nbytes: int, native_peak: int | None, peak: int | None, host_peak: int | None
+) -> tuple[int, int]:
+    """(reference, each contender) bytes of one shape, from the reference trial: on a GPU its
+    peak device memory with the float64 copies, and CONTENDER_FACTOR times its eager model's
+    (three times, once, the shape's bytes `nbytes` where a figure is missing); on the host the
+    reference's peak resident memory for both (an upper bound: it holds the float64 copies)."""
+    if device == "cuda":
+        return peak or 3 * nbytes, CONTENDER_FACTOR * (native_peak or nbytes)
+    return host_peak or 3 * nbytes, host_peak or nbytes
+
+
+def host_footprint_bytes(nbytes: int) -> int:
+    """A shape's host footprint: its inputs, outputs and parameters (`nbytes`) and the
+    reference's float64 copies of them (twice a float32 tensor's bytes; a bfloat16 one's
+    travel in float32, twice too)."""
+    return 3 * nbytes

@@ -84,6 +84,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
                 options.trials_per_distribution,
                 (limits.first_call_timeout_s, limits.call_timeout_s),
                 options.parallel,
+                admit=replicas.session.admit,
             ),
             alive,
             progress,

@@ -26,6 +26,11 @@ class ReferenceInfo:
     nbytes: int = 0
     flops: int | None = None
     inputs: list[str] = field(default_factory=list)  # e.g. "bfloat16[8192, 4096]"
+    # The footprint (bot.core.memory): on a GPU the reference's peak device memory in its eager
+    # model and in all (the float64 copies too); on the host its peak resident memory.
+    native_peak_bytes: int | None = None
+    peak_bytes: int | None = None
+    host_peak_bytes: int | None = None
 
 
 @dataclass
@@ -108,6 +113,9 @@ class TrialRun:
     per_distribution: int
     timeouts: tuple[float, float]  # (first call, later calls)
     parallel: int  # contenders running their trials at once
+    # Told the reference's figures before any contender's trial: waits until the problem's
+    # memory is admitted (bot.engine.memory_budget) and says how many contenders run at once.
+    admit: Callable[[ReferenceInfo], int] | None = None
 
 
 @dataclass(frozen=True)
@@ -201,8 +209,13 @@ def run_trials(
             )  # float64 runs are slower
         info.meta, info.nbytes, info.flops = refs[0].meta, refs[0].bytes, refs[0].flops
         info.inputs = refs[0].input_meta
+        info.native_peak_bytes = max((r.native_peak_bytes or 0 for r in refs), default=0) or None
+        info.peak_bytes = max((r.peak_bytes or 0 for r in refs), default=0) or None
+        info.host_peak_bytes = reference.running.peak_memory_bytes()
         dtypes = [m["dtype"] for m in info.meta]
         release_cache(reference, timeouts[1])
+    if trial.admit is not None:
+        parallel = trial.admit(info)
     gated: set[str] = set()
     for name in (n for n in contenders if n in alone):
         try:

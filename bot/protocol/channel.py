@@ -5,8 +5,10 @@ most `CHUNK_BYTES` each, `message length | offset | frame length | HMAC-SHA256 |
 frame's MAC chained to the one before, so a forged or spliced frame is caught before the next
 is read. A message longer than the receiver's bound is tampering: the parent bounds each
 worker's messages by what the problem's outputs can need (`outputs_bound`), and before it
-knows them by the machine's memory, which no honest message can exceed. Nothing is ever unpickled: a hostile worker can send wrong data, but it
-cannot make the bot's process execute anything. Every frame is signed with a per-run
+knows them by the machine's memory, which no honest message can exceed.
+
+Nothing is ever unpickled: a hostile worker can send wrong data, but it cannot make the
+bot's process execute anything. Every frame is signed with a per-run
 key that travels over the channel itself (never argv or the environment), so a candidate
 that writes into inherited file descriptors or prints "passed" is detected as tampering.
 A determined candidate in the same process could still find the key in memory; that buys

@@ -111,6 +111,10 @@ class RunReply(Reply):
     bytes: int | None = wire(optional(int_), None)
     flops: int | None = wire(optional(int_), None)
     input_meta: list[str] | None = wire(optional(strs), None)
+    # The reference's on a GPU (torch.cuda.max_memory_allocated, inputs included): its eager
+    # model's peak, and its own with the float64 copies; the scheduler sizes the problem by them.
+    native_peak_bytes: int | None = wire(optional(int_), None)
+    peak_bytes: int | None = wire(optional(int_), None)
 
 
 @dataclass(frozen=True)
