@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+
+import pytest
+
 from bot.core.memory import (
     GIB,
     HOST_FLOOR_BYTES,
@@ -12,6 +16,7 @@ from bot.core.memory import (
     margin_bytes,
     problem_demand,
 )
+from bot.engine.memory_budget import DoesNotFit, MemoryBudget, host_memory
 
 H100_TOTAL = 80 * GIB
 MARGIN = margin_bytes(H100_TOTAL)  # 8 GiB
@@ -65,3 +70,74 @@ def test_the_host_limit_scales_with_the_footprint_between_the_floor_and_the_mach
     assert host_limit_bytes(100 * GIB, machine) == machine - margin_bytes(machine)
     # A lowered floor, as a test machine's would be.
     assert host_limit_bytes(1 << 20, machine, floor_bytes=64 << 20) == 64 << 20
+
+
+def _budget() -> MemoryBudget:
+    return MemoryBudget(free_bytes=79 * GIB, total_bytes=80 * GIB, where="GPU 0", context_bytes=512 << 20)
+
+
+def test_a_budget_grows_a_problem_to_the_contenders_that_fit_beside_the_others():
+    budget = _budget()  # 71 GiB usable
+    first = budget.start("softmax", workers=16)  # 8 GiB of contexts
+    assert first.nbytes == 8 * GIB
+    assert budget.grow(first, 18 * GIB, 12 * GIB, wanted=15) == 4  # (71 - 18.5) // 12.5
+    assert first.nbytes == 18 * GIB + (512 << 20) + 4 * (12 * GIB + (512 << 20))  # 68.5 GiB
+    budget.release(first)
+    first = budget.start("softmax", workers=3)
+    assert budget.grow(first, 18 * GIB, 12 * GIB, wanted=2) == 2  # 43.5 GiB
+    second = budget.start("relu", workers=16)  # its 8 GiB of contexts fit beside
+    # One relu contender beside its reference needs 25.5 + 5.5 GiB; 27.5 are left beside
+    # softmax: relu waits until softmax is done, then takes what it leaves.
+    done = threading.Event()
+    got: list[int] = []
+
+    def relu() -> None:
+        got.append(budget.grow(second, 25 * GIB, 5 * GIB, wanted=15))
+        done.set()
+
+    thread = threading.Thread(target=relu)
+    thread.start()
+    assert not done.wait(0.5)  # waiting, not out of memory beside softmax
+    budget.release(first)
+    assert done.wait(5)
+    thread.join()
+    assert got == [8]  # (71 - 25.5) // 5.5 of the 15 wanted
+    budget.release(second)
+    assert budget.held_bytes() == 0
+
+
+def test_a_problem_that_fits_nowhere_is_refused_in_one_line_and_holds_nothing():
+    budget = _budget()
+    held = budget.start("huge", workers=4)
+    with pytest.raises(DoesNotFit) as refused:
+        budget.grow(held, 60 * GIB, 20 * GIB, wanted=4)
+    assert str(refused.value) == (
+        "huge: needs 81.0 GiB with one contender beside its reference, GPU 0 has 79.0 GiB free "
+        "(8.0 GiB of it kept as a margin)"
+    )
+    budget.release(held)
+    with pytest.raises(DoesNotFit, match="its 200 workers needs 100.0 GiB"):
+        budget.start("many", workers=200)
+    assert budget.held_bytes() == 0
+
+
+def test_problems_whose_contexts_do_not_fit_beside_others_start_in_turn():
+    budget = _budget()
+    a = budget.start("a", workers=100)  # 50 GiB of contexts
+    started = threading.Event()
+    thread = threading.Thread(target=lambda: (budget.start("b", workers=60), started.set()))
+    thread.start()
+    assert not started.wait(0.5)
+    budget.release(a)
+    assert started.wait(5)
+    thread.join()
+
+
+def test_host_memory_is_meminfo_within_the_cgroups_limit(tmp_path):
+    meminfo = "MemTotal:       24000000 kB\nMemFree:  1 kB\nMemAvailable:   20000000 kB\n"
+    assert host_memory(meminfo, tmp_path) == (20000000 * 1024, 24000000 * 1024)  # no memory.max: unlimited
+    (tmp_path / "memory.max").write_text(f"{8 * GIB}\n")
+    (tmp_path / "memory.current").write_text(f"{3 * GIB}\n")
+    assert host_memory(meminfo, tmp_path) == (5 * GIB, 8 * GIB)
+    (tmp_path / "memory.max").write_text("max\n")
+    assert host_memory(meminfo, tmp_path)[1] == 24000000 * 1024
