@@ -119,10 +119,13 @@ class Session:
             self._bound(worker)
         if self.reservation is None or options.memory is None:
             return options.parallel
+        # On the host: the reference's peak resident memory, as the kernel counts it.
+        host_peak = next((w.running.peak_memory_bytes() for w in self.workers if w.label == "reference"), None)
         reference, each = problem_footprints(
-            options.device, info.nbytes, info.native_peak_bytes, info.peak_bytes, info.host_peak_bytes
+            options.device, info.nbytes, info.native_peak_bytes, info.peak_bytes, host_peak
         )
-        return options.memory.grow(self.reservation, reference, each, options.parallel)
+        contenders = max(1, len(self.workers) - 1)  # no more at once than there are
+        return options.memory.grow(self.reservation, reference, each, min(options.parallel, contenders))
 
     def start_summary(self, wall_s: float) -> str:
         """One line on where the workers' start-up went (medians over the workers)."""

@@ -26,11 +26,10 @@ class ReferenceInfo:
     nbytes: int = 0
     flops: int | None = None
     inputs: list[str] = field(default_factory=list)  # e.g. "bfloat16[8192, 4096]"
-    # The footprint (bot.core.memory): on a GPU the reference's peak device memory in its eager
-    # model and in all (the float64 copies too); on the host its peak resident memory.
+    # The footprint (bot.core.memory) on a GPU: the reference's peak device memory in its eager
+    # model, and in all (the float64 copies too).
     native_peak_bytes: int | None = None
     peak_bytes: int | None = None
-    host_peak_bytes: int | None = None
 
 
 @dataclass
@@ -211,7 +210,6 @@ def run_trials(
         info.inputs = refs[0].input_meta
         info.native_peak_bytes = max((r.native_peak_bytes or 0 for r in refs), default=0) or None
         info.peak_bytes = max((r.peak_bytes or 0 for r in refs), default=0) or None
-        info.host_peak_bytes = reference.running.peak_memory_bytes()
         dtypes = [m["dtype"] for m in info.meta]
         release_cache(reference, timeouts[1])
     if trial.admit is not None:
