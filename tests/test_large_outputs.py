@@ -9,6 +9,7 @@ from conftest import CANDIDATES, PROBLEMS
 from bot.engine.candidates import load_candidate
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
+from bot.engine.timing import TimingOptions
 from bot.sandbox import Limits
 
 
@@ -20,7 +21,8 @@ def test_large_outputs_pass_under_a_lowered_floor_that_a_constant_limit_would_ki
     # twice the problem's footprint (3 x 256 MiB), 1.5 GiB; the floor stays 512 MiB.
     problem = load_problem(PROBLEMS / "large_output.py")
     options = quick_options(
-        limits=Limits(memory_mb=512, import_timeout_s=120, construct_timeout_s=60, call_timeout_s=60)
+        limits=Limits(memory_mb=512, import_timeout_s=120, construct_timeout_s=60, call_timeout_s=60),
+        timing=TimingOptions(time_cap_s=0.2, min_samples=3, min_batches=2, max_batch=2),
     )
     result = evaluate(problem, [load_candidate(CANDIDATES / "honest_large_output.py")], None, options)
     (outcome,) = result.candidates
