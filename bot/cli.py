@@ -140,7 +140,7 @@ def optimize(
     problems: tuple[str, ...],
     as_json: bool,
     out: str | None,
-    jobs: int,
+    jobs: int | None,
     gpus: str | None,
     shapes: str | None,
     **given: Any,

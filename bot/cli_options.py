@@ -103,13 +103,35 @@ TOLERANCE = click.option(
     "kernelbench: KernelBench's torch.allclose (atol = rtol = 1e-4 for float32, 1e-2 for half types) "
     "against the problem's own Model on the same device. docs/verifier.md.",
 )
+
+
+class JobsType(click.ParamType):
+    """`--jobs`: 'auto' (None) or a positive number."""
+
+    name = "auto|N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int):
+            return value
+        if str(value).strip().lower() == "auto":
+            return None
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if number < 1:
+            self.fail(f"{value!r}: expected 'auto' or a number of problems, 1 or more", param, ctx)
+        return number
+
+
 JOBS = click.option(
     "--jobs",
-    type=int,
-    default=1,
+    type=JobsType(),
+    default="auto",
     show_default=True,
     help="Problems optimised at once (compilation overlaps, each gets its share of the verification "
-    "workers; timing stays exclusive).",
+    "workers; timing stays exclusive). auto: one per core on a CPU; on a GPU up to half the cores, "
+    "admitted by their measured memory footprints (docs/scale-out.md).",
 )
 
 

@@ -83,7 +83,9 @@ def dry_run(
 @JOBS
 @GPUS
 @click.pass_context
-def run(ctx: click.Context, results_dir: str, shard: str | None, jobs: int, gpus: str | None, **given: Any) -> None:
+def run(
+    ctx: click.Context, results_dir: str, shard: str | None, jobs: int | None, gpus: str | None, **given: Any
+) -> None:
     """Stage 1 of the Action (GPU runner, read-only token): event -> results directory."""
     from bot.stage_one import StageOneInputs, run_stage_one
 

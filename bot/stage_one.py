@@ -65,7 +65,7 @@ class StageOneInputs:
     # token budget and the search's exclusions among them.
     overrides: Mapping[str, Any]
     shard: str | None  # "K/N": only the K-th of N shards of the problems
-    jobs: int  # problems optimised at once
+    jobs: int | None  # problems optimised at once; None: auto (bot.engine.lanes.resolve_jobs)
     gpus: str | None = None  # GPU lanes: "all" or "0,1" (bot.engine.lanes); None: all
 
 

@@ -154,3 +154,33 @@ def test_a_reference_out_of_gpu_memory_is_not_called_a_broken_problem():
     assert isinstance(oom, GpuOutOfMemory) and "ran out of GPU memory" in str(oom)
     broken = problem_failure(problem, WorkerFailure("problem", "TypeError: get_inputs() returned a dict"))
     assert isinstance(broken, ProblemError) and not isinstance(broken, GpuOutOfMemory)
+
+
+def test_jobs_auto_is_one_problem_per_core_on_a_cpu_and_half_the_cores_on_a_gpu():
+    from bot.engine.lanes import resolve_jobs
+
+    assert resolve_jobs(None, "cpu", problems=10, lanes=1, cores=2) == 2
+    assert resolve_jobs(None, "cuda", problems=10, lanes=1, cores=16) == 8
+    assert resolve_jobs(None, "cuda", problems=3, lanes=1, cores=16) == 3  # never more than the problems
+    assert resolve_jobs(None, "cuda", problems=10, lanes=4, cores=2) == 4  # never fewer than the lanes
+    assert resolve_jobs(3, "cuda", problems=10, lanes=1, cores=16) == 3  # an explicit --jobs N stays N
+
+
+def test_jobs_option_takes_auto_or_a_positive_number_and_refuses_the_rest():
+    import click
+    from click.testing import CliRunner
+
+    from bot.cli_options import JOBS
+
+    @click.command()
+    @JOBS
+    def show(jobs):
+        click.echo(repr(jobs))
+
+    runner = CliRunner()
+    assert runner.invoke(show, []).output.strip() == "None"  # the default: auto
+    assert runner.invoke(show, ["--jobs", "AUTO"]).output.strip() == "None"
+    assert runner.invoke(show, ["--jobs", "4"]).output.strip() == "4"
+    for bad in ("0", "-1", "many"):
+        result = runner.invoke(show, ["--jobs", bad])
+        assert result.exit_code == 2 and "expected 'auto' or a number of problems, 1 or more" in result.output

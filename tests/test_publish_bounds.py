@@ -230,7 +230,8 @@ def test_retry_after_waits_stop_at_the_total_cap(double):
     double.fail_next(replace(SECONDARY_RATE_LIMIT, headers={"Retry-After": "50"}), times=10, methods=("POST",))
     with pytest.raises(BotError) as err:
         client_for(double, retry=fast_retry(sleep=sleep, max_total_wait_s=120.0)).publish(
-            sample_plan(source.number, source.head_ref, measured_sha=double.repo.branch_sha(source.head_ref)), max_open=3
+            sample_plan(source.number, source.head_ref, measured_sha=double.repo.branch_sha(source.head_ref)),
+            max_open=3,
         )
     assert sleep.delays == [50.0, 50.0]
     assert str(err.value) == (

@@ -342,3 +342,24 @@ def test_gpu_environment_names_the_one_passed_gpu(engine, tmp_path, monkeypatch)
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and "NVIDIA_VISIBLE_DEVICES" not in env
     assert env["HOME"] == env["TMPDIR"] == "/kernel-bot/work"
     assert env["TRITON_CACHE_DIR"] == "/kernel-bot/cache/triton"
+
+
+def test_a_containers_memory_limit_moves_to_the_problems(engine, tmp_path):
+    # Raised once the problem's footprint is measured (docs/sandbox.md, "Memory limits").
+    from bot.sandbox.docker import DockerSandbox
+
+    launch = WorkerLaunch(
+        workdir=tmp_path / "w",
+        cache_dir=tmp_path / "c",
+        readable=(PROBLEM,),
+        device="cpu",
+        limits=Limits(memory_mb=2048),
+    )
+    worker = DockerSandbox().start(launch)
+    try:
+        assert engine.api.inspect_container(worker.id)["HostConfig"]["Memory"] == 2048 << 20
+        worker.set_memory_limit(3 << 30)
+        host = engine.api.inspect_container(worker.id)["HostConfig"]
+        assert host["Memory"] == host["MemorySwap"] == 3 << 30
+    finally:
+        worker.kill()

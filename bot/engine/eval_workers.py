@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bot.core.domain import CandidateSource, CheckResult, Problem, Progress
+from bot.core.memory import host_footprint_bytes, host_limit_bytes, margin_bytes, problem_footprints
 from bot.engine import verify
 from bot.engine.gpulock import gpu_shared
-from bot.engine.trials import failure_check, release_cache
+from bot.engine.memory_budget import Reservation
+from bot.engine.trials import ReferenceInfo, failure_check, release_cache
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
+from bot.protocol.channel import machine_memory_bytes, outputs_bound
 from bot.protocol.messages import Construct, Load
 from bot.sandbox import WorkerLaunch, make_sandbox
 
@@ -43,6 +46,13 @@ class Session:
         self.problem, self.options, self.root = problem, options, root
         self.sandbox = make_sandbox(options.sandbox, workers)
         self.workers: list[WorkerClient] = []
+        # Set once the reference's first trial has sized the shape (`admit`): the longest
+        # message a worker may send, a contender's resident-memory limit, the GPU reservation.
+        self.message_bound: int | None = None
+        self.memory_limit: int | None = None
+        self.reservation: Reservation | None = None
+        if options.memory is not None:
+            self.reservation = options.memory.start(problem.name, workers)
 
     @property
     def worker_threads(self) -> int | None:
@@ -52,16 +62,22 @@ class Session:
 
     def start(self, label: str, module: Path | None, class_name: str, precision: str, source_hash: str) -> WorkerClient:
         readable = (self.problem.path, self.problem.root) + ((module,) if module else ())
+        limits = self.options.limits
+        if label == "reference":
+            # The problem's own code, sized by nothing yet: what the machine has, less its margin.
+            machine = machine_memory_bytes()
+            limits = replace(limits, memory_mb=max(limits.memory_mb, (machine - margin_bytes(machine)) >> 20))
         launch = WorkerLaunch(
             workdir=self.root / f"w-{label}"[:80],
             cache_dir=self.options.cache_root / "compile" / source_hash,
             readable=readable,
             device=self.options.device,
-            limits=self.options.limits,
+            limits=limits,
             gpu_index=self.options.gpu_index,
         )
         worker = WorkerClient(self.sandbox, label, launch, self.worker_threads, describe=label == "reference")
         self.workers.append(worker)
+        self._bound(worker)
         began = time.monotonic()
         ask(
             worker,
@@ -77,6 +93,40 @@ class Session:
         worker.start_seconds["import"] = time.monotonic() - began
         return worker
 
+    def _bound(self, worker: WorkerClient) -> None:
+        """A contender's bounds; the reference runs the problem's own code, and its next shape
+        may be larger than this one: the machine's memory bounds it."""
+        if worker.label == "reference":
+            return
+        if self.message_bound is not None:
+            worker.bound_messages(self.message_bound)
+        if self.memory_limit is not None:
+            worker.limit_memory(self.memory_limit)
+
+    def admit(self, info: ReferenceInfo) -> int:
+        """What the reference's trial measured, applied before any contender's trial: messages
+        bounded by the shape's outputs (as many sets as a batch reveals), contenders' memory
+        limits scaled to its footprint (bot.core.memory.host_limit_bytes), and the problem
+        admitted to the device's memory; returns how many contenders run at once."""
+        options = self.options
+        copies = max(1, options.timing.checks_per_batch)
+        bound = outputs_bound(info.meta, copies)
+        self.message_bound = max(self.message_bound or 0, bound)
+        floor = options.limits.memory_mb << 20
+        limit = host_limit_bytes(host_footprint_bytes(info.nbytes), machine_memory_bytes(), floor)
+        self.memory_limit = max(self.memory_limit or 0, limit)
+        for worker in self.workers:
+            self._bound(worker)
+        if self.reservation is None or options.memory is None:
+            return options.parallel
+        # On the host: the reference's peak resident memory, as the kernel counts it.
+        host_peak = next((w.running.peak_memory_bytes() for w in self.workers if w.label == "reference"), None)
+        reference, each = problem_footprints(
+            options.device, info.nbytes, info.native_peak_bytes, info.peak_bytes, host_peak
+        )
+        contenders = max(1, len(self.workers) - 1)  # no more at once than there are
+        return options.memory.grow(self.reservation, reference, each, min(options.parallel, contenders))
+
     def start_summary(self, wall_s: float) -> str:
         """One line on where the workers' start-up went (medians over the workers)."""
         # Only workers whose import finished (the reference's always has, or the run stops).
@@ -89,6 +139,8 @@ class Session:
     def close(self) -> None:
         for worker in self.workers:
             worker.close()
+        if self.reservation is not None and self.options.memory is not None:
+            self.options.memory.release(self.reservation)
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from bot.engine import verify
 from bot.engine.cache import default_cache_root
 from bot.engine.eval_workers import Replicas, materialise, open_session
 from bot.engine.failures import problem_failure, ran_out_of_gpu_memory
+from bot.engine.memory_budget import MemoryBudget
 from bot.engine.shape_run import ProblemRun, evaluate_shape
 from bot.engine.simulated import simulated_reason
 from bot.engine.timing import TimingOptions
@@ -49,6 +50,9 @@ class EvalOptions:
     # A contender still short of memory when re-run alone is then not proven too big: the
     # problem is raised as GpuOutOfMemory, for bot.engine.lanes to run it again after the others.
     beside_others: bool = False
+    # The device's memory shared with the other problems on it (bot.engine.memory_budget);
+    # None: no admission, `parallel` contenders at once.
+    memory: MemoryBudget | None = None
     cache_root: Path = field(default_factory=default_cache_root)  # $XDG_CACHE_HOME/kernel-bot
     use_cache: bool = False  # reuse conclusive verdicts and timings of candidates judged before (bot.engine.cache)
     tolerance: TolerancePolicy = DEFAULTS.tolerance  # what outputs are compared with (bot.engine.tolerance)

@@ -8,6 +8,7 @@ measurements never share a GPU, and a verdict does not depend on how many lanes 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +55,17 @@ def visible_gpus(spec: str | None, device: str) -> list[int | None]:
         return [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:
         raise BotError(f"--gpus {spec!r}: expected 'all' or a comma list like 0,1") from None
+
+
+def resolve_jobs(jobs: int | None, device: str, problems: int, lanes: int, cores: int | None = None) -> int:
+    """`--jobs`: N, or None ('auto', the default): on a CPU one problem per core; on a GPU up to
+    half the cores (a problem's compilations keep a core or two busy), each lane's memory
+    admitting what fits (bot.engine.memory_budget). Never more than the problems, never
+    fewer than the lanes."""
+    if jobs is None:
+        cores = cores or os.cpu_count() or 1
+        jobs = cores if device != "cuda" else max(1, cores // 2)
+    return max(1, min(jobs, problems), min(lanes, problems))
 
 
 def run_problems(

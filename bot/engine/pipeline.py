@@ -31,7 +31,7 @@ class Job:
     trigger: Trigger
     options: OptimizeOptions
     out: Path
-    jobs: int = 1
+    jobs: int | None = None  # problems at once; None: auto (bot.engine.lanes.resolve_jobs)
     gpus: str | None = None  # GPU lanes: "all" or "0,1" (see bot.engine.lanes)
 
 
@@ -80,7 +80,7 @@ def optimize_all(
     problems: list[Problem],
     options: OptimizeOptions,
     gpus: str | None,
-    jobs: int,
+    jobs: int | None,
     out: Path | None,
     progress: Progress,
     trigger: Trigger | None = None,
@@ -91,11 +91,15 @@ def optimize_all(
     from dataclasses import replace
 
     from bot.engine.candidates import default_baseline
-    from bot.engine.lanes import Lanes, run_problems, visible_gpus
+    from bot.engine.lanes import Lanes, resolve_jobs, run_problems, visible_gpus
+    from bot.engine.memory_budget import device_budget
 
     done: dict[str, OptimizeResult] = {}
-    lanes = Lanes(visible_gpus(gpus, options.evaluation.device))
-    at_once = max(jobs, len(lanes.devices), 1)
+    device = options.evaluation.device
+    lanes = Lanes(visible_gpus(gpus, device))
+    at_once = resolve_jobs(jobs, device, len(problems), len(lanes.devices))
+    # Each lane's memory, shared by the problems on it: admitted by their measured footprints.
+    budgets = {gpu: device_budget(device, gpu) for gpu in lanes.devices}
     # Problems optimised at once share the machine's cores (and a lane's GPU memory): each
     # gets its share of the workers that verify in parallel, not all of them.
     parallel = max(2, options.evaluation.parallel // at_once)
@@ -115,7 +119,9 @@ def optimize_all(
     def work(problem: Problem, gpu: int | None, beside_others: bool) -> OptimizeResult:
         lane = replace(
             options,
-            evaluation=replace(options.evaluation, gpu_index=gpu, parallel=parallel, beside_others=beside_others),
+            evaluation=replace(
+                options.evaluation, gpu_index=gpu, parallel=parallel, beside_others=beside_others, memory=budgets[gpu]
+            ),
         )
         return keep(problem, optimize(problem, default_baseline(problem), lane, progress))
 

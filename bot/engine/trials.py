@@ -30,6 +30,10 @@ class ReferenceInfo:
     inputs: list[str] = field(default_factory=list)  # e.g. "bfloat16[8192, 4096]"
     # The rule each output is held to on this shape, in trials and timed calls (bot.engine.tolerance).
     rules: tuple[Rule | None, ...] = ()
+    # The footprint (bot.core.memory) on a GPU: the reference's peak device memory in its eager
+    # model, and in all (the float64 copies too).
+    native_peak_bytes: int | None = None
+    peak_bytes: int | None = None
 
 
 @dataclass
@@ -113,6 +117,9 @@ class TrialRun:
     timeouts: tuple[float, float]  # (first call, later calls)
     parallel: int  # contenders running their trials at once
     policy: TolerancePolicy = DEFAULTS.tolerance
+    # Told the reference's figures before any contender's trial: waits until the problem's
+    # memory is admitted (bot.engine.memory_budget) and says how many contenders run at once.
+    admit: Callable[[ReferenceInfo], int] | None = None
 
 
 @dataclass(frozen=True)
@@ -206,11 +213,15 @@ def run_trials(
             )  # float64 runs are slower
         info.meta, info.nbytes, info.flops = refs[0].meta, refs[0].bytes, refs[0].flops
         info.inputs = refs[0].input_meta
+        info.native_peak_bytes = max((r.native_peak_bytes or 0 for r in refs), default=0) or None
+        info.peak_bytes = max((r.peak_bytes or 0 for r in refs), default=0) or None
         dtypes = [m["dtype"] for m in info.meta]
         info.rules = shape_rules(info.meta, problem.tolerance, [r.own_error for r in refs], trial.policy)
         for note in widening_notes(info.meta, problem.tolerance, info.rules):
             progress(f"{problem.name} [{shape.name}] {note}")
         release_cache(reference, timeouts[1])
+    if trial.admit is not None:
+        parallel = trial.admit(info)
     gated: set[str] = set()
     for name in (n for n in contenders if n in alone):
         try:

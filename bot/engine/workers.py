@@ -47,6 +47,9 @@ class WorkerClient:
         self.device = launch.device
         self.gpu_index = launch.gpu_index
         self.limits = launch.limits
+        # Resident memory allowed (the parent's watchdog): from the limits at start, then scaled
+        # to the problem once its footprint is measured (`limit_memory`).
+        self.memory_limit_bytes = launch.limits.memory_mb << 20
         self.workdir = launch.workdir
         began = time.monotonic()
         self.running: RunningWorker = sandbox.start(launch)
@@ -156,17 +159,18 @@ class WorkerClient:
         frozen counts toward neither."""
         now = time.monotonic()
         deadline = now + timeout_s
-        limit = self.limits.memory_mb << 20
         watch = _Progress(self.running, now, self.limits.stall_cpu_s)
         while True:
             ready, _, _ = select.select([self.running.sock], [], [], POLL_S)
             if ready:
                 break
             used = self.running.memory_bytes()
-            if used is not None and used > limit:
+            if used is not None and used > self.memory_limit_bytes:
                 self.close()
                 raise WorkerFailure(
-                    phase, f"killed: resident memory {used >> 20} MiB exceeded the limit of {self.limits.memory_mb} MiB"
+                    phase,
+                    f"killed: resident memory {used >> 20} MiB exceeded the limit of "
+                    f"{self.memory_limit_bytes >> 20} MiB",
                 )
             if self.running.exit_code() is not None:
                 break  # let recv see the closed channel (there may be a last frame)
@@ -208,6 +212,16 @@ class WorkerClient:
         tail = self.running.log_tail()
         self.close()
         return WorkerFailure(phase, f"worker {reason} without a result", tail)
+
+    def limit_memory(self, nbytes: int) -> None:
+        """The worker's resident-memory limit from now on: the watchdog's, and the kernel's
+        where the sandbox can move it (bot.sandbox.base.RunningWorker.set_memory_limit)."""
+        self.memory_limit_bytes = nbytes
+        self.running.set_memory_limit(nbytes)
+
+    def bound_messages(self, nbytes: int) -> None:
+        """The longest message this worker may send from now on (bot.protocol.channel.outputs_bound)."""
+        self.channel.max_message_bytes = nbytes
 
     def pin(self, timed: bool) -> None:
         """Move the worker's launching thread onto the reserved timing core, or back off it.

@@ -75,10 +75,14 @@ class CheckedCalls:
         return replace(reply, fingerprints=prints, outputs=values if msg.want != "fingerprint" else None)
 
     def _reference_run(self, inputs: list[Any], before: list[str], msg: Run) -> dict:
+        cuda = self.device == "cuda"
         try:
             oracle = self.precision != "native"
             with torch.no_grad():
+                if cuda:  # the footprint, inputs included (no candidate code runs in this process)
+                    torch.cuda.reset_peak_memory_stats()
                 native = shared.as_outputs(self.native_model(*inputs))
+                native_peak = torch.cuda.max_memory_allocated() if cuda else None
                 exact = shared.as_outputs(self.model(*self._upcast(inputs))) if oracle else native
             metas = [support.meta(o) for o in native]
             if any(m["type"] != "Tensor" for m in metas):
@@ -89,6 +93,7 @@ class CheckedCalls:
             for n, e in zip(native, exact):
                 dtype = support.transfer_dtype(n.dtype)
                 values.append(shared.to(e, dtype) if dtype is not None else shared.to(e, n.dtype))
+            peak = torch.cuda.max_memory_allocated() if cuda else None
         except Exception as exc:
             return shared.failure("problem", exc)
         nbytes = sum(x.numel() * x.element_size() for x in inputs if shared.is_tensor(x))
@@ -105,6 +110,8 @@ class CheckedCalls:
             inputs_before=before,
             bytes=nbytes,
             flops=flops,
+            native_peak_bytes=native_peak,
+            peak_bytes=peak,
             input_meta=[
                 f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if shared.is_tensor(x) else repr(x)
                 for x in inputs

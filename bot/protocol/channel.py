@@ -1,8 +1,14 @@
 """The private, authenticated message channel between the bot and a worker.
 
-Frames are `length | HMAC-SHA256 | payload`, the payload a JSON header followed by raw
-tensor bytes. Nothing is ever unpickled: a hostile worker can send wrong data, but it
-cannot make the bot's process execute anything. Every frame is signed with a per-run
+A message's payload is a JSON header followed by raw tensor bytes; it travels in frames of at
+most `CHUNK_BYTES` each, `message length | offset | frame length | HMAC-SHA256 | bytes`, each
+frame's MAC chained to the one before, so a forged or spliced frame is caught before the next
+is read. A message longer than the receiver's bound is tampering: the parent bounds each
+worker's messages by what the problem's outputs can need (`outputs_bound`), and before it
+knows them by the machine's memory, which no honest message can exceed.
+
+Nothing is ever unpickled: a hostile worker can send wrong data, but it cannot make the
+bot's process execute anything. Every frame is signed with a per-run
 key that travels over the channel itself (never argv or the environment), so a candidate
 that writes into inherited file descriptors or prints "passed" is detected as tampering.
 A determined candidate in the same process could still find the key in memory; that buys
@@ -14,14 +20,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
+import os
 import socket
 import struct
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
-MAX_FRAME_BYTES = 8 << 30  # a frame larger than 8 GiB is tampering, not data
-_HEADER = struct.Struct("!Q32s")
+CHUNK_BYTES = 64 << 20  # one frame's bytes at most: a message of 12 GiB goes in 192 frames
+# Beyond its tensors' bytes a message carries a JSON header (shapes, hashes, fingerprints):
+# a trial's is a few KiB; this leaves room for any honest one.
+CONTROL_BYTES = 16 << 20
+_HEADER = struct.Struct("!QQQ32s")  # message length, offset, this frame's length, MAC
 
 # Tensors travel as raw bytes; dtypes are named, never evaluated.
 _DTYPES: dict[str, torch.dtype] = {
@@ -42,6 +54,23 @@ _DTYPES: dict[str, torch.dtype] = {
         torch.complex64,
     )
 }
+
+
+# Bytes per element at most of any dtype the channel carries: the reference's float64.
+_WIDEST = max(torch.empty((), dtype=d).element_size() for d in _DTYPES.values())
+
+
+def machine_memory_bytes() -> int:
+    """The machine's physical memory: no honest message is larger (both ends hold it whole)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def outputs_bound(metas: Sequence[Mapping[str, Any]], copies: int) -> int:
+    """The most bytes an honest message carries for outputs of these shapes (the reference's
+    output metadata): `copies` sets of them (a batch's picked calls) at the widest dtype, plus
+    CONTROL_BYTES. The one size bound of the channel; a larger message is tampering."""
+    elements = sum(math.prod(int(s) for s in m.get("shape", ())) for m in metas if m.get("type") == "Tensor")
+    return max(1, copies) * elements * _WIDEST + CONTROL_BYTES
 
 
 class ChannelError(Exception):
@@ -129,40 +158,96 @@ def decode(payload: bytes | bytearray) -> dict[str, Any]:
         raise ChannelTampered(f"malformed frame: {exc}") from None
 
 
-class Channel:
-    """One end of a connected stream socket, with signed frames."""
+def _chunks(parts: list[memoryview | bytes], size: int) -> Iterator[list[memoryview]]:
+    """The parts' bytes in order, cut into pieces of `size` bytes (the last one shorter),
+    each a list of views of the parts' own memory (no copy)."""
+    piece: list[memoryview] = []
+    room = size
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while len(view):
+            take = view[:room]
+            piece.append(take)
+            view, room = view[len(take) :], room - len(take)
+            if room == 0:
+                yield piece
+                piece, room = [], size
+    if piece:
+        yield piece
 
-    def __init__(self, sock: socket.socket, key: bytes | None = None):
+
+class Channel:
+    """One end of a connected stream socket, with signed frames. `max_message_bytes`: the
+    longest message it accepts (default: the machine's memory); `chunk_bytes`: the longest
+    frame it sends, and accepts."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        key: bytes | None = None,
+        max_message_bytes: int | None = None,
+        chunk_bytes: int = CHUNK_BYTES,
+    ):
         self.sock = sock
         self.key = key
+        self.max_message_bytes = machine_memory_bytes() if max_message_bytes is None else max_message_bytes
+        self.chunk_bytes = chunk_bytes
+
+    def _mac(self, previous: bytes, total: int, offset: int, pieces: Sequence[memoryview | bytearray]) -> bytes:
+        mac = hmac.new(self.key or b"", previous, hashlib.sha256)
+        mac.update(struct.pack("!QQQ", total, offset, sum(len(p) for p in pieces)))
+        for piece in pieces:
+            mac.update(piece)
+        return mac.digest()
 
     def send(self, message: dict[str, Any]) -> None:
         parts = _encode_parts(message)
-        mac = hmac.new(self.key or b"", digestmod=hashlib.sha256)
-        for part in parts:
-            mac.update(part)
-        self.sock.sendall(_HEADER.pack(sum(len(memoryview(p)) for p in parts), mac.digest()))
-        for part in parts:
-            self.sock.sendall(part)
+        total = sum(len(memoryview(p).cast("B")) for p in parts)
+        offset, previous = 0, b""
+        for pieces in _chunks(parts, self.chunk_bytes):
+            length = sum(len(p) for p in pieces)
+            previous = self._mac(previous, total, offset, pieces)
+            self.sock.sendall(_HEADER.pack(total, offset, length, previous))
+            for piece in pieces:
+                self.sock.sendall(piece)
+            offset += length
 
-    def _read_exact(self, n: int) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
+    def _read_into(self, view: memoryview) -> None:
         got = 0
-        while got < n:
-            count = self.sock.recv_into(view[got:], min(n - got, 1 << 22))
+        while got < len(view):
+            count = self.sock.recv_into(view[got:], min(len(view) - got, 1 << 22))
             if not count:
                 raise ChannelClosed("channel closed")
             got += count
-        return buf
+
+    def _frame_header(self) -> tuple[int, int, int, bytes]:
+        head = bytearray(_HEADER.size)
+        self._read_into(memoryview(head))
+        total, offset, length, digest = _HEADER.unpack(head)
+        return total, offset, length, digest
 
     def recv(self) -> dict[str, Any]:
-        """Block until one frame arrives (use socket timeouts or select to bound it)."""
-        length, digest = _HEADER.unpack(self._read_exact(_HEADER.size))
-        if length > MAX_FRAME_BYTES:
-            raise ChannelTampered(f"frame of {length} bytes exceeds the cap")
-        payload = self._read_exact(length)
-        expected = hmac.new(self.key or b"", payload, hashlib.sha256).digest()
-        if not hmac.compare_digest(digest, expected):
-            raise ChannelTampered("frame signature does not match the run key")
-        return decode(payload)
+        """Block until one message arrives (use socket timeouts or select to bound it)."""
+        total, offset, length, digest = self._frame_header()
+        if total > self.max_message_bytes:
+            raise ChannelTampered(f"message of {total} bytes exceeds this channel's bound of {self.max_message_bytes}")
+        payload = bytearray(total)
+        view = memoryview(payload)
+        got, previous = 0, b""
+        while True:
+            if offset != got or not 0 < length <= min(self.chunk_bytes, total - got):
+                raise ChannelTampered(
+                    f"frame of {length} bytes at offset {offset} does not continue a message of {total} bytes"
+                    f" at {got} (frames of at most {self.chunk_bytes} bytes)"
+                )
+            piece = view[got : got + length]
+            self._read_into(piece)
+            previous, expected = digest, self._mac(previous, total, offset, [piece])
+            if not hmac.compare_digest(digest, expected):
+                raise ChannelTampered("frame signature does not match the run key")
+            got += length
+            if got == total:
+                return decode(payload)
+            again, offset, length, digest = self._frame_header()
+            if again != total:
+                raise ChannelTampered(f"a frame of a {again}-byte message inside one of {total} bytes")

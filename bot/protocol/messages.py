@@ -115,6 +115,10 @@ class RunReply(Reply):
     # The reference's, where it runs an oracle: per output, the problem's own result's error
     # against it, [normwise, largest over its row's max] (bot.harness.own_error).
     own_error: list[list[float]] | None = wire(optional(list_of(list_of(finite))), None)
+    # The reference's on a GPU (torch.cuda.max_memory_allocated, inputs included): its eager
+    # model's peak, and its own with the float64 copies; the scheduler sizes the problem by them.
+    native_peak_bytes: int | None = wire(optional(int_), None)
+    peak_bytes: int | None = wire(optional(int_), None)
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,15 @@ class RunningWorker(ABC):
     def kill(self) -> None:
         """Stop it for good and release everything it holds (idempotent)."""
 
+    def peak_memory_bytes(self) -> int | None:
+        """The worker's own process's peak resident memory (VmHWM), read from outside it."""
+        peak = None if self.pid is None else proc_status(self.pid, "VmHWM")
+        return None if peak is None else peak * 1024
+
+    def set_memory_limit(self, nbytes: int) -> None:
+        """Raise or lower the kernel's limit on the worker where the backend has one it can
+        change from outside; the parent's resident-memory watchdog applies in any case."""
+
     def thread_count(self) -> int | None:
         """Threads of the worker's process as the kernel counts them, read from outside it
         (a candidate can rebind the harness's own thread listing, not this), when the pid is

@@ -173,6 +173,13 @@ class DockerWorker(RunningWorker):
     def memory_bytes(self) -> int | None:
         return None  # the engine enforces the memory limit (OOM kill), reported by exit_reason
 
+    def set_memory_limit(self, nbytes: int) -> None:
+        """The engine's limit, moved (`docker update`); still without swap."""
+        try:
+            self.client.api.update_container(self.id, mem_limit=nbytes, memswap_limit=nbytes)
+        except (APIError, NotFound) as exc:
+            log.info("container %s keeps its memory limit: %s", self.id[:12], exc)
+
     def exit_reason(self) -> str:
         state = self._inspect()
         code = self.exit_code()

@@ -30,6 +30,7 @@ from bot.sandbox.fork_client import DriverInitialized, ForkServer, ForkServerErr
 from bot.sandbox.isolate import Containment, enter
 
 log = logging.getLogger(__name__)
+AS_ROOM_MB = 4096  # a CPU worker's address space beyond its memory limit: the interpreter, torch, threads
 
 
 class _GroupWorker(RunningWorker):
@@ -60,6 +61,20 @@ class _GroupWorker(RunningWorker):
 
     def thread_count(self) -> int | None:
         return self.leaf.thread_count() if self.leaf is not None else super().thread_count()
+
+    def set_memory_limit(self, nbytes: int) -> None:
+        """A CPU worker's address-space cap, moved from outside (prlimit); raising it needs
+        CAP_SYS_RESOURCE, so a bot that is not root keeps the cap the worker started with."""
+        pid = self.pid
+        if pid is None:
+            return
+        cap = nbytes + (AS_ROOM_MB << 20)
+        try:
+            if resource.prlimit(pid, resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+                return  # a GPU worker: CUDA reserves terabytes of address space; the watchdog applies
+            resource.prlimit(pid, resource.RLIMIT_AS, (cap, cap))
+        except (OSError, ValueError) as exc:
+            log.info("worker %d keeps its address-space cap: %s", pid, exc)
 
     def processes(self) -> list[int] | None:
         return self.leaf.pids() if self.leaf is not None else None
@@ -156,7 +171,7 @@ def confine(memory_mb: int, device: str, cores: set[int], plan: Containment | No
     # reserves terabytes of virtual address space, so on GPUs only the parent's
     # resident-memory watchdog applies.
     if device == "cpu":
-        cap = (memory_mb + 4096) << 20  # + room for the interpreter, torch and its threads
+        cap = (memory_mb + AS_ROOM_MB) << 20
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if device == "cuda" and cores:

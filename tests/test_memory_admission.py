@@ -1,0 +1,143 @@
+"""The scheduler's admission and the host memory limit, with fake memory figures."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from bot.core.memory import (
+    GIB,
+    HOST_FLOOR_BYTES,
+    Demand,
+    admit,
+    contenders_at_once,
+    host_limit_bytes,
+    margin_bytes,
+    problem_demand,
+)
+from bot.engine.memory_budget import DoesNotFit, MemoryBudget, host_memory
+
+H100_TOTAL = 80 * GIB
+MARGIN = margin_bytes(H100_TOTAL)  # 8 GiB
+
+
+def test_the_margin_is_a_tenth_of_the_device_and_at_least_one_gib():
+    assert MARGIN == 8 * GIB
+    assert margin_bytes(4 * GIB) == GIB
+
+
+def test_problems_of_different_footprints_run_while_they_fit_and_the_rest_wait_in_order():
+    waiting = [Demand("softmax", 30 * GIB), Demand("gelu", 25 * GIB), Demand("relu", 20 * GIB), Demand("tiny", GIB)]
+    first = admit(waiting, free_bytes=79 * GIB, held_bytes=0, margin=MARGIN)
+    # 71 GiB usable: softmax and gelu (55 GiB); relu would make 75; tiny waits behind relu.
+    assert first.run == ("softmax", "gelu") and first.wait == ("relu", "tiny") and not first.refused
+    later = admit(waiting[2:], free_bytes=79 * GIB, held_bytes=25 * GIB, margin=MARGIN)  # softmax finished
+    assert later.run == ("relu", "tiny") and not later.wait
+
+
+def test_a_problem_that_fits_only_alone_waits_for_the_others_then_runs_alone():
+    big = Demand("sum_reduction", 60 * GIB)
+    beside = admit([big, Demand("small", GIB)], free_bytes=79 * GIB, held_bytes=20 * GIB, margin=MARGIN)
+    assert beside.run == () and beside.wait == ("sum_reduction", "small")  # nothing overtakes it
+    alone = admit([big, Demand("small", 15 * GIB)], free_bytes=79 * GIB, held_bytes=0, margin=MARGIN)
+    assert alone.run == ("sum_reduction",) and alone.wait == ("small",)
+
+
+def test_a_problem_that_fits_nowhere_is_refused_with_one_line_and_does_not_block_the_rest():
+    verdict = admit([Demand("huge", 75 * GIB), Demand("ok", 10 * GIB)], 79 * GIB, 0, MARGIN)
+    assert verdict.run == ("ok",) and not verdict.wait
+    ((name, reason),) = verdict.refused
+    assert name == "huge"
+    assert reason == "needs 75.0 GiB, the device has 79.0 GiB free (8.0 GiB of it kept as a margin)"
+
+
+def test_contenders_at_once_fill_what_the_reference_leaves_and_never_drop_below_one():
+    ctx = 512 << 20
+    # Reference 18 GiB; each contender 12 GiB + context: (71 - 18.5) // 12.5 = 4 of the 15 wanted.
+    assert contenders_at_once(18 * GIB, 12 * GIB, 15, 71 * GIB, ctx) == 4
+    assert contenders_at_once(18 * GIB, 12 * GIB, 2, 71 * GIB, ctx) == 2
+    assert contenders_at_once(60 * GIB, 12 * GIB, 15, 71 * GIB, ctx) == 1
+    assert problem_demand(18 * GIB, 12 * GIB, 4, ctx) == 18 * GIB + ctx + 4 * (12 * GIB + ctx)
+
+
+def test_the_host_limit_scales_with_the_footprint_between_the_floor_and_the_machine():
+    machine = 128 * GIB
+    assert host_limit_bytes(GIB, machine) == HOST_FLOOR_BYTES
+    # Sum_reduction_over_a_dimension: 8.6 GB input; inputs, outputs and float64 copies ~ 3x.
+    footprint = 3 * int(8.6e9)
+    assert host_limit_bytes(footprint, machine) == 2 * footprint > 16469 << 20
+    assert host_limit_bytes(100 * GIB, machine) == machine - margin_bytes(machine)
+    # A lowered floor, as a test machine's would be.
+    assert host_limit_bytes(1 << 20, machine, floor_bytes=64 << 20) == 64 << 20
+
+
+def _budget() -> MemoryBudget:
+    return MemoryBudget(free_bytes=79 * GIB, total_bytes=80 * GIB, where="GPU 0", context_bytes=512 << 20)
+
+
+def test_a_budget_grows_a_problem_to_the_contenders_that_fit_beside_the_others():
+    budget = _budget()  # 71 GiB usable
+    first = budget.start("softmax", workers=16)  # 8 GiB of contexts
+    assert first.nbytes == 8 * GIB
+    assert budget.grow(first, 18 * GIB, 12 * GIB, wanted=15) == 4  # (71 - 18.5) // 12.5
+    assert first.nbytes == 18 * GIB + (512 << 20) + 4 * (12 * GIB + (512 << 20))  # 68.5 GiB
+    budget.release(first)
+    first = budget.start("softmax", workers=3)
+    assert budget.grow(first, 18 * GIB, 12 * GIB, wanted=2) == 2  # 43.5 GiB
+    second = budget.start("relu", workers=16)  # its 8 GiB of contexts fit beside
+    # One relu contender beside its reference needs 25.5 + 5.5 GiB; 27.5 are left beside
+    # softmax: relu waits until softmax is done, then takes what it leaves.
+    done = threading.Event()
+    got: list[int] = []
+
+    def relu() -> None:
+        got.append(budget.grow(second, 25 * GIB, 5 * GIB, wanted=15))
+        done.set()
+
+    thread = threading.Thread(target=relu)
+    thread.start()
+    assert not done.wait(0.5)  # waiting, not out of memory beside softmax
+    budget.release(first)
+    assert done.wait(5)
+    thread.join()
+    assert got == [8]  # (71 - 25.5) // 5.5 of the 15 wanted
+    budget.release(second)
+    assert budget.held_bytes() == 0
+
+
+def test_a_problem_that_fits_nowhere_is_refused_in_one_line_and_holds_nothing():
+    budget = _budget()
+    held = budget.start("huge", workers=4)
+    with pytest.raises(DoesNotFit) as refused:
+        budget.grow(held, 60 * GIB, 20 * GIB, wanted=4)
+    assert str(refused.value) == (
+        "huge: needs 81.0 GiB with one contender beside its reference, GPU 0 has 79.0 GiB free "
+        "(8.0 GiB of it kept as a margin)"
+    )
+    budget.release(held)
+    with pytest.raises(DoesNotFit, match="its 200 workers needs 100.0 GiB"):
+        budget.start("many", workers=200)
+    assert budget.held_bytes() == 0
+
+
+def test_problems_whose_contexts_do_not_fit_beside_others_start_in_turn():
+    budget = _budget()
+    a = budget.start("a", workers=100)  # 50 GiB of contexts
+    started = threading.Event()
+    thread = threading.Thread(target=lambda: (budget.start("b", workers=60), started.set()))
+    thread.start()
+    assert not started.wait(0.5)
+    budget.release(a)
+    assert started.wait(5)
+    thread.join()
+
+
+def test_host_memory_is_meminfo_within_the_cgroups_limit(tmp_path):
+    meminfo = "MemTotal:       24000000 kB\nMemFree:  1 kB\nMemAvailable:   20000000 kB\n"
+    assert host_memory(meminfo, tmp_path) == (20000000 * 1024, 24000000 * 1024)  # no memory.max: unlimited
+    (tmp_path / "memory.max").write_text(f"{8 * GIB}\n")
+    (tmp_path / "memory.current").write_text(f"{3 * GIB}\n")
+    assert host_memory(meminfo, tmp_path) == (5 * GIB, 8 * GIB)
+    (tmp_path / "memory.max").write_text("max\n")
+    assert host_memory(meminfo, tmp_path)[1] == 24000000 * 1024
