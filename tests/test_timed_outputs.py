@@ -57,3 +57,34 @@ def test_honest_variants_are_accepted(outcomes, name):
     verdict = outcomes[name].verdict
     assert verdict.accepted, f"{name} rejected: {verdict.reasons}"
     assert all(s.measurement is not None for s in outcomes[name].shapes)
+
+
+def test_the_evidence_names_where_the_memory_was_held(outcomes):
+    for name in ("cheat_output_ring", "cheat_shared_output_sleep"):
+        check = next(c for c in outcomes[name].verdict.checks if c.name == "timed-call aliasing")
+        assert "which the caller still holds" in check.evidence, check.evidence
+    clobbered = next(c for c in outcomes["cheat_clobber_input_timed"].verdict.checks if c.name == "timed-call inputs")
+    assert "was modified (read back from outside" in clobbered.evidence
+
+
+def test_every_timed_call_is_checked_with_no_call_picked():
+    """With no call picked for a full comparison, a candidate wrong on 3 timed calls in 4 is
+    still rejected: each output is projected on the parent's secret vector."""
+    from bot.engine.evaluate import EvalOptions
+    from bot.engine.timing import TimingOptions
+    from bot.sandbox import Limits
+
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    cands = [load_candidate(CANDIDATES / f"{n}.py") for n in ("cheat_some_calls", "honest")]
+    options = EvalOptions(
+        device="cpu",
+        limits=Limits(memory_mb=4096, call_timeout_s=20),
+        timing=TimingOptions(time_cap_s=0.5, min_samples=5, checks_per_batch=0),
+        cache_root=Path("/tmp/kernel-bot-test-cache"),
+        use_cache=False,
+    )
+    verdicts = {o.candidate.name: o.verdict for o in evaluate(problem, cands, None, options).candidates}
+    assert verdicts["honest"].accepted, verdicts["honest"].reasons
+    failed = [c for c in verdicts["cheat_some_calls"].checks if not c.passed]
+    assert [c.name for c in failed] == ["timed-call outputs"], verdicts["cheat_some_calls"].reasons
+    assert "projection" in failed[0].evidence

@@ -95,3 +95,18 @@ def copy(src_pid: int, dst_pid: int, regions: Sequence[tuple[int, int, int]]) ->
             _transfer(True, dst_pid, local, dst + offset, size)
             total += size
     return total
+
+
+def read(pid: int, regions: Sequence[tuple[int, int]]) -> list[bytearray]:
+    """The bytes of each (address, bytes) of process `pid`, read from outside it: how the parent
+    checks a frozen worker's timed outputs and inputs (bot.engine.outside_checks)."""
+    out = []
+    for address, nbytes in regions:
+        if nbytes < 0 or (nbytes and address <= 0):
+            raise MemoryCopyError(f"a region of {nbytes} bytes at {address:#x} is not one to read")
+        data = bytearray(nbytes)
+        if nbytes:
+            local = ctypes.addressof((ctypes.c_char * nbytes).from_buffer(data))
+            _transfer(False, pid, local, address, nbytes)
+        out.append(data)
+    return out

@@ -1,0 +1,289 @@
+"""Every timed call's outputs and inputs checked from outside the candidate's process (CPU).
+
+After a timed batch the parent freezes the worker and reads, with process_vm_readv
+(bot.sandbox.memory), the memory where each call named its outputs and where the parent
+itself wrote the batch's inputs. It checks there, by its own code:
+
+- the inputs are byte for byte what the parent staged (read back beside the reference's);
+- each output's bytes are those the call committed to by digest inside the parent's window
+  (bytes written after the window cannot match a digest sent before it);
+- no output lies in the memory of another output of the batch, of an input, or of an output
+  of the last `hold_calls` timed calls, which the worker holds across batches like a caller
+  that keeps its results (bot.harness.held): an output ring or a shared output buffer is seen
+  however many batches it spans, up to the calls held (HOLD_BYTES of outputs);
+- every output against the reference's for the same seed: the calls the parent picked
+  elementwise in full, the others by a projection on a secret random vector that only the
+  parent and the trusted reference worker know (bot.engine.compare.compare_fingerprints).
+
+Nothing here runs in the candidate's process; what the worker says (where its outputs lie)
+is only where to look.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from bot.core.domain import CheckResult
+from bot.engine.compare import compare_fingerprints, compare_outputs
+from bot.engine.workers import WorkerClient, ask
+from bot.harness import shared
+from bot.protocol.batches import TimeReply
+from bot.protocol.messages import Fingerprints
+from bot.sandbox import memory
+
+if TYPE_CHECKING:
+    from bot.engine.timed_batch import Run
+
+# The outputs a worker holds across batches, at most: with scale_add's 32 KiB outputs the last
+# 8192 timed calls, more than a whole timing phase makes; with a 64 MiB output the last 4.
+HOLD_BYTES = 256 << 20
+ALIASING, INPUTS, OUTPUTS = "timed-call aliasing", "timed-call inputs", "timed-call outputs"
+
+Span = tuple[int, int]  # [start, end) of an output's bytes in the worker's address space
+
+
+class HeldRegions:
+    """The parent's account of where the outputs a worker holds lie (disjoint spans), each with
+    the number of the timed call that returned it."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.owner: dict[int, tuple[int, int]] = {}  # start -> (end, call number)
+        self.calls: deque[tuple[int, list[Span]]] = deque()
+        self.seen = 0  # timed calls of this worker so far
+
+    def find(self, start: int, end: int) -> int | None:
+        """The call whose held output overlaps [start, end), if any."""
+        i = bisect.bisect_right(self.starts, start)
+        for j in (i - 1, i):
+            if 0 <= j < len(self.starts):
+                s = self.starts[j]
+                e, call = self.owner[s]
+                if s < end and start < e:
+                    return call
+        return None
+
+    def add(self, call: int, spans: list[Span]) -> None:
+        for s, e in spans:
+            bisect.insort(self.starts, s)
+            self.owner[s] = (e, call)
+        self.calls.append((call, spans))
+
+    def trim(self, last: int) -> None:
+        """Forget all but the last `last` calls, as the worker does (bot.harness.held.Held)."""
+        while len(self.calls) > last:
+            _, spans = self.calls.popleft()
+            for s, _ in spans:
+                del self.owner[s]
+                self.starts.pop(bisect.bisect_left(self.starts, s))
+
+
+@dataclass
+class OutsideChecks:
+    """One timing run's outside checks: the secret projection seed, and per worker the outputs
+    it holds. `seconds`: the parent's own time in them (reads, digests, projections,
+    comparisons), `reference_s`: the reference's, answering for every timed call."""
+
+    secret: int | None = None
+    held: dict[int, HeldRegions] = field(default_factory=dict)
+    weights: dict[tuple, torch.Tensor] = field(default_factory=dict)
+    seconds: float = 0.0
+    reference_s: float = 0.0
+
+    def hold_calls(self, meta: Sequence[dict]) -> int:
+        """How many of its latest timed calls' outputs a worker holds: HOLD_BYTES' worth."""
+        per_call = sum(math.prod(m["shape"]) * _itemsize(m["dtype"]) for m in meta)
+        return max(1, HOLD_BYTES // max(per_call, 1))
+
+    def read(self, run: Run, worker: WorkerClient, reply: TimeReply, filled: tuple[list, list]) -> Batch:
+        """The batch's outputs and inputs read from the frozen worker, and what that found."""
+        started = time.perf_counter()
+        held = self.held.setdefault(id(worker), HeldRegions())
+        first = held.seen + 1
+        batch = Batch(first, [], [])
+        meta = run.harness.meta
+        try:
+            spans = _output_spans(reply, meta, first)
+        except _Refused as exc:
+            batch.failed.append(CheckResult(OUTPUTS, False, str(exc)))
+            return batch
+        batch.failed.extend(_aliasing(spans, filled[1], held, first, self.hold_calls(meta)))
+        held.seen += len(spans)
+        try:
+            worker.running.freeze()
+            try:
+                mine = memory.read(worker.running.pid or 0, [tuple(r) for call in filled[1] for r in call])
+                theirs = memory.read(run.reference.running.pid or 0, [tuple(r) for call in filled[0] for r in call])
+                raw = memory.read(worker.running.pid or 0, [s for call in spans for s in call])
+            finally:
+                worker.running.thaw()
+        except (memory.MemoryCopyError, PermissionError) as exc:
+            batch.failed.append(CheckResult(OUTPUTS, False, f"the parent could not read the batch from outside: {exc}"))
+            return batch
+        batch.failed.extend(_inputs_unchanged(mine, theirs, filled[1], first))
+        batch.outputs = _as_tensors(raw, reply, meta)
+        batch.failed.extend(_committed(batch.outputs, reply, first))
+        if not batch.failed:  # held spans stay disjoint: a failed batch ends its contender
+            for i, call in enumerate(spans):
+                held.add(first + i, [(a, a + n) for a, n in call if n])
+            held.trim(self.hold_calls(meta))
+        self.seconds += time.perf_counter() - started
+        return batch
+
+    def against_reference(
+        self, run: Run, seeds: Sequence[int], picked: Sequence[int], batch: Batch, label: str
+    ) -> list[CheckResult]:
+        """Every output of the batch against the reference's for its seed: the picked calls in
+        full, the others by their projections on the parent's secret vectors."""
+        if self.secret is None:
+            self.secret = run.rng.getrandbits(40)
+        dtypes, tolerance, results = run.dtypes, run.problem.tolerance, []
+        rest = [i for i in range(len(seeds)) if i not in picked]
+        timeout_s = run.call_timeout_s * 20 * max(len(seeds), 1)
+        for group, want in ((list(picked), "outputs"), (rest, "fingerprint")):
+            if not group:
+                continue
+            started = time.perf_counter()
+            request = Fingerprints(
+                seeds=[seeds[i] for i in group], distribution="standard", fp_seed=self.secret, want=want
+            )
+            ref = ask(run.reference, request, timeout_s, "problem")
+            began = time.perf_counter()
+            self.reference_s += began - started
+            for n, i in enumerate(group):
+                call = f"{label}, timed call {batch.first + i}"
+                if want == "outputs":
+                    results.extend(compare_outputs(ref.outputs[n], batch.outputs[i], dtypes, tolerance, call))
+                else:
+                    prints = [self._fingerprint(j, out) for j, out in enumerate(batch.outputs[i])]
+                    results.append(compare_fingerprints(ref.fingerprints[n], prints, dtypes, tolerance, call))
+            self.seconds += time.perf_counter() - began
+        return results
+
+    def _fingerprint(self, j: int, out: torch.Tensor) -> list[float]:
+        key = (j, tuple(out.shape))
+        w = self.weights.get(key)
+        if w is None:
+            if len(self.weights) >= 4:  # a few output sizes at a time: bounded memory
+                self.weights.clear()
+            w = self.weights[key] = shared.fingerprint_weights(tuple(out.shape), "cpu", (self.secret or 0) + j)
+        return [float(v) for v in shared.fingerprint(out, w).tolist()]
+
+
+@dataclass
+class Batch:
+    first: int  # the number of the batch's first call among the worker's timed calls
+    outputs: list[list[torch.Tensor]]  # per call, per output: the bytes read, as the parent's tensors
+    failed: list[CheckResult]  # what reading found wrong
+
+
+class _Refused(Exception):
+    pass
+
+
+def _itemsize(dtype: str) -> int:
+    return torch.empty((), dtype=getattr(torch, dtype)).element_size()
+
+
+def _output_spans(reply: TimeReply, meta: Sequence[dict], first: int) -> list[list[Span]]:
+    """Per call, per output: (address, bytes), checked to span what an output of the
+    reference's shape and dtype with the named strides spans."""
+    out = []
+    for i, (regions, strides) in enumerate(zip(reply.regions or [], reply.strides or [])):
+        call = []
+        for j, ((address, nbytes), stride, m) in enumerate(zip(regions, strides, meta)):
+            shape = m["shape"]
+            empty = math.prod(shape) == 0
+            want = 0 if empty else (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * _itemsize(m["dtype"])
+            if len(stride) != len(shape) or any(s < 0 for s in stride) or nbytes != want:
+                raise _Refused(
+                    f"timed call {first + i}: output {j} named {nbytes} bytes with strides {stride}, "
+                    f"which do not hold a {m['dtype']}{list(shape)} output"
+                )
+            call.append((int(address), int(nbytes)))
+        out.append(call)
+    return out
+
+
+def _aliasing(
+    spans: list[list[Span]], inputs: list, held: HeldRegions, first: int, hold_calls: int
+) -> list[CheckResult]:
+    """Outputs in memory that a held output, another output of the batch or an input holds."""
+    batch = HeldRegions()
+    for call in inputs:
+        for a, n in call:
+            if n:
+                batch.add(0, [(int(a), int(a) + int(n))])
+    for i, call in enumerate(spans):
+        for j, (a, n) in enumerate(call):
+            if not n:
+                continue
+            where = held.find(a, a + n)
+            if where is not None:
+                why = (
+                    f"an output of timed call {where}, which the caller still holds (it keeps the "
+                    f"last {hold_calls} calls' outputs): an output buffer reused across calls?"
+                )
+            elif (where := batch.find(a, a + n)) is not None:
+                why = "an input of the batch" if where == 0 else f"an output of timed call {where}"
+            else:
+                batch.add(first + i, [(a, a + n)])
+                continue
+            return [CheckResult(ALIASING, False, f"timed call {first + i}: output {j} lies in the memory of {why}")]
+    return []
+
+
+def _inputs_unchanged(mine: list[bytearray], theirs: list[bytearray], regions: list, first: int) -> list[CheckResult]:
+    k = 0
+    for i, call in enumerate(regions):
+        for j in range(len(call)):
+            if mine[k] != theirs[k]:
+                return [
+                    CheckResult(
+                        INPUTS,
+                        False,
+                        f"timed call {first + i}: tensor input {j} was modified "
+                        "(read back from outside after the batch)",
+                    )
+                ]
+            k += 1
+    return []
+
+
+def _as_tensors(raw: list[bytearray], reply: TimeReply, meta: Sequence[dict]) -> list[list[torch.Tensor]]:
+    out, k = [], 0
+    for strides in reply.strides or []:
+        call = []
+        for stride, m in zip(strides, meta):
+            dtype = getattr(torch, m["dtype"])
+            data = raw[k]
+            k += 1
+            if not data:
+                call.append(torch.empty(m["shape"], dtype=dtype))
+                continue
+            flat = torch.frombuffer(data, dtype=torch.uint8).view(dtype)
+            call.append(torch.as_strided(flat, m["shape"], stride))
+        out.append(call)
+    return out
+
+
+def _committed(outputs: list[list[torch.Tensor]], reply: TimeReply, first: int) -> list[CheckResult]:
+    for i, (call, committed) in enumerate(zip(outputs, reply.fingerprints)):
+        if [shared.hash_tensor(t) for t in call] != list(committed):
+            return [
+                CheckResult(
+                    OUTPUTS,
+                    False,
+                    f"timed call {first + i}: the outputs read from outside after the batch are not "
+                    "those it committed to inside the timed window: computed after it?",
+                )
+            ]
+    return []
