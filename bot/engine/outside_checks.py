@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import math
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -103,7 +104,8 @@ class OutsideChecks:
     comparisons), `reference_s`: the reference's, answering for every timed call."""
 
     secret: int | None = None
-    held: dict[int, HeldRegions] = field(default_factory=dict)
+    # By the worker itself, not its id(): a retired worker's id can come back as a new replica's.
+    held: weakref.WeakKeyDictionary[WorkerClient, HeldRegions] = field(default_factory=weakref.WeakKeyDictionary)
     weights: dict[tuple, torch.Tensor] = field(default_factory=dict)
     seconds: float = 0.0
     reference_s: float = 0.0
@@ -120,7 +122,7 @@ class OutsideChecks:
 
     def _read(self, run: Run, worker: WorkerClient, reply: TimeReply, filled: tuple[list, list]) -> Batch:
         started = time.perf_counter()
-        held = self.held.setdefault(id(worker), HeldRegions())
+        held = self.held.setdefault(worker, HeldRegions())
         first = held.seen + 1
         batch = Batch(first, [], [])
         meta = run.harness.meta
