@@ -73,3 +73,18 @@ def test_a_process_that_is_gone_is_a_permission_error():
     proc.wait(10)
     with pytest.raises(PermissionError):
         memory.copy(proc.pid, proc.pid, [(4096, 4096, 8)])
+
+
+def test_bytes_are_read_from_outside_a_process():
+    data = bytes(range(256)) * 40
+    proc, addr = _holder(data)
+    try:
+        got = memory.read(proc.pid, [(addr + 3, 1000), (addr, 0), (addr + 5000, 5240)])
+        assert [bytes(g) for g in got] == [data[3:1003], b"", data[5000:]]
+        with pytest.raises(memory.MemoryCopyError):
+            memory.read(proc.pid, [(8, 64)])  # the first page is never mapped
+        with pytest.raises(memory.MemoryCopyError):
+            memory.read(proc.pid, [(addr, -1)])
+    finally:
+        proc.stdin.close()
+        proc.wait(10)

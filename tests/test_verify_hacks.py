@@ -40,6 +40,10 @@ REJECTED = {
     "cheat_some_calls": "timed-call outputs",  # right on 1 timed call in 4: missed w.p. (1/4)^checks
     "cheat_compute_on_reveal": "timed-call outputs",
     "reused_output": "timed-call outputs",  # one output tensor for every call, as CUDA graph trees
+    # Timed calls read from outside the worker (bot/engine/outside_checks.py):
+    "cheat_output_ring": "timed-call aliasing",  # 64 output buffers, more than a batch's 50 calls
+    "cheat_shared_output_sleep": "timed-call aliasing",  # one buffer behind one-call batches
+    "cheat_clobber_input_timed": "timed-call inputs",  # computes in its input while timed
     "cheat_forge_reply": "protocol",  # a timed batch answered without its commitments
     "cheat_forge_failure": "protocol",  # a failure whose fields are not what a failure holds
     "syntax_error": "import",
@@ -131,3 +135,9 @@ def test_an_output_overwritten_by_the_next_call_is_said_to_be_valid_only_until_t
         c for c in outcomes["cheat_compute_on_reveal"].verdict.checks if c.name == "timed-call outputs" and not c.passed
     )
     assert "valid only until the next call" not in computed_late.evidence
+def test_timed_call_rejections_say_what_was_read_from_outside(outcomes):
+    for name in ("cheat_output_ring", "cheat_shared_output_sleep"):
+        check = next(c for c in outcomes[name].verdict.checks if c.name == "timed-call aliasing")
+        assert "which the caller still holds" in check.evidence, check.evidence
+    clobbered = next(c for c in outcomes["cheat_clobber_input_timed"].verdict.checks if c.name == "timed-call inputs")
+    assert "was modified (read back from outside" in clobbered.evidence

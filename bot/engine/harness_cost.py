@@ -178,7 +178,11 @@ class HarnessCost:
             "problem",
         )
         reply, wall_us = timed_exchange(
-            self.reference, Time(fp_seed=1, mode=self.mode, stub=True, calls=n), self.timeout_s * n, "problem"
+            self.reference,
+            # Naming where outputs lie is the harness's work in the window too (bot.engine.outside_checks).
+            Time(fp_seed=1, mode=self.mode, stub=True, outside=self.fills_from_outside, calls=n),
+            self.timeout_s * n,
+            "problem",
         )
         ask(self.reference, Outputs(picks=[]), self.timeout_s, "problem")
         return wall_us - sum(reply.host_us), staging_us

@@ -15,12 +15,14 @@ if TYPE_CHECKING:
     from bot.engine.timed_batch import Run
 
 
-def stage(run: Run, worker: WorkerClient, seeds: list[int]) -> float | None:
+def stage(run: Run, worker: WorkerClient, seeds: list[int], filled: list | None = None) -> float | None:
     """Stage a batch's inputs in `worker`, inside its window (every other contender frozen).
     Filled from outside where it can be (the reference draws them; the parent copies them into
     the worker's empty buffers while it is frozen): nothing to account for, None. Otherwise the
     worker draws them itself and the parent's wall time of that is returned, to be accounted
-    for like the window's (work done with the inputs there, ahead of the calls, counts)."""
+    for like the window's (work done with the inputs there, ahead of the calls, counts).
+    Inputs filled from outside add (the reference's regions, the worker's) to `filled`, for the
+    parent to read back after the calls (bot.engine.outside_checks)."""
     timeout_s = run.call_timeout_s * len(seeds)
     drawn = Stage(seeds=seeds, distribution="standard")
     if run.harness.fills_from_outside:
@@ -31,6 +33,8 @@ def stage(run: Run, worker: WorkerClient, seeds: list[int]) -> float | None:
             got = ask(worker, StageInto(layout=ref.layout), timeout_s, "call")
             try:
                 _fill(run.reference, worker, ref.regions, got.regions)
+                if filled is not None:
+                    filled.append((ref.regions, got.regions))
                 return None
             except PermissionError as exc:
                 run.harness.stop_filling(f"inputs staged in each worker: {exc}")

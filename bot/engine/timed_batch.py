@@ -15,11 +15,12 @@ from bot.core.settings import DEFAULTS, TimingMode
 from bot.engine import verify
 from bot.engine.compare import check_commitment, compare_outputs
 from bot.engine.harness_cost import HarnessCost, timed_exchange
+from bot.engine.outside_checks import OutsideChecks
 from bot.engine.staging import StagingRefused, stage
 from bot.engine.tolerance import Rule
 from bot.engine.trials import failure_check
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
-from bot.protocol.batches import Outputs, Time
+from bot.protocol.batches import Outputs, Time, TimeReply
 from bot.protocol.messages import Fingerprints
 
 
@@ -93,6 +94,7 @@ class Run:
     harness: HarnessCost
     window: Window
     rules: Sequence[Rule | None]  # per output, the shape's (ReferenceInfo.rules)
+    outside: OutsideChecks = field(default_factory=OutsideChecks)  # CPU: the batch read from outside
 
 
 def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord, keep: bool) -> None:
@@ -108,12 +110,14 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         # work it does with them before the calls (their answers, ahead of time) counts.
         window(worker)
         _blame_work_left_running(run)
-        staging_us = stage(run, worker, seeds)
+        filled: list = []  # inputs the parent wrote from outside: then it checks the batch from outside too
+        staging_us = stage(run, worker, seeds, filled)
         reply, wall_us = timed_exchange(
             worker,
             Time(
                 fp_seed=fp_seed,
                 mode=options.mode,
+                outside=bool(filled),
                 calls=len(seeds),
                 outputs=len(dtypes),
                 digests=reference.device != "cuda",
@@ -125,8 +129,10 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         # Picked after the batch, from calls the worker had to commit to (fingerprints) inside
         # the window: what it returns now cannot change what it computed then.
         picked = rng.sample(range(len(seeds)), min(options.checks_per_batch, len(seeds)))
-        full = harness.reveals_in_full
-        got = ask(worker, Outputs(picks=picked if full else []), call_timeout_s * 20, "call")
+        read = run.outside.read(run, worker, reply, filled[0]) if filled else None
+        full = harness.reveals_in_full and read is None
+        hold = run.outside.hold_calls(harness.meta) if read is not None else 0
+        got = ask(worker, Outputs(picks=picked if full else [], hold_calls=hold), call_timeout_s * 20, "call")
     except WorkerFailure as exc:
         record.checks.append(failure_check(exc))
         record.failed = True
@@ -166,6 +172,12 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         results.append(committed)
         if full:
             results.extend(compare_outputs(ref.outputs[n], revealed, dtypes, run.rules, label, committed))
+    if read is not None:  # every call's outputs and inputs, from outside (bot.engine.outside_checks)
+        results.extend(read.failed or run.outside.against_reference(run, seeds, picked, read, f"shape {shape.name}"))
+    else:
+        results.extend(
+            _picked_against_reference(run, seeds, picked, fp_seed, reply, got.outputs if full else None, record)
+        )
     record.checks.extend(results)
     if not all(r.passed for r in results):
         record.failed = True
@@ -194,6 +206,44 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
     else:  # warm-up: also sizes the batches of the measured rounds
         per_call = max(sorted(samples)[len(samples) // 2], 1.0)
         record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch, harness.max_batch))
+
+
+def _picked_against_reference(
+    run: Run,
+    seeds: list[int],
+    picked: list[int],
+    fp_seed: int,
+    reply: TimeReply,
+    revealed: list | None,
+    record: TimingRecord,
+) -> list[CheckResult]:
+    """Where the parent cannot read the batch from outside (CUDA, inputs staged by the worker):
+    the picked calls' commitments, and their outputs revealed in full (`revealed`, None where
+    too large), against the reference's. On the CPU calls commit by digest: the reference's
+    fingerprints are not needed."""
+    cuda = run.reference.device == "cuda"
+    ref = ask(
+        run.reference,
+        Fingerprints(
+            seeds=[seeds[i] for i in picked],
+            distribution="standard",
+            fp_seed=fp_seed,
+            want=("both" if revealed is not None else "fingerprint") if cuda else "outputs",
+        ),
+        run.call_timeout_s * 20 * max(len(picked), 1),
+        "problem",
+    )
+    results = []
+    dtypes, rules = run.dtypes, run.rules
+    for n, i in enumerate(picked):
+        label = f"shape {run.shape.name}, timed call {len(record.samples_us) + i + 1}"
+        shown = revealed[n] if revealed is not None else []
+        later = reply.fingerprints[i + 1 :]  # a reused output buffer holds one of these
+        committed = check_commitment(reply.fingerprints[i], shown, ref.fingerprints[n], dtypes, rules, label, later)
+        results.append(committed)
+        if revealed is not None:
+            results.extend(compare_outputs(ref.outputs[n], shown, dtypes, rules, label, committed))
+    return results
 
 
 def _blame_work_left_running(run: Run) -> None:

@@ -81,6 +81,24 @@ def hash_tensor(t: torch.Tensor) -> str:
     return h.hexdigest()[:24]
 
 
+def fingerprint_weights(shape: tuple[int, ...], device: Any, seed: int) -> torch.Tensor:
+    """The secret random vector an output of `shape` is projected on, drawn from `seed`: the
+    same in the reference's worker and in the parent, which checks timed outputs it read from
+    outside (bot.engine.outside_checks)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return torch.randn(shape, generator=gen, dtype=torch.float64, device=device)
+
+
+def fingerprint(out: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """(projection on `w`, 2-norm, non-finite count) of one output, float64 on its device."""
+    x = to(detach(out), torch.float64)
+    finite = torch.isfinite(x)
+    nonfinite = (~finite).sum()
+    x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return torch.stack([(x * w).sum(), x.norm(), to(nonfinite, torch.float64)])
+
+
 # --- replies -------------------------------------------------------------------------
 def as_outputs(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (tuple, list)) else [value]

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from bot.harness import shared
+from bot.harness import held, shared
 from bot.protocol.batches import Quiet, QuietReply, Time, TimeReply
 from bot.protocol.typed import Failure
 
@@ -75,7 +75,7 @@ class TimedCalls:
             return self._time_back_to_back(msg, model)
         if cuda and msg.mode == "graph":
             return self._time_graph_replays(msg, model)
-        host, event, prints = [], [], []
+        host, event, prints, spans, strides = [], [], [], [], []
         try:
             for inputs in self.staged:
                 with torch.no_grad():
@@ -103,12 +103,21 @@ class TimedCalls:
                 prints.append(
                     self._fingerprints(outputs, msg.fp_seed) if cuda else [shared.hash_tensor(o) for o in outputs]
                 )
+                if msg.outside:
+                    where = held.where(outputs)
+                    spans.append(where[0])
+                    strides.append(where[1])
                 self.kept.append(outputs)
                 del result, outputs
         except BaseException as exc:
             return shared.failure("call", exc)
         return TimeReply(
-            host_us=host, event_us=event if cuda else None, fingerprints=prints, new_threads=self._new_threads()
+            host_us=host,
+            event_us=event if cuda else None,
+            fingerprints=prints,
+            new_threads=self._new_threads(),
+            regions=spans if msg.outside else None,
+            strides=strides if msg.outside else None,
         ).to_wire()
 
     def _stub(self, *inputs: Any) -> list[torch.Tensor]:

@@ -27,6 +27,7 @@ from bot.harness import inputs as worker_inputs
 from bot.harness import shared, staging, support, triton_interp
 from bot.harness.checked import CheckedCalls
 from bot.harness.env import describe_environment, timer_overhead_us
+from bot.harness.held import Held
 from bot.harness.timing import Rotation, TimedCalls
 from bot.harness.tuning_gate import TuningGate
 from bot.protocol.batches import Outputs, OutputsReply, Stage, StageInto, StageReply
@@ -68,6 +69,7 @@ class Harness(CheckedCalls, TimedCalls):
         # the calls it checks in full.
         self.staged: list[list[Any]] | None = None
         self.kept: list[list[torch.Tensor]] = []
+        self.held = Held()  # the latest timed calls' outputs, across batches (bot.harness.held)
         self.stub_outputs: list[torch.Tensor] | None = None  # the reference's calibration stub
         if threads:
             torch.set_num_threads(threads)
@@ -211,7 +213,8 @@ class Harness(CheckedCalls, TimedCalls):
 
     def op_outputs(self, msg: Outputs) -> dict:
         """The full outputs of the batch's calls the parent picked after the batch, then the
-        batch is dropped."""
+        batch is dropped; its outputs join those held (the parent's `hold_calls`)."""
+        self.held.keep(self.kept, msg.hold_calls)
         try:
             outputs = [[shared.detach(o) for o in self.kept[i]] for i in msg.picks]
         except (IndexError, ValueError) as exc:

@@ -90,6 +90,9 @@ class TimeReply(Reply):
     batch_span_us: float | None = wire(optional(duration), None)  # unsynchronised: the batch's events
     samples_us: list[float] | None = wire(optional(durations), None)  # per call, where not event_us
     graph_copies: int | None = wire(optional(int_), None)
+    # With `outside`: per call, per output, [address, bytes spanned] and its strides.
+    regions: list | None = wire(optional(regions), None)
+    strides: list | None = wire(optional(list_of(list_of(ints))), None)
 
     @property
     def samples(self) -> list[float]:
@@ -102,13 +105,15 @@ class TimeReply(Reply):
 @dataclass(frozen=True)
 class Time(Request):
     """The staged batch timed (`mode`: "latency", "throughput" or "graph" on CUDA); `stub`:
-    the reference's calibration. `calls`, the parent's own count of the staged calls, checks
-    the reply."""
+    the reference's calibration; `outside`: each call names where its outputs lie, for the
+    parent to read them from outside (bot.harness.held). `calls`, the parent's own count of
+    the staged calls, checks the reply."""
 
     op, Reply = "time", TimeReply
     fp_seed: int = wire(int_)
     mode: str = wire(one_of("latency", "throughput", "graph"), "latency")
     stub: bool = wire(bool_, False)
+    outside: bool = wire(bool_, False)
     calls: int | None = local()
     outputs: int | None = local()  # per call: as many commitments
     digests: bool | None = local()  # the calls commit by digest (CPU) or by fingerprint (CUDA)
@@ -124,6 +129,12 @@ class Time(Request):
                 count(f"fingerprints[{i}]", call, self.outputs)
             if self.digests is not None and any(isinstance(c, str) != self.digests for c in call):
                 raise ProtocolError(f"fingerprints[{i}]: expected {'digests' if self.digests else 'fingerprints'}")
+        if self.outside:
+            count("regions", reply.regions, len(reply.fingerprints))
+            count("strides", reply.strides, len(reply.fingerprints))
+            for i, (spans, strides) in enumerate(zip(reply.regions, reply.strides)):
+                count(f"regions[{i}]", spans, len(reply.fingerprints[i]))
+                count(f"strides[{i}]", strides, len(reply.fingerprints[i]))
 
 
 @dataclass(frozen=True)
@@ -133,10 +144,12 @@ class OutputsReply(Reply):
 
 @dataclass(frozen=True)
 class Outputs(Request):
-    """The full outputs of the batch's calls the parent picked, after the batch."""
+    """The full outputs of the batch's calls the parent picked, after the batch; then the
+    worker holds the outputs of its last `hold_calls` timed calls (bot.harness.held)."""
 
     op, Reply = "outputs", OutputsReply
     picks: list[int] = wire(ints)
+    hold_calls: int = wire(int_, 0)
 
     def check_reply(self, reply: OutputsReply) -> None:
         count("outputs", reply.outputs, len(self.picks))

@@ -95,3 +95,34 @@ def copy(src_pid: int, dst_pid: int, regions: Sequence[tuple[int, int, int]]) ->
             _transfer(True, dst_pid, local, dst + offset, size)
             total += size
     return total
+
+
+def read(pid: int, regions: Sequence[tuple[int, int]]) -> list[bytearray]:
+    """The bytes of each (address, bytes) of process `pid`, read from outside it: how the parent
+    checks a worker's timed outputs and inputs (bot.engine.outside_checks). Up to IOV_MAX
+    regions a call: one call per region cost the parent 0.1 ms each on a loaded 2-vCPU host."""
+    out = []
+    for address, nbytes in regions:
+        if nbytes < 0 or (nbytes and address <= 0):
+            raise MemoryCopyError(f"a region of {nbytes} bytes at {address:#x} is not one to read")
+        out.append(bytearray(nbytes))
+    todo = [(a, n, data) for (a, n), data in zip(regions, out) if n]
+    for start in range(0, len(todo), IOV_MAX):
+        _read_vector(pid, todo[start : start + IOV_MAX])
+    return out
+
+
+IOV_MAX = 1024  # iovecs per process_vm_readv call (Linux's UIO_MAXIOV)
+
+
+def _read_vector(pid: int, regions: Sequence[tuple[int, int, bytearray]]) -> None:
+    local = (_IoVec * len(regions))()
+    remote = (_IoVec * len(regions))()
+    for k, (address, nbytes, data) in enumerate(regions):
+        local[k] = _IoVec(ctypes.addressof((ctypes.c_char * nbytes).from_buffer(data)), nbytes)
+        remote[k] = _IoVec(address, nbytes)
+    n = _calls().process_vm_readv(pid, local, len(regions), remote, len(regions), 0)
+    if n == sum(nbytes for _, nbytes, _ in regions):
+        return
+    for address, nbytes, data in regions:  # a short or failed read: region by region, to name the bad one
+        _transfer(False, pid, ctypes.addressof((ctypes.c_char * nbytes).from_buffer(data)), address, nbytes)
