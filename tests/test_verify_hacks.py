@@ -39,7 +39,7 @@ REJECTED = {
     "cheat_hide_thread": "no new threads",
     "cheat_some_calls": "timed-call outputs",  # right on 1 timed call in 4: missed w.p. (1/4)^checks
     "cheat_compute_on_reveal": "timed-call outputs",
-    "reused_output": "timed-call outputs",  # one output tensor for every call, as CUDA graph trees
+    "reused_output": "timed-call aliasing",  # one output tensor for every call, as CUDA graph trees
     # Timed calls read from outside the worker (bot/engine/outside_checks.py):
     "cheat_output_ring": "timed-call aliasing",  # 64 output buffers, more than a batch's 50 calls
     "cheat_shared_output_sleep": "timed-call aliasing",  # one buffer behind one-call batches
@@ -128,13 +128,16 @@ def test_rejections_carry_evidence(outcomes):
 
 
 def test_an_output_overwritten_by_the_next_call_is_said_to_be_valid_only_until_then(outcomes):
-    check = next(c for c in outcomes["reused_output"].verdict.checks if c.name == "timed-call outputs" and not c.passed)
+    checks = outcomes["reused_output"].verdict.checks
+    check = next(c for c in checks if c.name == "timed-call aliasing" and not c.passed)
     assert "the output is valid only until the next call" in check.evidence
     assert "CUDA graph trees reuse output memory" in check.evidence
     computed_late = next(
         c for c in outcomes["cheat_compute_on_reveal"].verdict.checks if c.name == "timed-call outputs" and not c.passed
     )
     assert "valid only until the next call" not in computed_late.evidence
+
+
 def test_timed_call_rejections_say_what_was_read_from_outside(outcomes):
     for name in ("cheat_output_ring", "cheat_shared_output_sleep"):
         check = next(c for c in outcomes[name].verdict.checks if c.name == "timed-call aliasing")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from bot.core.domain import CheckResult
-from bot.engine.compare import compare_fingerprints, compare_outputs
+from bot.engine.compare import REUSED_OUTPUT, compare_fingerprints, compare_outputs
 from bot.engine.workers import WorkerClient, ask
 from bot.harness import shared
 from bot.protocol.batches import TimeReply
@@ -288,10 +288,10 @@ def _aliasing(
             if where is not None:
                 why = (
                     f"an output of timed call {where}, which the caller still holds (it keeps the "
-                    f"last {hold_calls} calls' outputs): an output buffer reused across calls?"
+                    f"last {hold_calls} calls' outputs): {REUSED_OUTPUT}"
                 )
             elif (where := batch.find(a, a + n)) is not None:
-                why = "an input of the batch" if where == 0 else f"an output of timed call {where}"
+                why = "an input of the batch" if where == 0 else f"an output of timed call {where}: {REUSED_OUTPUT}"
             else:
                 batch.add(first + i, [(a, a + n)])
                 continue

@@ -149,29 +149,6 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         return
     samples = reply.samples
     results = [verify.check_wall_clock(sum(samples), wall_us), verify.check_threads(reply.new_threads, "timed calls")]
-    # On the CPU timed calls commit by digest: the reference's fingerprints are not needed.
-    cuda = reference.device == "cuda"
-    ref = ask(
-        reference,
-        Fingerprints(
-            seeds=[seeds[i] for i in picked],
-            distribution="standard",
-            fp_seed=fp_seed,
-            want=("both" if full else "fingerprint") if cuda else "outputs",
-        ),
-        call_timeout_s * 20 * max(len(picked), 1),
-        "problem",
-    )
-    for n, i in enumerate(picked):
-        label = f"shape {shape.name}, timed call {len(record.samples_us) + i + 1}"
-        revealed = got.outputs[n] if full else []
-        later = reply.fingerprints[i + 1 :]  # a reused output buffer holds one of these
-        committed = check_commitment(
-            reply.fingerprints[i], revealed, ref.fingerprints[n], dtypes, run.rules, label, later
-        )
-        results.append(committed)
-        if full:
-            results.extend(compare_outputs(ref.outputs[n], revealed, dtypes, run.rules, label, committed))
     if read is not None:  # every call's outputs and inputs, from outside (bot.engine.outside_checks)
         results.extend(read.failed or run.outside.against_reference(run, seeds, picked, read, f"shape {shape.name}"))
     else:
