@@ -29,3 +29,15 @@ def test_batch_sizes_are_drawn_around_the_target_and_within_the_cap():
     assert set(at_cap) <= set(range(25, 51)) and len(set(at_cap)) >= 15, sorted(set(at_cap))
     assert {next_batch_size(50_000.0, 10_000.0, 50, rng) for _ in range(50)} == {1}
     assert {next_batch_size(1.0, 10_000.0, 1, rng) for _ in range(50)} == {1}
+
+
+def test_what_is_subtracted_from_samples_is_the_fastest_calibration_not_a_busy_moments():
+    from bot.engine.harness_cost import Calibration
+
+    low, usual = Calibration(low=True), Calibration()
+    for calibration in (low, usual):
+        calibration.set_fixed([100.0, 5_000.0, 110.0])  # one busy single
+        for measured in (300.0, 20_100.0, 400.0):  # one busy round of 10 calls
+            calibration.add_round(10, measured)
+    assert low.of(10)[0] == 100.0 + 10 * 20.0
+    assert usual.of(10)[0] == 110.0 + 10 * 29.0

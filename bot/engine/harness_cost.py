@@ -54,13 +54,19 @@ class Calibration:
 
     ROUNDS_KEPT = 3  # the per-call part is the median of the latest rounds' measurements
 
-    def __init__(self) -> None:
+    def __init__(self, low: bool = False) -> None:
+        # `low`: the fastest measurement, not the median, of the singles and the latest rounds.
+        # What is subtracted from a contender's samples: a busy moment in a calibration batch
+        # (on 2 shared vCPUs, milliseconds) subtracted from every sample after it could take a
+        # sample below its real time, a ratio out of bounds; too little subtracted only moves
+        # every contender's samples up alike, and a ratio towards 1.
+        self.low = low
         self.fixed_us: float | None = None
         self.fixed_spread_us = 0.0
         self.per_call_us: list[float] = []
 
     def set_fixed(self, singles: Sequence[float]) -> None:
-        self.fixed_us = statistics.median(singles)
+        self.fixed_us = min(singles) if self.low else statistics.median(singles)
         self.fixed_spread_us = spread(singles)
 
     def add_round(self, n: int, measured_us: float) -> None:
@@ -71,7 +77,7 @@ class Calibration:
         much one batch's measurement scatters over the whole run."""
         recent = self.per_call_us[-self.ROUNDS_KEPT :] or [0.0]
         return (
-            (self.fixed_us or 0.0) + n * statistics.median(recent),
+            (self.fixed_us or 0.0) + n * (min(recent) if self.low else statistics.median(recent)),
             self.fixed_spread_us + n * spread(self.per_call_us or [0.0]),
         )
 
@@ -107,7 +113,7 @@ class HarnessCost:
         out_bytes = sum(math.prod(m["shape"]) * _DTYPE_BYTES.get(m["dtype"], 8) for m in meta)
         self.reveals_in_full = reference.device != "cuda" or out_bytes <= self.FULL_CHECK_BYTES
         # The window alone and the staging alone (hidden time), and the whole batch (each sample).
-        self.window, self.staging, self.span = Calibration(), Calibration(), Calibration()
+        self.window, self.staging, self.span = Calibration(), Calibration(), Calibration(low=True)
         self._idle_quiet_us: float | None = None
         self.last_timed: TimingRecord | None = None  # whose batch ran last, for gpu_left_busy
         # On the CPU the parent fills each batch's inputs from outside (bot.engine.staging) until
@@ -145,7 +151,7 @@ class HarnessCost:
     def stop_filling(self, why: str) -> None:
         self.fills_from_outside, self.staging_note = False, why
         # Staged in the worker from now on: the calibration's staging and span start again so.
-        self.window, self.staging, self.span = Calibration(), Calibration(), Calibration()
+        self.window, self.staging, self.span = Calibration(), Calibration(), Calibration(low=True)
 
     def of(self, n: int) -> tuple[float, float]:
         """(expected, spread) in us of the harness's work in the window around n calls."""
