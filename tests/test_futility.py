@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 
-from test_timing_protocol import _time, _Worker
+from test_timing_protocol import _time, _Worker, parent_clock  # noqa: F401  (the stand-ins' clock)
 
 from bot.core import stats as bench
 from bot.engine.futility import Futility, bar, first_batches

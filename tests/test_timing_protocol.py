@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,6 +19,34 @@ from bot.harness.shared import hash_tensor
 INFO = ReferenceInfo(meta=[{"type": "Tensor", "dtype": "float32", "shape": [2], "device": "cpu"}], nbytes=8)
 OUT = torch.ones(2)  # every stand-in call's output, and the reference's
 DIGEST = hash_tensor(OUT)
+
+
+class _ParentClock:
+    """The parent's clock as the stand-ins move it: 1 us a request, and each call's `call_us`
+    (the stand-ins also sleep, so caps and deadlines run in real time). The samples are the
+    parent's spans (bot.engine.outside_clock), which a loaded test machine would otherwise
+    scatter by milliseconds a batch."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now_s
+
+    def advance(self, us: float) -> None:
+        self.now_s += us / 1e6
+
+
+CLOCK = _ParentClock()
+
+
+@pytest.fixture(autouse=True)
+def parent_clock(monkeypatch):
+    from bot.engine import harness_cost, staging, timed_batch
+
+    for module in (timed_batch, harness_cost, staging):
+        monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=CLOCK.perf_counter))
+    return CLOCK
 
 
 class _Worker:
@@ -38,6 +67,7 @@ class _Worker:
 
     def request(self, message, timeout_s, phase):
         op = message["op"]
+        CLOCK.advance(1.0)
         if op == "fingerprints":
             return {
                 "ok": True,
@@ -59,6 +89,7 @@ class _Worker:
                 "new_threads": [],
             }
         time.sleep(n * self.call_us / 1e6)
+        CLOCK.advance(n * self.call_us)
         self.batches.append(n)
         self.modes.add(message["mode"])
         prints = [[DIGEST] for _ in range(n)]
@@ -177,8 +208,8 @@ def test_every_replica_of_a_contender_is_visited_each_round_and_its_batches_are_
     assert sorted(set(record.batch_workers)) == [0, 1]
     assert record.batch_workers.count(0) == record.batch_workers.count(1)
     m = record.measurement()
-    # Each worker's median is its own calls' time: the stand-ins take 100 and 150 us a call.
-    assert m.workers == 2 and m.worker_medians == (100.0, 150.0)
+    # Each worker's median is its own calls' time on the parent's clock: 100 and 150 us a call.
+    assert m.workers == 2 and m.worker_medians == pytest.approx((100.0, 150.0), abs=0.01)
     assert records["b"].measurement().workers == 1
 
 

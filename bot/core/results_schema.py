@@ -75,7 +75,12 @@ INTERVAL = _array(POSITIVE, 2, 2)
 
 SAMPLES = _obj(
     {
-        "samples_us": _array(POSITIVE, MAX_SAMPLES, 1),
+        "samples_us": {
+            **_array(POSITIVE, MAX_SAMPLES, 1),
+            "description": "per call: its batch's time per call on the bot's own clock (the batch's "
+            "span less the harness's calibrated work, over its calls; docs/benchmark.md), so the calls "
+            "of one batch carry one value",
+        },
         "batch_sizes": _array({"type": "integer", "minimum": 1, "maximum": MAX_SAMPLES}, MAX_BATCHES),
         "batch_workers": _array({"type": "integer", "minimum": 0, "maximum": 1024}, MAX_BATCHES),
     },

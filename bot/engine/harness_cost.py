@@ -14,7 +14,7 @@ from bot.core.domain import CheckResult
 from bot.engine import verify
 from bot.engine.hidden import spread
 from bot.engine.workers import WorkerClient, ask, parse_reply
-from bot.protocol.batches import Outputs, Quiet, Stage, Time
+from bot.protocol.batches import Outputs, Quiet, Stage, StageInto, Time
 from bot.protocol.typed import Request
 from bot.sandbox import memory
 
@@ -54,13 +54,19 @@ class Calibration:
 
     ROUNDS_KEPT = 3  # the per-call part is the median of the latest rounds' measurements
 
-    def __init__(self) -> None:
+    def __init__(self, low: bool = False) -> None:
+        # `low`: the fastest measurement, not the median, of the singles and the latest rounds.
+        # What is subtracted from a contender's samples: a busy moment in a calibration batch
+        # (on 2 shared vCPUs, milliseconds) subtracted from every sample after it could take a
+        # sample below its real time, a ratio out of bounds; too little subtracted only moves
+        # every contender's samples up alike, and a ratio towards 1.
+        self.low = low
         self.fixed_us: float | None = None
         self.fixed_spread_us = 0.0
         self.per_call_us: list[float] = []
 
     def set_fixed(self, singles: Sequence[float]) -> None:
-        self.fixed_us = statistics.median(singles)
+        self.fixed_us = min(singles) if self.low else statistics.median(singles)
         self.fixed_spread_us = spread(singles)
 
     def add_round(self, n: int, measured_us: float) -> None:
@@ -71,7 +77,7 @@ class Calibration:
         much one batch's measurement scatters over the whole run."""
         recent = self.per_call_us[-self.ROUNDS_KEPT :] or [0.0]
         return (
-            (self.fixed_us or 0.0) + n * statistics.median(recent),
+            (self.fixed_us or 0.0) + n * (min(recent) if self.low else statistics.median(recent)),
             self.fixed_spread_us + n * spread(self.per_call_us or [0.0]),
         )
 
@@ -106,7 +112,8 @@ class HarnessCost:
         self.max_batch = max(1, self.STAGE_BYTES // max(per_call_bytes, 1))
         out_bytes = sum(math.prod(m["shape"]) * _DTYPE_BYTES.get(m["dtype"], 8) for m in meta)
         self.reveals_in_full = reference.device != "cuda" or out_bytes <= self.FULL_CHECK_BYTES
-        self.window, self.staging = Calibration(), Calibration()
+        # The window alone and the staging alone (hidden time), and the whole batch (each sample).
+        self.window, self.staging, self.span = Calibration(), Calibration(), Calibration(low=True)
         self._idle_quiet_us: float | None = None
         self.last_timed: TimingRecord | None = None  # whose batch ran last, for gpu_left_busy
         # On the CPU the parent fills each batch's inputs from outside (bot.engine.staging) until
@@ -143,6 +150,8 @@ class HarnessCost:
 
     def stop_filling(self, why: str) -> None:
         self.fills_from_outside, self.staging_note = False, why
+        # Staged in the worker from now on: the calibration's staging and span start again so.
+        self.window, self.staging, self.span = Calibration(), Calibration(), Calibration(low=True)
 
     def of(self, n: int) -> tuple[float, float]:
         """(expected, spread) in us of the harness's work in the window around n calls."""
@@ -154,29 +163,42 @@ class HarnessCost:
         self._calibrate_fixed()
         return self.staging.of(n)
 
+    def span_of(self, n: int) -> tuple[float, float]:
+        """(expected, spread) in us of a whole batch of n calls, staging to reply, that does
+        nothing: what a batch's sample leaves out (bot.engine.outside_clock)."""
+        self._calibrate_fixed()
+        return self.span.of(n)
+
     def measure_round(self, n: int) -> None:
         """One batch of n calls that do nothing: the harness's per-call work in this round."""
         self._calibrate_fixed()
-        window_us, staging_us = self._stub_batch(n)
+        window_us, staging_us, span_us = self._stub_batch(n)
         self.window.add_round(n, window_us)
         self.staging.add_round(n, staging_us)
+        self.span.add_round(n, span_us)
 
     def _calibrate_fixed(self) -> None:
         if self.window.fixed_us is None:
             singles = [self._stub_batch(1) for _ in range(self.REPEATS)]
-            self.window.set_fixed([w for w, _ in singles])
-            self.staging.set_fixed([s for _, s in singles])
+            self.window.set_fixed([w for w, _, _ in singles])
+            self.staging.set_fixed([s for _, s, _ in singles])
+            self.span.set_fixed([b for _, _, b in singles])
 
-    def _stub_batch(self, n: int) -> tuple[float, float]:
+    def _stub_batch(self, n: int) -> tuple[float, float, float]:
         """One calibration batch: the parent's wall time of its window less the calls' reported
-        time, and of its staging."""
+        time, of its staging, and of the whole batch from staging to the calls' reply (less the
+        calls' reported time too), staged
+        as the contenders' batches are (bot.engine.staging): where the parent fills inputs from
+        outside, drawn and described, then empty buffers allocated; else drawn."""
         seeds = [self.rng.getrandbits(62) for _ in range(n)]
-        _, staging_us = timed_exchange(
-            self.reference,
-            Stage(seeds=seeds, distribution="standard", stub=True, meta=self.meta),
-            self.timeout_s * n,
-            "problem",
-        )
+        started = time.perf_counter()
+        stub = Stage(seeds=seeds, distribution="standard", stub=True, meta=self.meta, expose=self.fills_from_outside)
+        staged, staging_us = timed_exchange(self.reference, stub, self.timeout_s * n, "problem")
+        if self.fills_from_outside and staged.layout is not None:
+            # The reference's drawing is outside a contender's sample (bot.engine.staging.Staged).
+            started = time.perf_counter()
+            into = StageInto(layout=staged.layout)
+            staging_us = timed_exchange(self.reference, into, self.timeout_s * n, "problem")[1]
         reply, wall_us = timed_exchange(
             self.reference,
             # Naming where outputs lie is the harness's work in the window too (bot.engine.outside_checks).
@@ -184,5 +206,8 @@ class HarnessCost:
             self.timeout_s * n,
             "problem",
         )
+        span_us = (time.perf_counter() - started) * 1e6
         ask(self.reference, Outputs(picks=[]), self.timeout_s, "problem")
-        return wall_us - sum(reply.host_us), staging_us
+        # The do-nothing calls' own time (copies of outputs, as a call allocates and writes its
+        # own) is a call's, not the harness's: it stays in the contenders' samples.
+        return wall_us - sum(reply.host_us), staging_us, span_us - sum(reply.host_us)

@@ -19,9 +19,10 @@ from bot.core.domain import CheckResult
 # yardstick's, before a contender is rejected for it: half its reported time, a quarter of the
 # harness's work (a real call leaves the caches colder for the work after it than the
 # calibration's do-nothing call: 8 us of gelu's 62 us on a 2-vCPU CPU), and three times the
-# noise of the medians compared. Less than that is counted into its times instead: honest code
+# noise of the medians compared. Less than that is reported as counted: honest code
 # also leaves work for after its return (an interpreted Triton kernel's garbage, 3.9 ms on a
-# 68 ms call), and counting never rejects it while still charging a cheat for what it hid.
+# 68 ms call). The contender's times are the parent's own (bot.engine.outside_clock), so they
+# hold whatever a report left out: this check is evidence of tampering, never a time.
 HIDDEN_SHARE = 0.5
 HARNESS_SHARE = 0.25
 
@@ -35,7 +36,7 @@ class HiddenTime:
     harness_us: float
     noise_us: float  # of `hidden_us`, for rejection: calibration and batch-to-batch scatter
     allowed_us: float
-    counted_us: float  # added to the contender's samples: `hidden_us` where it is out of the calibration's noise
+    counted_us: float  # `hidden_us` where it is out of the calibration's noise (the samples hold it already)
 
     def details(self) -> dict[str, float]:
         return {
@@ -88,8 +89,8 @@ def check_hidden_time(found: HiddenTime) -> CheckResult:
     """The parent's wall clock must account for a worker's calls. The harness reads clocks it
     captured before the candidate was imported, but the candidate runs in that process and can
     rebind them (`bot.harness.shared.perf_ns`); the time it hides from its own report is still on
-    the parent's clock. Gross hiding rejects; what it hides below that bound is counted in its
-    times (`HiddenTime.counted_us`)."""
+    the parent's clock. Gross hiding rejects; below that bound it is reported
+    (`HiddenTime.counted_us`), and the contender's samples, the parent's, hold it anyway."""
     name = "hidden time"
     if found.hidden_us > found.allowed_us:
         return CheckResult(
@@ -104,16 +105,41 @@ def check_hidden_time(found: HiddenTime) -> CheckResult:
     return CheckResult(name, True, details=found.details())
 
 
+def _batch_totals(record: Any) -> list[tuple[int, float]]:
+    """Per kept batch: its calls and the unexplained time of the whole batch."""
+    sizes = getattr(record, "batch_sizes", None) or [1] * len(record.unexplained_us)
+    return [(n, u * n) for n, u in zip(sizes, record.unexplained_us)]
+
+
+def _per_batch_and_per_call(totals: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """The baseline's unexplained time of a batch as a part per batch and a part per call: a
+    Theil-Sen line through (calls, total) where its batches differ in size (the parent draws
+    them so), else all of it per batch. The part per batch (waking a worker on a busy host:
+    2 to 3 ms a batch on 2 shared vCPUs) must not be charged per call to a contender timed in
+    batches of other sizes: per call it is 25x larger in a batch of 2 than in one of 50."""
+    slopes = [(t2 - t1) / (n2 - n1) for i, (n1, t1) in enumerate(totals) for n2, t2 in totals[i + 1 :] if n2 != n1]
+    per_call = statistics.median(slopes) if slopes else 0.0
+    return statistics.median(t - per_call * n for n, t in totals), per_call
+
+
 def hidden_time_checks(records: Mapping[str, Any], baseline: str | None) -> dict[str, HiddenTime]:
     """`hidden_time` of every contender with kept batches (TimingRecord-like objects), each but
-    the baseline against the baseline's unexplained time where the baseline was timed (the
-    baseline against the calibration alone)."""
-    yardstick = records[baseline].unexplained_us if baseline in records else ()
-    found = {
-        n: hidden_time(r.unexplained_us, r.reported_us, r.harness_us, r.noise_us, () if n == baseline else yardstick)
-        for n, r in records.items()
-        if r.unexplained_us
-    }
+    the baseline against what the baseline's unexplained time would be in batches of its sizes
+    (`_per_batch_and_per_call`), where the baseline was timed; the baseline against the
+    calibration alone."""
+    timed = {n: r for n, r in records.items() if r.unexplained_us}
+    if baseline not in timed:
+        return {n: hidden_time(r.unexplained_us, r.reported_us, r.harness_us, r.noise_us) for n, r in timed.items()}
+    base_totals = _batch_totals(timed[baseline])
+    fixed, per_call = _per_batch_and_per_call(base_totals)
+    residuals = [(t - fixed - per_call * n) / n for n, t in base_totals]
+    found = {}
+    for name, r in timed.items():
+        if name == baseline:
+            found[name] = hidden_time(r.unexplained_us, r.reported_us, r.harness_us, r.noise_us)
+            continue
+        beyond = [(t - fixed - per_call * n) / n for n, t in _batch_totals(r)]
+        found[name] = hidden_time(beyond, r.reported_us, r.harness_us, r.noise_us, residuals)
     if baseline in found:  # the yardstick counts nothing into its own times: what it hides makes
         # it faster, which no candidate's claim can gain from
         found[baseline] = replace(found[baseline], counted_us=0.0)

@@ -4,6 +4,8 @@ worker itself with the parent's clock on it (docs/verifier.md, "Timed calls").""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bot.engine.harness_cost import timed_exchange
@@ -15,38 +17,51 @@ if TYPE_CHECKING:
     from bot.engine.timed_batch import Run
 
 
-def stage(run: Run, worker: WorkerClient, seeds: list[int], filled: list | None = None) -> float | None:
+@dataclass(frozen=True)
+class Staged:
+    """What staging a batch took that the batch's sample leaves out or accounts apart."""
+
+    # Within the batch's span, the time that was none of the contender's: the reference drawing
+    # the inputs (the contender idle, waiting for its request) and the parent copying them in
+    # while the contender was frozen; 0 where the worker drew them itself.
+    others_us: float
+    # Where the worker drew its inputs itself: the parent's wall time of that (hidden time).
+    drawn_us: float | None
+
+
+def stage(run: Run, worker: WorkerClient, seeds: list[int], filled: list | None = None) -> Staged:
     """Stage a batch's inputs in `worker`, inside its window (every other contender frozen).
-    Filled from outside where it can be (the reference draws them; the parent copies them into
-    the worker's empty buffers while it is frozen): nothing to account for, None. Otherwise the
-    worker draws them itself and the parent's wall time of that is returned, to be accounted
-    for like the window's (work done with the inputs there, ahead of the calls, counts).
-    Inputs filled from outside add (the reference's regions, the worker's) to `filled`, for the
-    parent to read back after the calls (bot.engine.outside_checks)."""
+    Filled from outside where it can be: the reference draws them, the worker allocates empty
+    buffers (on the parent's clock: it runs its own code there, bot.engine.outside_clock), and
+    the parent copies them in while it is frozen. Otherwise the worker draws them itself, on the
+    parent's clock too. Inputs filled from outside add (the reference's regions, the worker's)
+    to `filled`, for the parent to read back after the calls (bot.engine.outside_checks)."""
     timeout_s = run.call_timeout_s * len(seeds)
     drawn = Stage(seeds=seeds, distribution="standard")
     if run.harness.fills_from_outside:
-        ref = ask(run.reference, Stage(seeds=seeds, distribution="standard", expose=True), timeout_s, "problem")
+        exposed = Stage(seeds=seeds, distribution="standard", expose=True)
+        ref, drawing_us = timed_exchange(run.reference, exposed, timeout_s, "problem")
         if ref.layout is None:
             run.harness.stop_filling(f"inputs staged in each worker: {ref.why}")
         else:
             got = ask(worker, StageInto(layout=ref.layout), timeout_s, "call")
             try:
-                _fill(run.reference, worker, ref.regions, got.regions)
+                frozen_us = _fill(run.reference, worker, ref.regions, got.regions)
                 if filled is not None:
                     filled.append((ref.regions, got.regions))
-                return None
+                return Staged(others_us=drawing_us + frozen_us, drawn_us=None)
             except PermissionError as exc:
                 run.harness.stop_filling(f"inputs staged in each worker: {exc}")
-    return timed_exchange(worker, drawn, timeout_s, "call")[1]
+    return Staged(others_us=0.0, drawn_us=timed_exchange(worker, drawn, timeout_s, "call")[1])
 
 
 class StagingRefused(Exception):
     """The worker's buffers do not take the batch's inputs (their sizes, or their addresses)."""
 
 
-def _fill(reference: WorkerClient, worker: WorkerClient, source: list, target: object) -> None:
-    """The reference's staged bytes into the worker's buffers, the worker frozen meanwhile."""
+def _fill(reference: WorkerClient, worker: WorkerClient, source: list, target: object) -> float:
+    """The reference's staged bytes into the worker's buffers, the worker frozen meanwhile; the
+    parent's time from freezing it to thawing it, in us."""
     if (
         not isinstance(target, list)
         or len(target) != len(source)
@@ -61,6 +76,7 @@ def _fill(reference: WorkerClient, worker: WorkerClient, source: list, target: o
     regions = [(int(s[0]), int(t[0]), int(s[1])) for ts, ss in zip(target, source) for t, s in zip(ts, ss)]
     if reference.running.pid is None or worker.running.pid is None:
         raise PermissionError("no process id to copy between")
+    started = time.perf_counter()
     worker.running.freeze()
     try:
         memory.copy(reference.running.pid, worker.running.pid, regions)
@@ -68,3 +84,4 @@ def _fill(reference: WorkerClient, worker: WorkerClient, source: list, target: o
         raise StagingRefused(str(exc)) from exc
     finally:
         worker.running.thaw()
+    return (time.perf_counter() - started) * 1e6

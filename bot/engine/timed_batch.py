@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from bot.engine import verify
 from bot.engine.compare import check_commitment, compare_outputs
 from bot.engine.harness_cost import HarnessCost, timed_exchange
 from bot.engine.outside_checks import OutsideChecks
+from bot.engine.outside_clock import batch_sample_us, batch_samples, next_batch_size, per_call_estimate
 from bot.engine.staging import StagingRefused, stage
 from bot.engine.tolerance import Rule
 from bot.engine.trials import failure_check
@@ -51,8 +53,10 @@ class TimingOptions:
 
 @dataclass
 class TimingRecord:
+    # Per call of each kept batch: the batch's time per call on the parent's clock, one
+    # measurement per batch (bot.engine.outside_clock), so batches are the units of every statistic.
     samples_us: list[float] = field(default_factory=list)
-    batch_sizes: list[int] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)  # calls in each kept batch
     batch_workers: list[int] = field(default_factory=list)  # which replica took each batch
     # Pairs for the stream check: device-synchronised host time and the event time on the
     # current stream, per call ("latency") or per batch ("throughput", "graph").
@@ -65,19 +69,15 @@ class TimingRecord:
     unexplained_us: list[float] = field(default_factory=list)
     harness_us: list[float] = field(default_factory=list)  # per kept batch, per call: HarnessCost's median
     noise_us: list[float] = field(default_factory=list)  # and its spread
-    counted_us: float = 0.0  # hidden time per call counted in the samples, set once timing is done
     checks: list[CheckResult] = field(default_factory=list)
-    batch: int = 1
+    batch: int = 1  # calls in the next batch, drawn by the parent (next_batch_size)
     failed: bool = False
 
     def measurement(self) -> Measurement | None:
-        """The samples, each with `counted_us` added: the time per call the parent's clock saw
-        and the worker's report left out (bot.engine.hidden.hidden_time), so that the work of a contender
-        that hid it below the rejection bound is still counted."""
         if not self.samples_us:
             return None
         workers = tuple(self.batch_workers) if len(set(self.batch_workers)) > 1 else ()
-        return Measurement(tuple(s + self.counted_us for s in self.samples_us), tuple(self.batch_sizes), workers)
+        return Measurement(tuple(self.samples_us), tuple(self.batch_sizes), workers)
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,8 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         window(worker)
         _blame_work_left_running(run)
         filled: list = []  # inputs the parent wrote from outside: then it checks the batch from outside too
-        staging_us = stage(run, worker, seeds, filled)
+        started = time.perf_counter()  # the sample's span: from here to the calls' reply
+        staged = stage(run, worker, seeds, filled)
         reply, wall_us = timed_exchange(
             worker,
             Time(
@@ -125,6 +126,7 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
             call_timeout_s * len(seeds),
             "call",
         )
+        span_us = (time.perf_counter() - started) * 1e6 - staged.others_us
         harness.last_timed = record
         # Picked after the batch, from calls the worker had to commit to (fingerprints) inside
         # the window: what it returns now cannot change what it computed then.
@@ -133,6 +135,10 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         full = harness.reveals_in_full and read is None
         hold = run.outside.hold_calls(harness.meta) if read is not None else 0
         got = ask(worker, Outputs(picks=picked if full else [], hold_calls=hold), call_timeout_s * 20, "call")
+        if run.window is not no_window:
+            # Frozen from its last reply until its next window (which thaws it): work it would
+            # do for its next batch between batches, off every clock, never runs.
+            worker.running.freeze()
     except WorkerFailure as exc:
         record.checks.append(failure_check(exc))
         record.failed = True
@@ -159,9 +165,10 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
     if not all(r.passed for r in results):
         record.failed = True
         return
+    sample_us = batch_sample_us(span_us, harness.span_of(len(seeds))[0], len(seeds))
     if keep:
-        record.samples_us.extend(samples)
-        record.batch_sizes.append(len(samples))
+        record.samples_us.extend([sample_us] * len(seeds))
+        record.batch_sizes.append(len(seeds))
         record.batch_workers.append(replica)
         record.host_us.extend(reply.host_us)
         if reply.batch_span_us is not None:  # back to back: one host/stream pair for the whole batch
@@ -171,18 +178,20 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         reported = sum(reply.host_us)
         usual, noise = harness.of(len(seeds))
         unexplained = wall_us - reported - usual
-        if staging_us is not None:  # drawn in the worker: its staging is on the parent's clock too
+        if staged.drawn_us is not None:  # drawn in the worker: its staging is on the parent's clock too
             usual_staging, staging_noise = harness.staging_of(len(seeds))
-            unexplained += staging_us - usual_staging
+            unexplained += staged.drawn_us - usual_staging
             noise = math.hypot(noise, staging_noise)
         record.reported_us.append(reported / len(seeds))
         record.unexplained_us.append(unexplained / len(seeds))
         # The allowance grows with the window's harness work only, never with input generation.
         record.harness_us.append(usual / len(seeds))
         record.noise_us.append(noise / len(seeds))
-    else:  # warm-up: also sizes the batches of the measured rounds
-        per_call = max(sorted(samples)[len(samples) // 2], 1.0)
-        record.batch = max(1, min(int(options.batch_target_us / per_call), options.max_batch, harness.max_batch))
+    # The next batch's size, from the parent's own samples (the warm-up's alone at first):
+    # never from the worker's report of a call it can slow.
+    per_call = per_call_estimate(batch_samples(record.samples_us, record.batch_sizes)) if keep else sample_us
+    cap = min(options.max_batch, harness.max_batch)
+    record.batch = next_batch_size(per_call, options.batch_target_us, cap, rng)
 
 
 def _picked_against_reference(

@@ -1,0 +1,43 @@
+"""The parent's own samples and the batch sizes it draws from them (bot.engine.outside_clock)."""
+
+from __future__ import annotations
+
+import random
+
+from bot.engine.outside_clock import FLOOR_US, batch_sample_us, next_batch_size, per_call_estimate
+
+
+def test_a_sample_is_the_span_less_the_harness_per_call_and_never_below_the_floor():
+    assert batch_sample_us(span_us=1_300.0, harness_us=300.0, calls=10) == 100.0
+    assert batch_sample_us(span_us=250.0, harness_us=300.0, calls=10) == FLOOR_US
+
+
+def test_one_slowed_batch_sizes_no_more_than_the_batch_after_it():
+    # A 0.3 s warm-up call, then calls of 40 us: the next batch's size follows the latter.
+    samples = [300_000.0, 41.0]
+    assert per_call_estimate(samples) == 41.0
+    assert per_call_estimate([40.0, 41.0, 400.0, 42.0, 43.0, 44.0]) == 41.0  # the latest five
+    sizes = {next_batch_size(per_call_estimate(samples), 10_000.0, 50, random.Random(s)) for s in range(20)}
+    assert min(sizes) >= 25, sizes
+
+
+def test_batch_sizes_are_drawn_around_the_target_and_within_the_cap():
+    rng = random.Random(7)
+    below_cap = [next_batch_size(1_000.0, 10_000.0, 50, rng) for _ in range(400)]
+    assert set(below_cap) <= set(range(5, 16)) and len(set(below_cap)) >= 8, sorted(set(below_cap))
+    at_cap = [next_batch_size(10.0, 10_000.0, 50, rng) for _ in range(400)]
+    assert set(at_cap) <= set(range(25, 51)) and len(set(at_cap)) >= 15, sorted(set(at_cap))
+    assert {next_batch_size(50_000.0, 10_000.0, 50, rng) for _ in range(50)} == {1}
+    assert {next_batch_size(1.0, 10_000.0, 1, rng) for _ in range(50)} == {1}
+
+
+def test_what_is_subtracted_from_samples_is_the_fastest_calibration_not_a_busy_moments():
+    from bot.engine.harness_cost import Calibration
+
+    low, usual = Calibration(low=True), Calibration()
+    for calibration in (low, usual):
+        calibration.set_fixed([100.0, 5_000.0, 110.0])  # one busy single
+        for measured in (300.0, 20_100.0, 400.0):  # one busy round of 10 calls
+            calibration.add_round(10, measured)
+    assert low.of(10)[0] == 100.0 + 10 * 20.0
+    assert usual.of(10)[0] == 110.0 + 10 * 29.0
