@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -141,3 +142,27 @@ def test_host_memory_is_meminfo_within_the_cgroups_limit(tmp_path):
     assert host_memory(meminfo, tmp_path) == (5 * GIB, 8 * GIB)
     (tmp_path / "memory.max").write_text("max\n")
     assert host_memory(meminfo, tmp_path)[1] == 24000000 * 1024
+
+
+def test_the_gpu_budget_is_read_without_cuda_in_the_bot(tmp_path, monkeypatch):
+    """nvidia-smi's figures, for torch's device index as CUDA_VISIBLE_DEVICES maps it; the bot's
+    own process never starts CUDA for them."""
+    import torch
+
+    from bot.engine import device_name
+    from bot.engine.memory_budget import device_budget
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\necho "$@" > "$0.args"\necho "81559, 81559"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert device_name.gpu_memory_bytes(1) == (81559 << 20, 81559 << 20)
+    assert "--id=5" in (tmp_path / "nvidia-smi.args").read_text()
+
+    def no_cuda_here(*_args):
+        raise AssertionError("the bot's process started CUDA")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_cuda_here)
+    budget = device_budget("cuda", 0)
+    assert budget.where == "GPU 0" and budget.free_bytes == 81559 << 20

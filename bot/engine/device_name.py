@@ -1,23 +1,48 @@
-"""The name of the device a job runs on, read without starting CUDA in the bot's process."""
+"""Facts about the device a job runs on, read through nvidia-smi (a subprocess), so that the
+bot's own process never starts CUDA: no context of ~500 MiB held for the whole run, nothing a
+later fork would inherit."""
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 
 
-def device_name(device: str, gpu_index: int | None) -> str:
-    """The GPU's name as its driver reports it ("NVIDIA H100 80GB HBM3", through nvidia-smi, a
-    subprocess, so the bot's own process holds no CUDA context), or the CPU's."""
-    if device != "cuda":
-        return f"CPU ({platform.processor() or platform.machine()}): no GPU, candidates run on the CPU"
+def _smi_id(gpu_index: int | None) -> str:
+    """nvidia-smi's name for torch's device `gpu_index`: nvidia-smi ignores CUDA_VISIBLE_DEVICES,
+    whose entries (indices or UUIDs) it accepts as `--id`."""
+    index = gpu_index or 0
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return visible[index] if index < len(visible) else str(index)
+
+
+def _query(fields: str, gpu_index: int | None) -> str | None:
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", f"--id={gpu_index or 0}"],
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", f"--id={_smi_id(gpu_index)}"],
             capture_output=True,
             text=True,
             timeout=20,
         )
     except (OSError, subprocess.SubprocessError):
-        return "an unidentified NVIDIA GPU"
-    return out.stdout.strip() or "an unidentified NVIDIA GPU"
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def device_name(device: str, gpu_index: int | None) -> str:
+    """The GPU's name as its driver reports it ("NVIDIA H100 80GB HBM3"), or the CPU's."""
+    if device != "cuda":
+        return f"CPU ({platform.processor() or platform.machine()}): no GPU, candidates run on the CPU"
+    return _query("name", gpu_index) or "an unidentified NVIDIA GPU"
+
+
+def gpu_memory_bytes(gpu_index: int | None) -> tuple[int, int] | None:
+    """(free, total) bytes of the GPU as its driver counts them (every process's use), or None
+    where nvidia-smi cannot say."""
+    out = _query("memory.free,memory.total", gpu_index)
+    try:
+        free_mib, total_mib = (int(v) for v in (out or "").split(","))
+    except ValueError:
+        return None
+    return free_mib << 20, total_mib << 20

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bot.core.errors import BotError
 from bot.core.memory import CONTEXT_BYTES, Demand, admit, contenders_at_once, gib, margin_bytes, problem_demand
+from bot.engine.device_name import gpu_memory_bytes
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +102,14 @@ class MemoryBudget:
 
 
 def device_budget(device: str, gpu: int | None) -> MemoryBudget:
-    """The budget of a GPU (its free memory now, through torch) or of the host."""
+    """The budget of a GPU (its free memory now, as its driver counts it) or of the host."""
     if device == "cuda":
-        import torch
+        figures = gpu_memory_bytes(gpu)
+        if figures is None:  # no nvidia-smi: torch's count, at the price of a context here
+            import torch
 
-        free, total = torch.cuda.mem_get_info(gpu if gpu is not None else 0)
+            figures = torch.cuda.mem_get_info(gpu if gpu is not None else 0)
+        free, total = figures
         return MemoryBudget(free, total, f"GPU {gpu if gpu is not None else 0}", CONTEXT_BYTES)
     free, total = host_memory()
     return MemoryBudget(free, total, "the host", 0)
