@@ -1,0 +1,127 @@
+"""The process sandbox keeps a candidate off the host: files it plants in /tmp, /var/tmp and
+/dev/shm never reach the host, unix sockets bound to host paths are out of its reach, a
+limit on processes stops a fork storm with a clear reason, and the bot's lock files cannot
+be planted or held by it (docs/security.md, "Reaching the host")."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CANDIDATES, PROBLEMS
+
+from bot.engine.candidates import load_candidate
+from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.problems import load_problem
+from bot.engine.timing import TimingOptions
+from bot.sandbox import Limits
+from bot.sandbox.contained import containment
+
+REPO = Path(__file__).resolve().parents[1]
+PLANT = "kernel_bot_host_plant"
+PLANT_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/tmp/torchinductor_kernel-bot-worker", "/tmp/torchinductor_root")
+SOCKET_NAME = "kernel-bot-host-service.sock"
+SOCKET_FOLDERS = ("/tmp", "/run", "/var/tmp", "/dev/shm")
+LOCK_TARGET = Path("/root/kernel_bot_planted_lock_target")
+
+pytestmark = pytest.mark.skipif(
+    not containment().cgroups or not containment().namespaces, reason=f"containment here is {containment().description}"
+)
+
+
+def _listeners() -> list[tuple[Path, socket.socket]]:
+    """A listening unix socket in each host folder, writable by anyone (so that only the
+    sandbox, not the socket's mode, can keep a worker out)."""
+    made = []
+    for folder in SOCKET_FOLDERS:
+        path = Path(folder) / SOCKET_NAME
+        if not Path(folder).is_dir():
+            continue
+        path.unlink(missing_ok=True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(path))
+        os.chmod(path, 0o777)
+        server.listen(8)
+        server.setblocking(False)
+        made.append((path, server))
+    return made
+
+
+def _accepted(server: socket.socket) -> list[bytes]:
+    said = []
+    while True:
+        try:
+            conn, _ = server.accept()
+        except BlockingIOError:
+            return said
+        with conn:
+            conn.settimeout(1)
+            try:
+                said.append(conn.recv(100))
+            except OSError:
+                said.append(b"")
+
+
+@pytest.fixture(scope="module")
+def hostile_run():
+    """One evaluation of the hostile candidates beside the honest one, with host listeners."""
+    for folder in PLANT_FOLDERS:
+        (Path(folder) / PLANT).unlink(missing_ok=True)
+    listeners = _listeners()
+    try:
+        problem = load_problem(PROBLEMS / "scale_add.py")
+        names = ["host_plant_files", "host_unix_socket", "host_forkbomb", "honest"]
+        options = EvalOptions(
+            device="cpu",
+            limits=Limits(memory_mb=4096, import_timeout_s=120, construct_timeout_s=60, call_timeout_s=20),
+            timing=TimingOptions(time_cap_s=0.5, min_samples=5),
+            cache_root=Path(os.environ.get("KERNEL_BOT_TEST_CACHE", "/tmp/kernel-bot-test-cache")),
+            parallel=2,
+        )
+        result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names], None, options)
+        reached = {str(path): _accepted(server) for path, server in listeners}
+    finally:
+        for path, server in listeners:
+            server.close()
+            path.unlink(missing_ok=True)
+    planted = [folder for folder in PLANT_FOLDERS if (Path(folder) / PLANT).exists()]
+    verdicts = {o.candidate.name: o.verdict for o in result.candidates}
+    return verdicts, reached, planted
+
+
+def test_files_planted_in_tmp_var_tmp_and_dev_shm_never_reach_the_host(hostile_run):
+    verdicts, _, planted = hostile_run
+    assert planted == []  # nor a compile cache in /tmp/torchinductor_<user> that a later run would trust
+    assert verdicts["honest"].accepted, verdicts["honest"].reasons
+
+
+def test_a_unix_socket_bound_to_a_host_path_is_out_of_reach(hostile_run):
+    _, reached, _ = hostile_run
+    assert reached and all(said == [] for said in reached.values()), reached
+
+
+def test_a_fork_storm_is_stopped_by_the_process_limit_and_rejected_for_it(hostile_run):
+    verdicts, _, _ = hostile_run
+    verdict = verdicts["host_forkbomb"]
+    assert not verdict.accepted
+    assert "process limit" in " ".join(verdict.reasons), verdict.reasons
+
+
+def test_lock_files_planted_in_tmp_neither_hang_bot_verify_nor_make_it_create_a_file():
+    LOCK_TARGET.unlink(missing_ok=True)
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "bot", "verify", str(PROBLEMS / "scale_add.py"), str(CANDIDATES / "host_plant_locks.py")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]  # honest apart from its plants
+    assert not LOCK_TARGET.exists()
+    assert time.monotonic() - began < 120
