@@ -6,7 +6,9 @@ forked process is PID 1 of a namespace of its own (it sees no other process of t
 so it can signal, renice, re-pin or ptrace none of them; when it exits, the kernel kills
 everything left in it), joins the worker's cgroup leaf, mounts a /proc of that namespace
 (no /proc/<bot pid>/environ to read), hides the cgroup hierarchy, and drops to the worker's
-own uid with no supplementary groups and no way to gain privileges. The process in between
+own uid with no supplementary groups and no way to gain privileges. It gets empty /tmp,
+/var/tmp, /dev/shm and /run of its own (`privatise`): what it writes there is gone with it and
+no unix socket bound to a path there (where host services listen) is in its reach. The process in between
 (the "keeper", outside the cgroup) closes everything, waits, and exits as its child did, so
 the exit status reads as before.
 """
@@ -24,6 +26,15 @@ CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG = 38, 1
+# Host folders each worker gets an empty tmpfs of its own over: a file planted there reaches
+# neither the host nor a later run (Inductor's fallback cache is /tmp/torchinductor_<user>), and
+# the unix sockets of host services (/run/docker.sock, /run/dbus, /tmp/.X11-unix, ...) are not
+# there to connect to. /var/run and /var/lock are links into /run on current distributions.
+PRIVATE = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/var/run", "/var/lock")
+# RAM a worker may fill in each (tmpfs pages are no process's resident memory, so the memory
+# watchdog does not see them); its real scratch space is its work folder (TMPDIR).
+PRIVATE_SIZE = {"/run": "16m"}
+PRIVATE_SIZE_DEFAULT = "256m"
 UID_BASE = 0x6B620000  # "kb" << 16: far above any uid a distribution hands out
 GID_BASE = 0x6B630000
 
@@ -91,6 +102,8 @@ def enter(plan: Containment) -> None:
             f.write("0")
     if plan.namespaces:
         mount(None, "/", None, MS_REC | MS_PRIVATE)
+        privatise(PRIVATE, plan.expose)
+        os.chdir(os.getcwd())  # onto the work folder's bind mount, off the covered /tmp
         if plan.uid is not None:
             expose(plan.expose, plan.uid)
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -127,6 +140,64 @@ def _fork_behind_keeper() -> None:
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def privatise(folders: tuple[str, ...], keep: tuple[str, ...]) -> None:
+    """Cover each of `folders` with an empty tmpfs in this mount namespace; what of `keep` lies
+    under one (the worker's own folder, its compile cache or problem file in /tmp) is
+    bind-mounted back at its path, and nothing else of the host's folder is left in sight."""
+    done: set[str] = set()
+    for folder in folders:
+        real = os.path.realpath(folder)
+        if real in done or not os.path.isdir(real):
+            continue
+        done.add(real)
+        inside = _outermost([os.path.realpath(p) for p in keep if _under(os.path.realpath(p), real)])
+        held = {}
+        try:
+            for path in inside:
+                try:
+                    held[path] = os.open(path, os.O_PATH)
+                except OSError:
+                    continue  # nothing there to keep
+            size = PRIVATE_SIZE.get(real, PRIVATE_SIZE_DEFAULT)
+            mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+            for path, fd in held.items():
+                _bind_back(real, path, fd)
+        finally:
+            for fd in held.values():
+                os.close(fd)
+
+
+def _under(path: str, folder: str) -> bool:
+    return path != folder and path.startswith(folder.rstrip("/") + "/")
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """`paths` without those inside another of them (a bind mount brings its insides along)."""
+    kept: list[str] = []
+    for path in sorted(set(paths)):
+        if not any(path == k or _under(path, k) for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _bind_back(top: str, path: str, fd: int) -> None:
+    """Make `path` again in the fresh tmpfs at `top` (its folders root's, 0755: the worker sees
+    only the names it needs) and bind-mount what `fd` held there."""
+    parts = os.path.relpath(path, top).split("/")
+    folder = top
+    for name in parts[:-1]:
+        folder = os.path.join(folder, name)
+        if not os.path.isdir(folder):
+            os.mkdir(folder)
+            os.chmod(folder, 0o755)
+    source = f"/proc/self/fd/{fd}"
+    if os.path.isdir(source):
+        os.mkdir(path)
+    else:
+        open(path, "w").close()
+    mount(source, path, None, MS_BIND | MS_REC)
 
 
 def closed_ancestors(paths: tuple[str, ...], uid: int) -> dict[str, set[str]]:
