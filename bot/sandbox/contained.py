@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bot.sandbox import guardian
 from bot.sandbox.base import BOT_ROOT, WorkerLaunch
-from bot.sandbox.cgroup import Leaf, cgroup2_mount, run_tree
+from bot.sandbox.cgroup import Leaf, PidsCap, cgroup2_mount, run_tree
 from bot.sandbox.isolate import GID_BASE, UID_BASE, Containment, probe
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Mode:
     cgroups: bool
+    pids: bool  # a limit on each worker's processes and threads (bot.sandbox.cgroup.PidsCap)
     namespaces: bool
     uid: bool
     description: str  # what the environment description and reports show
@@ -40,12 +41,15 @@ def containment() -> Mode:
     """What this bot process can do for its workers (logged once when it falls short)."""
     tree, why_not_tree = run_tree()
     why_not_ns = probe()
+    why_not_pids = "" if tree is None or tree.limits_processes else "no pids controller (v2 or v1)"
     parts = []
     if tree is not None:
         parts.append("cgroup")
+    if not why_not_pids and tree is not None:
+        parts.append("pids")
     if not why_not_ns:
-        parts += ["pidns", "netns", "uid"]
-    missing = "; ".join(w for w in (why_not_tree, why_not_ns) if w)
+        parts += ["pidns", "netns", "mntns", "uid"]
+    missing = "; ".join(w for w in (why_not_tree, why_not_pids, why_not_ns) if w)
     description = "+".join(parts) if parts else f"none: {missing}"
     if parts and missing:
         description += f" (partial: {missing})"
@@ -53,7 +57,9 @@ def containment() -> Mode:
         log.warning("worker containment is %s", description)
     if guardian.ensure_started() and tree is not None:
         guardian.tell(f"cgroup {tree.path}")
-    return Mode(tree is not None, not why_not_ns, not why_not_ns, description)
+        if tree.pids_path is not None:
+            guardian.tell(f"cgroup {tree.pids_path}")
+    return Mode(tree is not None, tree is not None and not why_not_pids, not why_not_ns, not why_not_ns, description)
 
 
 _numbers = iter(range(1, 1 << 16))
@@ -61,17 +67,31 @@ _numbers_lock = threading.Lock()
 _groups_done: set[str] = set()
 
 
-def prepare(launch: WorkerLaunch, log_path: Path) -> tuple[Containment, Leaf | None]:
-    """The plan for one worker, its leaf made and its folders given to it."""
+@dataclass(frozen=True)
+class Prepared:
+    """What `prepare` made for one worker: the plan its child follows, and the cgroup units
+    the parent reads and kills it through."""
+
+    plan: Containment
+    leaf: Leaf | None
+    pids: PidsCap | None
+
+
+def prepare(launch: WorkerLaunch, log_path: Path) -> Prepared:
+    """The plan for one worker, its leaf made, its process limit set and its folders given to it."""
     mode = containment()
     tree, _ = run_tree()
     leaf = tree.leaf() if mode.cgroups and tree is not None else None
+    pids = tree.pids_cap(leaf, launch.limits.pids) if leaf is not None and tree is not None else None
+    join = (str(pids.path),) if pids is not None and leaf is not None and pids.path != leaf.path else ()
     if not mode.uid:
-        return Containment(
+        plan = Containment(
             leaf=str(leaf.path) if leaf else None,
+            join=join,
             namespaces=mode.namespaces,
             hide=_cgroup_mounts() if mode.namespaces else (),
-        ), leaf
+        )
+        return Prepared(plan, leaf, pids)
     with _numbers_lock:
         uid = UID_BASE + next(_numbers)
     gid = GID_BASE + zlib.crc32(str(launch.cache_dir).encode()) % (1 << 16)
@@ -87,9 +107,16 @@ def prepare(launch: WorkerLaunch, log_path: Path) -> tuple[Containment, Leaf | N
             + [str(p) for p in launch.readable]
         )
     )
-    return Containment(
-        leaf=str(leaf.path) if leaf else None, namespaces=True, uid=uid, gid=gid, expose=expose, hide=_cgroup_mounts()
-    ), leaf
+    plan = Containment(
+        leaf=str(leaf.path) if leaf else None,
+        join=join,
+        namespaces=True,
+        uid=uid,
+        gid=gid,
+        expose=expose,
+        hide=_cgroup_mounts(),
+    )
+    return Prepared(plan, leaf, pids)
 
 
 def _cgroup_mounts() -> tuple[str, ...]:

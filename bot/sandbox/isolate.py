@@ -44,6 +44,7 @@ class Containment:
     """What `enter` does for one worker (sent to the fork server as a dict)."""
 
     leaf: str | None = None  # the worker's cgroup folder
+    join: tuple[str, ...] = ()  # other cgroup folders it enters (its pids limit in a v1 hierarchy)
     namespaces: bool = False
     uid: int | None = None  # None: stays the bot's user
     gid: int | None = None
@@ -57,7 +58,8 @@ class Containment:
     def from_dict(data: dict | None) -> Containment:
         if not data:
             return Containment()
-        return Containment(**{**data, "expose": tuple(data["expose"]), "hide": tuple(data["hide"])})
+        lists = {name: tuple(data.get(name, ())) for name in ("join", "expose", "hide")}
+        return Containment(**{**data, **lists})
 
 
 _libc = None
@@ -97,8 +99,8 @@ def enter(plan: Containment) -> None:
     if plan.namespaces:
         unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID)
         _fork_behind_keeper()
-    if plan.leaf:
-        with open(os.path.join(plan.leaf, "cgroup.procs"), "w") as f:
+    for folder in (plan.leaf, *plan.join) if plan.leaf else plan.join:
+        with open(os.path.join(folder, "cgroup.procs"), "w") as f:
             f.write("0")
     if plan.namespaces:
         mount(None, "/", None, MS_REC | MS_PRIVATE)
