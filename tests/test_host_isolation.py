@@ -119,7 +119,14 @@ def test_lock_files_planted_in_tmp_neither_hang_bot_verify_nor_make_it_create_a_
     LOCK_TARGET.unlink(missing_ok=True)
     began = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "bot", "verify", str(PROBLEMS / "scale_add.py"), str(CANDIDATES / "host_plant_locks.py")],
+        [
+            sys.executable,
+            "-m",
+            "bot",
+            "verify",
+            str(PROBLEMS / "scale_add.py"),
+            str(CANDIDATES / "host_plant_locks.py"),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
