@@ -135,6 +135,7 @@ OVERRIDE_CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_tokens": _integer(1, "an integer >= 1"),
     "exclude": _patterns,
     "use_cache": _flag,
+    "allow_uncontained": _flag,
 }
 FILE_KEYS = {name.replace("_", "-"): name for name in CHECKS}
 

@@ -43,6 +43,7 @@ def evaluation_options(settings: Settings, device: str | None = None) -> EvalOpt
         timing=TimingOptions(mode=mode, replicas=settings.replicas, **cap),
         min_speedup=settings.min_speedup,
         use_cache=settings.use_cache,
+        allow_uncontained=settings.allow_uncontained,
     )
 
 

@@ -81,6 +81,8 @@ class Settings:
     max_tokens: int | None = None  # LLM token budget per problem
     exclude: tuple[str, ...] = ()  # fnmatch patterns of search candidate names to leave out
     use_cache: bool = True  # reuse verdicts and timings of candidates judged before
+    # Run candidates under a process sandbox that cannot contain them (bot.sandbox.contained).
+    allow_uncontained: bool = False
 
 
 DEFAULTS = Settings()

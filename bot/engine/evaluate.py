@@ -50,6 +50,7 @@ class EvalOptions:
     beside_others: bool = False
     cache_root: Path = Path.home() / ".cache" / "kernel-bot"
     use_cache: bool = False  # reuse verdicts and timings of candidates judged before (bot.engine.cache)
+    allow_uncontained: bool = False  # the process sandbox runs candidates even where it cannot contain them
 
 
 def _environment(env: dict[str, Any]) -> Environment:

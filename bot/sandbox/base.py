@@ -234,12 +234,16 @@ class Sandbox(ABC):
 FORK_SERVER_MIN_WORKERS = 4
 
 
-def make_sandbox(name: str, workers: int | None = None) -> Sandbox:
-    """The backend `name`, for an evaluation that will start about `workers` workers."""
+def make_sandbox(name: str, workers: int | None = None, allow_uncontained: bool = False) -> Sandbox:
+    """The backend `name`, for an evaluation that will start about `workers` workers; the
+    process backend refuses where it cannot contain them, unless `allow_uncontained`."""
     if name == "process":
         from bot.sandbox.process import ProcessSandbox
 
-        return ProcessSandbox(start_fork_server=workers is None or workers >= FORK_SERVER_MIN_WORKERS)
+        return ProcessSandbox(
+            start_fork_server=workers is None or workers >= FORK_SERVER_MIN_WORKERS,
+            allow_uncontained=allow_uncontained,
+        )
     if name == "docker":
         from bot.sandbox.docker import DockerSandbox
 

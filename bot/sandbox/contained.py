@@ -19,6 +19,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.core.errors import BotError
 from bot.sandbox import guardian
 from bot.sandbox.base import BOT_ROOT, WorkerLaunch
 from bot.sandbox.cgroup import Leaf, PidsCap, cgroup2_mount, run_tree
@@ -34,6 +35,31 @@ class Mode:
     namespaces: bool
     uid: bool
     description: str  # what the environment description and reports show
+
+    @property
+    def complete(self) -> bool:
+        """Everything the process sandbox promises (docs/sandbox.md): a cgroup with a process
+        limit, PID, network and mount namespaces with private /tmp, /dev/shm and /run, a uid."""
+        return self.cgroups and self.pids and self.namespaces and self.uid
+
+
+class Uncontained(BotError):
+    """The process sandbox cannot contain candidates here, and the user did not allow it."""
+
+
+def refuse_uncontained(mode: Mode, allowed: bool) -> None:
+    """Raise Uncontained where `mode` falls short of containment and the user did not opt in."""
+    if mode.complete:
+        return
+    if allowed:
+        log.warning("running candidates UNCONTAINED (--allow-uncontained): %s", mode.description)
+        return
+    raise Uncontained(
+        f"the process sandbox cannot contain candidates on this host (containment: {mode.description}): "
+        "their code could reach this host's files, unix sockets and processes and start processes "
+        "without limit. Run the bot as root on Linux (cgroup v2 mounted, namespaces allowed), or use "
+        "--sandbox docker, or pass --allow-uncontained to run them anyway."
+    )
 
 
 @functools.cache

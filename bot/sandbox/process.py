@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, proc_status, worker_env
 from bot.sandbox.cgroup import Leaf, PidsCap
-from bot.sandbox.contained import containment, prepare
+from bot.sandbox.contained import containment, prepare, refuse_uncontained
 from bot.sandbox.cores import worker_cores
 from bot.sandbox.fork_client import DriverInitialized, ForkServer, ForkServerError, ForkSettings
 from bot.sandbox.isolate import Containment, enter
@@ -197,12 +197,13 @@ def confine(memory_mb: int, device: str, cores: set[int], plan: Containment | No
 class ProcessSandbox(Sandbox):
     name = "process"
 
-    def __init__(self, start_fork_server: bool = True):
+    def __init__(self, start_fork_server: bool = True, allow_uncontained: bool = False):
         # A server already running serves everyone; starting one (a torch import of its own,
         # before the first fork) pays only where several workers start: a `bot verify`'s
         # two start sooner side by side (on 2 vCPUs the command took 4.7 s without a server,
         # 5.4 s with one: medians of four, interleaved).
         self.start_fork_server = start_fork_server
+        refuse_uncontained(containment(), allow_uncontained)
 
     def start(self, launch: WorkerLaunch) -> RunningWorker:
         launch.workdir.mkdir(parents=True, exist_ok=True)
