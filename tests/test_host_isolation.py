@@ -5,11 +5,13 @@ be planted or held by it (docs/security.md, "Reaching the host")."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,32 @@ def test_lock_files_planted_in_tmp_neither_hang_bot_verify_nor_make_it_create_a_
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]  # honest apart from its plants
     assert not LOCK_TARGET.exists()
     assert time.monotonic() - began < 120
+
+
+def test_replicas_share_their_sources_gid_and_no_other_source_gets_it(tmp_path):
+    # A gid made from a hash of the cache folder's name could be ground to match the baseline's,
+    # whose compile cache its group may write.
+    from bot.sandbox.base import WorkerLaunch
+    from bot.sandbox.contained import prepare
+
+    def crc(name: str) -> int:
+        return zlib.crc32(str(tmp_path / "compile" / name).encode()) % (1 << 16)
+
+    ground = next(f"b{i}" for i in itertools.count() if crc(f"b{i}") == crc("a"))  # what a candidate would do
+    made = []
+    try:
+        for n, source in enumerate(["a", "a", ground]):
+            launch = WorkerLaunch(tmp_path / f"w{n}", tmp_path / "compile" / source, (), "cpu")
+            launch.workdir.mkdir()
+            launch.cache_dir.mkdir(parents=True, exist_ok=True)
+            made.append(prepare(launch, launch.workdir / "worker.log"))
+        uids = [m.plan.uid for m in made]
+        gids = [m.plan.gid for m in made]
+        assert len(set(uids)) == 3 and gids[0] == gids[1] != gids[2]
+        assert (tmp_path / "compile" / ground).stat().st_gid == gids[2]
+    finally:
+        for m in made:
+            if m.leaf is not None:
+                m.leaf.kill()
+            if m.pids is not None and m.leaf is not None and m.pids.path != m.leaf.path:
+                m.pids.remove()

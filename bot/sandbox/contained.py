@@ -10,12 +10,13 @@ per candidate source, so replicas share its compile cache), and gives it its fol
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
+import secrets
 import stat
 import sys
 import threading
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,8 +89,19 @@ def containment() -> Mode:
     return Mode(tree is not None, tree is not None and not why_not_pids, not why_not_ns, not why_not_ns, description)
 
 
-_numbers = iter(range(1, 1 << 16))
+# Worker uids and source gids are handed out once each per bot process, from a random place in
+# the range. A gid made from a hash of the cache folder's name (as it was) can be ground: a
+# candidate varies its source until its gid is the baseline's, then writes the baseline's
+# group-writable compile cache. Two bot processes at once rarely hand out the same ids.
+_START = secrets.randbelow(1 << 16)
+_numbers = itertools.count(1)
 _numbers_lock = threading.Lock()
+_gids: dict[str, int] = {}
+
+
+def _next_id() -> int:
+    """1 .. 65535, once each (the caller holds _numbers_lock)."""
+    return (_START + next(_numbers)) % ((1 << 16) - 1) + 1
 _groups_done: set[str] = set()
 
 
@@ -119,8 +131,8 @@ def prepare(launch: WorkerLaunch, log_path: Path) -> Prepared:
         )
         return Prepared(plan, leaf, pids)
     with _numbers_lock:
-        uid = UID_BASE + next(_numbers)
-    gid = GID_BASE + zlib.crc32(str(launch.cache_dir).encode()) % (1 << 16)
+        uid = UID_BASE + _next_id()
+        gid = _gids.setdefault(str(launch.cache_dir), GID_BASE + _next_id())
     os.chown(launch.workdir, uid, gid)
     os.chmod(launch.workdir, 0o700)
     if log_path.exists():
