@@ -26,7 +26,15 @@ from bot.sandbox.contained import containment
 
 REPO = Path(__file__).resolve().parents[1]
 PLANT = "kernel_bot_host_plant"
-PLANT_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/tmp/torchinductor_kernel-bot-worker", "/tmp/torchinductor_root")
+OPEN_FOLDER = Path("/opt/kernel-bot-open-folder")  # a host folder anyone may write
+PLANT_FOLDERS = (
+    "/tmp",
+    "/var/tmp",
+    "/dev/shm",
+    "/tmp/torchinductor_kernel-bot-worker",
+    "/tmp/torchinductor_root",
+    str(OPEN_FOLDER),
+)
 SOCKET_NAME = "kernel-bot-host-service.sock"
 SOCKET_FOLDERS = ("/tmp", "/run", "/var/tmp", "/dev/shm")
 LOCK_TARGET = Path("/root/kernel_bot_planted_lock_target")
@@ -74,6 +82,8 @@ def hostile_run():
     """One evaluation of the hostile candidates beside the honest one, with host listeners."""
     for folder in PLANT_FOLDERS:
         (Path(folder) / PLANT).unlink(missing_ok=True)
+    OPEN_FOLDER.mkdir(exist_ok=True)
+    os.chmod(OPEN_FOLDER, 0o777)
     listeners = _listeners()
     try:
         problem = load_problem(PROBLEMS / "scale_add.py")
@@ -92,11 +102,13 @@ def hostile_run():
             server.close()
             path.unlink(missing_ok=True)
     planted = [folder for folder in PLANT_FOLDERS if (Path(folder) / PLANT).exists()]
+    (OPEN_FOLDER / PLANT).unlink(missing_ok=True)
+    OPEN_FOLDER.rmdir()
     verdicts = {o.candidate.name: o.verdict for o in result.candidates}
     return verdicts, reached, planted
 
 
-def test_files_planted_in_tmp_var_tmp_and_dev_shm_never_reach_the_host(hostile_run):
+def test_files_planted_in_tmp_var_tmp_dev_shm_or_an_open_folder_never_reach_the_host(hostile_run):
     verdicts, _, planted = hostile_run
     assert planted == []  # nor a compile cache in /tmp/torchinductor_<user> that a later run would trust
     # The honest twin works in the same sandbox (its timing checks are left out: under the

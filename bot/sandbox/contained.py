@@ -102,6 +102,8 @@ _gids: dict[str, int] = {}
 def _next_id() -> int:
     """1 .. 65535, once each (the caller holds _numbers_lock)."""
     return (_START + next(_numbers)) % ((1 << 16) - 1) + 1
+
+
 _groups_done: set[str] = set()
 
 
@@ -152,6 +154,7 @@ def prepare(launch: WorkerLaunch, log_path: Path) -> Prepared:
         uid=uid,
         gid=gid,
         expose=expose,
+        writable=(str(launch.workdir), str(launch.cache_dir)),
         hide=_cgroup_mounts(),
     )
     return Prepared(plan, leaf, pids)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import stat
 import sys
@@ -49,6 +50,7 @@ class Containment:
     uid: int | None = None  # None: stays the bot's user
     gid: int | None = None
     expose: tuple[str, ...] = ()  # paths the worker must reach though an ancestor is closed
+    writable: tuple[str, ...] = ()  # all it may write besides its private tmpfs covers
     hide: tuple[str, ...] = ()  # folders covered by an empty read-only tmpfs (cgroup mounts)
 
     def as_dict(self) -> dict:
@@ -58,7 +60,7 @@ class Containment:
     def from_dict(data: dict | None) -> Containment:
         if not data:
             return Containment()
-        lists = {name: tuple(data.get(name, ())) for name in ("join", "expose", "hide")}
+        lists = {name: tuple(data.get(name, ())) for name in ("join", "expose", "writable", "hide")}
         return Containment(**{**data, **lists})
 
 
@@ -111,6 +113,8 @@ def enter(plan: Containment) -> None:
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         for folder in plan.hide:
             mount("tmpfs", folder, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+        if plan.uid is not None:
+            read_only_rest(plan.writable)
     if plan.uid is not None:
         os.setgroups([])
         os.setresgid(plan.gid, plan.gid, plan.gid)
@@ -200,6 +204,46 @@ def _bind_back(top: str, path: str, fd: int) -> None:
     else:
         open(path, "w").close()
     mount(source, path, None, MS_BIND | MS_REC)
+
+
+# Per-mount flags a read-only remount must give again (a bind remount sets all of them).
+_MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024, "nodiratime": 2048}
+MS_REMOUNT, MS_RELATIME = 32, 1 << 21
+_LEFT_WRITABLE = ("/proc", "/sys", "/dev")  # device nodes are written through any mount
+
+
+def read_only_rest(writable: tuple[str, ...]) -> None:
+    """Remount every mount of this namespace read-only but the private tmpfs covers, /proc,
+    /sys, /dev and `writable` (the work folder and the source's compile cache, each bound onto
+    itself first so that it is a mount of its own): nothing else the worker writes can reach
+    the host, whatever the permissions of the host's folders."""
+    for path in writable:
+        mount(path, path, None, MS_BIND | MS_REC)
+    keep = tuple(os.path.realpath(p) for p in PRIVATE) + _LEFT_WRITABLE + tuple(writable)
+    for target, options in _mounts():
+        if any(target == k or _under(target, k) for k in keep) or "ro" in options:
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_RELATIME * ("relatime" in options)
+        for name, flag in _MOUNT_FLAGS.items():
+            flags |= flag if name in options else 0
+        try:
+            mount(None, target, None, flags)
+        except OSError:
+            if target == "/":
+                raise
+            # a mount under another (already read-only) that the kernel will not remount: its own
+            # permissions still apply to the worker's uid
+
+
+def _mounts() -> list[tuple[str, set[str]]]:
+    """(mount point, its per-mount options) of this process's namespace."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            target = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            found.append((target, set(fields[5].split(","))))
+    return found
 
 
 def closed_ancestors(paths: tuple[str, ...], uid: int) -> dict[str, set[str]]:
