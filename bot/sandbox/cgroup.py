@@ -31,30 +31,23 @@ FREEZE_WAIT_S = 5.0  # a frozen state is reached in well under a millisecond on 
 KILL_WAIT_S = 10.0
 
 
-def cgroup2_mount(mounts: str | None = None) -> Path | None:
-    """Where the unified (v2) hierarchy is mounted, from /proc/self/mounts."""
+def _mount_table(mounts: str | None) -> list[list[str]]:
+    """/proc/self/mounts (or `mounts`), a list of fields per line: device, where, type, options."""
     try:
         text = Path("/proc/self/mounts").read_text() if mounts is None else mounts
     except OSError:
-        return None
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[2] == "cgroup2":
-            return Path(parts[1])
-    return None
+        return []
+    return [parts for parts in (line.split() for line in text.splitlines()) if len(parts) >= 4]
+
+
+def cgroup2_mount(mounts: str | None = None) -> Path | None:
+    """Where the unified (v2) hierarchy is mounted, from /proc/self/mounts."""
+    return next((Path(p[1]) for p in _mount_table(mounts) if p[2] == "cgroup2"), None)
 
 
 def pids_v1_mount(mounts: str | None = None) -> Path | None:
     """Where a v1 hierarchy with the pids controller is mounted, if any."""
-    try:
-        text = Path("/proc/self/mounts").read_text() if mounts is None else mounts
-    except OSError:
-        return None
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and parts[2] == "cgroup" and "pids" in parts[3].split(","):
-            return Path(parts[1])
-    return None
+    return next((Path(p[1]) for p in _mount_table(mounts) if p[2] == "cgroup" and "pids" in p[3].split(",")), None)
 
 
 def _read(path: Path) -> str:
