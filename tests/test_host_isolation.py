@@ -178,3 +178,22 @@ def test_replicas_share_their_sources_gid_and_no_other_source_gets_it(tmp_path):
                 m.leaf.kill()
             if m.pids is not None and m.leaf is not None and m.pids.path != m.leaf.path:
                 m.pids.remove()
+
+
+@pytest.mark.gpu
+def test_cuda_triton_and_compiled_candidates_run_whole_under_the_containment():
+    # The GPU's device nodes, the driver and the compilers (nvcc, ptxas, Triton) work with a
+    # private /run and /tmp, the rest read-only and the process limit (on a host of many cores
+    # two per core and 64 more).
+    problem = load_problem(PROBLEMS / "big_add.py")
+    names = ["big_add_triton", "big_add_cuda"]
+    options = EvalOptions(
+        device="cuda",
+        limits=Limits(memory_mb=32768, call_timeout_s=60),
+        timing=TimingOptions(time_cap_s=1.0, min_samples=10),
+        cache_root=Path("/tmp/kernel-bot-gpu-cache"),
+    )
+    result = evaluate(problem, [load_candidate(CANDIDATES / f"{n}.py") for n in names], None, options)
+    assert {"pids", "mntns", "uid"} <= set(result.environment.containment.split("+")), result.environment
+    for outcome in result.candidates:
+        assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
