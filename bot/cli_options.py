@@ -38,13 +38,30 @@ DEVICE = click.option(
     show_default=True,
     help="Where candidates run.",
 )
-SANDBOX = click.option(
+_SANDBOX_KIND = click.option(
     "--sandbox",
     type=click.Choice(choices(SandboxKind)),
     default=DEFAULTS.sandbox.value,
     show_default=True,
     help="How untrusted candidates are isolated.",
 )
+# Not a setting of the repository's configuration: a pull request must not be able to let its
+# own code out of the sandbox.
+_ALLOW_UNCONTAINED = click.option(
+    "--allow-uncontained",
+    is_flag=True,
+    default=DEFAULTS.allow_uncontained,
+    help="Run candidates under the process sandbox even where it cannot contain them (not root, "
+    "no namespaces, no cgroup or pids limit): they can then reach this host's files, sockets and "
+    "processes. docs/sandbox.md.",
+)
+
+
+def SANDBOX(func: F) -> F:  # noqa: N802  used as the option decorators beside it are
+    """--sandbox and --allow-uncontained."""
+    return _SANDBOX_KIND(_ALLOW_UNCONTAINED(func))
+
+
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 GPUS = click.option(
     "--gpus",

@@ -145,6 +145,7 @@ OVERRIDE_CHECKS: dict[str, Callable[[Any], Any]] = {
     "exclude": _patterns,
     "use_cache": _flag,
     "tolerance": _choice(TolerancePolicy),
+    "allow_uncontained": _flag,
 }
 FILE_KEYS = {name.replace("_", "-"): name for name in CHECKS}
 

@@ -44,6 +44,7 @@ def evaluation_options(settings: Settings, device: str | None = None) -> EvalOpt
         min_speedup=settings.min_speedup,
         use_cache=settings.use_cache,
         tolerance=settings.tolerance,
+        allow_uncontained=settings.allow_uncontained,
     )
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from bot.sandbox.cgroup import TOP, Leaf, cgroup2_mount, sweep_dead_runs
+from bot.sandbox.cgroup import TOP, Leaf, cgroup2_mount, pids_v1_mount, sweep_dead_runs
 from bot.sandbox.contained import containment
 from bot.sandbox.scrub import REDACTED, scrub, secret_values
 
@@ -56,3 +57,16 @@ def test_a_dead_bots_subtree_is_killed_and_removed_and_a_live_ones_kept():
         orphan.kill()
         orphan.wait()
         live.rmdir()
+
+
+def test_the_pids_controller_is_found_in_v2_or_v1_as_the_host_mounts_it():
+    hybrid = (
+        "cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0\n"
+        "cgroup /sys/fs/cgroup/pids cgroup rw,nosuid,relatime,pids 0 0\n"
+        "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n"
+    )
+    assert cgroup2_mount(hybrid) == Path("/sys/fs/cgroup/unified")
+    assert pids_v1_mount(hybrid) == Path("/sys/fs/cgroup/pids")
+    unified = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime 0 0\n"
+    assert cgroup2_mount(unified) == Path("/sys/fs/cgroup") and pids_v1_mount(unified) is None
+    assert pids_v1_mount("cgroup /sys/fs/cgroup/cpu cgroup rw,cpu,cpuacct 0 0\n") is None

@@ -4,13 +4,18 @@ own process that asked after it."""
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 import textwrap
 import threading
 import time
 
-from bot.engine.gpulock import _lock_for, gpu_exclusive, gpu_shared
+import pytest
+
+from bot.engine import gpulock
+from bot.engine.gpulock import LockError, _lock_for, gpu_exclusive, gpu_shared
 
 KEY = f"test-starve-{time.time_ns()}"
 
@@ -112,3 +117,88 @@ def _give_up_waiting(lock):
         pass
     finally:
         lock._cond.wait = cond_wait
+
+
+# The lock files: in a folder only the bot's user owns, never through a link, never an endless
+# wait (docs/security.md, "Reaching the host": a candidate planted them in the temp folder).
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """A lock folder of this test's own (the bot's is shared with other runs on the machine)."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    return tmp_path / "kernel-bot"
+
+
+def test_lock_files_are_the_bots_own_in_a_folder_closed_to_everyone_else(folder):
+    with gpu_exclusive(f"own-{time.time_ns()}"):
+        pass
+    info = folder.stat()
+    assert stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.geteuid()
+    files = list(folder.iterdir())
+    assert len(files) == 2 and all(f.is_file() and stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+
+
+def test_a_lock_folder_left_open_is_closed_again(folder):
+    folder.mkdir(mode=0o777)
+    os.chmod(folder, 0o777)
+    with gpu_shared(f"open-{time.time_ns()}"):
+        pass
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+def test_a_link_planted_as_a_lock_file_is_refused_and_nothing_is_made_where_it_points(folder, tmp_path):
+    key = f"planted-{time.time_ns()}"
+    folder.mkdir(mode=0o700)
+    target = tmp_path / "where-the-link-points"
+    (folder / f"{key}.intent.lock").symlink_to(target)
+    with pytest.raises(LockError, match="link"):
+        with gpu_exclusive(key):
+            raise AssertionError("took a lock through a planted link")
+    assert not target.exists()
+
+
+def test_a_lock_folder_that_is_a_link_or_not_ours_is_refused(folder, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    folder.symlink_to(elsewhere)
+    with pytest.raises(LockError, match="not a folder of the bot's own"):
+        with gpu_shared(f"linked-{time.time_ns()}"):
+            pass
+    assert list(elsewhere.iterdir()) == []
+    if os.geteuid() == 0:  # only root can give a folder away
+        folder.unlink()
+        folder.mkdir(mode=0o700)
+        os.chown(folder, 12345, 12345)
+        with pytest.raises(LockError, match="belongs to uid 12345"):
+            with gpu_shared(f"theirs-{time.time_ns()}"):
+                pass
+
+
+def test_a_lock_file_held_too_long_is_an_error_that_names_its_holder(folder, monkeypatch):
+    key = f"held-{time.time_ns()}"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(folder / f"{key}.intent.lock")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(gpulock, "LOCK_WAIT_S", 0.5)
+        began = time.monotonic()
+        with pytest.raises(LockError, match=f"held by process\\(es\\) {holder.pid}"):
+            with gpu_exclusive(key):
+                raise AssertionError("took a lock another process holds")
+        assert time.monotonic() - began < 5
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# A process holding a shared lock on a file, as a planted one was held.
+HOLDER = textwrap.dedent("""
+    import fcntl, os, sys, time
+    os.makedirs(os.path.dirname(sys.argv[1]), mode=0o700, exist_ok=True)
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    print("held", flush=True)
+    time.sleep(60)
+""")

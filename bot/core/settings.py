@@ -90,6 +90,8 @@ class Settings:
     use_cache: bool = True  # reuse verdicts and timings of candidates judged before
     # The command line's alone too: a pull request must not loosen the rule its own code is judged by.
     tolerance: TolerancePolicy = TolerancePolicy.STRICT
+    # Run candidates under a process sandbox that cannot contain them (bot.sandbox.contained).
+    allow_uncontained: bool = False
 
 
 DEFAULTS = Settings()

@@ -44,7 +44,7 @@ class Session:
 
     def __init__(self, problem: Problem, options: EvalOptions, root: Path, workers: int):
         self.problem, self.options, self.root = problem, options, root
-        self.sandbox = make_sandbox(options.sandbox, workers)
+        self.sandbox = make_sandbox(options.sandbox, workers, options.allow_uncontained)
         self.workers: list[WorkerClient] = []
         # Set once the reference's first trial has sized the shape (`admit`): the longest
         # message a worker may send, a contender's resident-memory limit, the GPU reservation.

@@ -56,6 +56,7 @@ class EvalOptions:
     cache_root: Path = field(default_factory=default_cache_root)  # $XDG_CACHE_HOME/kernel-bot
     use_cache: bool = False  # reuse conclusive verdicts and timings of candidates judged before (bot.engine.cache)
     tolerance: TolerancePolicy = DEFAULTS.tolerance  # what outputs are compared with (bot.engine.tolerance)
+    allow_uncontained: bool = False  # the process sandbox runs candidates even where it cannot contain them
 
 
 def _environment(env: dict[str, Any]) -> Environment:

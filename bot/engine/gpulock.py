@@ -7,6 +7,12 @@ Timings go in the order they asked: otherwise a problem verified early can wait 
 later ones are timed, until a sweep's time limit comes first.
 Within one process this is a readers-writer lock; across processes of the bot (e.g. two
 `bot optimize` runs on one runner) an fcntl lock file per GPU does the same.
+
+The lock files live in a folder only the bot's user owns (`lock_folder`: 0700, checked, never
+a link) and are opened relative to it without following links, checked to be the bot's own
+regular files: a name planted there (a link to where root would create a file, a file someone
+else holds a lock on) is refused, not used. A lock file held past `LOCK_WAIT_S` is an error
+that names its holders, never an endless wait.
 """
 
 from __future__ import annotations
@@ -14,11 +20,26 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
+import itertools
 import os
+import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from bot.core.errors import BotError
+
+# The longest a lock file is waited for. Another bot process holds it for one measurement
+# (shared: one verification call, up to the 900 s of a first call's compile), so twice that
+# is a holder that is stuck, or not the bot.
+LOCK_WAIT_S = 1800.0
+LOCK_POLL_S = 0.02
+
+
+class LockError(BotError):
+    """The bot's lock folder or a lock file in it is not the bot's own, or was held too long."""
 
 
 class _RWLock:
@@ -70,15 +91,94 @@ def _lock_for(key: str) -> _RWLock:
         return _LOCKS.setdefault(key, _RWLock())
 
 
+def lock_folder() -> Path:
+    """Where the bot's lock files are: the user's runtime folder ($XDG_RUNTIME_DIR, which only
+    the user may enter) or else a folder of the user's id in the temp folder, as tmux keeps
+    its sockets; shared by every bot process of this user on this machine."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        return Path(runtime) / "kernel-bot"
+    return Path(tempfile.gettempdir()) / f"kernel-bot-{os.geteuid()}"
+
+
 def _lock_file(key: str, part: str = "") -> Path:
-    return Path(tempfile.gettempdir()) / f"kernel-bot-{key}{part}.lock"
+    return lock_folder() / f"{key}{part}.lock"
+
+
+def _open_folder(folder: Path) -> int:
+    """The lock folder, made if missing, opened without following a link, and checked to be
+    this user's own and closed to everyone else."""
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise LockError(f"cannot make the lock folder {folder}: {exc}") from None
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LockError(f"the lock folder {folder} is not a folder of the bot's own (a link?): {exc}") from None
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid():
+        os.close(fd)
+        raise LockError(f"the lock folder {folder} belongs to uid {info.st_uid}, not the bot's {os.geteuid()}")
+    if info.st_mode & 0o077:
+        os.fchmod(fd, 0o700)  # ours, left open by hand: closed again; files in it are checked one by one
+    return fd
+
+
+def _open_lock(path: Path) -> int:
+    """`path` in the checked lock folder: created 0600 or opened, never through a link (nor as
+    a terminal, FIFO or device), and only if it is this user's own regular file."""
+    folder = _open_folder(path.parent)
+    try:
+        fd = os.open(
+            path.name,
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC,
+            0o600,
+            dir_fd=folder,
+        )
+    except OSError as exc:
+        raise LockError(f"cannot open the lock file {path} (a link planted there?): {exc}") from None
+    finally:
+        os.close(folder)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1:
+        os.close(fd)
+        raise LockError(
+            f"the lock file {path} is not the bot's own regular file (uid {info.st_uid}, "
+            f"mode {stat.filemode(info.st_mode)}, {info.st_nlink} link(s))"
+        )
+    return fd
+
+
+def _holders(fd: int) -> str:
+    """Processes holding a lock on the file behind `fd`, from /proc/locks."""
+    info = os.fstat(fd)
+    inode = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return "unknown processes"
+    pids = sorted({f.split()[4] for f in lines if len(f.split()) > 5 and f.split()[5] == inode})
+    return "process(es) " + ", ".join(pids) if pids else "unknown processes"
 
 
 @contextlib.contextmanager
 def _flock(path: Path, mode: int) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = _open_lock(path)
+    began = time.monotonic()
     try:
-        fcntl.flock(fd, mode)
+        for attempt in itertools.count():
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - began > LOCK_WAIT_S:
+                    raise LockError(
+                        f"waited {LOCK_WAIT_S:.0f} s for the lock file {path}, held by {_holders(fd)}"
+                    ) from None
+                time.sleep(min(LOCK_POLL_S, 0.0005 * 2**attempt))  # 0.5 ms, doubling up to the poll
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)

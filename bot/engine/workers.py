@@ -135,10 +135,11 @@ class WorkerClient:
         pids = self.running.processes()
         main = self.running.pid
         extra = [p for p in pids or () if p != main]
+        limits = self.running.limits_hit()  # forks the kernel refused: gone before any listing
         if not extra:
-            return []
+            return limits
         names = ", ".join(f"{_command(p)} (pid {p})" for p in extra[:5])
-        return [scrub(f"{len(extra)} process(es) besides the worker in its cgroup: {names}")]
+        return [scrub(f"{len(extra)} process(es) besides the worker in its cgroup: {names}")] + limits
 
     def _threads_seen_from_outside(self, reported: list[str]) -> list[str]:
         """What the worker reported as new threads, or, where it reported none, the threads the

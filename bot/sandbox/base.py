@@ -39,7 +39,10 @@ class Limits:
     construct_timeout_s: float = 120.0
     call_timeout_s: float = 60.0
     first_call_timeout_s: float = 900.0  # torch.compile / Triton autotuning happen at the first call
-    pids: int = 512
+    # Processes and threads of one worker and everything it starts (a CPU worker runs about
+    # ten, a GPU one a torch thread per core it may use): a fork storm stops here. The docker
+    # backend's pids limit and, where the bot is root, the process backend's pids.max.
+    pids: int = field(default_factory=lambda: max(256, 2 * (os.cpu_count() or 1) + 64))
     cpus: float | None = None
     # A request whose worker's whole tree used under `stall_cpu_s` of CPU in this long is
     # stopped: it sleeps, deadlocks or waits (a compile keeps the CPU busy, and runs on).
@@ -138,7 +141,7 @@ class RunningWorker(ABC):
     sock: socket.socket
     log_path: Path
     pid: int | None = None  # the worker's main thread as the bot sees it (for CPU pinning)
-    containment: str = ""  # what keeps it and its children in (e.g. "cgroup+pidns+netns+uid")
+    containment: str = ""  # what keeps it and its children in (e.g. "cgroup+pids+pidns+netns+mntns+uid")
     _frozen_since: float | None = None
     _frozen_total_s: float = 0.0
 
@@ -173,6 +176,11 @@ class RunningWorker(ABC):
         """Every process of the worker's unit as the kernel lists it (the worker's own
         included), where the backend can tell; None where it cannot."""
         return None
+
+    def limits_hit(self) -> list[str]:
+        """Limits the kernel enforced on the worker's unit (a fork refused at its process
+        limit), in words, read from outside; empty where none was hit or none can be read."""
+        return []
 
     def cpu_seconds(self) -> float | None:
         """CPU time used by the worker's unit so far (its own process at least)."""
@@ -235,12 +243,16 @@ class Sandbox(ABC):
 FORK_SERVER_MIN_WORKERS = 4
 
 
-def make_sandbox(name: str, workers: int | None = None) -> Sandbox:
-    """The backend `name`, for an evaluation that will start about `workers` workers."""
+def make_sandbox(name: str, workers: int | None = None, allow_uncontained: bool = False) -> Sandbox:
+    """The backend `name`, for an evaluation that will start about `workers` workers; the
+    process backend refuses where it cannot contain them, unless `allow_uncontained`."""
     if name == "process":
         from bot.sandbox.process import ProcessSandbox
 
-        return ProcessSandbox(start_fork_server=workers is None or workers >= FORK_SERVER_MIN_WORKERS)
+        return ProcessSandbox(
+            start_fork_server=workers is None or workers >= FORK_SERVER_MIN_WORKERS,
+            allow_uncontained=allow_uncontained,
+        )
     if name == "docker":
         from bot.sandbox.docker import DockerSandbox
 

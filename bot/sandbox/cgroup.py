@@ -4,6 +4,11 @@ The kernel accounts for everything a worker starts (double forks and `setsid` in
 its leaf, so the parent can count its processes and threads, read its CPU time, freeze it and
 kill all of it, from outside and without trusting anything that runs there.
 Layout: <cgroup2 mount>/kernel-bot/<bot pid>-<random>/w<N>.
+
+Each worker also has a limit on its processes and threads (`pids.max`), in its own leaf where
+the v2 hierarchy has the pids controller, else in a folder of the same name under the v1 pids
+hierarchy (hybrid hosts: the pids controller is bound to v1 there). The kernel refuses a fork
+past it and counts each refusal (`pids.events`), which the parent reads from outside.
 """
 
 from __future__ import annotations
@@ -26,17 +31,23 @@ FREEZE_WAIT_S = 5.0  # a frozen state is reached in well under a millisecond on 
 KILL_WAIT_S = 10.0
 
 
-def cgroup2_mount(mounts: str | None = None) -> Path | None:
-    """Where the unified (v2) hierarchy is mounted, from /proc/self/mounts."""
+def _mount_table(mounts: str | None) -> list[list[str]]:
+    """/proc/self/mounts (or `mounts`), a list of fields per line: device, where, type, options."""
     try:
         text = Path("/proc/self/mounts").read_text() if mounts is None else mounts
     except OSError:
-        return None
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[2] == "cgroup2":
-            return Path(parts[1])
-    return None
+        return []
+    return [parts for parts in (line.split() for line in text.splitlines()) if len(parts) >= 4]
+
+
+def cgroup2_mount(mounts: str | None = None) -> Path | None:
+    """Where the unified (v2) hierarchy is mounted, from /proc/self/mounts."""
+    return next((Path(p[1]) for p in _mount_table(mounts) if p[2] == "cgroup2"), None)
+
+
+def pids_v1_mount(mounts: str | None = None) -> Path | None:
+    """Where a v1 hierarchy with the pids controller is mounted, if any."""
+    return next((Path(p[1]) for p in _mount_table(mounts) if p[2] == "cgroup" and "pids" in p[3].split(",")), None)
 
 
 def _read(path: Path) -> str:
@@ -98,6 +109,29 @@ class Leaf:
         kill_tree(self.path)
 
 
+@dataclass(frozen=True)
+class PidsCap:
+    """The kernel's limit on one worker's processes and threads, and its count of the forks
+    it refused for it."""
+
+    path: Path  # the cgroup folder holding pids.max and pids.events
+    limit: int
+
+    def refused(self) -> int:
+        """Forks (and threads) refused at the limit so far ("max N" in pids.events)."""
+        try:
+            for line in _read(self.path / "pids.events").splitlines():
+                if line.startswith("max "):
+                    return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
+        return 0
+
+    def remove(self) -> None:
+        """Kill what is left in it and remove it (a v1 folder; a v2 leaf goes with its Leaf)."""
+        kill_tree(self.path)
+
+
 def kill_tree(path: Path) -> None:
     """cgroup.kill (Linux 5.14+) or, before it, freeze and SIGKILL each process; then rmdir
     the leaves and the folder itself."""
@@ -147,18 +181,60 @@ def sweep_dead_runs(top: Path) -> list[Path]:
 class RunTree:
     """This bot process's subtree; leaves are handed out one per worker."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, pids_v1: Path | None = None):
         self.path = root / TOP / f"{os.getpid()}-{secrets.token_hex(4)}"
         self.path.mkdir(parents=True)
         self._numbers = itertools.count()
+        self.pids_path: Path | None = None  # this run's folder in the v1 pids hierarchy, if used
+        self.pids_in_leaf = _enable_pids(root, self.path)
+        if not self.pids_in_leaf and pids_v1 is not None:
+            try:
+                folder = pids_v1 / TOP / self.path.name
+                folder.mkdir(parents=True)
+                self.pids_path = folder
+            except OSError as exc:
+                log.warning("no pids cgroup under %s: %s", pids_v1, exc)
 
     def leaf(self) -> Leaf:
         path = self.path / f"w{next(self._numbers)}"
         path.mkdir()
         return Leaf(path)
 
+    def pids_cap(self, leaf: Leaf, limit: int) -> PidsCap | None:
+        """`leaf`'s limit of `limit` processes and threads set; None where no pids controller
+        can be had here."""
+        if self.pids_in_leaf:
+            folder = leaf.path
+        elif self.pids_path is not None:
+            folder = self.pids_path / leaf.path.name
+            folder.mkdir(exist_ok=True)
+        else:
+            return None
+        _write(folder / "pids.max", str(limit))
+        return PidsCap(folder, limit)
+
+    @property
+    def limits_processes(self) -> bool:
+        return self.pids_in_leaf or self.pids_path is not None
+
     def close(self) -> None:
         kill_tree(self.path)
+        if self.pids_path is not None:
+            kill_tree(self.pids_path)
+
+
+def _enable_pids(root: Path, run: Path) -> bool:
+    """Turn the v2 pids controller on from `root` down to `run`'s children; whether it is."""
+    try:
+        if "pids" not in _read(root / "cgroup.controllers").split():
+            return False
+        for folder in (root, root / TOP, run):
+            if "pids" not in _read(folder / "cgroup.subtree_control").split():
+                _write(folder / "cgroup.subtree_control", "+pids")
+        return True
+    except OSError as exc:
+        log.warning("the v2 pids controller could not be enabled under %s: %s", root, exc)
+        return False
 
 
 _tree: RunTree | None = None
@@ -179,7 +255,7 @@ def run_tree() -> tuple[RunTree | None, str]:
             _tree, _tree_reason = None, f"{root} is not writable (not root)"
         else:
             try:
-                _tree, _tree_reason = RunTree(root), ""
+                _tree, _tree_reason = RunTree(root, pids_v1_mount()), ""
             except OSError as exc:
                 _tree, _tree_reason = None, f"cannot create a cgroup under {root}: {exc}"
         if _tree is None:
