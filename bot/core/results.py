@@ -25,6 +25,7 @@ from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_json import as_list, drop_none, read_interval
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION, validate
 from bot.core.settings import DEFAULTS
+from bot.core.time_split import TimeSplit
 
 KIND = "kernel-bot-results"
 RESULTS_FILE = "results.json"  # its name in a results directory
@@ -85,6 +86,7 @@ class ProblemResult:
     environment: Environment | None = None  # None: nothing was measured (written as {})
     llm: Mapping[str, Any] = field(default_factory=dict)
     reference_precision: str | None = None  # stage 1 leaves it out; the schema allows it
+    time_split: TimeSplit | None = None  # where wall_s went; absent in older documents
 
     @property
     def failed(self) -> bool:
@@ -116,6 +118,7 @@ class ProblemResult:
                 "environment": self.environment.to_json() if self.environment else {},
                 "llm": dict(self.llm),
                 "reference_precision": self.reference_precision,
+                "time_split": self.time_split.to_json() if self.time_split else None,
             },
             "problem_path",
             "distributions",
@@ -125,6 +128,7 @@ class ProblemResult:
             "stopped",
             "wall_s",
             "reference_precision",
+            "time_split",
         )
 
     @classmethod
@@ -151,6 +155,7 @@ class ProblemResult:
             _environment(d.get("environment")),
             dict(d.get("llm") or {}),
             d.get("reference_precision"),
+            TimeSplit.from_json(d["time_split"]) if d.get("time_split") else None,
         )
 
 

@@ -16,9 +16,11 @@ from bot.core.results import ProblemResult
 from bot.core.results import Skipped as SkippedResult
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.settings import DEFAULTS, Backend, Strategy
+from bot.core.time_split import TimeSplit
 from bot.engine.device_name import device_name
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.llm_rounds import Rounds, llm_rounds
+from bot.engine.phase_clock import PhaseClock, recording
 from bot.propose.base import Hardware, Proposer, hardware_for
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import path_of
@@ -86,6 +88,7 @@ class OptimizeResult:
     error: str | None = None  # the problem could not be evaluated (one clear line)
     implausible: tuple[Implausible, ...] = ()  # timed, kept from a claim by the guard
     max_plausible_speedup: float = DEFAULTS.max_plausible_speedup
+    time_split: TimeSplit | None = None  # where `wall_s` went (bot.core.time_split)
 
     @property
     def outcome(self) -> str:
@@ -121,6 +124,7 @@ class OptimizeResult:
             # A failed problem measured nothing: no environment for the reports to show.
             None if self.error else self.environment,
             {k: v for k, v in self.llm.items() if k != "transcript"},
+            time_split=self.time_split,
         )
 
     def to_json(self, min_speedup: float) -> dict[str, Any]:
@@ -251,13 +255,15 @@ def optimize(
     skipped: list[Skipped] = []
     evaluations: list[Evaluation] = []
     stopped = "done"
+    clock = PhaseClock(started)  # where the wall time goes, on this process's own clock
 
     def run(round_: int, cands: list[CandidateSource]) -> None:
         remaining = deadline - time.monotonic()
         ev_opts = options.evaluation
         if remaining < ev_opts.timing.time_cap_s * 4:  # keep the timing inside the budget
             ev_opts = replace(ev_opts, timing=replace(ev_opts.timing, time_cap_s=max(remaining / 4, 0.5)))
-        evaluation = evaluate(problem, cands, baseline, ev_opts, progress)
+        with recording(clock):
+            evaluation = evaluate(problem, cands, baseline, ev_opts, progress)
         refuse_rejected_baseline(problem, evaluation, not evaluations, progress)
         evaluations.append(evaluation)
         attempts.extend(Attempt(round_, o) for o in evaluation.candidates)
@@ -311,6 +317,7 @@ def optimize(
     base = next((e.baseline for e in reversed(evaluations) if e.baseline), None)
     env = evaluations[-1].environment if evaluations else Environment(device, "?", "?", None, None, None, "?")
     bound = options.max_plausible_speedup
+    ended = time.monotonic()
     return OptimizeResult(
         problem,
         env,
@@ -319,10 +326,11 @@ def optimize(
         tuple(attempts),
         tuple(skipped),
         stopped,
-        time.monotonic() - started,
+        ended - started,
         llm_info,
         implausible=flagged(attempts, bound),
         max_plausible_speedup=bound,
+        time_split=clock.split(ended),
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from bot.core.domain import Trigger
 from bot.core.results import RESULTS_FILE, Results
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION  # noqa: F401 (re-exported)
+from bot.core.time_split import run_line
 from bot.engine.optimize import OptimizeResult
 
 
@@ -61,6 +62,8 @@ def render_optimize(results: Sequence[OptimizeResult], min_speedup: float) -> st
             lines.append(f"== {r.problem.name}: FAILED: {r.error}")
             continue
         lines.append(f"== {r.problem.name} on {r.environment.device_name} ({r.wall_s:.0f} s, stopped: {r.stopped})")
+        if r.time_split is not None:
+            lines.append(f"  {r.time_split.line()}")
         for a in sorted(r.attempts, key=lambda a: -(a.outcome.speedup or 0)):
             lines.append(f"  r{a.round} {a.outcome.candidate.name:48s} {a.status:8s} {a.reason[:140]}")
         for s in r.skipped:
@@ -79,4 +82,7 @@ def render_optimize(results: Sequence[OptimizeResult], min_speedup: float) -> st
             )
         else:
             lines.append(f"  no significant improvement (no candidate's interval clears {min_speedup}x)")
+    total = run_line(r.time_split for r in results)
+    if total is not None and len(results) > 1:
+        lines.append(f"== {total}")
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from bot.core.domain import CheckResult, Problem, Shape
 from bot.engine import verify
 from bot.engine.compare import compare_values
 from bot.engine.gpulock import GpuHandover
+from bot.engine.phase_clock import current
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.messages import Gate, ReferenceRun, Release, Run
 
@@ -143,6 +144,7 @@ def run_trials(
     alone, shared, exclusive = holds.alone, holds.shared, holds.exclusive
     info = ReferenceInfo()
     plan = trial_plan(problem, rng, per_distribution)
+    clock = current()  # contenders' trials run on other threads
     for note in skip_notes(problem):
         progress(f"{note} (shape {shape.name})")
 
@@ -164,7 +166,8 @@ def run_trials(
             held = hold()
             gate = held if isinstance(held, GpuHandover) else None
             try:
-                with held:
+                # The first call builds what the contender compiles (torch.compile, Triton JIT).
+                with held, clock.phase("compile" if n == 0 else "verify"):
                     got = ask(
                         worker,
                         Run(seed=seed, distribution=dist, gate=gate is not None),
@@ -182,7 +185,8 @@ def run_trials(
             if all(r.passed for r in results):
                 for i, (expected, actual) in enumerate(zip(ref.outputs, got.outputs)):
                     out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
-                    result = compare_values(expected, actual, dtypes[i], problem.tolerance, out_label)
+                    with clock.phase("verify"):
+                        result = compare_values(expected, actual, dtypes[i], problem.tolerance, out_label)
                     stats.add(result.details, dist == "standard")
                     results.append(result)
             found.extend(results)
