@@ -135,35 +135,12 @@ def test_reports_show_the_split(tmp_path):
     assert "Run time: 12 s" in summary and "summed over 1 problem(s)" in summary
 
 
-def test_a_real_optimize_run_splits_its_wall_time(tmp_path):
-    """On 2 shared vCPUs this run takes about a minute: scale_add's main shape, the search's
-    torch.compile default against eager, one worker each."""
+def _check_a_real_run(tmp_path, *options: str) -> TimeSplit:
+    """`bot optimize` of scale_add with `options`; its split, checked as every run's must be."""
     out = tmp_path / "out"
+    command = [sys.executable, "-m", "bot", "optimize", str(PROBLEMS / "scale_add.py"), *options]
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bot",
-            "optimize",
-            str(PROBLEMS / "scale_add.py"),
-            "--device",
-            "cpu",
-            "--shapes",
-            "main",
-            "--exclude",
-            "compile-max-autotune*",
-            "--replicas",
-            "1",
-            "--time-cap-s",
-            "0.3",
-            "--no-cache",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        [*command, "--no-cache", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900
     )
     assert run.returncode == 0, run.stderr[-3000:]
     (problem,) = Results.from_json(json.loads((out / "results.json").read_text())).problems
@@ -182,3 +159,19 @@ def test_a_real_optimize_run_splits_its_wall_time(tmp_path):
         re.M,
     )
     assert shown.search(run.stdout), run.stdout[-2000:]
+    return split
+
+
+def test_a_real_optimize_run_splits_its_wall_time(tmp_path):
+    """On 2 shared vCPUs this run takes about a minute: scale_add's main shape, the search's
+    torch.compile default against eager, one worker each."""
+    options = ["--device", "cpu", "--shapes", "main", "--exclude", "compile-max-autotune*", "--replicas", "1"]
+    _check_a_real_run(tmp_path, *options, "--time-cap-s", "0.3")
+
+
+@pytest.mark.gpu
+def test_a_real_optimize_run_on_a_gpu_splits_its_wall_time(tmp_path):
+    """The whole search on both GPU shapes: gated trials, replicas and the oracle's
+    fingerprints of timed calls are seen too."""
+    split = _check_a_real_run(tmp_path, "--device", "cuda", "--strategy", "search", "--time-cap-s", "1")
+    assert split.oracle_s < split.wall_s / 2  # two small shapes: the reference is not most of it
