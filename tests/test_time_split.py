@@ -131,7 +131,10 @@ def test_reports_show_the_split(tmp_path):
     from bot.report.markdown import render_step_summary
 
     summary = render_step_summary(Results.from_json(honest_results()))
-    assert "time: 12 s (start 2.0 s, compile 3.0 s, oracle 1.5 s, verify 2.5 s, timing 3.0 s, other 0.5 s)" in summary
+    assert (
+        "stopped: done; time: 12 s (start 2.0 s, compile 3.0 s, oracle 1.5 s, verify 2.5 s, timing 3.0 s, other 0.5 s)"
+        in summary
+    )
     assert "Run time: 12 s" in summary and "summed over 1 problem(s)" in summary
 
 

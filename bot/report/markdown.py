@@ -326,9 +326,7 @@ def render_step_summary(results: Results) -> str:
         parts.append(
             f"### {rd.cell(p.problem)}\nbaseline `{rd.cell(baseline.name if baseline else None)}` "
             f"{rd.fmt_us(base_us)} µs; stopped: {rd.cell(p.stopped)}; "
-            f"{_seconds(p.wall_s)}"
-            + (f"\n\n{p.time_split.line()}" if p.time_split else "")
-            + f"\n\n{attempts_table(p)}"
+            f"{p.time_split.line() if p.time_split else _seconds(p.wall_s)}\n\n{attempts_table(p)}"
         )
     parts += ["### How it was verified", verification(results), "### Environment", environment_table(results)]
     text = "\n\n".join(parts) + "\n"
