@@ -178,3 +178,23 @@ def test_a_real_optimize_run_on_a_gpu_splits_its_wall_time(tmp_path):
     fingerprints of timed calls are seen too."""
     split = _check_a_real_run(tmp_path, "--device", "cuda", "--strategy", "search", "--time-cap-s", "1")
     assert split.oracle_s < split.wall_s / 2  # two small shapes: the reference is not most of it
+
+
+def test_a_problem_that_fails_still_says_where_its_time_went(tmp_path):
+    broken = tmp_path / "broken_inputs.py"
+    broken.write_text((PROBLEMS / "scale_add.py").read_text() + "\n\ndef get_inputs():\n    return 3\n")
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "bot", "optimize", str(broken), "--device", "cpu", "--exclude", "*"]
+        + ["--replicas", "1", "--no-cache", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 2 and "get_inputs() returned int" in run.stderr, run.stderr[-2000:]
+    (problem,) = Results.from_json(json.loads((out / "results.json").read_text())).problems
+    assert problem.failed and problem.time_split is not None
+    assert problem.time_split.wall_s > 0 and problem.wall_s == pytest.approx(problem.time_split.wall_s, abs=0.01)
+    assert problem.time_split.start_s > 0  # its workers started before the reference failed
+    assert "== broken_inputs: FAILED" in run.stdout and "  time: " in run.stdout

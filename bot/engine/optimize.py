@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bot.core.domain import CandidateSource, Environment, Problem, Progress
-from bot.core.errors import ProblemError
+from bot.core.errors import BotError, ProblemError
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.plausible import Implausible, implausibility
 from bot.core.results import ProblemResult
@@ -131,12 +131,16 @@ class OptimizeResult:
         return self.to_result(min_speedup).to_json()
 
 
-def failed_result(problem: Problem, error: str, device: str, wall_s: float = 0.0) -> OptimizeResult:
-    """A problem that could not be evaluated, as a result: the sweep goes on and reports it."""
+def failed_result(
+    problem: Problem, error: str, device: str, wall_s: float = 0.0, time_split: TimeSplit | None = None
+) -> OptimizeResult:
+    """A problem that could not be evaluated, as a result: the sweep goes on and reports it
+    (with where its time went, where that is known)."""
     import platform
 
     nowhere = Environment(device, "", "", None, None, None, platform.python_version())
-    return OptimizeResult(problem, nowhere, None, None, (), (), "failed", wall_s, error=error)
+    wall_s = time_split.wall_s if time_split is not None else wall_s
+    return OptimizeResult(problem, nowhere, None, None, (), (), "failed", wall_s, error=error, time_split=time_split)
 
 
 def select_best(
@@ -262,9 +266,13 @@ def optimize(
         ev_opts = options.evaluation
         if remaining < ev_opts.timing.time_cap_s * 4:  # keep the timing inside the budget
             ev_opts = replace(ev_opts, timing=replace(ev_opts.timing, time_cap_s=max(remaining / 4, 0.5)))
-        with recording(clock):
-            evaluation = evaluate(problem, cands, baseline, ev_opts, progress)
-        refuse_rejected_baseline(problem, evaluation, not evaluations, progress)
+        try:
+            with recording(clock):
+                evaluation = evaluate(problem, cands, baseline, ev_opts, progress)
+            refuse_rejected_baseline(problem, evaluation, not evaluations, progress)
+        except BotError as exc:  # the problem fails: where its time went is still reported
+            exc.time_split = clock.split()
+            raise
         evaluations.append(evaluation)
         attempts.extend(Attempt(round_, o) for o in evaluation.candidates)
 

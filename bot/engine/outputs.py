@@ -60,6 +60,8 @@ def render_optimize(results: Sequence[OptimizeResult], min_speedup: float) -> st
     for r in results:
         if r.error:
             lines.append(f"== {r.problem.name}: FAILED: {r.error}")
+            if r.time_split is not None:
+                lines.append(f"  {r.time_split.line()}")
             continue
         lines.append(f"== {r.problem.name} on {r.environment.device_name} ({r.wall_s:.0f} s, stopped: {r.stopped})")
         if r.time_split is not None:
