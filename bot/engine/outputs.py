@@ -58,14 +58,12 @@ def render_optimize(results: Sequence[OptimizeResult], min_speedup: float) -> st
     """One block per problem: every attempt with its verdict, then the honest outcome."""
     lines = []
     for r in results:
-        if r.error:
-            lines.append(f"== {r.problem.name}: FAILED: {r.error}")
-            if r.time_split is not None:
-                lines.append(f"  {r.time_split.line()}")
-            continue
-        lines.append(f"== {r.problem.name} on {r.environment.device_name} ({r.wall_s:.0f} s, stopped: {r.stopped})")
-        if r.time_split is not None:
+        where = f"on {r.environment.device_name} ({r.wall_s:.0f} s, stopped: {r.stopped})"
+        lines.append(f"== {r.problem.name}: FAILED: {r.error}" if r.error else f"== {r.problem.name} {where}")
+        if r.time_split is not None:  # a failed problem's too: where its time went before it failed
             lines.append(f"  {r.time_split.line()}")
+        if r.error:
+            continue
         for a in sorted(r.attempts, key=lambda a: -(a.outcome.speedup or 0)):
             lines.append(f"  r{a.round} {a.outcome.candidate.name:48s} {a.status:8s} {a.reason[:140]}")
         for s in r.skipped:
