@@ -24,6 +24,7 @@ from bot.cli_options import (
     REPLICAS,
     SANDBOX,
     SHAPES,
+    SHARD,
     TIME_CAP,
     TIMING,
     TOLERANCE,
@@ -33,6 +34,7 @@ from bot.cli_options import (
 )
 from bot.cli_output import progress, progress_view, set_quiet, table
 from bot.cli_repo import dry_run, merge, plan_cmd, publish, run
+from bot.core.domain import Problem
 from bot.core.errors import BotError
 from bot.options import evaluation_options, optimize_options
 
@@ -127,7 +129,7 @@ def bench(
 
 
 @main.command()
-@click.argument("problems", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("problems", nargs=-1, required=True, type=click.Path())
 @tuning_options
 @JSON
 @click.option("--out", type=click.Path(file_okay=False), help="Write candidates, transcript, results.json.")
@@ -135,6 +137,7 @@ def bench(
 @GPUS
 @CACHE
 @SHAPES
+@SHARD
 @REPLICAS
 def optimize(
     problems: tuple[str, ...],
@@ -143,15 +146,22 @@ def optimize(
     jobs: int | None,
     gpus: str | None,
     shapes: str | None,
+    shard: str | None,
     **given: Any,
 ) -> None:
-    """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM)."""
-    from bot.engine.outputs import render_optimize
+    """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM); a PROBLEM may be a
+    folder of problem files (e.g. a KernelBench level)."""
+    from bot.engine.outputs import render_optimize, write_optimize_outputs
     from bot.engine.pipeline import optimize_all, raise_if_any_failed
-    from bot.engine.problems import load_problem, only_shapes
+    from bot.engine.problems import load_problems, only_shapes
 
     options = optimize_options(settings_of(given))
-    loaded = [only_shapes(load_problem(p), names(shapes), options.evaluation.device) for p in problems]
+    chosen = load_problems(problems)
+    if shard is not None:
+        chosen = in_shard(chosen, shard)
+        if not chosen and out:  # an empty shard still leaves a results directory for `bot merge`
+            write_optimize_outputs(Path(out), [], options.min_speedup)
+    loaded = [only_shapes(p, names(shapes), options.evaluation.device) for p in chosen]
     with progress_view(loaded, options.evaluation.device) as view:
         results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, view)
     typed = [r.to_result(options.min_speedup) for r in results]
@@ -162,6 +172,17 @@ def optimize(
         click.echo(render_optimize(results, options.min_speedup))
         table(typed)
     raise_if_any_failed(typed)
+
+
+def in_shard(problems: list[Problem], shard: str) -> list[Problem]:
+    """The problems of shard K/N (bot.core.shards), said on stderr: the whole sweep's plan is
+    `bot plan --shards N` over the same paths."""
+    from bot.core.shards import parse_shard, shard_problems
+
+    k, n = parse_shard(shard)
+    mine = shard_problems(problems, k, n)
+    click.echo(f"shard {k}/{n}: {len(mine)} of {len(problems)} problem(s)", err=True)
+    return mine
 
 
 for command in (dry_run, run, publish, plan_cmd, merge):

@@ -141,6 +141,22 @@ class JobsType(click.ParamType):
         return number
 
 
+def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """K/N checked before any work starts (bot.core.shards.parse_shard's error, exit 2)."""
+    from bot.core.shards import parse_shard
+
+    if value is not None:
+        parse_shard(value)
+    return value
+
+
+SHARD = click.option(
+    "--shard",
+    default=None,
+    metavar="K/N",
+    callback=_shard,
+    help="Only the K-th of N shards of the problems, as `bot plan --shards N` cuts them (balanced by cost).",
+)
 JOBS = click.option(
     "--jobs",
     type=JobsType(),

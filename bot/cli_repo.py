@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from bot.cli_options import GPUS, JOBS, JSON, given_overrides, repository_settings, tuning_options
+from bot.cli_options import GPUS, JOBS, JSON, SHARD, given_overrides, repository_settings, tuning_options
 from bot.cli_output import progress, progress_view, table
 
 
@@ -78,7 +78,7 @@ def dry_run(
     type=click.Path(file_okay=False),
     help="Where to write the results directory.",
 )
-@click.option("--shard", help="K/N: only the K-th of N shards of the problems (nightly matrix).")
+@SHARD
 @tuning_options
 @JOBS
 @GPUS
@@ -125,18 +125,25 @@ def publish(results_dir: str, repo_path: str | None, run_id: int | None) -> None
 
 
 @click.command("plan")
-@click.option("--shards", type=int, required=True, help="How many runners share the sweep.")
+@click.argument("paths", nargs=-1, type=click.Path(exists=True))
+@click.option("--shards", type=int, required=True, help="How many runners (or runs) share the sweep.")
 @click.option("--repo", "repo_path", default=".", type=click.Path(file_okay=False, exists=True))
 @JSON
-def plan_cmd(shards: int, repo_path: str, as_json: bool) -> None:
-    """Print a GitHub Actions matrix that splits every problem over SHARDS runners."""
+def plan_cmd(paths: tuple[str, ...], shards: int, repo_path: str, as_json: bool) -> None:
+    """Print a GitHub Actions matrix that splits every problem over SHARDS runners: the
+    repository's problems, or those of PATHS (problem files and folders of them, e.g. a
+    KernelBench level), as `bot optimize PATHS... --shard K/N` runs them."""
     from bot.config import load_settings
     from bot.core.shards import matrix
     from bot.engine.pipeline import select_problems
+    from bot.engine.problems import load_problems
 
     repo = Path(repo_path).resolve()
-    problems = select_problems(repo, load_settings(repo), None)
-    result = matrix(problems, shards, repo)
+    if paths:
+        problems, root = load_problems(paths), Path.cwd().resolve()
+    else:
+        problems, root = select_problems(repo, load_settings(repo), None), repo
+    result = matrix(problems, shards, root)
     if as_json:
         click.echo(json.dumps(result, separators=(",", ":")))
     else:

@@ -91,6 +91,18 @@ P0 = "results.problems[0]"
             f"{P0}.best.source: maxLength: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
         ),
         (lambda r: r.update(problems="all"), "results.problems: type: 'all' is not of type 'array'"),
+        (
+            lambda r: r["problems"][0]["time_split"].update(other_s=-1),
+            f"{P0}.time_split.other_s: minimum: -1 is less than the minimum of 0",
+        ),
+        (
+            lambda r: r["problems"][0]["time_split"].update(llm_s=3),
+            f"{P0}.time_split: additionalProperties: Additional properties are not allowed ('llm_s' was unexpected)",
+        ),
+        (
+            lambda r: r["problems"][0]["time_split"].pop("timing_s"),
+            f"{P0}.time_split: required: 'timing_s' is a required property",
+        ),
     ],
 )
 def test_malformed_fields_are_refused_with_the_field_named(mutate, message):

@@ -1,8 +1,16 @@
 """Domain errors. The CLI maps every `BotError` to one clear line and exit code 2."""
 
+from __future__ import annotations
+
+from bot.core.time_split import TimeSplit
+
 
 class BotError(Exception):
     """Unusable input or environment: a bad problem file, a missing token, bad config."""
+
+    # Where a problem's time went before it failed (set where it is known: bot.engine.optimize),
+    # so that a failed problem still reports it.
+    time_split: TimeSplit | None = None
 
 
 class ProblemError(BotError):

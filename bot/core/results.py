@@ -25,6 +25,7 @@ from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_json import as_list, drop_none, read_interval
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION, validate
 from bot.core.settings import DEFAULTS
+from bot.core.time_split import TimeSplit
 
 KIND = "kernel-bot-results"
 RESULTS_FILE = "results.json"  # its name in a results directory
@@ -86,6 +87,7 @@ class ProblemResult:
     llm: Mapping[str, Any] = field(default_factory=dict)
     reference_precision: str | None = None  # stage 1 leaves it out; the schema allows it
     tolerance: str | None = None  # the policy that judged (TolerancePolicy); None: the problem failed
+    time_split: TimeSplit | None = None  # where wall_s went; absent in older documents
 
     @property
     def failed(self) -> bool:
@@ -118,6 +120,7 @@ class ProblemResult:
                 "llm": dict(self.llm),
                 "reference_precision": self.reference_precision,
                 "tolerance": self.tolerance,
+                "time_split": self.time_split.to_json() if self.time_split else None,
             },
             "problem_path",
             "distributions",
@@ -128,6 +131,7 @@ class ProblemResult:
             "wall_s",
             "reference_precision",
             "tolerance",
+            "time_split",
         )
 
     @classmethod
@@ -155,6 +159,7 @@ class ProblemResult:
             dict(d.get("llm") or {}),
             d.get("reference_precision"),
             d.get("tolerance"),
+            TimeSplit.from_json(d["time_split"]) if d.get("time_split") else None,
         )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from bot.core.distributions import DISTRIBUTIONS
 from bot.core.errors import BotError
 from bot.core.settings import TolerancePolicy, choices
+from bot.core.time_split import FIELDS as TIME_SPLIT_FIELDS
 
 RESULTS_SCHEMA_VERSION = 2
 
@@ -219,6 +220,10 @@ IMPLAUSIBLE = _obj(
     ("name",),
 )
 
+SECONDS = {"type": "number", "minimum": 0, "maximum": 1e7}
+# Where a problem's wall time went (bot.core.time_split.TimeSplit); optional: older documents lack it.
+TIME_SPLIT = _obj({name: SECONDS for name in TIME_SPLIT_FIELDS}, TIME_SPLIT_FIELDS)
+
 PROBLEM = _obj(
     {
         "problem": {"type": "string", "pattern": PROBLEM_NAME},
@@ -246,6 +251,7 @@ PROBLEM = _obj(
         },
         "reference_precision": {"enum": ["float64", "float32", "native"]},
         "tolerance": {"enum": choices(TolerancePolicy)},
+        "time_split": TIME_SPLIT,
     },
     ("problem", "outcome", "attempts"),
 )

@@ -1,4 +1,6 @@
-"""Splitting a sweep over runners: a GitHub Actions matrix of shards, balanced by cost."""
+"""Splitting a sweep over runners or runs: a GitHub Actions matrix of shards, balanced by cost.
+`bot plan --shards N`, `bot run --shard K/N` and `bot optimize --shard K/N` all cut with `assign`,
+so the same problems make the same shards whichever command asks."""
 
 from __future__ import annotations
 
@@ -25,30 +27,36 @@ def expected_cost(problem: Problem) -> float:
 
 def assign(problems: list[Problem], shards: int) -> list[list[Problem]]:
     """Longest-processing-time-first: the costliest problem goes to the least loaded shard.
-    Ties break on the problem name, so the plan depends only on the set of problems."""
+    Ties break on the problem's name, then its path (two folders may hold a `19_ReLU.py`), so the
+    plan depends only on the set of problems."""
     if shards < 1:
         raise BotError("--shards must be at least 1")
     loads = [0.0] * shards
     buckets: list[list[Problem]] = [[] for _ in range(shards)]
-    for problem in sorted(problems, key=lambda p: (-expected_cost(p), p.name)):
+    for problem in sorted(problems, key=lambda p: (-expected_cost(p), p.name, str(p.path))):
         i = min(range(shards), key=lambda k: (loads[k], k))
         buckets[i].append(problem)
         loads[i] += expected_cost(problem)
-    return [sorted(b, key=lambda p: p.name) for b in buckets]
+    return [sorted(b, key=lambda p: (p.name, str(p.path))) for b in buckets]
 
 
 def shard_problems(problems: list[Problem], k: int, n: int) -> list[Problem]:
     return assign(problems, n)[k - 1]
 
 
+def _shown(path: Path, root: Path) -> str:
+    return str(path.relative_to(root) if path.is_relative_to(root) else path)
+
+
 def matrix(problems: list[Problem], shards: int, root: Path) -> dict[str, list[dict[str, object]]]:
-    """`{"include": [{"shard": "1/N", "problems": [...]}, ...]}` for `strategy.matrix`."""
+    """`{"include": [{"shard": "1/N", "problems": [...]}, ...]}` for `strategy.matrix`: paths
+    relative to `root` (the repository, or the folder the command runs in), absolute elsewhere."""
     buckets = assign(problems, shards)
     return {
         "include": [
             {
                 "shard": f"{i}/{shards}",
-                "problems": [str(p.path.relative_to(root)) for p in bucket],
+                "problems": [_shown(p.path, root) for p in bucket],
                 "cost": sum(expected_cost(p) for p in bucket),
             }
             for i, bucket in enumerate(buckets, 1)

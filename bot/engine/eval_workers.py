@@ -19,6 +19,7 @@ from bot.core.memory import host_footprint_bytes, host_limit_bytes, margin_bytes
 from bot.engine import verify
 from bot.engine.gpulock import gpu_shared
 from bot.engine.memory_budget import Reservation
+from bot.engine.phase_clock import current
 from bot.engine.trials import ReferenceInfo, failure_check, release_cache
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.channel import machine_memory_bytes, outputs_bound
@@ -53,6 +54,7 @@ class Session:
         self.reservation: Reservation | None = None
         if options.memory is not None:
             self.reservation = options.memory.start(problem.name, workers)
+        self.clock = current()  # workers start on other threads: the problem's clock, taken here
 
     @property
     def worker_threads(self) -> int | None:
@@ -61,6 +63,12 @@ class Session:
         return 1 if self.options.device == "cpu" else None
 
     def start(self, label: str, module: Path | None, class_name: str, precision: str, source_hash: str) -> WorkerClient:
+        with self.clock.phase("start"):
+            return self._start(label, module, class_name, precision, source_hash)
+
+    def _start(
+        self, label: str, module: Path | None, class_name: str, precision: str, source_hash: str
+    ) -> WorkerClient:
         readable = (self.problem.path, self.problem.root) + ((module,) if module else ())
         limits = self.options.limits
         if label == "reference":
@@ -174,11 +182,13 @@ def construct_all(
     32 contenders' builds (torch.compile's import among them) took 28 s of a 60 s search of
     rmsnorm's decode shape on the H200, longer than their verification and timing."""
     todo = [(n, w) for n, w in workers.items() if all(c.passed for c in checks[n])]
+    clock = current()
 
     def build(item: tuple[str, WorkerClient]) -> CheckResult:
         name, worker = item
         try:
-            reply = ask(worker, construct, timeout_s, "construct")
+            with clock.phase("compile"):
+                reply = ask(worker, construct, timeout_s, "construct")
         except WorkerFailure as exc:
             return failure_check(exc)
         return verify.check_threads(reply.new_threads, "import and construction")
@@ -222,6 +232,8 @@ class Replicas:
             f"{len(passed)} contender(s)"
         )
 
+        clock = self.session.clock
+
         def build(name: str) -> None:
             module, cand = self.modules[name]
             extra = self.extra.setdefault(name, [])
@@ -233,10 +245,12 @@ class Replicas:
                         )
                     )
                 for worker in extra:
-                    reply = ask(worker, construct, timeout_s, "construct")
+                    with clock.phase("compile"):
+                        reply = ask(worker, construct, timeout_s, "construct")
                     checks[name].append(verify.check_threads(reply.new_threads, "import and construction (replica)"))
                     if warm is not None and checks[name][-1].passed:
-                        reply = warm(name, worker)
+                        with clock.phase("compile"):
+                            reply = warm(name, worker)
                         checks[name].append(verify.check_threads(reply["new_threads"], "a call (replica)"))
             except WorkerFailure as exc:
                 failed = failure_check(exc)

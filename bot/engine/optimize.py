@@ -9,16 +9,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bot.core.domain import CandidateSource, Environment, Problem, Progress
-from bot.core.errors import ProblemError
+from bot.core.errors import BotError, ProblemError
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.plausible import Implausible, implausibility
 from bot.core.results import ProblemResult
 from bot.core.results import Skipped as SkippedResult
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.settings import DEFAULTS, Backend, Strategy, TolerancePolicy
+from bot.core.time_split import TimeSplit
 from bot.engine.device_name import device_name
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.llm_rounds import Rounds, llm_rounds
+from bot.engine.phase_clock import PhaseClock, recording
 from bot.propose.base import Hardware, Proposer, hardware_for
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import path_of
@@ -87,6 +89,7 @@ class OptimizeResult:
     implausible: tuple[Implausible, ...] = ()  # timed, kept from a claim by the guard
     max_plausible_speedup: float = DEFAULTS.max_plausible_speedup
     tolerance: TolerancePolicy = DEFAULTS.tolerance  # the policy that judged (bot.engine.tolerance)
+    time_split: TimeSplit | None = None  # where `wall_s` went (bot.core.time_split)
 
     @property
     def outcome(self) -> str:
@@ -123,18 +126,23 @@ class OptimizeResult:
             None if self.error else self.environment,
             {k: v for k, v in self.llm.items() if k != "transcript"},
             tolerance=None if self.error else str(self.tolerance),
+            time_split=self.time_split,
         )
 
     def to_json(self, min_speedup: float) -> dict[str, Any]:
         return self.to_result(min_speedup).to_json()
 
 
-def failed_result(problem: Problem, error: str, device: str, wall_s: float = 0.0) -> OptimizeResult:
-    """A problem that could not be evaluated, as a result: the sweep goes on and reports it."""
+def failed_result(
+    problem: Problem, error: str, device: str, wall_s: float = 0.0, time_split: TimeSplit | None = None
+) -> OptimizeResult:
+    """A problem that could not be evaluated, as a result: the sweep goes on and reports it
+    (with where its time went, where that is known)."""
     import platform
 
     nowhere = Environment(device, "", "", None, None, None, platform.python_version())
-    return OptimizeResult(problem, nowhere, None, None, (), (), "failed", wall_s, error=error)
+    wall_s = time_split.wall_s if time_split is not None else wall_s
+    return OptimizeResult(problem, nowhere, None, None, (), (), "failed", wall_s, error=error, time_split=time_split)
 
 
 def select_best(
@@ -253,14 +261,20 @@ def optimize(
     skipped: list[Skipped] = []
     evaluations: list[Evaluation] = []
     stopped = "done"
+    clock = PhaseClock(started)  # where the wall time goes, on this process's own clock
 
     def run(round_: int, cands: list[CandidateSource]) -> None:
         remaining = deadline - time.monotonic()
         ev_opts = options.evaluation
         if remaining < ev_opts.timing.time_cap_s * 4:  # keep the timing inside the budget
             ev_opts = replace(ev_opts, timing=replace(ev_opts.timing, time_cap_s=max(remaining / 4, 0.5)))
-        evaluation = evaluate(problem, cands, baseline, ev_opts, progress)
-        refuse_rejected_baseline(problem, evaluation, not evaluations, progress)
+        try:
+            with recording(clock):
+                evaluation = evaluate(problem, cands, baseline, ev_opts, progress)
+            refuse_rejected_baseline(problem, evaluation, not evaluations, progress)
+        except BotError as exc:  # the problem fails: where its time went is still reported
+            exc.time_split = clock.split()
+            raise
         evaluations.append(evaluation)
         attempts.extend(Attempt(round_, o) for o in evaluation.candidates)
 
@@ -313,6 +327,7 @@ def optimize(
     base = next((e.baseline for e in reversed(evaluations) if e.baseline), None)
     env = evaluations[-1].environment if evaluations else Environment(device, "?", "?", None, None, None, "?")
     bound = options.max_plausible_speedup
+    ended = time.monotonic()
     return OptimizeResult(
         problem,
         env,
@@ -321,11 +336,12 @@ def optimize(
         tuple(attempts),
         tuple(skipped),
         stopped,
-        time.monotonic() - started,
+        ended - started,
         llm_info,
         implausible=flagged(attempts, bound),
         max_plausible_speedup=bound,
         tolerance=options.evaluation.tolerance,
+        time_split=clock.split(ended),
     )
 
 

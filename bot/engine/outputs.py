@@ -14,6 +14,7 @@ from pathlib import Path
 from bot.core.domain import Trigger
 from bot.core.results import RESULTS_FILE, Results
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION  # noqa: F401 (re-exported)
+from bot.core.time_split import run_line
 from bot.engine.optimize import OptimizeResult
 
 
@@ -57,10 +58,12 @@ def render_optimize(results: Sequence[OptimizeResult], min_speedup: float) -> st
     """One block per problem: every attempt with its verdict, then the honest outcome."""
     lines = []
     for r in results:
+        where = f"on {r.environment.device_name} ({r.wall_s:.0f} s, stopped: {r.stopped})"
+        lines.append(f"== {r.problem.name}: FAILED: {r.error}" if r.error else f"== {r.problem.name} {where}")
+        if r.time_split is not None:  # a failed problem's too: where its time went before it failed
+            lines.append(f"  {r.time_split.line()}")
         if r.error:
-            lines.append(f"== {r.problem.name}: FAILED: {r.error}")
             continue
-        lines.append(f"== {r.problem.name} on {r.environment.device_name} ({r.wall_s:.0f} s, stopped: {r.stopped})")
         for a in sorted(r.attempts, key=lambda a: -(a.outcome.speedup or 0)):
             lines.append(f"  r{a.round} {a.outcome.candidate.name:48s} {a.status:8s} {a.reason[:140]}")
         for s in r.skipped:
@@ -79,4 +82,7 @@ def render_optimize(results: Sequence[OptimizeResult], min_speedup: float) -> st
             )
         else:
             lines.append(f"  no significant improvement (no candidate's interval clears {min_speedup}x)")
+    total = run_line(r.time_split for r in results)
+    if total is not None and len(results) > 1:
+        lines.append(f"== {total}")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import subprocess
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,27 @@ def find_problems(directory: str | Path, root: Path | None = None) -> list[Probl
     if not folder.is_dir():
         raise ProblemError(f"{folder}: no such problems directory")
     return [load_problem(p, root) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+
+
+def load_problems(paths: Sequence[str | Path]) -> list[Problem]:
+    """Problem files, and every problem file of each folder among `paths` (as `find_problems`),
+    each once (by resolved path), in the order given."""
+    problems: list[Problem] = []
+    seen: set[Path] = set()
+    for given in map(Path, paths):
+        if given.is_dir():
+            found = find_problems(given)
+            if not found:
+                raise ProblemError(f"{given}: no problem files (*.py) in this folder")
+        elif given.is_file():
+            found = [load_problem(given)]
+        else:
+            raise ProblemError(f"{given}: no such problem file or folder")
+        for problem in found:
+            if problem.path not in seen:  # resolved by load_problem
+                seen.add(problem.path)
+                problems.append(problem)
+    return problems
 
 
 def only_shapes(problem: Problem, names: tuple[str, ...], device: str) -> Problem:

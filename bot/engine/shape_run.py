@@ -18,6 +18,7 @@ from bot.engine.failures import problem_failure
 from bot.engine.futility import Futility, bar
 from bot.engine.gpulock import device_key, gpu_exclusive, gpu_shared
 from bot.engine.hidden import check_hidden_time, hidden_time_checks
+from bot.engine.phase_clock import current
 from bot.engine.timing import TimedShape, TimingHooks, TimingRecord, time_interleaved
 from bot.engine.trials import (
     DeviceHolds,
@@ -125,6 +126,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         if has_baseline
         else None
     )
+    clock = current()
     if passed:
         try:
             records = time_interleaved(
@@ -139,7 +141,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
                     exclusive=lambda: gpu_exclusive(lock_key),  # one measurement at a time per device
                     retire=lambda done: release_caches(done, lock_key, limits.call_timeout_s, options.parallel),
                     window=freezer.freeze_all_but,
-                    phase=freezer.timing_phase,
+                    phase=lambda: clock.around("timing", freezer.timing_phase()),  # the lock's wait is outside
                     stop=futility,
                 ),
             )

@@ -15,6 +15,7 @@ from bot.core.settings import DEFAULTS, TolerancePolicy
 from bot.engine import verify
 from bot.engine.compare import compare_values
 from bot.engine.gpulock import GpuHandover
+from bot.engine.phase_clock import current
 from bot.engine.tolerance import Rule, shape_rules, widening_notes
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.messages import Gate, ReferenceRun, Release, Run
@@ -155,6 +156,7 @@ def run_trials(
     alone, shared, exclusive = holds.alone, holds.shared, holds.exclusive
     info = ReferenceInfo()
     plan = trial_plan(problem, rng, per_distribution)
+    clock = current()  # contenders' trials run on other threads
     for note in skip_notes(problem):
         progress(f"{note} (shape {shape.name})")
 
@@ -176,7 +178,8 @@ def run_trials(
             held = hold()
             gate = held if isinstance(held, GpuHandover) else None
             try:
-                with held:
+                # The first call builds what the contender compiles (torch.compile, Triton JIT).
+                with held, clock.phase("compile" if n == 0 else "verify"):
                     got = ask(
                         worker,
                         Run(seed=seed, distribution=dist, gate=gate is not None),
@@ -194,7 +197,8 @@ def run_trials(
             if all(r.passed for r in results):
                 for i, (expected, actual) in enumerate(zip(ref.outputs, got.outputs)):
                     out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
-                    result = compare_values(expected, actual, dtypes[i], info.rules[i], out_label)
+                    with clock.phase("verify"):
+                        result = compare_values(expected, actual, dtypes[i], info.rules[i], out_label)
                     stats.add(result.details, dist == "standard")
                     results.append(result)
             found.extend(results)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bot.engine.phase_clock import current, part_of
 from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
 from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply
 from bot.protocol.typed import Failure, ProtocolError, Request
@@ -256,9 +257,12 @@ def ask(
     field and against the request. The reply is the candidate's process's word: a malformed
     one fails the contender (phase "protocol"), never the bot."""
     wire = request.to_wire()
-    reply = (
-        worker.request(wire, timeout_s, phase) if gate is None else worker.request(wire, timeout_s, phase, gate=gate)
-    )
+    with current().phase(part_of(worker, request)):  # where the problem's time goes
+        reply = (
+            worker.request(wire, timeout_s, phase)
+            if gate is None
+            else worker.request(wire, timeout_s, phase, gate=gate)
+        )
     return parse_reply(request, reply)
 
 

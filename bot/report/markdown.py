@@ -14,6 +14,7 @@ from bot.core.plausible import FLAG
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import ContenderResult
 from bot.core.settings import TolerancePolicy
+from bot.core.time_split import run_line
 from bot.report import data as rd
 
 REPORT_MARKER = "<!-- kernel-bot:report -->"
@@ -326,6 +327,9 @@ def _seconds(value: float | None) -> str:
 def render_step_summary(results: Results) -> str:
     """The job summary: the PR table plus every attempt of every problem, under 1 MiB."""
     parts = ["## kernel-bot", summary_line(results), results_table(results)]
+    total = run_line(p.time_split for p in rd.problems(results))
+    if total is not None:
+        parts.append(total[0].upper() + total[1:] + ".")
     for p in rd.problems(results):
         if rd.failed_problem(p):  # listed with its error above; nothing was measured
             continue
@@ -334,7 +338,7 @@ def render_step_summary(results: Results) -> str:
         parts.append(
             f"### {rd.cell(p.problem)}\nbaseline `{rd.cell(baseline.name if baseline else None)}` "
             f"{rd.fmt_us(base_us)} µs; stopped: {rd.cell(p.stopped)}; "
-            f"{_seconds(p.wall_s)}\n\n{attempts_table(p)}"
+            f"{p.time_split.line() if p.time_split else _seconds(p.wall_s)}\n\n{attempts_table(p)}"
         )
     parts += ["### How it was verified", verification(results), "### Environment", environment_table(results)]
     text = "\n\n".join(parts) + "\n"
