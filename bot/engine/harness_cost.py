@@ -173,7 +173,7 @@ class HarnessCost:
         seeds = [self.rng.getrandbits(62) for _ in range(n)]
         _, staging_us = timed_exchange(
             self.reference,
-            Stage(seeds=seeds, distribution="standard", stub=True, meta=self.meta),
+            Stage(seeds=seeds, stub=True, meta=self.meta),
             self.timeout_s * n,
             "problem",
         )
