@@ -108,7 +108,7 @@ def _offset(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     exponents = torch.randint(low, high + 1, (rows,), generator=gen).to(torch.float64)
     signs = torch.randint(0, 2, (rows,), generator=gen).to(torch.float64) * 2 - 1
     shifts = (signs * torch.pow(2.0, exponents)).to(device=x.device, dtype=_work(x.dtype))
-    return _per_row(x, shifts, rows, width, torch.add)
+    return _plus_per_row(x, shifts, width)
 
 
 def _mixed(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -121,11 +121,11 @@ def _mixed(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return (flat * scales.repeat(repeats)[: flat.numel()]).to(x.dtype).reshape(x.shape)
 
 
-def _per_row(x: torch.Tensor, values: torch.Tensor, rows: int, width: int, op: Any) -> torch.Tensor:
-    """op(row, its value) for every row (block) of x, in values' dtype, rounded once to x's."""
+def _plus_per_row(x: torch.Tensor, values: torch.Tensor, width: int) -> torch.Tensor:
+    """Every row (block) of x plus its value, added in values' dtype and rounded once to x's."""
     flat = x.reshape(-1).to(values.dtype)
     per_element = values.repeat_interleave(width)[: flat.numel()]
-    return op(flat, per_element).to(x.dtype).reshape(x.shape)
+    return (flat + per_element).to(x.dtype).reshape(x.shape)
 
 
 def _rows(x: torch.Tensor) -> tuple[int, int]:
