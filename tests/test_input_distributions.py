@@ -168,3 +168,18 @@ def test_cheats_on_what_is_checked_are_rejected_and_their_twins_accepted(
     assert not found[cheat].accepted
     failed = [c for c in found[cheat].checks if not c.passed]
     assert [c.name for c in failed] == ["values"] and f"{distribution} inputs" in failed[0].evidence, failed
+
+
+def test_results_with_the_new_distributions_pass_the_schema_and_unknown_names_do_not():
+    from stage_two_artifacts import honest_results
+
+    from bot.core.errors import BotError
+    from bot.core.results_schema import validate
+
+    doc = honest_results()
+    doc["problems"][0]["distributions"] = ["standard", "shifted", "large", "rows", "limits", "mixed"]
+    doc["problems"][0]["skipped_distributions"] = {"zeros": "ties", "offset": "near-ties at the 8th expert"}
+    validate(doc)  # what bot publish (stage 2) holds an artifact to
+    doc["problems"][0]["skipped_distributions"] = {"offsets": "a name no distribution has"}
+    with pytest.raises(BotError):
+        validate(doc)
