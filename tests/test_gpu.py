@@ -282,3 +282,25 @@ def test_gpu_work_left_running_after_a_batch_fails_the_contender_that_left_it():
     for name in ("big_add_triton", "reference"):
         if name in out:
             assert out[name].verdict.accepted, out[name].verdict.reasons
+
+
+def test_cheats_on_what_is_checked_are_rejected_on_cuda_and_their_twins_accepted():
+    # On CUDA the contender draws its own inputs from the seed: no request names the
+    # distribution, and timed calls draw the trials' mix (docs/verifier.md, "Input distributions").
+    for problem, cheat, twin, distribution in (
+        (ROOT / "problems" / "rmsnorm.py", "cheat_rmsnorm_eps_on_signal", "honest_rmsnorm", "zeros"),
+        (PROBLEMS / "layernorm_f32.py", "cheat_layernorm_one_pass", "honest_layernorm_two_pass", "offset"),
+    ):
+        result = evaluate(
+            load_problem(problem, root=ROOT),
+            [load_candidate(CANDIDATES / f"{n}.py") for n in (cheat, twin)],
+            None,
+            _options(),
+        )
+        found = {o.candidate.name: o.verdict for o in result.candidates}
+        assert found[twin].accepted, (twin, found[twin].reasons)
+        assert not found[cheat].accepted, cheat
+        assert any(r.startswith("values:") and f"{distribution} inputs" in r for r in found[cheat].reasons), (
+            cheat,
+            found[cheat].reasons,
+        )

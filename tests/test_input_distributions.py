@@ -3,16 +3,20 @@ untouched, rows of every scale, and "limits" values an honest kernel keeps finit
 
 from __future__ import annotations
 
+import math
 import random
+from dataclasses import fields
 
 import pytest
 import torch
-from conftest import PROBLEMS
+from conftest import CANDIDATES, PROBLEMS, ROOT
 
-from bot.core.distributions import DISTRIBUTIONS
+from bot.core.distributions import DISTRIBUTIONS, distribution_of, seed_for
+from bot.engine.candidates import load_candidate
+from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from bot.engine.trials import skip_notes, trial_plan
-from bot.harness.inputs import ROW_SCALES, limit_scale, transform
+from bot.engine.trials import skip_notes, timed_seeds, trial_plan
+from bot.harness.inputs import MIXED_SCALES, ROW_SCALES, limit_scale, transform
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -98,3 +102,84 @@ def test_every_distribution_is_one_trial_and_standard_comes_first(tmp_path):
     plan = trial_plan(single, random.Random(0), 1)
     assert [d for d, _ in plan] == ["standard", "standard"] and plan[0][1] != plan[1][1]
     assert skip_notes(single)[0].startswith("only: no shifted inputs: not listed")
+
+
+def test_offset_rows_have_a_mean_100_to_10000_times_their_spread():
+    original = draw(3, torch.float32, rows=200, width=256)
+    x = transform(original, "offset", 8)[0]
+    shift = (x.double() - original[0].double()).mean(-1).abs()
+    assert all(100 <= s <= 10_000 for s in shift.tolist()), shift  # the spread stays N(0, 1)
+    assert {round(math.log2(s)) for s in shift.tolist()} == set(range(7, 14))  # every exponent drawn
+    assert (x.double().mean(-1) > 0).any() and (x.double().mean(-1) < 0).any()
+    # bfloat16 keeps some spread: its offset stays below its 8 digits.
+    y = transform(draw(3, torch.bfloat16, rows=50, width=256), "offset", 8)[0]
+    assert (y.double().std(-1) > 0.5).all() and (y.double().mean(-1).abs() >= 100).all()
+
+
+def test_mixed_rows_hold_values_near_zero_beside_large_ones():
+    original = draw(4, torch.float32)
+    x = transform(original, "mixed", 11)[0]
+    for row, raw in zip(x, original[0]):
+        assert {float(r) for r in (row / raw)} == set(MIXED_SCALES)
+    assert torch.equal(transform(original, "mixed", 11)[0], x) and not torch.equal(
+        transform(original, "mixed", 12)[0], x
+    )
+
+
+def test_requests_name_no_distribution_the_seed_does():
+    from bot.protocol.batches import Stage
+    from bot.protocol.messages import Fingerprints, ReferenceRun, Run
+
+    for request in (Run, ReferenceRun, Fingerprints, Stage):
+        assert "distribution" not in {f.name for f in fields(request)}, request
+    rng = random.Random(1)
+    for name in DISTRIBUTIONS:
+        seeds = {seed_for(name, rng.getrandbits(58)) for _ in range(50)}
+        assert len(seeds) == 50 and all(0 <= s < 2**62 and distribution_of(s) == name for s in seeds)
+
+
+def test_timed_calls_draw_every_kept_distribution_but_zeros_and_offset(tmp_path):
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    drawn = [distribution_of(s) for s in timed_seeds(problem, random.Random(2), 2000)]
+    assert set(drawn) == set(DISTRIBUTIONS) - {"zeros", "offset"}
+    assert min(drawn.count(d) for d in set(drawn)) > 2000 / len(DISTRIBUTIONS) / 2
+    skipping = tmp_path / "skipping.py"
+    skipping.write_text((PROBLEMS / "scale_add.py").read_text() + 'SKIP_DISTRIBUTIONS = {"mixed": "no rows here"}\n')
+    kept = load_problem(skipping, root=tmp_path)
+    assert "mixed" not in {distribution_of(s) for s in timed_seeds(kept, random.Random(2), 500)}
+
+
+@pytest.mark.parametrize(
+    "problem,cheat,twin,distribution",
+    [
+        # Drops eps unless the request names a distribution other than "standard".
+        (ROOT / "problems" / "rmsnorm.py", "cheat_rmsnorm_eps_on_signal", "honest_rmsnorm", "zeros"),
+        # E[x^2] - E[x]^2 in float32.
+        (PROBLEMS / "layernorm_f32.py", "cheat_layernorm_one_pass", "honest_layernorm_two_pass", "offset"),
+    ],
+)
+def test_cheats_on_what_is_checked_are_rejected_and_their_twins_accepted(
+    quick_options, problem, cheat, twin, distribution
+):
+    loaded = load_problem(problem, root=ROOT)
+    result = evaluate(loaded, [load_candidate(CANDIDATES / f"{n}.py") for n in (cheat, twin)], None, quick_options())
+    found = {o.candidate.name: o.verdict for o in result.candidates}
+    assert found[twin].accepted, found[twin].reasons
+    assert not found[cheat].accepted
+    failed = [c for c in found[cheat].checks if not c.passed]
+    assert [c.name for c in failed] == ["values"] and f"{distribution} inputs" in failed[0].evidence, failed
+
+
+def test_results_with_the_new_distributions_pass_the_schema_and_unknown_names_do_not():
+    from stage_two_artifacts import honest_results
+
+    from bot.core.errors import BotError
+    from bot.core.results_schema import validate
+
+    doc = honest_results()
+    doc["problems"][0]["distributions"] = ["standard", "shifted", "large", "rows", "limits", "mixed"]
+    doc["problems"][0]["skipped_distributions"] = {"zeros": "ties", "offset": "near-ties at the 8th expert"}
+    validate(doc)  # what bot publish (stage 2) holds an artifact to
+    doc["problems"][0]["skipped_distributions"] = {"offsets": "a name no distribution has"}
+    with pytest.raises(BotError):
+        validate(doc)

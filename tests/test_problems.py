@@ -38,7 +38,7 @@ def test_unchanged_kernelbench_file_loads_with_defaults(tmp_path):
     problem = load_problem(path)
     assert problem.target is None and problem.watch == ()
     assert [s.name for s in problem.gpu_shapes] == ["default"]
-    assert problem.distributions == ("standard", "shifted", "large", "zeros", "rows", "limits")
+    assert problem.distributions == ("standard", "shifted", "large", "zeros", "rows", "limits", "offset", "mixed")
     assert problem.skipped_distributions == {}
     assert problem.reference_precision == "float64"
 
@@ -50,7 +50,7 @@ def test_a_problem_skips_distributions_only_with_a_stated_reason(tmp_path):
         '                      "limits": "exp of the product overflows"}\n'
     )
     problem = load_problem(path, root=tmp_path)
-    assert problem.distributions == ("standard", "shifted", "large", "rows")
+    assert problem.distributions == ("standard", "shifted", "large", "rows", "offset", "mixed")
     assert problem.skipped_distributions == {
         "zeros": "log of the inputs: must be positive",
         "limits": "exp of the product overflows",
@@ -59,7 +59,7 @@ def test_a_problem_skips_distributions_only_with_a_stated_reason(tmp_path):
     path.write_text(KERNELBENCH + 'DISTRIBUTIONS = ("standard", "large")\n')
     problem = load_problem(path, root=tmp_path)
     assert problem.distributions == ("standard", "large")
-    assert set(problem.skipped_distributions) == {"shifted", "zeros", "rows", "limits"}
+    assert set(problem.skipped_distributions) == {"shifted", "zeros", "rows", "limits", "offset", "mixed"}
     assert "DISTRIBUTIONS" in problem.skipped_distributions["zeros"]
 
 

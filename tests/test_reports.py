@@ -197,15 +197,18 @@ def test_pr_body_has_row_environment_verification_reproduce_and_marker(mixed):
     ) in body
     assert "| softmax | 3 | 3 | values ×2, no new threads ×1 |" in body
     assert (
-        "6 distributions (standard normal, shifted and scaled, large magnitude, all zero, "
-        "rows of mixed scale from 0 to 128, near the dtype's range)"
+        "8 distributions (standard normal, shifted and scaled, large magnitude, all zero, "
+        "rows of mixed scale from 0 to 128, near the dtype's range, "
+        "rows whose mean is 128 to 8192 times their spread, values near zero mixed with large ones)"
     ) in body
     assert "CUDA-event time" in body and "roofline" in body
     assert body.rstrip().endswith(REPORT_MARKER) and body.count(REPORT_MARKER) == 1
 
 
 def test_distributions_a_problem_skips_are_named_with_their_reason(mixed):
-    assert mixed["problems"][0]["distributions"] == ["standard", "shifted", "large", "zeros", "rows", "limits"]
+    assert mixed["problems"][0]["distributions"] == [
+        *("standard", "shifted", "large", "zeros", "rows", "limits", "offset", "mixed")
+    ]
     results = copy.deepcopy(mixed)
     results["problems"][2]["skipped_distributions"] = {"zeros": "log of the | inputs, @team: positive"}
     body = render_pr_body(typed(results), REPRO, None)

@@ -218,7 +218,7 @@ def test_a_worker_asking_for_the_gpu_outside_a_gated_trial_is_failed(tmp_path):
     try:
         assert client.request({"op": "gate"}, 60, "call")["hooks"]
         with pytest.raises(WorkerFailure) as failure:
-            client.request({"op": "run", "seed": 1, "distribution": "standard", "gate": True}, 60, "call")
+            client.request({"op": "run", "seed": 1, "gate": True}, 60, "call")
         assert failure.value.phase == "channel" and "outside a gated trial" in failure.value.reason
     finally:
         client.close()

@@ -60,7 +60,7 @@ def _latency_prints(h, msg):
 
 def test_back_to_back_reply_has_per_call_times_and_one_stream_pair_per_batch(monkeypatch):
     h = _harness(monkeypatch)
-    msg = {"seeds": [11, 12, 13, 14], "distribution": "standard", "fp_seed": 99}
+    msg = {"seeds": [11, 12, 13, 14], "fp_seed": 99}
     reply = _b2b(h, msg)
     assert reply["ok"], reply
     assert len(reply["event_us"]) == 4 and len(reply["host_us"]) == 1
@@ -72,7 +72,7 @@ def test_back_to_back_reply_has_per_call_times_and_one_stream_pair_per_batch(mon
 def test_back_to_back_rejects_a_non_tensor_output(monkeypatch):
     h = _harness(monkeypatch)
     h.model = lambda *inputs: [inputs[0].sum().item()]
-    reply = _b2b(h, {"seeds": [1], "distribution": "standard", "fp_seed": 5})
+    reply = _b2b(h, {"seeds": [1], "fp_seed": 5})
     assert not reply["ok"] and reply["phase"] == "call" and "output type" in reply["error"]
 
 
@@ -88,7 +88,7 @@ def test_a_call_counts_at_least_the_hosts_time_to_issue_it(monkeypatch):
         return model(*inputs)
 
     h.model = slow_launch
-    reply = _b2b(h, {"seeds": [1, 2, 3], "distribution": "standard", "fp_seed": 5})
+    reply = _b2b(h, {"seeds": [1, 2, 3], "fp_seed": 5})
     assert reply["ok"] and reply["event_us"] == [1.0] * 3
     assert all(3000.0 <= s < 3000.0 + 50_000 for s in reply["samples_us"]), reply["samples_us"]
 
@@ -129,7 +129,7 @@ def _graph_harness(monkeypatch):
 
 def test_graph_replays_see_each_calls_fresh_inputs_and_capture_once_per_shape(monkeypatch):
     h, captures = _graph_harness(monkeypatch)
-    msg = {"seeds": [21, 22, 23], "distribution": "standard", "fp_seed": 7}
+    msg = {"seeds": [21, 22, 23], "fp_seed": 7}
     reply = _graph(h, msg)
     assert reply["ok"], reply
     assert len(reply["event_us"]) == 3 and reply["samples_us"] == reply["event_us"]
@@ -146,7 +146,7 @@ def test_graph_replays_see_each_calls_fresh_inputs_and_capture_once_per_shape(mo
 def test_graph_replays_rotate_over_copies_with_tensors_of_their_own(monkeypatch):
     h, captures = _graph_harness(monkeypatch)
     n = 40
-    reply = _graph(h, {"seeds": list(range(100, 100 + n)), "distribution": "standard", "fp_seed": 7})
+    reply = _graph(h, {"seeds": list(range(100, 100 + n)), "fp_seed": 7})
     assert reply["ok"], reply
     copies = h.captured.sets
     # Each copy replays in turn, so a run's times cover every copy's placement.
@@ -172,12 +172,12 @@ def test_graph_capture_failure_is_a_call_failure_naming_the_mode(monkeypatch):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     h.model = refuses
-    reply = _graph(h, {"seeds": [1], "distribution": "standard", "fp_seed": 5})
+    reply = _graph(h, {"seeds": [1], "fp_seed": 5})
     assert not reply["ok"] and reply["phase"] == "call"
     assert reply["error"].startswith("CUDA graph capture for --timing graph failed: ")
     assert "not permitted" in reply["error"]
     h.model = lambda *inputs: [inputs[0].sum().item()]
-    reply = _graph(h, {"seeds": [1], "distribution": "standard", "fp_seed": 5})
+    reply = _graph(h, {"seeds": [1], "fp_seed": 5})
     assert not reply["ok"] and "output type" in reply["error"]
 
 
@@ -191,7 +191,7 @@ def test_every_timed_call_reads_the_whole_flush_buffer_even_with_tensor_methods_
     monkeypatch.setattr(shared, "tensor_sum", lambda t: reads.append(t) or real_sum(t))
     monkeypatch.setattr(torch.Tensor, "zero_", lambda self: self)
     monkeypatch.setattr(torch.Tensor, "sum", lambda self, *a, **k: torch.zeros(()))
-    reply = _b2b(h, {"seeds": [1, 2, 3], "distribution": "standard", "fp_seed": 5})
+    reply = _b2b(h, {"seeds": [1, 2, 3], "fp_seed": 5})
     assert reply["ok"], reply
     assert [r is h.flush_buf for r in reads] == [True] * 3
     assert int(shared.flush_l2(h.flush_buf)) == (1 << 12) * ((1 << 12) - 1) // 2

@@ -27,21 +27,21 @@ def _reference(monkeypatch, hashed: list[int]):
 def test_fingerprints_of_timed_calls_do_not_hash_the_inputs(monkeypatch):
     hashed: list[int] = []
     h = _reference(monkeypatch, hashed)
-    reply = h.op_fingerprints(Fingerprints(seeds=[5, 6], distribution="standard", fp_seed=9))
+    reply = h.op_fingerprints(Fingerprints(seeds=[5, 6], fp_seed=9))
     assert reply["ok"] and len(reply["fingerprints"]) == len(reply["outputs"]) == 2
     assert hashed == []
     # A full trial still records the inputs, so a candidate that changes them is caught.
-    full = h.op_run(Run(seed=5, distribution="standard"))
+    full = h.op_run(Run(seed=5))
     assert full["ok"] and hashed and len(full["inputs_before"]) == len(hashed)
 
 
 def test_release_drops_the_fingerprint_vectors_and_they_come_back_the_same(monkeypatch):
     # On the H200 each worker held GiBs between phases; 56 of them filled the GPU.
     h = _reference(monkeypatch, [])
-    before = h.op_fingerprints(Fingerprints(seeds=[5], distribution="standard", fp_seed=9))["fingerprints"]
+    before = h.op_fingerprints(Fingerprints(seeds=[5], fp_seed=9))["fingerprints"]
     assert h.weights
     assert h.op_release(Release())["ok"] and not h.weights
-    after = h.op_fingerprints(Fingerprints(seeds=[5], distribution="standard", fp_seed=9))["fingerprints"]
+    after = h.op_fingerprints(Fingerprints(seeds=[5], fp_seed=9))["fingerprints"]
     assert after == before
 
 

@@ -192,7 +192,7 @@ class HarnessCost:
         outside, drawn and described, then empty buffers allocated; else drawn."""
         seeds = [self.rng.getrandbits(62) for _ in range(n)]
         started = time.perf_counter()
-        stub = Stage(seeds=seeds, distribution="standard", stub=True, meta=self.meta, expose=self.fills_from_outside)
+        stub = Stage(seeds=seeds, stub=True, meta=self.meta, expose=self.fills_from_outside)
         staged, staging_us = timed_exchange(self.reference, stub, self.timeout_s * n, "problem")
         if self.fills_from_outside and staged.layout is not None:
             # The reference's drawing is outside a contender's sample (bot.engine.staging.Staged).

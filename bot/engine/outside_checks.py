@@ -173,9 +173,7 @@ class OutsideChecks:
             if not group:
                 continue
             started = time.perf_counter()
-            request = Fingerprints(
-                seeds=[seeds[i] for i in group], distribution="standard", fp_seed=self.secret, want=want
-            )
+            request = Fingerprints(seeds=[seeds[i] for i in group], fp_seed=self.secret, want=want)
             ref = ask(run.reference, request, timeout_s, "problem")
             began = time.perf_counter()
             self.reference_s += began - started

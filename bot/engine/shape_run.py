@@ -4,7 +4,6 @@ trials, time those that pass against each other, and add the checks the times ca
 from __future__ import annotations
 
 import random
-import secrets
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -26,6 +25,7 @@ from bot.engine.trials import (
     TrialRun,
     TrialStats,
     run_trials,
+    timed_seeds,
 )
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.messages import Construct
@@ -109,7 +109,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
             return {"new_threads": []}
         with gpu_shared(lock_key):
             return worker.request(
-                {"op": "run", "seed": secrets.randbits(62), "distribution": "standard"},
+                {"op": "run", "seed": timed_seeds(problem, random.SystemRandom(), 1)[0]},
                 limits.first_call_timeout_s,
                 "call",
             )

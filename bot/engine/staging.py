@@ -37,9 +37,9 @@ def stage(run: Run, worker: WorkerClient, seeds: list[int], filled: list | None 
     parent's clock too. Inputs filled from outside add (the reference's regions, the worker's)
     to `filled`, for the parent to read back after the calls (bot.engine.outside_checks)."""
     timeout_s = run.call_timeout_s * len(seeds)
-    drawn = Stage(seeds=seeds, distribution="standard")
+    drawn = Stage(seeds=seeds)
     if run.harness.fills_from_outside:
-        exposed = Stage(seeds=seeds, distribution="standard", expose=True)
+        exposed = Stage(seeds=seeds, expose=True)
         ref, drawing_us = timed_exchange(run.reference, exposed, timeout_s, "problem")
         if ref.layout is None:
             run.harness.stop_filling(f"inputs staged in each worker: {ref.why}")

@@ -20,7 +20,7 @@ from bot.engine.outside_checks import OutsideChecks
 from bot.engine.outside_clock import batch_sample_us, batch_samples, next_batch_size, per_call_estimate
 from bot.engine.staging import StagingRefused, stage
 from bot.engine.tolerance import Rule
-from bot.engine.trials import failure_check
+from bot.engine.trials import failure_check, timed_seeds
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.batches import Outputs, Time, TimeReply
 from bot.protocol.messages import Fingerprints
@@ -102,7 +102,7 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
     parent picks checked against the reference in full (docs/verifier.md, "timed calls")."""
     shape, reference, dtypes, rng = run.shape, run.reference, run.dtypes, run.rng
     options, call_timeout_s, harness, window = run.options, run.call_timeout_s, run.harness, run.window
-    seeds = [rng.getrandbits(62) for _ in range(record.batch)]
+    seeds = timed_seeds(run.problem, rng, record.batch)
     fp_seed = rng.getrandbits(40)
     try:
         # Every other contender's processes frozen from here on. The staging is inside this
@@ -212,7 +212,6 @@ def _picked_against_reference(
         run.reference,
         Fingerprints(
             seeds=[seeds[i] for i in picked],
-            distribution="standard",
             fp_seed=fp_seed,
             want=("both" if revealed is not None else "fingerprint") if cuda else "outputs",
         ),

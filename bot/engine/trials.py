@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.core.distributions import seed_for, timed_mix
 from bot.core.domain import CheckResult, Problem, Shape
 from bot.core.settings import DEFAULTS, TolerancePolicy
 from bot.engine import verify
@@ -77,10 +78,17 @@ def trial_plan(problem: Problem, rng: random.Random, per_distribution: int) -> l
     bot.core.distributions ("standard" first); where that makes a single trial, one more standard
     draw, so that every contender is called at least twice with different inputs (no caching
     across calls). Each trial is a call of every contender, so no draw is added beyond that."""
-    plan = [(d, rng.getrandbits(62)) for d in problem.distributions for _ in range(per_distribution)]
+    plan = [(d, seed_for(d, rng.getrandbits(58))) for d in problem.distributions for _ in range(per_distribution)]
     if len(plan) < 2:
-        plan.append(("standard", rng.getrandbits(62)))
+        plan.append(("standard", seed_for("standard", rng.getrandbits(58))))
     return plan
+
+
+def timed_seeds(problem: Problem, rng: random.Random, calls: int) -> list[int]:
+    """The seeds of `calls` timed calls, each in a distribution of the problem's timed mix
+    picked by the parent's secret rng: a timed call draws the same inputs as some trial could."""
+    mix = timed_mix(problem.distributions)
+    return [seed_for(rng.choice(mix), rng.getrandbits(58)) for _ in range(calls)]
 
 
 def skip_notes(problem: Problem) -> list[str]:
@@ -182,7 +190,7 @@ def run_trials(
                 with held, clock.phase("compile" if n == 0 else "verify"):
                     got = ask(
                         worker,
-                        Run(seed=seed, distribution=dist, gate=gate is not None),
+                        Run(seed=seed, gate=gate is not None),
                         timeouts[0] if n == 0 else timeouts[1],
                         "call",
                         gate=gate,
@@ -212,9 +220,7 @@ def run_trials(
         refs = []
         for n, (dist, seed) in enumerate(plan, 1):
             progress(f"{problem.name} [{shape.name}] reference {n}/{len(plan)} ({dist})")
-            refs.append(
-                ask(reference, ReferenceRun(seed=seed, distribution=dist), timeouts[1] * 20, "problem")
-            )  # float64 runs are slower
+            refs.append(ask(reference, ReferenceRun(seed=seed), timeouts[1] * 20, "problem"))  # float64 runs are slower
         info.meta, info.nbytes, info.flops = refs[0].meta, refs[0].bytes, refs[0].flops
         info.inputs = refs[0].input_meta
         info.native_peak_bytes = max((r.native_peak_bytes or 0 for r in refs), default=0) or None

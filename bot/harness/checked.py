@@ -37,7 +37,7 @@ class CheckedCalls:
     def op_run(self, msg: Run) -> dict:
         """One checked call: full outputs (or fingerprints) for the parent to compare."""
         try:
-            inputs = self._inputs(msg.seed, msg.distribution)
+            inputs = self._inputs(msg.seed)
         except Exception as exc:
             return shared.failure("problem", exc)
         # Checks of timed calls (requests that say what they want) compare outputs only. Hashing the inputs
@@ -125,7 +125,7 @@ class CheckedCalls:
         the parent picked from a timed batch."""
         prints, outputs = [], []
         for seed in msg.seeds:
-            reply = self.op_run(Run(seed=seed, distribution=msg.distribution, want=msg.want, fp_seed=msg.fp_seed))
+            reply = self.op_run(Run(seed=seed, want=msg.want, fp_seed=msg.fp_seed))
             if not reply.get("ok"):
                 return reply
             prints.append(reply.get("fingerprints"))

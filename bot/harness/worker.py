@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from bot.core.distributions import distribution_of
 from bot.harness import inputs as worker_inputs
 from bot.harness import shared, staging, support, triton_interp
 from bot.harness.checked import CheckedCalls
@@ -166,7 +167,7 @@ class Harness(CheckedCalls, TimedCalls):
         params = sum(p.numel() * p.element_size() for p in support.module_tensors(self.native_model))
         return ConstructReply(param_bytes=params, new_threads=self._new_threads()).to_wire()
 
-    def _inputs(self, seed: int, distribution: str) -> list[Any]:
+    def _inputs(self, seed: int) -> list[Any]:
         shared.seed_cpu(seed)
         if self.device == "cuda":
             shared.seed_cuda(seed)
@@ -175,7 +176,7 @@ class Harness(CheckedCalls, TimedCalls):
         if not isinstance(inputs, (list, tuple)):
             raise support.ProblemShapeError(f"get_inputs() returned {type(inputs).__name__}, expected a list")
         moved = [shared.to(x, self.device) if shared.is_tensor(x) else x for x in inputs]
-        return worker_inputs.transform(moved, distribution, seed)
+        return worker_inputs.transform(moved, distribution_of(seed), seed)
 
     def _upcast(self, inputs: list[Any]) -> list[Any]:
         if self.precision == "native":
@@ -197,7 +198,7 @@ class Harness(CheckedCalls, TimedCalls):
                 return shared.failure("protocol", exc)
             return StageReply(regions=staging.regions(self.staged)).to_wire()
         try:
-            self.staged = [self._inputs(seed, msg.distribution) for seed in msg.seeds]
+            self.staged = [self._inputs(seed) for seed in msg.seeds]
         except Exception as exc:
             return shared.failure("problem", exc)
         if msg.stub:

@@ -55,8 +55,7 @@ class Stage(Request):
     the parent to copy (StageInto)."""
 
     op, Reply = "stage", StageReply
-    seeds: list[int] = wire(ints)
-    distribution: str = wire(str_)
+    seeds: list[int] = wire(ints)  # each also names its call's distribution (seed_for)
     stub: bool = wire(bool_, False)
     meta: list[dict] | None = wire(optional(list_of(output_meta)), None)
     expose: bool = wire(bool_, False)

@@ -124,8 +124,7 @@ class RunReply(Reply):
 @dataclass(frozen=True)
 class Run(Request):
     op, Reply = "run", RunReply
-    seed: int = wire(int_)
-    distribution: str = wire(str_)
+    seed: int = wire(int_)  # also names the inputs' distribution (bot.core.distributions.seed_for)
     gate: bool = wire(bool_, False)  # a gated trial: timing of kernel variants asks for the GPU
     want: str | None = wire(one_of(*WANTS), None)  # None: a full trial (inputs hashed too)
     fp_seed: int | None = wire(optional(int_), None)
@@ -173,7 +172,6 @@ class Fingerprints(Request):
 
     op, Reply = "fingerprints", FingerprintsReply
     seeds: list[int] = wire(ints)
-    distribution: str = wire(str_)
     fp_seed: int = wire(int_)
     want: str = wire(one_of("outputs", "fingerprint", "both"), "both")
 
