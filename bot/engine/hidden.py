@@ -36,7 +36,7 @@ class HiddenTime:
     harness_us: float
     noise_us: float  # of `hidden_us`, for rejection: calibration and batch-to-batch scatter
     allowed_us: float
-    counted_us: float  # `hidden_us` where it is out of the calibration's noise (the samples hold it already)
+    counted_us: float  # `hidden_us` out of the calibration's noise: on CUDA added to the samples (the CPU's hold it)
 
     def details(self) -> dict[str, float]:
         return {

@@ -17,7 +17,7 @@ from bot.engine import verify
 from bot.engine.compare import check_commitment, compare_outputs
 from bot.engine.harness_cost import HarnessCost, timed_exchange
 from bot.engine.outside_checks import OutsideChecks
-from bot.engine.outside_clock import batch_sample_us, batch_samples, next_batch_size, per_call_estimate
+from bot.engine.outside_clock import FLOOR_US, batch_sample_us, next_batch_size, per_call_estimate
 from bot.engine.staging import StagingRefused, stage
 from bot.engine.tolerance import Rule
 from bot.engine.trials import failure_check, timed_seeds
@@ -70,14 +70,21 @@ class TimingRecord:
     harness_us: list[float] = field(default_factory=list)  # per kept batch, per call: HarnessCost's median
     noise_us: list[float] = field(default_factory=list)  # and its spread
     checks: list[CheckResult] = field(default_factory=list)
+    # Per kept batch, the parent's time per call that sizes the next batch (next_batch_size).
+    sizing_us: list[float] = field(default_factory=list)
+    # On CUDA, set once timing is done: hidden time per call counted into the samples.
+    counted_us: float = 0.0
     batch: int = 1  # calls in the next batch, drawn by the parent (next_batch_size)
     failed: bool = False
 
     def measurement(self) -> Measurement | None:
+        """The samples, each with `counted_us` added (on CUDA: the time per call the parent's clock
+        saw and the worker's events left out, bot.engine.hidden; 0 on the CPU, whose samples are
+        the parent's own)."""
         if not self.samples_us:
             return None
         workers = tuple(self.batch_workers) if len(set(self.batch_workers)) > 1 else ()
-        return Measurement(tuple(self.samples_us), tuple(self.batch_sizes), workers)
+        return Measurement(tuple(s + self.counted_us for s in self.samples_us), tuple(self.batch_sizes), workers)
 
 
 @dataclass(frozen=True)
@@ -165,7 +172,14 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
     if not all(r.passed for r in results):
         record.failed = True
         return
-    sample_us = batch_sample_us(span_us, harness.span_of(len(seeds))[0], len(seeds))
+    parent_us = batch_sample_us(span_us, harness.span_of(len(seeds))[0], len(seeds))
+    # On CUDA the parent's span cannot resolve a call under the harness's own work per call (a
+    # 256 MiB L2 flush, ~90 us on an H100, beside gelu decode's 5 us: A/A runs came out far from 1
+    # and samples fell to the floor): the sample is the batch's mean of the worker's event times,
+    # which no spreading within the batch can move, bounded from outside by the parent's clock
+    # (`hidden time` rejects gross hiding and counts the rest into it: TimingRecord.counted_us).
+    cuda = reference.device == "cuda"
+    sample_us = max(sum(samples) / len(seeds), FLOOR_US) if cuda else parent_us
     if keep:
         record.samples_us.extend([sample_us] * len(seeds))
         record.batch_sizes.append(len(seeds))
@@ -189,7 +203,12 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         record.noise_us.append(noise / len(seeds))
     # The next batch's size, from the parent's own samples (the warm-up's alone at first):
     # never from the worker's report of a call it can slow.
-    per_call = per_call_estimate(batch_samples(record.samples_us, record.batch_sizes)) if keep else sample_us
+    # On CUDA by the whole window per call on the parent's clock (harness work included): its
+    # batches fill the target of wall time, whatever the worker reports.
+    sizing_us = span_us / len(seeds) if cuda else parent_us
+    if keep:
+        record.sizing_us.append(sizing_us)
+    per_call = per_call_estimate(record.sizing_us) if keep else sizing_us
     cap = min(options.max_batch, harness.max_batch)
     record.batch = next_batch_size(per_call, options.batch_target_us, cap, rng)
 
