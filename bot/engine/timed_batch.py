@@ -70,7 +70,7 @@ class TimingRecord:
     harness_us: list[float] = field(default_factory=list)  # per kept batch, per call: HarnessCost's median
     noise_us: list[float] = field(default_factory=list)  # and its spread
     checks: list[CheckResult] = field(default_factory=list)
-    # Per kept batch, the parent's time per call that sizes the next batch (next_batch_size).
+    # Per kept batch, the parent's sample, which sizes the next batch (next_batch_size).
     sizing_us: list[float] = field(default_factory=list)
     # On CUDA, set once timing is done: hidden time per call counted into the samples.
     counted_us: float = 0.0
@@ -201,14 +201,11 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         # The allowance grows with the window's harness work only, never with input generation.
         record.harness_us.append(usual / len(seeds))
         record.noise_us.append(noise / len(seeds))
-    # The next batch's size, from the parent's own samples (the warm-up's alone at first):
-    # never from the worker's report of a call it can slow.
-    # On CUDA by the whole window per call on the parent's clock (harness work included): its
-    # batches fill the target of wall time, whatever the worker reports.
-    sizing_us = span_us / len(seeds) if cuda else parent_us
+    # The next batch's size, from the parent's own samples (the warm-up's alone at first), on
+    # CUDA too: never from the worker's report of a call it can slow.
     if keep:
-        record.sizing_us.append(sizing_us)
-    per_call = per_call_estimate(record.sizing_us) if keep else sizing_us
+        record.sizing_us.append(parent_us)
+    per_call = per_call_estimate(record.sizing_us) if keep else parent_us
     cap = min(options.max_batch, harness.max_batch)
     record.batch = next_batch_size(per_call, options.batch_target_us, cap, rng)
 
