@@ -82,8 +82,10 @@ def test_outputs_faulted_in_while_inputs_are_staged_are_never_claimed(tmp_path):
     cheat, honest = outcomes["cheat_fault_in_staging"], outcomes["honest_fresh_outputs"]
     _not_claimed(cheat)
     assert honest.verdict.status == "accepted", honest.verdict.reasons
-    # The cheat does the same work as its twin, only earlier: its time is the twin's.
-    assert cheat.speedup is None or cheat.speedup < 1.3 * honest.speedup, (cheat.speedup, honest.speedup)
+    # The cheat does the same work as its twin, only earlier: its time is the twin's, never
+    # significantly faster (point estimates of two 2-vCPU runs differ by 1.5x under load).
+    if cheat.speedup_ci is not None and honest.speedup_ci is not None:
+        assert cheat.speedup_ci[0] <= honest.speedup_ci[1], (cheat.speedup_ci, honest.speedup_ci)
 
 
 def test_a_slow_warm_up_call_does_not_decide_the_batch_sizes():
