@@ -22,7 +22,7 @@ from bot.sandbox import Limits
 
 pytestmark = pytest.mark.gpu
 
-LEVEL2 = ROOT / "tests" / "fixtures" / "kernelbench" / "level2"
+LEVEL2 = ROOT / "tests" / "fixtures" / "kernelbench_released" / "level2"
 
 
 def _options(policy: TolerancePolicy = TolerancePolicy.STRICT) -> EvalOptions:

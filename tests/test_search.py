@@ -555,10 +555,10 @@ def test_on_cpu_a_triton_implementation_is_not_compiled_and_the_report_says_why(
     assert "compile-default-target" in _names(gpu) and any(c.name.startswith("tune-") for c in gpu)
 
 
-# KernelBench's file byte for byte (MIT, tests/fixtures/kernelbench/LICENSE), and where the
+# KernelBench's file byte for byte (MIT, tests/fixtures/kernelbench_released/LICENSE), and where the
 # checkout sits beside the shared copy of KernelBench, that it still is.
 SQUARE_MATMUL = "level1/1_Square_matrix_multiplication_.py"
-KERNELBENCH = ROOT / "tests" / "fixtures" / "kernelbench"
+KERNELBENCH = ROOT / "tests" / "fixtures" / "kernelbench_released"
 SHARED_KERNELBENCH = ROOT.parent / "shared" / "kernelbench"
 
 

@@ -102,11 +102,11 @@ def test_a_thread_with_no_current_clock_records_nothing():
 def test_only_the_references_own_work_is_the_oracles():
     reference, contender = SimpleNamespace(trusted=True), SimpleNamespace(trusted=False)
     assert part_of(reference, Construct(seed=1)) == "oracle"
-    assert part_of(reference, ReferenceRun(seed=1, distribution="standard")) == "oracle"
-    assert part_of(reference, Fingerprints(seeds=[1], distribution="standard", fp_seed=2)) == "oracle"
+    assert part_of(reference, ReferenceRun(seed=1)) == "oracle"
+    assert part_of(reference, Fingerprints(seeds=[1], fp_seed=2)) == "oracle"
     assert part_of(reference, Release()) is None  # the reference's other work is its phase's
     assert part_of(contender, Construct(seed=1)) is None  # a contender's construction is compile
-    assert part_of(contender, Run(seed=1, distribution="standard")) is None
+    assert part_of(contender, Run(seed=1)) is None
 
 
 def test_results_json_carries_the_split_and_older_documents_still_read():
