@@ -89,7 +89,7 @@ def test_shards_of_kernelbench_fixtures_run_and_merge_into_one_results_directory
         out = tmp_path / f"shard{k}"
         done = subprocess.run(
             [sys.executable, "-m", "bot", "optimize", *map(str, SMALL), "--shard", f"{k}/3", "--device", "cpu"]
-            + ["--exclude", "*", "--replicas", "1", "--time-cap-s", "0.3", "--no-cache", "--out", str(out)],
+            + ["--exclude", "*", "--replicas", "1", "--time-cap-s", "1", "--no-cache", "--out", str(out)],
             cwd=ROOT,
             capture_output=True,
             text=True,

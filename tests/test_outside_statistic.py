@@ -80,7 +80,8 @@ def test_outputs_faulted_in_while_inputs_are_staged_are_never_claimed(tmp_path):
     path.write_text(WIDE_SCALE_ADD)
     baseline, outcomes = _bench(path, ["cheat_fault_in_staging", "honest_fresh_outputs"])
     cheat, honest = outcomes["cheat_fault_in_staging"], outcomes["honest_fresh_outputs"]
-    _not_claimed(cheat)
+    # Its twin can be faster than the baseline in earnest (2.37x [2.01, 2.83] on 2 vCPUs): the
+    # cheat may be claimed as much as the twin, never more.
     assert honest.verdict.status == "accepted", honest.verdict.reasons
     # The cheat does the same work as its twin, only earlier: its time is the twin's, never
     # significantly faster (point estimates of two 2-vCPU runs differ by 1.5x under load).
