@@ -35,7 +35,6 @@ REJECTED = {
     "cheat_detect_timing": "timed-call outputs",
     "cheat_patch_reference": "values",
     "cheat_gc_scan": "values",
-    "cheat_patch_harness": "hidden time",
     "cheat_hide_thread": "no new threads",
     "cheat_some_calls": "timed-call outputs",  # right on 1 timed call in 4: missed w.p. (1/4)^checks
     "cheat_compute_on_reveal": "timed-call outputs",
@@ -50,7 +49,8 @@ REJECTED = {
     "import_error": "import",
     "no_modelnew": "import",
 }
-ACCEPTED = ["honest", "fallback_reference", "cheat_patch_timers", "cheat_env_secrets"]
+# Accepted, and timed as what they are: times on the CPU are the parent's own.
+ACCEPTED = ["honest", "fallback_reference", "cheat_patch_timers", "cheat_patch_harness", "cheat_env_secrets"]
 
 
 @pytest.fixture(scope="module")
@@ -101,14 +101,17 @@ def test_patched_clocks_do_not_change_the_measurement(outcomes):
         assert shape.measurement.median_us > 18_000, shape.measurement.median_us
 
 
-def test_time_hidden_from_the_harness_clock_is_named_with_the_parents_figure(outcomes):
+def test_time_hidden_from_the_harness_clock_is_named_with_the_parents_figure_and_timed(outcomes):
     # The candidate spins 2 ms a call and halves the worker's own captured clock: the parent
-    # sees about 1 ms a call that the worker's report leaves out.
-    check = next(c for c in outcomes["cheat_patch_harness"].verdict.checks if c.name == "hidden time" and not c.passed)
+    # sees about 1 ms a call that the worker's report leaves out, and times all 2 ms of it.
+    cheat = outcomes["cheat_patch_harness"]
+    check = next(c for c in cheat.verdict.checks if c.name == "hidden time")
     assert check.details["hidden_us_per_call"] > 700, check.details
-    assert "tampered" in check.evidence
+    assert "parent's own" in check.evidence, check.evidence
+    for shape in cheat.shapes:
+        assert shape.measurement.median_us > 1_800, shape.measurement.median_us
     honest = next(c for c in outcomes["honest"].verdict.checks if c.name == "hidden time")
-    assert honest.passed and honest.details["hidden_us_per_call"] < honest.details["allowed_us"]
+    assert honest.details["hidden_us_per_call"] < check.details["hidden_us_per_call"] / 2, honest.details
 
 
 def test_a_thread_hidden_from_the_harness_listing_is_counted_from_outside(outcomes):

@@ -85,24 +85,26 @@ def hidden_time(
     return HiddenTime(hidden, claimed, harness, noise, allowed, max(counted, 0.0))
 
 
-def check_hidden_time(found: HiddenTime) -> CheckResult:
+def check_hidden_time(found: HiddenTime, rejects: bool) -> CheckResult:
     """The parent's wall clock must account for a worker's calls. The harness reads clocks it
     captured before the candidate was imported, but the candidate runs in that process and can
     rebind them (`bot.harness.shared.perf_ns`); the time it hides from its own report is still on
-    the parent's clock. Gross hiding rejects; below that bound it is reported
-    (`HiddenTime.counted_us`), and the contender's samples, the parent's, hold it anyway."""
+    the parent's clock. Where the samples are the worker's events (CUDA, `rejects`), gross
+    hiding rejects and below that bound it is counted into them (`HiddenTime.counted_us`).
+    Where the samples are the parent's own spans (the CPU) they hold it already, and the figure
+    is evidence, never a verdict: on 2 busy shared vCPUs an honest contender's unexplained time
+    reached 1.8x its call (2.4 ms beside a 1.3 ms call), past any bound a halved clock exceeds."""
     name = "hidden time"
-    if found.hidden_us > found.allowed_us:
-        return CheckResult(
-            name,
-            False,
-            f"the parent's clock saw {found.hidden_us:.1f} us per call more "
-            f"than this worker reported ({found.claimed_us:.1f} us a call) beyond the "
-            f"harness's own {found.harness_us:.1f} us (allowed {found.allowed_us:.1f} us): "
-            "the worker's clocks were tampered with?",
-            found.details(),
-        )
-    return CheckResult(name, True, details=found.details())
+    if found.hidden_us <= found.allowed_us:
+        return CheckResult(name, True, details=found.details())
+    seen = (
+        f"the parent's clock saw {found.hidden_us:.1f} us per call more "
+        f"than this worker reported ({found.claimed_us:.1f} us a call) beyond the "
+        f"harness's own {found.harness_us:.1f} us (allowed {found.allowed_us:.1f} us)"
+    )
+    if not rejects:
+        return CheckResult(name, True, f"{seen}: in its times, which are the parent's own", found.details())
+    return CheckResult(name, False, f"{seen}: the worker's clocks were tampered with?", found.details())
 
 
 def _batch_totals(record: Any) -> list[tuple[int, float]]:

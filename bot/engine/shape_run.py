@@ -163,12 +163,14 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
     floor = floor_us(
         info.nbytes, info.flops, peaks_for(environment.device_name) if environment.device == "cuda" else None
     )
-    # The worker's reports against the parent's clock: a diagnostic of tampering, since the
-    # samples are the parent's own (bot.engine.outside_clock).
+    # The worker's reports against the parent's clock: on the CPU evidence only, since the
+    # samples are the parent's own (bot.engine.outside_clock); on CUDA, whose samples are the
+    # worker's events, what they left out is counted into them and gross hiding rejects.
     hidden = hidden_time_checks({n: r for n, r in records.items() if not r.failed}, names[0] if has_baseline else None)
+    events = options.device == "cuda"
     for name, found in hidden.items():
-        checks[name].append(check_hidden_time(found))
-        if options.device == "cuda":  # samples of the worker's events: what they left out counts
+        checks[name].append(check_hidden_time(found, rejects=events))
+        if events:
             records[name].counted_us = found.counted_us
     for name, rec in records.items():
         checks[name].extend(rec.checks)
