@@ -1,7 +1,10 @@
 """An honest vectorisation is claimed on every run: `bot bench` of a vectorised RMSNorm
 (tests/fixtures/candidates/honest_rmsnorm.py) against the same RMSNorm computed in a Python
 loop over chunks of rows, RUNS times, each in a fresh process with a fresh HOME (no result
-cache), printing each run's claim.
+cache), printing each run's claim and how far each contender's worker processes (replicas)
+disagree: the ratio of their largest median to their smallest, per shape, and the offset
+between processes the interval allows for (bot.core.stats.worker_spread, from batches next to
+each other in time), as a standard deviation in percent.
 
     PYTHONPATH=. python3 benchmarks/honest_claims.py [--runs 5] [--device cpu] [--cap-s 3]
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -59,7 +63,26 @@ def claim(result: dict) -> str:
     contender = next(c for c in result["candidates"] if c["name"] != result.get("baseline", {}).get("name"))
     low, high = contender.get("speedup_ci") or (None, None)
     claimed = "claimed" if contender.get("significant") else "not claimed"
-    return f"{contender['status']}, {contender.get('speedup')}x [{low}, {high}]: {claimed}"
+    replicas = "; ".join(f"{c['name']} {replica_ratios(c)}" for c in (result.get("baseline"), contender) if c)
+    offsets = [
+        f"{math.expm1(d['spread_log_sd']):.1%}"
+        for s in contender.get("shapes", [])
+        if (d := s.get("derivation")) and d.get("spread_df")
+    ]
+    return (
+        f"{contender['status']}, {contender.get('speedup')}x [{low}, {high}]: {claimed}; "
+        f"medians of replicas: {replicas}; process offset: {', '.join(offsets) or '-'}"
+    )
+
+
+def replica_ratios(contender: dict) -> str:
+    """Per shape, the largest of its workers' medians over the smallest (1.00x: they agree)."""
+    ratios = []
+    for shape in contender.get("shapes", []):
+        medians = [m for m in (shape.get("measurement") or {}).get("worker_medians_us", []) if m > 0]
+        if len(medians) > 1:
+            ratios.append(f"{max(medians) / min(medians):.2f}x")
+    return ", ".join(ratios) or "-"
 
 
 def main() -> None:

@@ -193,6 +193,24 @@ def test_batches_that_move_in_every_process_at_once_are_not_taken_for_a_process_
     assert worker_spread([m]).log_sd < raw / 2
 
 
+def test_a_process_offset_is_measured_through_stretches_of_load():
+    # Workers 10 % apart, in rounds whose host load doubles every time for stretches of a few
+    # rounds, at random: the offset comes from batches next to each other in time, where the
+    # load is the same, not from medians that fall in either mode of the load by chance.
+    rng = random.Random(12)
+    samples, sizes, workers = [], [], []
+    level = 1.0
+    for _ in range(12):
+        if rng.random() < 0.4:
+            level = 3.0 - level  # 1 <-> 2
+        for w in rng.sample([0, 1], 2):
+            samples.extend(100.0 * level * (1.1 if w else 1.0) * (1 + rng.gauss(0, 0.01)) for _ in range(20))
+            sizes.append(20)
+            workers.append(w)
+    m = Measurement(tuple(samples), tuple(sizes), tuple(workers))
+    assert worker_spread([m]).log_sd == pytest.approx(math.log(1.1) / 2, rel=0.35)
+
+
 def _numpy_interval(baseline: Measurement, candidate: Measurement, resamples: int = 2000) -> tuple[float, float]:
     """The interval as bench.speedup computed it with numpy's generator (no worker spread)."""
     np = pytest.importorskip("numpy")

@@ -52,35 +52,46 @@ def worker_spread(measurements: Iterable[Measurement], trusted: Measurement | No
 
 
 def _log_squares(m: Measurement) -> tuple[float, int]:
-    """The part of the squared deviations of the log of each worker's median from their mean
-    that the workers' own batches do not explain, and its degrees of freedom.
+    """The squared deviations of each worker's offset from their mean (logs), less what the
+    batches' own scatter explains, and its degrees of freedom.
 
-    A worker's median moves with its batches (on a busy 2-vCPU host whole stretches of
-    batches ran 2x slower, in every process at once); the block bootstrap already counts
-    that. What is left is the offset between processes. For W workers whose log-medians
-    have sampling variances v_j, E[sum (x_j - mean)^2] = (W - 1) * offset^2 + (1 - 1/W) * sum v_j.
-    """
-    logs = [math.log(v) for v in m.worker_medians if v > 0]
-    if len(logs) < 2:
+    Each batch is held against its neighbours in time from the contender's other workers
+    (the batches just before and after it from another worker: the same round of the
+    interleaving, tens of ms apart), and a worker's offset is the median of those log
+    ratios. Comparing whole medians instead took the host's load for a process offset: on a
+    busy 2-vCPU host batches run at one of two speeds, 2x apart, in stretches, and the median
+    of ten batches falls in either mode by chance; replicas of one code came out 1.7x apart
+    and their spread, with one degree of freedom, widened an honest 6x claim to [0.75, 25.7].
+    For W workers, offset_w = (W / (W - 1)) (o_w - mean o), so
+    E[sum (offset_w - mean)^2] = (W / (W - 1))^2 ((W - 1) spread^2 + (1 - 1/W) sum v_w),
+    with v_w the sampling variance of its median ratio."""
+    logs = [(w, math.log(v)) for w, v in zip(m.batch_workers, m.batch_medians) if v > 0]
+    workers = sorted({w for w, _ in logs})
+    if len(workers) < 2:
         return 0.0, 0
-    mean = sum(logs) / len(logs)
-    squares = sum((x - mean) ** 2 for x in logs)
-    sampling = (1 - 1 / len(logs)) * sum(_log_median_variance(b) for b in _batch_medians_by_worker(m))
-    return max(squares - sampling, 0.0), len(logs) - 1  # a contender never subtracts from the others'
+    ratios: dict[int, list[float]] = {w: [] for w in workers}
+    for i, (worker, x) in enumerate(logs):
+        before = next((y for w, y in reversed(logs[:i]) if w != worker), None)
+        after = next((y for w, y in logs[i + 1 :] if w != worker), None)
+        around = [y for y in (before, after) if y is not None]
+        ratios[worker].append(x - sum(around) / len(around))
+    offsets = [statistics.median(r) for r in ratios.values()]
+    count = len(workers)
+    mean = sum(offsets) / count
+    squares = sum((o - mean) ** 2 for o in offsets)
+    sampling = (1 - 1 / count) * sum(_median_variance(r) for r in ratios.values())
+    # a contender never subtracts from the others'
+    return max(squares - sampling, 0.0) * ((count - 1) / count) ** 2, count - 1
 
 
-def _batch_medians_by_worker(m: Measurement) -> list[list[float]]:
-    per: dict[int, list[float]] = {}
-    for worker, median in zip(m.batch_workers, m.batch_medians):
-        per.setdefault(worker, []).append(median)
-    return [per[w] for w in sorted(per)]
-
-
-def _log_median_variance(batch_medians: list[float]) -> float:
-    """Sampling variance of the log of a worker's median, from the spread of its batches (as
-    Measurement.rel_se estimates it); 0 where one batch says nothing."""
-    logs = [math.log(v) for v in batch_medians if v > 0]
-    return statistics.variance(logs) / len(logs) if len(logs) >= 2 else 0.0
+def _median_variance(values: list[float]) -> float:
+    """Sampling variance of the median of `values`, from their robust spread (a normal
+    median's pi/2 times the mean's); 0 where one value says nothing."""
+    if len(values) < 2:
+        return 0.0
+    centre = statistics.median(values)
+    sd = statistics.median(abs(v - centre) for v in values) * 1.4826
+    return math.pi / 2 * sd * sd / len(values)
 
 
 def _seed_of(baseline: Measurement, candidate: Measurement, spread: WorkerSpread) -> int:
