@@ -379,7 +379,9 @@ def test_the_parents_clock_shows_the_time_a_worker_leaves_out_of_its_report():
         # The stand-in's own work per call is nil: what is unexplained is what the liar hid (600 us).
         assert min(records["liar"].unexplained_us) > 500, mode
         assert max(records["liar"].reported_us) < 300, mode
-        checks = {n: hidden.check_hidden_time(f, rejects=True) for n, f in hidden.hidden_time_checks(records, "base").items()}
+        checks = {
+            n: hidden.check_hidden_time(f, rejects=True) for n, f in hidden.hidden_time_checks(records, "base").items()
+        }
         assert set(checks) == {"base", "honest", "liar"}
         assert checks["honest"].passed, (mode, checks["honest"].details)
         assert not checks["liar"].passed and "tampered" in checks["liar"].evidence, checks["liar"].details
