@@ -1,7 +1,8 @@
 """The package layout's import contracts (`[tool.importlinter]` in pyproject.toml) hold:
 bot.core and bot.report import no torch, bot.harness (the candidate's process) imports nothing
-of the engine, bot.github (stage 2) imports no GPU stack and no code that runs candidates, and
-the layers only import downwards."""
+of the engine and the engine nothing of the harness (they share bot.protocol), bot.github
+(stage 2) imports no GPU stack and no code that runs candidates, and the layers only import
+downwards."""
 
 from __future__ import annotations
 
@@ -27,12 +28,24 @@ def test_the_import_contracts_hold():
     assert "0 broken" in proc.stdout, proc.stdout[-6000:]
 
 
-def test_a_torch_import_in_core_breaks_the_contracts(tmp_path):
-    # The contracts bite: the same tree with one core module importing torch fails the check.
+def _with_import(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess:
+    """The check over a copy of the tree with `line` added to `module` (a path under bot/)."""
     shutil.copytree(ROOT / "bot", tmp_path / "bot", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    with open(tmp_path / "bot" / "core" / "roofline.py", "a") as fh:
-        fh.write("\nimport torch  # noqa: E402,F401\n")
-    proc = _lint_imports(tmp_path)
+    with open(tmp_path / "bot" / module, "a") as fh:
+        fh.write(f"\n{line}  # noqa: E402,F401\n")
+    return _lint_imports(tmp_path)
+
+
+def test_a_torch_import_in_core_breaks_the_contracts(tmp_path):
+    # The contracts bite: the same tree with one core module importing torch fails the check.
+    proc = _with_import(tmp_path, "core/roofline.py", "import torch")
     assert proc.returncode != 0, proc.stdout[-6000:]
     assert "bot.core.roofline -> torch" in proc.stdout, proc.stdout[-6000:]
+
+
+def test_a_harness_import_in_the_engine_breaks_the_contracts(tmp_path):
+    # The parent's code reads a worker only through bot.protocol, never the candidate's side.
+    proc = _with_import(tmp_path, "engine/compare.py", "import bot.harness.shared")
+    assert proc.returncode != 0, proc.stdout[-6000:]
+    assert "bot.engine.compare -> bot.harness.shared" in proc.stdout, proc.stdout[-6000:]

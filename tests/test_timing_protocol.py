@@ -14,7 +14,7 @@ from conftest import PROBLEMS
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimedShape, TimingHooks, TimingOptions, screened_out, time_interleaved
 from bot.engine.trials import ReferenceInfo
-from bot.harness.shared import hash_tensor
+from bot.protocol.measures import hash_tensor
 
 INFO = ReferenceInfo(meta=[{"type": "Tensor", "dtype": "float32", "shape": [2], "device": "cpu"}], nbytes=8)
 OUT = torch.ones(2)  # every stand-in call's output, and the reference's
@@ -64,6 +64,9 @@ class _Worker:
 
     def pin(self, timed: bool) -> None:
         pass
+
+    def threads_seen(self, reported):
+        return reported  # no process of its own to count threads in from outside
 
     def request(self, message, timeout_s, phase):
         op = message["op"]

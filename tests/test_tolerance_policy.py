@@ -27,7 +27,7 @@ from bot.engine.tolerance import (
 )
 from bot.harness import own_error as own_error_module
 from bot.harness.own_error import own_error
-from bot.harness.shared import hash_tensor
+from bot.protocol.measures import hash_tensor
 
 FLOAT32 = [{"dtype": "float32", "shape": [64, 96]}]
 

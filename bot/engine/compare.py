@@ -16,8 +16,7 @@ import torch
 
 from bot.core.domain import CheckResult
 from bot.engine.tolerance import AllClose, Given, Rule, Tolerance, rule_of, rules_of
-from bot.harness.own_error import row_width
-from bot.harness.shared import hash_tensor
+from bot.protocol.measures import hash_tensor, row_width
 
 FINGERPRINT_SIGMAS = 6.0  # a projection on a random Gaussian vector: 6 sigma is never noise
 # A timed call's outputs that a later call of the same batch overwrote: said plainly, as it is

@@ -217,14 +217,15 @@ class Replicas:
         checks: dict[str, list[CheckResult]],
         timeout_s: float,
         progress: Progress,
-        warm: Callable[[str, WorkerClient], dict] | None = None,
+        warm: Callable[[str, WorkerClient], list[str]] | None = None,
     ) -> dict[str, tuple[WorkerClient, ...]]:
         """Each passed contender's workers for this shape, its first one first. A replica that
         fails to start or build fails its contender: it is the same code, so the contender
         itself is what does not work reliably. `warm(name, worker)`, where given, makes a
-        new replica's first call here, beside other work, rather than in the timing's warm-up
-        batch, where every other problem waits for it: torch.compile's first call (from the
-        compile cache the first worker filled) took 2 to 13 s of those batches on 2 vCPUs."""
+        replica's first call here and says the threads it left, beside other work, rather than
+        in the timing's warm-up batch, where every other problem waits for it: torch.compile's
+        first call (from the compile cache the first worker filled) took 2 to 13 s of those
+        batches on 2 vCPUs."""
         if self.count == 1 or len(passed) < 2:
             return {n: (w,) for n, w in passed.items()}
         progress(
@@ -250,8 +251,8 @@ class Replicas:
                     checks[name].append(verify.check_threads(reply.new_threads, "import and construction (replica)"))
                     if warm is not None and checks[name][-1].passed:
                         with clock.phase("compile"):
-                            reply = warm(name, worker)
-                        checks[name].append(verify.check_threads(reply["new_threads"], "a call (replica)"))
+                            left = warm(name, worker)
+                        checks[name].append(verify.check_threads(left, "a call (replica)"))
             except WorkerFailure as exc:
                 failed = failure_check(exc)
                 checks[name].append(replace(failed, evidence=f"a second worker of the same code: {failed.evidence}"))

@@ -28,7 +28,7 @@ def timed_exchange(worker: WorkerClient, request: Request, timeout_s: float, pha
     started = time.perf_counter()
     reply = worker.request(wire, timeout_s, phase)
     wall_us = (time.perf_counter() - started) * 1e6
-    return parse_reply(request, reply), wall_us
+    return parse_reply(worker, request, reply), wall_us
 
 
 _DTYPE_BYTES = {

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import hashlib
 import math
 import time
 import weakref
@@ -38,7 +37,7 @@ import torch
 from bot.core.domain import CheckResult
 from bot.engine.compare import REUSED_OUTPUT, compare_fingerprints, compare_outputs
 from bot.engine.workers import WorkerClient, ask
-from bot.harness import shared
+from bot.protocol import measures
 from bot.protocol.batches import TimeReply
 from bot.protocol.messages import Fingerprints
 from bot.sandbox import memory
@@ -208,7 +207,7 @@ class OutsideChecks:
                 projections = (x @ w.reshape(-1)).tolist()
                 for n, (t, p, norm) in enumerate(zip(part, projections, norms)):
                     # A finite norm: every value finite, as the harness's form would count them.
-                    exact = [p, norm, 0.0] if math.isfinite(norm) else shared.fingerprint(t, w).tolist()
+                    exact = [p, norm, 0.0] if math.isfinite(norm) else measures.fingerprint(t, w).tolist()
                     prints[k + n].append([float(v) for v in exact])
         return prints
 
@@ -218,7 +217,7 @@ class OutsideChecks:
         if w is None:
             if len(self.weights) >= 4:  # a few output sizes at a time: bounded memory
                 self.weights.clear()
-            w = self.weights[key] = shared.fingerprint_weights(shape, "cpu", (self.secret or 0) + j)
+            w = self.weights[key] = measures.fingerprint_weights(shape, "cpu", (self.secret or 0) + j)
         return w
 
 
@@ -332,12 +331,10 @@ def _as_tensors(raw: list[bytearray], reply: TimeReply, meta: Sequence[dict]) ->
 
 
 def _digest(t: torch.Tensor, raw: bytearray) -> str:
-    """shared.hash_tensor's digest, from the bytes read where the output is dense (no copy)."""
+    """measures.hash_tensor's digest, from the bytes read where the output is dense (no copy)."""
     if not t.is_contiguous() or len(raw) != t.numel() * t.element_size():
-        return shared.hash_tensor(t)
-    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
-    h.update(raw)
-    return h.hexdigest()[:24]
+        return measures.hash_tensor(t)
+    return measures.digest(t.dtype, tuple(t.shape), raw)
 
 
 def _committed(

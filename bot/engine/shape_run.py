@@ -28,7 +28,7 @@ from bot.engine.trials import (
     timed_seeds,
 )
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
-from bot.protocol.messages import Construct
+from bot.protocol.messages import Construct, Run
 from bot.sandbox import freezer
 
 if TYPE_CHECKING:
@@ -102,17 +102,16 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
     progress(f"{problem.name} [{shape.name}] verified: {len(verified)} of {len(workers)} contender(s) pass")
     passed = {n: w for n, w in verified.items() if n not in untimed}
 
-    def warm(name: str, worker: WorkerClient) -> dict:
-        """A replica's first call (compilation), as a trial call is made: the device shared.
-        One that tunes by timing makes it in the warm-up batch, with the device to itself."""
+    def warm(name: str, worker: WorkerClient) -> list[str]:
+        """A replica's first call (compilation), as a trial call is made: the device shared;
+        the threads it left. One that tunes by timing makes it in the warm-up batch, with the
+        device to itself. The reply is checked as a trial's is: a malformed one fails the
+        contender (phase "protocol"), never the problem."""
         if name in self_tuning:
-            return {"new_threads": []}
+            return []
         with gpu_shared(lock_key):
-            return worker.request(
-                {"op": "run", "seed": timed_seeds(problem, random.SystemRandom(), 1)[0]},
-                limits.first_call_timeout_s,
-                "call",
-            )
+            seed = timed_seeds(problem, random.SystemRandom(), 1)[0]
+            return ask(worker, Run(seed=seed), limits.first_call_timeout_s, "call").new_threads
 
     records: dict[str, TimingRecord] = {}
     # A candidate that can no longer be selected on this shape is timed no further (bot.engine.futility).

@@ -13,6 +13,7 @@ import select
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from bot.engine.phase_clock import current, part_of
@@ -82,9 +83,10 @@ class WorkerClient:
     def request(
         self, message: dict[str, Any], timeout_s: float, phase: str, gate: Callable[[str], str] | None = None
     ) -> dict[str, Any]:
-        """Send one op and wait for its reply, as it came (`ask` checks it against a typed
-        request); failures raise WorkerFailure. With `gate`, the
-        worker may ask for the GPU on the way (bot.harness.tuning_gate): `gate` turns what it said
+        """Send one op and wait for its reply, as it came: the transport under `ask`, which
+        checks the reply against its typed request before anything reads it. A reply that says
+        the op failed raises WorkerFailure, read as a typed `Failure`. With `gate`, the worker
+        may ask for the GPU on the way (bot.harness.tuning_gate): `gate` turns what it said
         into the answer, and the time that took does not count against `timeout_s`."""
         if self.running.frozen:
             self.running.thaw()  # asked to work: it must run (the next `only()` freezes it again)
@@ -113,13 +115,14 @@ class WorkerClient:
                 self.channel.send(GateAnswer(answer).to_wire())
             except OSError:
                 raise self._dead(phase) from None
-        if not reply.get("ok"):
+        if reply.get("ok") is not True:
             raise self._failure(reply)
-        if isinstance(reply.get("new_threads"), list):  # anything else is refused by `ask`
-            reply["new_threads"] = (
-                self._threads_seen_from_outside(reply["new_threads"]) + self._processes_seen_from_outside()
-            )
         return reply
+
+    def threads_seen(self, reported: list[str]) -> list[str]:
+        """A checked reply's new threads as the parent counts them: the worker's own listing
+        (or, where it listed none, the kernel's count), and the processes besides it."""
+        return self._threads_seen_from_outside(reported) + self._processes_seen_from_outside()
 
     def _failure(self, reply: dict[str, Any]) -> WorkerFailure:
         """The worker's own report that an op failed, read as strictly as any other reply: a
@@ -263,15 +266,18 @@ def ask(
             if gate is None
             else worker.request(wire, timeout_s, phase, gate=gate)
         )
-    return parse_reply(request, reply)
+    return parse_reply(worker, request, reply)
 
 
-def parse_reply(request: Request, reply: dict[str, Any]) -> Any:
-    """`request`'s reply as it came from the worker, checked (see `ask`)."""
+def parse_reply(worker: WorkerClient, request: Request, reply: dict[str, Any]) -> Any:
+    """`request`'s reply as it came from `worker`, checked (see `ask`); its new threads, where
+    it reports them, as the parent counts them from outside (`WorkerClient.threads_seen`)."""
     try:
-        return request.parse_reply(reply)
+        checked = request.parse_reply(reply)
     except ProtocolError as exc:
         raise WorkerFailure("protocol", str(exc)) from None
+    reported = getattr(checked, "new_threads", None)
+    return checked if reported is None else replace(checked, new_threads=worker.threads_seen(reported))
 
 
 class _Progress:

@@ -9,21 +9,12 @@ bound can account for it (bot.engine.tolerance). Only figures travel: the native
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 
-MIN_ROW_WIDTH = 8  # narrower last dimensions ([T, 1] scales) are judged against the whole output
+from bot.protocol.measures import row_width
+
 CHUNK_ELEMENTS = 1 << 24  # float64 work buffers of 128 MiB at most, whatever the output's size
-
-
-def row_width(shape: Sequence[int]) -> int:
-    """The width of the rows an output's elementwise bound is scaled by; 0: the whole output.
-    A row is the last dimension, as in the "rows" inputs: a row of 1e-6 beside rows of 128 is
-    judged at its own scale, where a bound scaled by the whole output's max would pass anything
-    in it (an RMSNorm without eps is 1000x off there). Rows narrower than MIN_ROW_WIDTH are not:
-    one element near zero by cancellation would be judged against itself."""
-    return shape[-1] if len(shape) >= 2 and shape[-1] >= MIN_ROW_WIDTH else 0
 
 
 def own_error(native: torch.Tensor, exact: torch.Tensor) -> list[float]:

@@ -6,12 +6,11 @@ is imported, before any candidate code exists in the process: a candidate that p
 sees, not what the harness measures. The harness reads them here, by attribute (`shared.X`), so
 a candidate that rebinds them in this module rebinds them for the harness too; the parent's own
 clock and thread count (docs/verifier.md, "hidden time", "no new threads") are what hold then.
-Only the standard library and torch are used here.
+Only the standard library, torch and bot.protocol are used here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 import torch
 
+from bot.protocol import measures
 from bot.protocol.typed import Failure
 
 # --- originals, captured before any candidate code exists in this process ------------
@@ -30,15 +30,11 @@ perf_ns = time.perf_counter_ns
 seed_cpu = torch.default_generator.manual_seed
 seed_cuda = torch.cuda.manual_seed
 listdir = os.listdir
-sha256 = hashlib.sha256
 threads = threading.enumerate
 Tensor = torch.Tensor
 is_tensor = torch.is_tensor
 detach = torch.Tensor.detach
-contiguous = torch.Tensor.contiguous
 to = torch.Tensor.to
-reshape = torch.Tensor.reshape
-view = torch.Tensor.view
 numel = torch.Tensor.numel
 clone = torch.Tensor.clone
 cuda_sync = torch.cuda.synchronize
@@ -56,6 +52,11 @@ current_stream = torch.cuda.current_stream
 gpu_sleep = torch.cuda._sleep  # spins one GPU thread for a number of clock cycles
 cuda_reserved = torch.cuda.memory_reserved
 cuda_available = torch.cuda.is_available
+# What a call commits to, computed alike by the parent (bot.protocol.measures): the harness's
+# own references, taken here with the others.
+hash_tensor = measures.hash_tensor
+fingerprint_weights = measures.fingerprint_weights
+fingerprint = measures.fingerprint
 
 
 def flush_l2(words: torch.Tensor) -> torch.Tensor:
@@ -70,33 +71,6 @@ def flush_l2(words: torch.Tensor) -> torch.Tensor:
 
 def tids() -> set[str]:
     return set(listdir("/proc/self/task"))
-
-
-def hash_tensor(t: torch.Tensor) -> str:
-    flat = contiguous(reshape(detach(t), -1))
-    raw = view(to(flat, "cpu"), torch.uint8) if numel(flat) else None
-    h = sha256(f"{t.dtype}{tuple(t.shape)}".encode())
-    if raw is not None:
-        h.update(raw.numpy().tobytes())
-    return h.hexdigest()[:24]
-
-
-def fingerprint_weights(shape: tuple[int, ...], device: Any, seed: int) -> torch.Tensor:
-    """The secret random vector an output of `shape` is projected on, drawn from `seed`: the
-    same in the reference's worker and in the parent, which checks timed outputs it read from
-    outside (bot.engine.outside_checks)."""
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
-    return torch.randn(shape, generator=gen, dtype=torch.float64, device=device)
-
-
-def fingerprint(out: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """(projection on `w`, 2-norm, non-finite count) of one output, float64 on its device."""
-    x = to(detach(out), torch.float64)
-    finite = torch.isfinite(x)
-    nonfinite = (~finite).sum()
-    x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
-    return torch.stack([(x * w).sum(), x.norm(), to(nonfinite, torch.float64)])
 
 
 # --- replies -------------------------------------------------------------------------

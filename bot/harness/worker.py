@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> None:
     channel.key = bytes.fromhex(hello.key)
     harness = Harness(channel, hello.device, hello.threads)
     # Sent before any candidate code exists here: the parent's count of this process's threads
-    # starts from it (bot.engine.workers, WorkerClient.request).
+    # starts from it (bot.engine.workers, WorkerClient.threads_seen).
     channel.send(
         HelloReply(
             env=describe_environment(hello.device, hello.describe),

@@ -72,8 +72,6 @@ def tensor(v: Any, where: str) -> torch.Tensor:
         raise _fail(where, "a tensor", v)
     return v
 
-    return v
-
 
 def list_of(check: Check) -> Check:
     def checked(v: Any, where: str) -> list:
@@ -126,7 +124,7 @@ def region(v: Any, where: str) -> list:
     return v
 
 
-strs, nums, ints, durations = list_of(str_), list_of(num), list_of(int_), list_of(duration)
+strs, ints, durations = list_of(str_), list_of(int_), list_of(duration)
 tensors = list_of(tensor)
 prints = list_of(commitment)  # one call's commitments, one per output
 regions = list_of(list_of(region))  # per call, per tensor input: [address, bytes]

@@ -1,0 +1,74 @@
+"""What the worker and the parent compute alike, so that a figure one side sends means what the
+other reads: an output's digest (what a timed call commits to on the CPU) and its fingerprint
+on a secret random vector (on CUDA), and the rows an output's error is scaled by (the
+reference's `own_error` figures, the parent's bound).
+
+The tensor methods and the hash are bound when this module is imported. In a worker that is
+before any candidate code exists (bot.harness.shared imports it, and keeps its own reference
+to each function), so a candidate that patches `torch.Tensor.contiguous` or `hashlib.sha256`
+changes what it sees, not the digest. It can still rebind the harness's references (as
+`cheat_commit_hook` does): what a worker commits to is its own word, which the parent checks
+against what it computes here from the outputs it reads or is shown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+_sha256 = hashlib.sha256
+_detach = torch.Tensor.detach
+_contiguous = torch.Tensor.contiguous
+_reshape = torch.Tensor.reshape
+_view = torch.Tensor.view
+_to = torch.Tensor.to
+_numel = torch.Tensor.numel
+
+MIN_ROW_WIDTH = 8  # narrower last dimensions ([T, 1] scales) are judged against the whole output
+
+
+def digest(dtype: torch.dtype, shape: tuple[int, ...], data: bytes | bytearray | memoryview) -> str:
+    """The digest of an output of `dtype` and `shape` whose dense bytes are `data`."""
+    h = _sha256(f"{dtype}{shape}".encode())
+    h.update(data)
+    return h.hexdigest()[:24]
+
+
+def hash_tensor(t: torch.Tensor) -> str:
+    """The digest of a tensor's values, its dtype and its shape."""
+    flat = _contiguous(_reshape(_detach(t), -1))
+    data = _view(_to(flat, "cpu"), torch.uint8).numpy().tobytes() if _numel(flat) else b""
+    return digest(t.dtype, tuple(t.shape), data)
+
+
+def fingerprint_weights(shape: tuple[int, ...], device: Any, seed: int) -> torch.Tensor:
+    """The secret random vector an output of `shape` is projected on, drawn from `seed`: the
+    same in the reference's worker and in the parent, which checks timed outputs it read from
+    outside (bot.engine.outside_checks)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return torch.randn(shape, generator=gen, dtype=torch.float64, device=device)
+
+
+def fingerprint(out: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """(projection on `w`, 2-norm, non-finite count) of one output, float64 on its device."""
+    x = _to(_detach(out), torch.float64)
+    finite = torch.isfinite(x)
+    nonfinite = (~finite).sum()
+    x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return torch.stack([(x * w).sum(), x.norm(), _to(nonfinite, torch.float64)])
+
+
+def row_width(shape: Sequence[int]) -> int:
+    """The width of the rows an output's elementwise bound is scaled by; 0: the whole output.
+    A row is the last dimension, as in the "rows" inputs: a row of 1e-6 beside rows of 128 is
+    judged at its own scale, where a bound scaled by the whole output's max would pass anything
+    in it (an RMSNorm without eps is 1000x off there). Rows narrower than MIN_ROW_WIDTH are not:
+    one element near zero by cancellation would be judged against itself."""
+    return shape[-1] if len(shape) >= 2 and shape[-1] >= MIN_ROW_WIDTH else 0
+
+
+__all__ = ["MIN_ROW_WIDTH", "digest", "fingerprint", "fingerprint_weights", "hash_tensor", "row_width"]
