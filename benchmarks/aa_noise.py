@@ -18,17 +18,15 @@ import time
 from pathlib import Path
 
 from bot.core.domain import CandidateSource, Origin
+from bot.core.progress import Note
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.problems import load_problem, only_shapes
 from bot.engine.timing import TimingOptions
+from bot.progress_view import PlainLines
 from bot.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
-STARTED = time.monotonic()
-
-
-def progress(message: str) -> None:  # where the time goes, on stderr
-    print(f"... [{time.monotonic() - STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
+progress = PlainLines(sys.stderr, time.monotonic())  # where the time goes, on stderr
 
 
 def aa(
@@ -57,7 +55,7 @@ def aa(
                 limits=Limits(memory_mb=65536),
                 timing=TimingOptions(time_cap_s=cap_s, min_samples=20, mode=mode, replicas=replicas),
             )
-            progress(f"{problem_name}: A/A run {repeat + 1}, {mode}")
+            progress(Note(f"A/A run {repeat + 1}, {mode}", problem_name))
             result = evaluate(problem, same, ref, options, progress)
             for i, base in enumerate(result.baseline.shapes):
                 cands = [c.shapes[i] for c in result.candidates]

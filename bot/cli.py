@@ -162,7 +162,7 @@ def optimize(
         if not chosen and out:  # an empty shard still leaves a results directory for `bot merge`
             write_optimize_outputs(Path(out), [], options.min_speedup)
     loaded = [only_shapes(p, names(shapes), options.evaluation.device) for p in chosen]
-    with progress_view(loaded, options.evaluation.device) as view:
+    with progress_view(loaded) as view:
         results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, view)
     typed = [r.to_result(options.min_speedup) for r in results]
     payload = [p.to_json() for p in typed]

@@ -7,12 +7,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import click
-
+from bot.core.progress import ProgressEvent
 from bot.core.results import ProblemResult
+from bot.progress_view import PlainLines, results_table
+from bot.progress_view import progress_view as view
 
 _STARTED = time.monotonic()
 _quiet = False  # -q: no progress at all
+_lines = PlainLines(started=_STARTED)  # stderr as it is at each line
 
 
 def set_quiet(quiet: bool) -> None:
@@ -20,23 +22,17 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
-def progress(message: str) -> None:
-    # Seconds since the command started: where a long run spends its time, at a glance.
+def progress(event: ProgressEvent) -> None:
+    """Plain lines on stderr, for the commands without bars (one problem, or stage 1 in CI)."""
     if not _quiet:
-        click.echo(f"... [{time.monotonic() - _STARTED:6.1f}s] {message}", err=True)
+        _lines(event)
 
 
-def progress_view(problems: Sequence[Any], device: str) -> Any:
+def progress_view(problems: Sequence[Any]) -> Any:
     """Live bars per problem on a terminal, the plain lines elsewhere, nothing with -q."""
-    from bot.progress_view import ProblemPlan
-    from bot.progress_view import progress_view as view
-
-    plans = [ProblemPlan(p.name, len(p.shapes_for(device))) for p in problems]
-    return view(plans, quiet=_quiet, started=_STARTED)
+    return view([p.name for p in problems], quiet=_quiet, started=_STARTED)
 
 
 def table(problems: Sequence[ProblemResult]) -> bool:
     """The outcome table, rendered as a table on a terminal (stdout); False where not shown."""
-    from bot.progress_view import results_table
-
     return results_table(problems, sys.stdout)

@@ -62,7 +62,7 @@ def dry_run(
     click.echo(f"Optimising {len(problems)} problem(s): {', '.join(p.name for p in problems)}", err=True)
     trigger = Trigger(kind="cli", base_ref=base, head_ref=head)
     job = Job(repo, settings, trigger, job_options(settings), Path(out), given["jobs"], given["gpus"])
-    with progress_view(problems, job.options.evaluation.device) as view:
+    with progress_view(problems) as view:
         results, plan = run_job(job, problems, view)
     click.echo(describe_plan(plan))
     table(results.problems)

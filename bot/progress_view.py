@@ -1,58 +1,65 @@
-"""How progress reaches the person watching: live bars on a terminal, plain lines in CI logs.
+"""How progress reaches the person watching: live bars on a terminal, plain lines in CI logs,
+nothing with -q.
 
-The pipeline reports progress as lines (bot.core.domain.Progress). On a terminal those lines drive one
-rich bar per problem, through its phases (construct: starting workers; verify: reference and
-trials per shape; time: interleaved rounds per shape), with counts and elapsed and remaining
-time; lines that are not phase steps (failures, notes) print above the bars. Elsewhere (CI logs,
-pipes) each line is printed as it always was, with the seconds since the start.
+The engine reports typed events (bot.core.progress). On a terminal they drive one rich bar per
+problem through its phases (construct: starting workers; verify: reference and trials per shape;
+time: interleaved rounds per shape), with counts and elapsed and remaining time, by each event's
+type and fields; events that are not steps (failures, notes) print their line above the bars.
+Elsewhere (CI logs, pipes, the commands without bars) each event's line is printed with the
+seconds since the start.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import IO, Any
 
-from bot.core.domain import Progress
+from bot.core.progress import (
+    EvaluationStarted,
+    MoreWorkersStarting,
+    Note,
+    ProblemDone,
+    ProblemFailed,
+    ProblemStarted,
+    Progress,
+    ProgressEvent,
+    ReferenceTrial,
+    RoundStarted,
+    Screened,
+    ShapeTimed,
+    ShapeVerified,
+    TimingRound,
+    TrialsStarted,
+    WorkersStarted,
+    silent,
+)
 from bot.core.results import ProblemResult, Results
 
-# "rmsnorm [small] verified: 3 of 3 contender(s) pass", "rmsnorm: search round, ..."
-_LINE = re.compile(r"^(?P<name>[\w.-]+)(?: \[(?P<shape>[^\]]+)\])?:? (?P<rest>.*)$")
-_ROUND = re.compile(r"^(search round|tuning step|LLM round|autotuning|\d+ candidate\(s\) splitting)")
-_QUIET_STEPS = re.compile(
-    r"^(reference \d+/\d+|\d+ trials on|timing round \d+|screened:|starting \d+ "
-    r"(more )?worker|\d+ worker\(s\) started)"
-)
 
+class PlainLines:
+    """The Progress for logs: each event's line with the seconds since `started`."""
 
-@dataclass(frozen=True)
-class ProblemPlan:
-    """What the view knows before a problem starts: its name and how many shapes it has."""
+    def __init__(self, stream: IO[str] | None = None, started: float | None = None):
+        self.stream = stream
+        self.started = time.monotonic() if started is None else started
+        self.lock = threading.Lock()  # problems run on threads: one line at a time
 
-    name: str
-    shapes: int
-
-
-def _plain(stream: IO[str], started: float) -> Progress:
-    lock = threading.Lock()
-
-    def line(message: str) -> None:
+    def __call__(self, event: ProgressEvent) -> None:
+        # Without a stream of its own, stderr as it is at each line: click's test runner swaps it.
+        stream = self.stream if self.stream is not None else sys.stderr
         # Seconds since the command started: where a long run spends its time, at a glance.
-        with lock:
-            print(f"... [{time.monotonic() - started:6.1f}s] {message}", file=stream, flush=True)
-
-    return line
+        with self.lock:
+            print(f"... [{time.monotonic() - self.started:6.1f}s] {event.line()}", file=stream, flush=True)
 
 
 class LiveBars:
     """A Progress that moves rich bars: one per problem, and one over all problems."""
 
-    def __init__(self, plans: Sequence[ProblemPlan], console: Any):
+    def __init__(self, problems: Sequence[str], console: Any):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -76,14 +83,10 @@ class LiveBars:
             refresh_per_second=4,
         )
         self.lock = threading.Lock()
-        self.shapes = {p.name: max(p.shapes, 1) for p in plans}
-        self.overall = self.view.add_task("all problems", total=len(plans), phase="")
-        # Steps per evaluation round: workers started (construct), then verified and timed per shape.
-        self.tasks = {
-            p.name: self.view.add_task(p.name, total=1 + 2 * self.shapes[p.name], phase="waiting", start=False)
-            for p in plans
-        }
-        self.round_end: dict[str, int] = {p.name: 0 for p in plans}
+        self.overall = self.view.add_task("all problems", total=len(problems), phase="")
+        # A bar's total is unknown until its first evaluation says how many steps it takes.
+        self.tasks = {name: self.view.add_task(name, total=None, phase="waiting", start=False) for name in problems}
+        self.units: dict[str, int] = {name: 0 for name in problems}  # steps of the evaluations so far
         self.finished: set[str] = set()
 
     def __enter__(self) -> LiveBars:
@@ -93,57 +96,82 @@ class LiveBars:
     def __exit__(self, *exc: Any) -> None:
         self.view.stop()
 
-    def _new_round(self, name: str, task: int) -> None:
-        steps = 1 + 2 * self.shapes[name]
-        done = self.round_end[name]
-        self.round_end[name] = done + steps
-        total = self.round_end[name] if done else steps
-        self.view.start_task(task)
-        self.view.update(task, total=total, completed=done, phase="construct: starting workers")
-
-    def __call__(self, message: str) -> None:
+    def __call__(self, event: ProgressEvent) -> None:
         with self.lock:
-            if not self._step(message):
-                self.view.console.print(message, markup=False, highlight=False)
+            move = BAR_MOVES.get(type(event))
+            if move is None or not move(self, event):
+                self.view.console.print(event.line(), markup=False, highlight=False)
 
-    def _step(self, message: str) -> bool:
-        """Move the bars for a phase step; False for a line the person should read as it is."""
-        match = _LINE.match(message)
-        if match is None or match["name"] not in self.tasks:
-            return bool(re.match(r"^\[\d+/\d+\] [\w.-]+$", message))  # the lanes' "[3/13] gelu"
-        name, shape, rest = match["name"], match["shape"], match["rest"]
-        task = self.tasks[name]
-        if rest.startswith("done"):
-            self.view.update(task, completed=self.view.tasks[task].total, phase=rest)
-            if name not in self.finished:
-                self.finished.add(name)
-                self.view.advance(self.overall)
-            return True
-        if _ROUND.match(rest):
-            self._new_round(name, task)
-            return True
-        if shape and rest.startswith("verified:"):
-            self.view.advance(task)
-            self.view.update(task, phase=f"time {shape}")
-            return True
-        if shape and rest.startswith("timed:"):
-            self.view.advance(task)
-            self.view.update(task, phase=f"{shape} timed")
-            return True
-        if not _QUIET_STEPS.match(rest):
+    def phase(self, problem: str, phase: str, advance: int = 0) -> bool:
+        """Say a problem's phase on its bar, `advance` steps on; False where it has no bar."""
+        task = self.tasks.get(problem)
+        if task is None:
             return False
-        if "worker(s) started" in rest:
-            self.view.advance(task)
-            self.view.update(task, phase="verify")
-        elif shape and rest.startswith("reference"):
-            self.view.update(task, phase=f"verify {shape}: {rest.split(' (')[0]}")
-        elif shape and "trials on" in rest:
-            self.view.update(task, phase=f"verify {shape}: {rest.split(' (')[0]}")
-        elif shape and rest.startswith(("timing round", "screened")):
-            self.view.update(task, phase=f"time {shape}: {rest.split(':')[0]}")
-        else:
-            self.view.update(task, phase=f"construct: {rest}")
+        self.view.update(task, advance=advance, phase=phase)
         return True
+
+    def started(self, event: ProblemStarted) -> bool:
+        task = self.tasks.get(event.problem)
+        if task is not None:
+            self.view.start_task(task)
+        return self.phase(event.problem, "started" + (f" on GPU {event.gpu}" if event.gpu is not None else ""))
+
+    def evaluation(self, event: EvaluationStarted) -> bool:
+        """A further evaluation (a round, a re-run) extends the bar: it never overflows."""
+        task = self.tasks.get(event.problem)
+        if task is None:
+            return False
+        done = self.units[event.problem]
+        self.units[event.problem] = done + event.units
+        self.view.start_task(task)
+        self.view.update(task, total=done + event.units, completed=done, phase="construct: starting workers")
+        return True
+
+    def done(self, event: ProblemDone) -> bool:
+        task = self.tasks.get(event.problem)
+        if task is None:
+            return False
+        total = self.view.tasks[task].total or 1
+        self.view.update(task, total=total, completed=total, phase=f"done, {event.outcome}")
+        self._finished(event.problem)
+        return True
+
+    def failed(self, event: ProblemFailed) -> bool:
+        """Its bar stops where the failure came (unless it runs again); the line is printed too."""
+        task = self.tasks.get(event.problem)
+        if task is not None and event.again:
+            self.view.update(task, phase="out of GPU memory: again alone")
+        elif task is not None:
+            self.view.update(task, phase="failed")
+            self.view.stop_task(task)
+            self._finished(event.problem)
+        return False
+
+    def _finished(self, problem: str) -> None:
+        if problem not in self.finished:
+            self.finished.add(problem)
+            self.view.advance(self.overall)
+
+
+# How each event moves the bars; False: print the event's line above them.
+BAR_MOVES: dict[type[ProgressEvent], Callable[[LiveBars, Any], bool]] = {
+    ProblemStarted: LiveBars.started,
+    RoundStarted: lambda bars, e: bars.phase(e.problem, e.step),
+    EvaluationStarted: LiveBars.evaluation,
+    WorkersStarted: lambda bars, e: bars.phase(e.problem, "verify", advance=1),
+    ReferenceTrial: lambda bars, e: bars.phase(e.problem, f"verify {e.shape}: reference {e.number}/{e.of}"),
+    TrialsStarted: lambda bars, e: bars.phase(
+        e.problem, f"verify {e.shape}: {e.trials} trials on {e.contenders} contender(s)"
+    ),
+    ShapeVerified: lambda bars, e: bars.phase(e.problem, f"time {e.shape}", advance=1),
+    MoreWorkersStarting: lambda bars, e: bars.phase(e.problem, f"time: {e.more} more worker(s) each"),
+    Screened: lambda bars, e: bars.phase(e.problem, f"time {e.shape}: screened"),
+    TimingRound: lambda bars, e: bars.phase(e.problem, f"time {e.shape}: timing round {e.round}"),
+    ShapeTimed: lambda bars, e: bars.phase(e.problem, f"{e.shape} timed", advance=1),
+    ProblemDone: LiveBars.done,
+    ProblemFailed: LiveBars.failed,
+    Note: lambda _bars, _e: False,
+}
 
 
 def _have_rich() -> bool:
@@ -157,25 +185,26 @@ def _have_rich() -> bool:
 
 @contextmanager
 def progress_view(
-    plans: Sequence[ProblemPlan],
+    problems: Sequence[str],
     quiet: bool = False,
     stream: IO[str] | None = None,
     terminal: bool | None = None,
     started: float | None = None,
     width: int | None = None,
 ) -> Iterator[Progress]:
-    """The Progress for a run: silent with `quiet`, live bars on a terminal, else plain lines."""
+    """The Progress for a run of `problems` (their names): silent with `quiet`, live bars on a
+    terminal, else plain lines."""
     stream = stream if stream is not None else sys.stderr
     if quiet:
-        yield lambda _message: None
+        yield silent
         return
     live = (stream.isatty() if terminal is None else terminal) and _have_rich()
     if not live:
-        yield _plain(stream, time.monotonic() if started is None else started)
+        yield PlainLines(stream, started)
         return
     from rich.console import Console
 
-    with LiveBars(plans, Console(file=stream, force_terminal=True, width=width)) as bars:
+    with LiveBars(problems, Console(file=stream, force_terminal=True, width=width)) as bars:
         yield bars
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from bot.config import GitHubEnv, github_env, load_settings, path_allowed, read_event
 from bot.core.domain import Trigger
 from bot.core.errors import BotError
+from bot.core.progress import Progress
 from bot.core.results import Results
 from bot.core.settings import Settings
 
@@ -71,7 +72,7 @@ class StageOneInputs:
 
 def run_stage_one(
     inputs: StageOneInputs,
-    progress: Callable[[str], None],
+    progress: Progress,
     echo: Echo,
     environ: Mapping[str, str] | None = None,
 ) -> Results | None:

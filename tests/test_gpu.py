@@ -182,7 +182,13 @@ def test_inductor_tuning_paths_compile_and_pass_the_verifier():
     base = bases_for(prob)[0]
     paths = [PATHS[f"compile:default:static:{t}"] for t in INDUCTOR_TUNING]
     said: list[str] = []
-    result = evaluate(prob, [path_candidate(base, p) for p in paths], default_baseline(prob), _options(), said.append)
+    result = evaluate(
+        prob,
+        [path_candidate(base, p) for p in paths],
+        default_baseline(prob),
+        _options(),
+        lambda event: said.append(event.line()),
+    )
     for outcome in result.candidates:
         assert outcome.verdict.accepted, (outcome.candidate.name, outcome.verdict.reasons)
         assert outcome.speedup is not None

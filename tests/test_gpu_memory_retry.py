@@ -134,8 +134,10 @@ def test_a_baseline_rejected_after_a_round_that_accepted_it_keeps_the_rounds_bef
     with pytest.raises(ProblemError, match="the baseline base was rejected by the verifier.*out of memory"):
         refuse_rejected_baseline(problem, rejected, True, lambda _: None)
     said: list[str] = []
-    refuse_rejected_baseline(problem, rejected, False, said.append)  # a later round: the machine's
+    refuse_rejected_baseline(
+        problem, rejected, False, lambda event: said.append(event.line())
+    )  # a later round: the machine's
     assert len(said) == 1 and "its candidates have no speedups" in said[0]
     accepted = Evaluation(problem, ENV, _outcome(base, True, "baseline"), (_outcome(a, True),))
-    refuse_rejected_baseline(problem, accepted, True, said.append)
+    refuse_rejected_baseline(problem, accepted, True, lambda event: said.append(event.line()))
     assert len(said) == 1

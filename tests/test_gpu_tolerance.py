@@ -43,7 +43,9 @@ def _options(policy: TolerancePolicy = TolerancePolicy.STRICT) -> EvalOptions:
 def test_a_kernelbench_problem_that_was_rejected_as_written_is_accepted(name, policy):
     problem = load_problem(LEVEL2 / name, root=LEVEL2)
     notes: list[str] = []
-    result = evaluate(problem, [], default_baseline(problem), _options(policy), notes.append)
+    result = evaluate(
+        problem, [], default_baseline(problem), _options(policy), lambda event: notes.append(event.line())
+    )
     assert result.baseline.verdict.accepted, result.baseline.verdict.reasons
     values = [c for c in result.baseline.verdict.checks if c.name == "values"]
     print(name, policy, [c.details for c in values[:1]], [n for n in notes if "oracle" in n])

@@ -105,7 +105,9 @@ def test_a_problem_out_of_gpu_memory_beside_others_runs_again_alone_after_them()
                 running[0] -= 1
 
     seen: list[str] = []
-    results = run_problems(_problems(4), work, jobs=4, lanes=Lanes([0]), progress=seen.append)
+    results = run_problems(
+        _problems(4), work, jobs=4, lanes=Lanes([0]), progress=lambda event: seen.append(event.line())
+    )
     assert results == ["p0", "p1", "p2", "p3"]
     assert [name for name, _ in calls].count("p1") == 2
     assert calls[-1] == ("p1", 1)  # the second time last, and alone
@@ -130,7 +132,7 @@ def test_one_problems_error_does_not_stop_the_others_and_is_raised_after_them():
 
     seen: list[str] = []
     with pytest.raises(BotError) as raised:
-        run_problems(_problems(4), work, jobs=2, lanes=Lanes([None]), progress=seen.append)
+        run_problems(_problems(4), work, jobs=2, lanes=Lanes([None]), progress=lambda event: seen.append(event.line()))
     assert sorted(finished) == ["p1", "p3"]
     assert {line for line in seen if "failed" in line} == {
         "[1/4] failed: p0: get_inputs() must return a list",

@@ -103,7 +103,9 @@ def test_inputs_the_parent_cannot_lay_out_are_staged_in_the_worker_and_said_so(t
         limits=Limits(memory_mb=4096, call_timeout_s=30),
         timing=TimingOptions(time_cap_s=1.0, min_samples=5, min_batches=3),
     )
-    result = evaluate(problem, [], default_baseline(problem), options, progress=lines.append)
+    result = evaluate(
+        problem, [], default_baseline(problem), options, progress=lambda event: lines.append(event.line())
+    )
     assert result.baseline.verdict.status == "accepted", result.baseline.verdict.reasons
     assert all(s.measurement is not None for s in result.baseline.shapes), "timed all the same"
     assert any("inputs staged in each worker: an input of type dtype" in line for line in lines), lines

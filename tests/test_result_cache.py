@@ -255,7 +255,7 @@ def test_evaluate_reuses_a_conclusive_entry_and_measures_a_noisy_one_or_another_
     planted_other = _plant(cache, problem, reference, faster(slow), other)
     planted_noisy = _plant(cache, problem, reference, noisy(cheat))  # an accepted, noisy entry
     said: list[str] = []
-    got = evaluate(problem, [honest, slow, cheat], reference, options, progress=said.append)
+    got = evaluate(problem, [honest, slow, cheat], reference, options, progress=lambda event: said.append(event.line()))
     assert any("1 candidate(s) from the cache" in line for line in said), said
     assert got.candidates[0] == kept
     # Measured again: the cheat is rejected on its values now, slow2x timed against this baseline.

@@ -359,7 +359,7 @@ def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_opti
     assert first.candidates[1] in kept
     assert len(list((tmp_path / "results" / "scale_add").glob("*.json"))) == len(kept)
     calls = []
-    second = evaluate(problem, [honest, cheat], reference, options, progress=calls.append)
+    second = evaluate(problem, [honest, cheat], reference, options, progress=lambda event: calls.append(event.line()))
     assert any(f"{len(kept)} candidate(s) from the cache" in c for c in calls)
     for a, b in zip(first.candidates, second.candidates):
         if a in kept:
@@ -368,7 +368,7 @@ def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_opti
     assert second.candidates[0].shapes[0].measurement.workers == 2
     changed = CandidateSource("honest2", honest.source + "\n# changed\n", Origin("file"))
     calls.clear()
-    third = evaluate(problem, [changed], reference, options, progress=calls.append)
+    third = evaluate(problem, [changed], reference, options, progress=lambda event: calls.append(event.line()))
     assert not any("from the cache" in c for c in calls) and third.candidates[0].verdict.accepted
     # Progress says where the start-up of the reference, baseline and candidate went.
     started = [c for c in calls if "started in" in c]

@@ -256,7 +256,7 @@ def _evaluate(policy: TolerancePolicy, names: list[str]):
     )
     notes: list[str] = []
     cands = [load_candidate(CANDIDATES / f"{n}.py") for n in names]
-    result = evaluate(problem, cands, default_baseline(problem), options, notes.append)
+    result = evaluate(problem, cands, default_baseline(problem), options, lambda event: notes.append(event.line()))
     return result, {o.candidate.name: o for o in result.candidates}, notes
 
 

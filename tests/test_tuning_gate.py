@@ -160,7 +160,7 @@ def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_t
         _, checks, _ = run_trials(
             TrialRun(problem, problem.shapes_for("cpu")[0], reference, random.Random(0), 1, (60.0, 60.0), 2),
             contenders,
-            said.append,
+            lambda event: said.append(event.line()),
             DeviceHolds(alone=frozenset({"tuned"}), shared=shared, exclusive=exclusive),
         )
     finally:

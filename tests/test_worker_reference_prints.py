@@ -185,7 +185,7 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
             problem, problem.shapes_for("cpu")[0], _LoggedWorker("reference", log), random.Random(0), 1, (20.0, 20.0), 1
         ),
         contenders,
-        seen.append,
+        lambda event: seen.append(event.line()),
         DeviceHolds(alone=frozenset({"tuned1", "tuned2"}), shared=held("shared"), exclusive=held("exclusive")),
     )
     assert list(checks) == list(contenders)  # every contender judged, in the order given

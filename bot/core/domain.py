@@ -7,12 +7,10 @@ Only the standard library is imported here so that the GPU-side path stays light
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-Progress = Callable[[str], None]  # takes one line of progress for the person watching
 
 
 def source_hash(text: str) -> str:

@@ -14,8 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bot.core.domain import CandidateSource, CheckResult, Problem, Progress
+from bot.core.domain import CandidateSource, CheckResult, Problem
 from bot.core.memory import host_footprint_bytes, host_limit_bytes, margin_bytes, problem_footprints
+from bot.core.progress import MoreWorkersStarting, Progress, WorkersStarted
 from bot.engine import verify
 from bot.engine.gpulock import gpu_shared
 from bot.engine.memory_budget import Reservation
@@ -135,14 +136,14 @@ class Session:
         contenders = max(1, len(self.workers) - 1)  # no more at once than there are
         return options.memory.grow(self.reservation, reference, each, min(options.parallel, contenders))
 
-    def start_summary(self, wall_s: float) -> str:
-        """One line on where the workers' start-up went (medians over the workers)."""
+    def started(self, wall_s: float) -> WorkersStarted:
+        """Where the workers' start-up went (medians over the workers)."""
         # Only workers whose import finished (the reference's always has, or the run stops).
         timed = [w.start_seconds for w in self.workers if "import" in w.start_seconds]
-        parts = ", ".join(
-            f"{step} {statistics.median(t[step] for t in timed):.1f} s" for step in ("process", "hello", "import")
+        process, hello, imported = (
+            statistics.median(t[step] for t in timed) for step in ("process", "hello", "import")
         )
-        return f"{len(timed)} worker(s) started in {wall_s:.1f} s (each: {parts}; medians)"
+        return WorkersStarted(self.problem.name, len(timed), wall_s, process, hello, imported)
 
     def close(self) -> None:
         for worker in self.workers:
@@ -228,10 +229,7 @@ class Replicas:
         batches on 2 vCPUs."""
         if self.count == 1 or len(passed) < 2:
             return {n: (w,) for n, w in passed.items()}
-        progress(
-            f"{self.session.problem.name}: starting {self.count - 1} more worker(s) for each of "
-            f"{len(passed)} contender(s)"
-        )
+        progress(MoreWorkersStarting(self.session.problem.name, self.count - 1, len(passed)))
 
         clock = self.session.clock
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Progress, source_hash
+from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, source_hash
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
+from bot.core.progress import EvaluationStarted, Note, Progress, silent
 from bot.core.settings import DEFAULTS, SandboxKind, TolerancePolicy
 from bot.engine import verify
 from bot.engine.cache import default_cache_root
@@ -79,7 +80,7 @@ def evaluate(
     candidates: list[CandidateSource],
     baseline: CandidateSource | None,
     options: EvalOptions,
-    progress: Progress = lambda _: None,
+    progress: Progress = silent,
 ) -> Evaluation:
     """Verify every candidate (and the baseline) on every shape; time the accepted ones.
 
@@ -101,7 +102,7 @@ def evaluate(
     cached = [cache.get(problem, baseline, c) for c in candidates]
     fresh = [c for c, hit in zip(candidates, cached) if hit is None]
     if len(fresh) < len(candidates):
-        progress(f"{problem.name}: {len(candidates) - len(fresh)} candidate(s) from the cache")
+        progress(Note(f"{len(candidates) - len(fresh)} candidate(s) from the cache", problem.name))
     evaluation = _evaluate_fresh(problem, fresh, baseline, options, progress)
     by_candidate = {id(o.candidate): o for o in evaluation.candidates}
     for outcome in evaluation.candidates:
@@ -162,8 +163,10 @@ def _evaluate_fresh(
     if not short:
         return first
     progress(
-        f"{problem.name}: {len(short)} contender(s) ran out of GPU memory beside "
-        "others; evaluating them again, one at a time"
+        Note(
+            f"{len(short)} contender(s) ran out of GPU memory beside others; evaluating them again, one at a time",
+            problem.name,
+        )
     )
     alone = replace(options, parallel=1)
     if any(o is first.baseline for o in short):  # no speedup of the first run has a baseline: all of it again
@@ -212,7 +215,7 @@ def _evaluate_once(
         ref_hash = source_hash(problem.source)
         workers: dict[str, WorkerClient] = {}
         replicas = Replicas(session, replica_count, options.parallel)
-        progress(f"{problem.name}: starting {len(contenders) + 1} worker(s)")
+        progress(EvaluationStarted(problem.name, len(contenders) + 1, len(problem.shapes_for(options.device))))
 
         def start(name: str, cand: CandidateSource) -> None:
             try:
@@ -233,7 +236,7 @@ def _evaluate_once(
                 reference = ref_future.result()
             except WorkerFailure as exc:
                 raise problem_failure(problem, exc) from None
-        progress(f"{problem.name}: {session.start_summary(time.monotonic() - began)}")
+        progress(session.started(time.monotonic() - began))
         environment = _environment(reference.env)
         workers = {n: workers[n] for n in names if n in workers}
         # On a GPU, code that picks its kernels by timing them does so with the GPU to itself.
@@ -246,8 +249,10 @@ def _evaluate_once(
         untimed = frozenset(names if baseline is not None and names[0] in simulated else simulated)
         if untimed:
             progress(
-                f"{problem.name}: {len(untimed)} contender(s) verified but not timed: "
-                "they run under a simulator on this device"
+                Note(
+                    f"{len(untimed)} contender(s) verified but not timed: they run under a simulator on this device",
+                    problem.name,
+                )
             )
         run = ProblemRun(
             problem,

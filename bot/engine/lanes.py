@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from bot.core.domain import Problem
 from bot.core.errors import BotError, GpuOutOfMemory
+from bot.core.progress import Note, ProblemFailed, ProblemStarted, Progress
 from bot.sandbox.cores import set_lanes
 
 T = TypeVar("T")
@@ -73,7 +74,7 @@ def run_problems(
     work: Callable[[Problem, int | None, bool], T],
     jobs: int,
     lanes: Lanes,
-    progress: Callable[[str], None],
+    progress: Progress,
     on_error: Callable[[Problem, BotError], T] | None = None,
 ) -> list[T]:
     """`work(problem, gpu, beside_others)` for every problem, `jobs` at a time; results in
@@ -88,15 +89,12 @@ def run_problems(
         n, problem = item
         lane = lanes.acquire(problem.name)
         gpu = lanes.devices[lane]
-        progress(f"[{n}/{len(problems)}] {problem.name}" + (f" on GPU {gpu}" if gpu is not None else ""))
+        progress(ProblemStarted(problem.name, n, len(problems), gpu))
         try:
             return work(problem, gpu, beside_others)
         except BotError as exc:  # said now, not only at the end: a long sweep may be cut off first
             again = isinstance(exc, GpuOutOfMemory) and beside_others
-            said = str(exc) if str(exc).startswith(problem.name) else f"{problem.name}: {exc}"
-            progress(
-                f"[{n}/{len(problems)}] failed: {said}" + (" (it runs again alone after the others)" if again else "")
-            )
+            progress(ProblemFailed(problem.name, str(exc), n, len(problems), again))
             raise
         finally:
             lanes.release(lane)
@@ -110,7 +108,9 @@ def run_problems(
     outcome = each(list(enumerate(problems, 1)), jobs)
     short = [(n, problems[n - 1]) for n, r in outcome.items() if isinstance(r, GpuOutOfMemory)]
     if short and jobs > 1:
-        progress(f"{len(short)} problem(s) ran out of GPU memory beside others: running them again, one at a time")
+        progress(
+            Note(f"{len(short)} problem(s) ran out of GPU memory beside others: running them again, one at a time")
+        )
         outcome.update(each(short, 1))
     failed = [r for r in outcome.values() if isinstance(r, BaseException)]
     if any(not isinstance(r, BotError) for r in failed):

@@ -8,9 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bot.core.domain import CandidateSource, Problem, Progress
+from bot.core.domain import CandidateSource, Problem
 from bot.core.errors import BotError
 from bot.core.outcomes import ContenderOutcome
+from bot.core.progress import Progress, RoundStarted
 from bot.propose.base import BudgetExhausted, Feedback, Hardware, ProposalRequest, Proposer
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def llm_rounds(rounds: Rounds, proposer: Proposer | None, info: dict[str, Any]) 
         request = ProposalRequest(
             problem, current, hardware, floor, round_, options.samples, tuple(history), options.backend
         )
-        progress(f"{problem.name}: LLM round {round_}")
+        progress(RoundStarted(problem.name, "llm", round_))
         try:
             cands = proposer.propose(request)
         except BudgetExhausted as exc:

@@ -8,10 +8,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bot.core.domain import CandidateSource, Environment, Problem, Progress
+from bot.core.domain import CandidateSource, Environment, Problem
 from bot.core.errors import BotError, ProblemError
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.plausible import Implausible, implausibility
+from bot.core.progress import Note, Progress, RoundStarted, silent
 from bot.core.results import ProblemResult
 from bot.core.results import Skipped as SkippedResult
 from bot.core.results_contenders import BestResult, ContenderResult
@@ -239,7 +240,7 @@ def refuse_rejected_baseline(problem: Problem, evaluation: Evaluation, first: bo
     if first:
         raise ProblemError(f"{problem.path}: {what}, so no speedup can be measured: " + "; ".join(base.verdict.reasons))
     progress(
-        f"{problem.name}: {what} in this round ({'; '.join(base.verdict.reasons)}); its candidates have no speedups"
+        Note(f"{what} in this round ({'; '.join(base.verdict.reasons)}); its candidates have no speedups", problem.name)
     )
 
 
@@ -247,7 +248,7 @@ def optimize(
     problem: Problem,
     baseline: CandidateSource,
     options: OptimizeOptions,
-    progress: Progress = lambda _: None,
+    progress: Progress = silent,
     proposer: Proposer | None = None,
     hardware: Hardware | None = None,
 ) -> OptimizeResult:
@@ -282,7 +283,7 @@ def optimize(
         # On a CPU Triton runs interpreted: which setting is faster there says nothing of a GPU.
         step = tuning_step(bases, attempts, round_) if device == "cuda" else []
         if step and time.monotonic() < deadline:
-            progress(f"{problem.name}: tuning step, {len(step)} variant(s) around the fastest tuned one")
+            progress(RoundStarted(problem.name, "tuning", round_, len(step)))
             run(round_, step)
 
     if options.strategy in ("search", "all"):
@@ -290,7 +291,7 @@ def optimize(
         left_out = [c for c in cands if any(fnmatch.fnmatch(c.name, p) for p in options.exclude)]
         skipped = skipped + [Skipped(c.name, "excluded by --exclude") for c in left_out]
         cands = [c for c in cands if c not in left_out]
-        progress(f"{problem.name}: search round, {len(cands)} candidate(s), {len(skipped)} skipped")
+        progress(RoundStarted(problem.name, "search", 0, len(cands), len(skipped)))
         run(0, cands)
         descend(bases_for(problem), 0)
         splits = [
@@ -299,7 +300,7 @@ def optimize(
             if not any(fnmatch.fnmatch(c.name, p) for p in options.exclude)
         ]
         if splits and time.monotonic() < deadline:
-            progress(f"{problem.name}: {len(splits)} candidate(s) splitting shapes by input size")
+            progress(RoundStarted(problem.name, "split", 0, len(splits)))
             run(0, splits)
 
     llm_info: dict[str, Any] = {}
@@ -318,7 +319,7 @@ def optimize(
             tuning_round = max(a.round for a in attempts) + 1
             variants = autotune_variants(llm_base, round_=tuning_round, limit=12)
             if variants:
-                progress(f"{problem.name}: autotuning the best LLM kernel ({len(variants)} variants)")
+                progress(RoundStarted(problem.name, "autotune", tuning_round, len(variants)))
                 run(tuning_round, variants)
                 descend([llm_base], tuning_round)
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.config import path_allowed
-from bot.core.domain import Problem, Progress, PullRequestPlan, Trigger
+from bot.core.domain import Problem, PullRequestPlan, Trigger
 from bot.core.errors import BotError
+from bot.core.progress import ProblemDone, ProblemFailed, Progress
 from bot.core.results import ProblemResult, Results
 from bot.core.settings import Settings
 from bot.engine.changes import affected_problems
@@ -113,7 +114,7 @@ def optimize_all(
                 write_optimize_outputs(
                     out, [done[str(p.path)] for p in problems if str(p.path) in done], options.min_speedup, trigger
                 )
-        progress(f"{problem.name}: done, {result.outcome}")
+        progress(ProblemDone(problem.name, result.outcome))
         return result
 
     def work(problem: Problem, gpu: int | None, beside_others: bool) -> OptimizeResult:
@@ -126,7 +127,7 @@ def optimize_all(
         return keep(problem, optimize(problem, default_baseline(problem), lane, progress))
 
     def failed(problem: Problem, error: BotError) -> OptimizeResult:
-        progress(f"{problem.name}: failed: {error}")
+        progress(ProblemFailed(problem.name, str(error)))
         device = options.evaluation.device
         return keep(problem, failed_result(problem, str(error), device, time_split=error.time_split))
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from bot.core import stats as bench
-from bot.core.domain import CheckResult, Environment, Problem, Progress, Shape
+from bot.core.domain import CheckResult, Environment, Problem, Shape
 from bot.core.outcomes import ShapeOutcome
+from bot.core.progress import Progress, ShapeTimed, ShapeVerified
 from bot.core.roofline import floor_us, peaks_for
 from bot.engine import verify
 from bot.engine.eval_workers import Replicas, construct_all, release_caches
@@ -99,7 +100,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
     for name, found in trial_checks.items():
         checks[name].extend(found)
     verified = {n: w for n, w in alive.items() if all(c.passed for c in checks[n])}
-    progress(f"{problem.name} [{shape.name}] verified: {len(verified)} of {len(workers)} contender(s) pass")
+    progress(ShapeVerified(problem.name, shape.name, len(verified), len(workers)))
     passed = {n: w for n, w in verified.items() if n not in untimed}
 
     def warm(name: str, worker: WorkerClient) -> list[str]:
@@ -147,15 +148,8 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         except WorkerFailure as exc:
             raise problem_failure(problem, exc) from None
         early = [n for n in (futility.stopped if futility else {}) if n in records]
-        progress(
-            f"{problem.name} [{shape.name}] timed: "
-            f"{sum(len(r.batch_sizes) for r in records.values())} batches"
-            + (
-                f"; {len(early)} candidate(s) stopped early: their 99% intervals were under {futility.below:.3g}x"
-                if early
-                else ""
-            )
-        )
+        batches = sum(len(r.batch_sizes) for r in records.values())
+        progress(ShapeTimed(problem.name, shape.name, batches, len(early), futility.below if futility else None))
         # The reference's float64 outputs for the timed calls' checks are held until the next
         # shape's references otherwise, through other problems' trials.
         release_caches([reference], lock_key, limits.call_timeout_s, 1)

@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.core import stats as bench
 from bot.core.domain import Problem, Shape
+from bot.core.progress import Note, Progress, Screened, TimingRound, silent
 from bot.engine.harness_cost import HarnessCost
 from bot.engine.timed_batch import Run, TimingOptions, TimingRecord, Window, no_window, one_batch
 from bot.engine.tolerance import rules_of
@@ -41,7 +42,7 @@ class TimedShape:
 class TimingHooks:
     """How the caller takes part in a timing run; each does nothing by default."""
 
-    progress: Callable[[str], None] = lambda _message: None
+    progress: Progress = silent
     keep: frozenset[str] = frozenset()  # never screened out (the baseline)
     replicate: Replicate | None = None
     exclusive: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
@@ -103,7 +104,7 @@ def time_interleaved(
                 active = _visit_all(run, active, records, keep=True)
         if len(active) > options.finalists + len(keep & set(active)):
             active = _finalists(active, records, keep, options.finalists)
-            progress(f"{problem.name} [{shape.name}] screened: {len(active)} contender(s) go on")
+            progress(Screened(problem.name, shape.name, len(active)))
         let_go(active)
     if replicate is not None and active:
         active = replicate({n: workers[0] for n, workers in active.items()})
@@ -113,7 +114,7 @@ def time_interleaved(
         _time(run, active, progress, records, hooks.stop)
     let_go({})
     if reference.device == "cpu" and not harness.fills_from_outside:
-        progress(f"{problem.name} [{shape.name}]: {harness.staging_note}")
+        progress(Note(harness.staging_note, problem.name, shape.name))
     return records
 
 
@@ -160,7 +161,7 @@ def _visit_all(
 def _time(
     run: Run,
     active: Workers,
-    progress: Callable[[str], None],
+    progress: Progress,
     records: dict[str, TimingRecord],
     stop: Stop | None = None,
 ) -> dict[str, TimingRecord]:
@@ -192,10 +193,7 @@ def _time(
             break
         if rounds % 5 == 0:
             worst = max((records[n].measurement().rel_se for n in active), default=0.0)
-            progress(
-                f"{problem.name} [{shape.name}] timing round {rounds}: "
-                f"{len(active)} contender(s), worst relative error {worst:.1%}"
-            )
+            progress(TimingRound(problem.name, shape.name, rounds, len(active), worst))
     return records
 
 

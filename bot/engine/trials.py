@@ -12,6 +12,7 @@ from typing import Any
 
 from bot.core.distributions import seed_for, timed_mix
 from bot.core.domain import CheckResult, Problem, Shape
+from bot.core.progress import Note, Progress, ReferenceTrial, TrialsStarted
 from bot.core.settings import DEFAULTS, TolerancePolicy
 from bot.engine import verify
 from bot.engine.compare import compare_values
@@ -144,7 +145,7 @@ class DeviceHolds:
 def run_trials(
     trial: TrialRun,
     contenders: Mapping[str, WorkerClient],
-    progress: Callable[[str], None],
+    progress: Progress,
     holds: DeviceHolds = DeviceHolds(),
 ) -> tuple[ReferenceInfo, dict[str, list[CheckResult]], dict[str, TrialStats]]:
     """Run every trial on every contender; a contender stops at its first failed check.
@@ -166,7 +167,7 @@ def run_trials(
     plan = trial_plan(problem, rng, per_distribution)
     clock = current()  # contenders' trials run on other threads
     for note in skip_notes(problem):
-        progress(f"{note} (shape {shape.name})")
+        progress(Note(f"{note} (shape {shape.name})"))
 
     def trials_of(
         worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
@@ -219,7 +220,7 @@ def run_trials(
     with shared():
         refs = []
         for n, (dist, seed) in enumerate(plan, 1):
-            progress(f"{problem.name} [{shape.name}] reference {n}/{len(plan)} ({dist})")
+            progress(ReferenceTrial(problem.name, shape.name, n, len(plan), dist))
             refs.append(ask(reference, ReferenceRun(seed=seed), timeouts[1] * 20, "problem"))  # float64 runs are slower
         info.meta, info.nbytes, info.flops = refs[0].meta, refs[0].bytes, refs[0].flops
         info.inputs = refs[0].input_meta
@@ -228,7 +229,7 @@ def run_trials(
         dtypes = [m["dtype"] for m in info.meta]
         info.rules = shape_rules(info.meta, problem.tolerance, [r.own_error for r in refs], trial.policy)
         for note in widening_notes(info.meta, problem.tolerance, info.rules):
-            progress(f"{problem.name} [{shape.name}] {note}")
+            progress(Note(note, problem.name, shape.name))
         release_cache(reference, timeouts[1])
     if trial.admit is not None:
         parallel = trial.admit(info)
@@ -240,10 +241,7 @@ def run_trials(
         except WorkerFailure as exc:
             checks[name], stats[name] = [failure_check(exc)], TrialStats()
     beside = [name for name in contenders if (name not in alone or name in gated) and name not in checks]
-    progress(
-        f"{problem.name} [{shape.name}] {len(plan)} trials on {len(beside)} contender(s)"
-        + (f", {len(gated)} of them timing their kernel variants with the GPU to themselves" if gated else "")
-    )
+    progress(TrialsStarted(problem.name, shape.name, len(plan), len(beside), len(gated)))
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         futures = {
             name: pool.submit(
@@ -256,8 +254,11 @@ def run_trials(
     tuning = [name for name in contenders if name not in checks]
     if tuning:
         progress(
-            f"{problem.name} [{shape.name}] {len(tuning)} contender(s) that tune by timing: "
-            "their trials one at a time, the GPU to each alone"
+            Note(
+                f"{len(tuning)} contender(s) that tune by timing: their trials one at a time, the GPU to each alone",
+                problem.name,
+                shape.name,
+            )
         )
     for name in tuning:
         with exclusive():
