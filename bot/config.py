@@ -19,10 +19,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bot.core.errors import BotError
+from bot.core.repo_path import PLAIN_RELATIVE, is_plain_relative
 from bot.core.settings import (
     Backend,
     DeviceChoice,
@@ -78,8 +79,8 @@ def _integer(minimum: int, what: str) -> Callable[[Any], int]:
 
 
 def _relative_path(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or not is_repo_relative(value):
-        raise _Bad("a repository-relative path (not absolute, no '..')")
+    if not isinstance(value, str) or not is_plain_relative(value.strip()):
+        raise _Bad(PLAIN_RELATIVE)
     return value.strip()
 
 
@@ -88,7 +89,7 @@ def _chart_path(value: Any) -> str:
         return ""
     path = _relative_path(value)
     if not path.endswith(".png"):
-        raise _Bad('a repository-relative path ending in .png, or "" for no chart')
+        raise _Bad(f'{PLAIN_RELATIVE} ending in .png, or "" for no chart')
     return path
 
 
@@ -96,8 +97,8 @@ def _kernel_paths(value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         raise _Bad("a list of repository-relative glob patterns")
     for item in value:
-        if not isinstance(item, str) or not item.strip() or not is_repo_relative(item):
-            raise _Bad(f"repository-relative glob patterns (not absolute, no '..'); {item!r} is not")
+        if not isinstance(item, str) or not is_plain_relative(item.strip()):
+            raise _Bad(f"glob patterns, each {PLAIN_RELATIVE}; {item!r} is not")
     return tuple(item.strip() for item in value)
 
 
@@ -158,13 +159,6 @@ ENV_INPUTS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "KERNEL_BOT_MIN_SPEEDUP": ("min_speedup", float),
     "KERNEL_BOT_SANDBOX": ("sandbox", str),
 }
-
-
-def is_repo_relative(path: str) -> bool:
-    """True for a path that cannot leave the repository: not absolute, no '..' component."""
-    if "\\" in path or PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute():
-        return False
-    return ".." not in PurePosixPath(path).parts
 
 
 def _unknown(keys: Sequence[str], known: Sequence[str]) -> str:
@@ -285,7 +279,7 @@ def _match_parts(path: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
 
 def path_matches(path: str, pattern: str) -> bool:
     """fnmatch for repository paths, one segment at a time: `*` stays in a segment, `**` spans many."""
-    if not path.strip() or not is_repo_relative(path):
+    if not is_plain_relative(path):
         return False
     return _match_parts(PurePosixPath(path).parts, PurePosixPath(pattern).parts)
 
