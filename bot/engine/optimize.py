@@ -146,24 +146,24 @@ def failed_result(
 
 
 def select_best(
-    attempts: list[Attempt], min_speedup: float, max_plausible: float = DEFAULTS.max_plausible_speedup
+    attempts: list[Attempt], min_speedup: float, max_plausible_speedup: float = DEFAULTS.max_plausible_speedup
 ) -> ContenderOutcome | None:
     """The fastest accepted candidate whose whole confidence interval clears `min_speedup`,
     and that the plausibility guard (bot.core.plausible) does not flag."""
     winners = [
         a.outcome
         for a in attempts
-        if a.outcome.significant(min_speedup) and implausibility(a.outcome, max_plausible) is None
+        if a.outcome.significant(min_speedup) and implausibility(a.outcome, max_plausible_speedup) is None
     ]
     return max(winners, key=lambda o: (o.speedup_ci[0], o.speedup), default=None)
 
 
-def flagged(attempts: list[Attempt], max_plausible: float) -> tuple[Implausible, ...]:
+def flagged(attempts: list[Attempt], max_plausible_speedup: float) -> tuple[Implausible, ...]:
     """Accepted candidates the plausibility guard flags, the largest speedup first."""
     found = [
         f
         for a in attempts
-        if a.outcome.verdict.accepted and (f := implausibility(a.outcome, max_plausible)) is not None
+        if a.outcome.verdict.accepted and (f := implausibility(a.outcome, max_plausible_speedup)) is not None
     ]
     return tuple(sorted(found, key=lambda f: -(f.speedup or 0.0)))
 
@@ -326,20 +326,20 @@ def optimize(
         stopped = "budget"
     base = next((e.baseline for e in reversed(evaluations) if e.baseline), None)
     env = evaluations[-1].environment if evaluations else Environment(device, "?", "?", None, None, None, "?")
-    bound = options.max_plausible_speedup
+    max_plausible_speedup = options.max_plausible_speedup
     ended = time.monotonic()
     return OptimizeResult(
         problem,
         env,
         base,
-        select_best(attempts, options.min_speedup, bound),
+        select_best(attempts, options.min_speedup, max_plausible_speedup),
         tuple(attempts),
         tuple(skipped),
         stopped,
         ended - started,
         llm_info,
-        implausible=flagged(attempts, bound),
-        max_plausible_speedup=bound,
+        implausible=flagged(attempts, max_plausible_speedup),
+        max_plausible_speedup=max_plausible_speedup,
         tolerance=options.evaluation.tolerance,
         time_split=clock.split(ended),
     )
