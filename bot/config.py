@@ -245,17 +245,17 @@ def _override_values(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def load_settings(
-    repo_root: Path, environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+    repo_root: Path | None, environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
 ) -> Settings:
-    """Defaults < config file < KERNEL_BOT_* action inputs < CLI overrides, all validated."""
+    """The command's settings, every value validated: defaults < the config file of the repository
+    at `repo_root` < its KERNEL_BOT_* action inputs (`environ`, by default os.environ) < the
+    command line's `overrides`. Commands given problem files have no repository (`repo_root`
+    None): their settings are the defaults under the command line alone."""
+    if repo_root is None:
+        return Settings(**_override_values(overrides or {}))
     environ = os.environ if environ is None else environ
     merged = {**_file_values(Path(repo_root)), **_env_values(environ), **_override_values(overrides or {})}
     return Settings(**merged)
-
-
-def command_line_settings(overrides: Mapping[str, Any]) -> Settings:
-    """Defaults < CLI values, validated: for commands given problem files, not a repository."""
-    return Settings(**_override_values(overrides))
 
 
 # --- paths the bot may change --------------------------------------------------------------

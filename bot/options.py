@@ -36,16 +36,27 @@ def evaluation_options(settings: Settings, device: str | None = None) -> EvalOpt
     # The modes differ only in how GPU work is timed; a CPU is timed by its host clock in every
     # mode, so the options (and the cache key made from them) say so.
     mode = settings.timing if device == "cuda" else TimingMode.LATENCY
-    cap = {"time_cap_s": settings.time_cap_s} if settings.time_cap_s else {}
     return EvalOptions(
         device=device,
         sandbox=settings.sandbox,
-        timing=TimingOptions(mode=mode, replicas=settings.replicas, **cap),
+        timing=TimingOptions(mode=mode, replicas=settings.replicas, time_cap_s=settings.time_cap_s),
         min_speedup=settings.min_speedup,
         use_cache=settings.use_cache,
         tolerance=settings.tolerance,
         allow_uncontained=settings.allow_uncontained,
     )
+
+
+# `bot verify` times only to check the calls made while timing (caching, streams, the floor):
+# a short phase of a few samples is enough for that, and nothing is read from or put in the cache.
+VERIFY_TIME_CAP_S = 0.3
+VERIFY_MIN_SAMPLES = 5
+
+
+def verify_options(settings: Settings) -> EvalOptions:
+    """`bot verify`'s options: the settings' own, with the short timed phase above."""
+    options = evaluation_options(replace(settings, time_cap_s=VERIFY_TIME_CAP_S, use_cache=False))
+    return replace(options, timing=replace(options.timing, min_samples=VERIFY_MIN_SAMPLES))
 
 
 def optimize_options(settings: Settings, device: str | None = None) -> OptimizeOptions:
@@ -61,7 +72,7 @@ def optimize_options(settings: Settings, device: str | None = None) -> OptimizeO
         max_rounds=settings.max_rounds,
         min_speedup=settings.min_speedup,
         max_plausible_speedup=settings.max_plausible_speedup,
-        max_total_tokens=settings.max_tokens,
+        max_tokens=settings.max_tokens,
         exclude=settings.exclude,
         evaluation=evaluation_options(settings, device),
     )

@@ -34,7 +34,10 @@ from bot.sandbox import Limits
 
 @dataclass(frozen=True)
 class EvalOptions:
-    device: str = "cpu"  # resolved: "cpu" or "cuda"
+    """How one problem's contenders are verified and timed. The run's are derived from its
+    `Settings` (bot.options); a field a setting decides has that setting's default or none."""
+
+    device: str  # resolved: "cpu" or "cuda" (the settings' "auto" is no device)
     sandbox: SandboxKind = DEFAULTS.sandbox
     limits: Limits = field(default_factory=Limits)
     timing: TimingOptions = field(default_factory=TimingOptions)
@@ -54,9 +57,12 @@ class EvalOptions:
     # None: no admission, `parallel` contenders at once.
     memory: MemoryBudget | None = None
     cache_root: Path = field(default_factory=default_cache_root)  # $XDG_CACHE_HOME/kernel-bot
-    use_cache: bool = False  # reuse conclusive verdicts and timings of candidates judged before (bot.engine.cache)
+    # Reuse conclusive verdicts and timings of candidates judged before (bot.engine.cache). No
+    # default: the settings' (on) would let a test or script read and fill the user's cache unasked.
+    use_cache: bool = field(kw_only=True)
     tolerance: TolerancePolicy = DEFAULTS.tolerance  # what outputs are compared with (bot.engine.tolerance)
-    allow_uncontained: bool = False  # the process sandbox runs candidates even where it cannot contain them
+    # The process sandbox runs candidates even where it cannot contain them.
+    allow_uncontained: bool = DEFAULTS.allow_uncontained
 
 
 def _environment(env: dict[str, Any]) -> Environment:

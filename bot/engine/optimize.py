@@ -39,12 +39,12 @@ class OptimizeOptions:
     samples: int = DEFAULTS.samples
     budget_s: float = DEFAULTS.budget_s
     max_rounds: int = DEFAULTS.max_rounds
-    max_total_tokens: int | None = DEFAULTS.max_tokens
+    max_tokens: int | None = DEFAULTS.max_tokens  # the LLM's token budget per problem
     min_speedup: float = DEFAULTS.min_speedup
     max_plausible_speedup: float = DEFAULTS.max_plausible_speedup  # above it: flagged, never claimed
     roofline_stop_pct: float = 90.0  # stop refining once the best reaches this % of the floor
     exclude: tuple[str, ...] = DEFAULTS.exclude  # fnmatch patterns of search candidate names to leave out
-    evaluation: EvalOptions = field(default_factory=EvalOptions)
+    evaluation: EvalOptions = field(kw_only=True)  # no default: its device is resolved, never assumed
 
 
 @dataclass(frozen=True)

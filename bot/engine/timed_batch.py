@@ -28,7 +28,7 @@ from bot.protocol.messages import Fingerprints
 
 @dataclass(frozen=True)
 class TimingOptions:
-    time_cap_s: float = 5.0  # per shape, all contenders together
+    time_cap_s: float = DEFAULTS.time_cap_s  # per shape, all contenders together
     target_rel_se: float = 0.01  # stop once every median is known to 1%
     min_samples: int = 10
     # Each contender's samples come from at least this many interleaved visits, so that no
