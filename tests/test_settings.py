@@ -1,6 +1,7 @@
 """One settings object: one set of defaults, enums for choices, built once per command."""
 
 import dataclasses
+import json
 
 import click
 import pytest
@@ -8,7 +9,16 @@ import pytest
 from bot.cli import main
 from bot.config import CHECKS, load_settings
 from bot.core.errors import BotError
-from bot.core.settings import DEFAULTS, DeviceChoice, SandboxKind, Settings, Strategy, TimingMode, TolerancePolicy
+from bot.core.settings import (
+    DEFAULTS,
+    Device,
+    DeviceChoice,
+    SandboxKind,
+    Settings,
+    Strategy,
+    TimingMode,
+    TolerancePolicy,
+)
 from bot.engine.evaluate import EvalOptions
 from bot.engine.optimize import OptimizeOptions
 from bot.engine.timing import TimingOptions
@@ -18,6 +28,7 @@ from bot.options import (
     evaluation_options,
     job_options,
     optimize_options,
+    resolve_device,
     verify_options,
 )
 
@@ -125,6 +136,14 @@ def test_every_command_builds_its_settings_with_the_one_builder(tmp_path):
     (tmp_path / "kernel-bot.toml").write_text("min-speedup = 1.5\n")
     assert load_settings(None, {"KERNEL_BOT_MIN_SPEEDUP": "2"}, {"samples": 3}) == Settings(samples=3)
     assert load_settings(tmp_path, {}, {"samples": 3}) == Settings(min_speedup=1.5, samples=3)
+
+
+def test_the_resolved_device_is_an_enum_that_serialises_as_its_word():
+    assert resolve_device(DeviceChoice.CPU) is Device.CPU
+    assert evaluation_options(Settings(device=DeviceChoice.CPU)).device is Device.CPU
+    # Workers and results.json get the word, as they did when the device was a string.
+    assert json.dumps({"device": Device.CUDA}) == '{"device": "cuda"}'
+    assert Device.CPU == "cpu" and f"{Device.CUDA}" == "cuda"
 
 
 def test_a_cpu_job_leaves_max_autotune_out_unless_told_what_to_leave_out():

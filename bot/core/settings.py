@@ -53,6 +53,14 @@ class DeviceChoice(StrEnum):
     CUDA = "cuda"
 
 
+class Device(StrEnum):
+    """The device a run's candidates run on: the `DeviceChoice` resolved (bot.options). It
+    travels to workers and into results.json as its word, which compares equal to it."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
 def choices(kind: type[StrEnum]) -> list[str]:
     """The strings a user may write for `kind`, in declaration order."""
     return [member.value for member in kind]

@@ -15,7 +15,7 @@ from typing import Any
 from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Progress, source_hash
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
-from bot.core.settings import DEFAULTS, SandboxKind, TolerancePolicy
+from bot.core.settings import DEFAULTS, Device, SandboxKind, TolerancePolicy
 from bot.engine import verify
 from bot.engine.cache import default_cache_root
 from bot.engine.eval_workers import Replicas, materialise, open_session
@@ -37,7 +37,7 @@ class EvalOptions:
     """How one problem's contenders are verified and timed. The run's are derived from its
     `Settings` (bot.options); a field a setting decides has that setting's default or none."""
 
-    device: str  # resolved: "cpu" or "cuda" (the settings' "auto" is no device)
+    device: Device  # resolved (the settings' "auto" is no device)
     sandbox: SandboxKind = DEFAULTS.sandbox
     limits: Limits = field(default_factory=Limits)
     timing: TimingOptions = field(default_factory=TimingOptions)
@@ -162,7 +162,7 @@ def _evaluate_fresh(
     evaluated again, one worker at a time, before that counts against them (a candidate
     that needs more than the GPU has fails again alone)."""
     first = _evaluate_once(problem, candidates, baseline, options, progress)
-    if options.device != "cuda" or len(candidates) + (baseline is not None) < 2:
+    if options.device != Device.CUDA or len(candidates) + (baseline is not None) < 2:
         return first
     short = _short_of_memory(first)
     if not short:
@@ -244,7 +244,7 @@ def _evaluate_once(
         workers = {n: workers[n] for n in names if n in workers}
         # On a GPU, code that picks its kernels by timing them does so with the GPU to itself.
         self_tuning = frozenset(
-            n for n, c in zip(names, contenders) if options.device == "cuda" and tunes_on_first_call(c.source)
+            n for n, c in zip(names, contenders) if options.device == Device.CUDA and tunes_on_first_call(c.source)
         )
         # Verified, not timed (bot.engine.simulated); with a simulated baseline there is nothing to
         # time against. rmsnorm's interpreted Triton baseline took 181 ms a call on 2 vCPUs.

@@ -15,7 +15,7 @@ from bot.core.plausible import Implausible, implausibility
 from bot.core.results import ProblemResult
 from bot.core.results import Skipped as SkippedResult
 from bot.core.results_contenders import BestResult, ContenderResult
-from bot.core.settings import DEFAULTS, Backend, Strategy, TolerancePolicy
+from bot.core.settings import DEFAULTS, Backend, Device, Strategy, TolerancePolicy
 from bot.core.time_split import TimeSplit
 from bot.engine.device_name import device_name
 from bot.engine.evaluate import EvalOptions, evaluate
@@ -280,7 +280,7 @@ def optimize(
 
     def descend(bases: list[Base], round_: int) -> None:
         # On a CPU Triton runs interpreted: which setting is faster there says nothing of a GPU.
-        step = tuning_step(bases, attempts, round_) if device == "cuda" else []
+        step = tuning_step(bases, attempts, round_) if device == Device.CUDA else []
         if step and time.monotonic() < deadline:
             progress(f"{problem.name}: tuning step, {len(step)} variant(s) around the fastest tuned one")
             run(round_, step)

@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.core import stats as bench
 from bot.core.domain import Problem, Shape
+from bot.core.settings import Device
 from bot.engine.harness_cost import HarnessCost
 from bot.engine.timed_batch import Run, TimingOptions, TimingRecord, Window, no_window, one_batch
 from bot.engine.tolerance import rules_of
@@ -112,7 +113,7 @@ def time_interleaved(
         active = _warm_up(run, active, records, warmed)
         _time(run, active, progress, records, hooks.stop)
     let_go({})
-    if reference.device == "cpu" and not harness.fills_from_outside:
+    if reference.device == Device.CPU and not harness.fills_from_outside:
         progress(f"{problem.name} [{shape.name}]: {harness.staging_note}")
     return records
 
