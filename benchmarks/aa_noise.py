@@ -52,6 +52,7 @@ def aa(
         for mode in modes:
             options = EvalOptions(
                 device=device,
+                use_cache=False,
                 limits=Limits(memory_mb=65536),
                 timing=TimingOptions(time_cap_s=cap_s, min_samples=20, mode=mode, replicas=replicas),
             )

@@ -44,7 +44,11 @@ def time_worker(sandbox, problem, tmp: Path) -> float:
 def time_verify(backend: str, problem, candidate, tmp: Path) -> float:
     # The same timing options as `bot verify`, so this is what a user waits for.
     options = EvalOptions(
-        device="cpu", sandbox=backend, cache_root=tmp / "cache", timing=TimingOptions(time_cap_s=1.0, min_samples=5)
+        device="cpu",
+        use_cache=False,
+        sandbox=backend,
+        cache_root=tmp / "cache",
+        timing=TimingOptions(time_cap_s=1.0, min_samples=5),
     )
     t0 = time.perf_counter()
     verdict = evaluate(problem, [candidate], None, options).candidates[0].verdict

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from bot.cli_output import progress, progress_view, set_quiet, table
 from bot.cli_repo import dry_run, merge, plan_cmd, publish, run
 from bot.core.domain import Problem
 from bot.core.errors import BotError
-from bot.options import evaluation_options, optimize_options
+from bot.options import evaluation_options, optimize_options, verify_options
 
 
 class BotGroup(click.Group):
@@ -71,15 +70,11 @@ def verify(problem: str, candidate: str, as_json: bool, **given: Any) -> None:
     from bot.engine.candidates import load_candidate
     from bot.engine.evaluate import evaluate
     from bot.engine.problems import load_problem
-    from bot.engine.timing import TimingOptions
     from bot.report.tables import verdict_json
 
     prob = load_problem(problem)
     cand = load_candidate(candidate)
-    # A short timed phase: calls made while timing are checked too (caching, streams, floor).
-    options = replace(
-        evaluation_options(settings_of(given, use_cache=False)), timing=TimingOptions(time_cap_s=0.3, min_samples=5)
-    )
+    options = verify_options(settings_of(given))
     result = evaluate(prob, [cand], None, options, progress)
     outcome = result.candidates[0]
     if as_json:

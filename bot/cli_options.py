@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from bot.config import OVERRIDE_CHECKS, command_line_settings, load_settings
+from bot.config import OVERRIDE_CHECKS, load_settings
 from bot.core.measurement import STEADY_REPLICAS
 from bot.core.settings import (
     DEFAULTS,
@@ -81,7 +81,9 @@ TIMING = click.option(
     "or time replays of each call captured as a CUDA graph (graph: the GPU's time alone, "
     "as a serving engine's graph-captured decode step pays it). docs/benchmark.md.",
 )
-TIME_CAP = click.option("--time-cap-s", type=float, default=DEFAULTS.time_cap_s, help="Timing budget per shape.")
+TIME_CAP = click.option(
+    "--time-cap-s", type=float, default=DEFAULTS.time_cap_s, show_default=True, help="Timing budget per shape."
+)
 MIN_SPEEDUP = click.option(
     "--min-speedup",
     type=float,
@@ -228,7 +230,7 @@ def _setting_values(given: Mapping[str, Any]) -> dict[str, Any]:
 
 def settings_of(given: Mapping[str, Any], **fixed: Any) -> Settings:
     """The settings of a command given problem files: defaults < its options < `fixed`."""
-    return command_line_settings({**_setting_values(given), **fixed})
+    return load_settings(None, overrides={**_setting_values(given), **fixed})
 
 
 def given_overrides(ctx: click.Context, given: Mapping[str, Any]) -> dict[str, Any]:

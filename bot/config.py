@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import json
 import math
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bot.core.errors import BotError
+from bot.core.repo_path import PLAIN_RELATIVE, is_plain_relative
 from bot.core.settings import (
     Backend,
     DeviceChoice,
@@ -78,8 +76,8 @@ def _integer(minimum: int, what: str) -> Callable[[Any], int]:
 
 
 def _relative_path(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or not is_repo_relative(value):
-        raise _Bad("a repository-relative path (not absolute, no '..')")
+    if not isinstance(value, str) or not is_plain_relative(value.strip()):
+        raise _Bad(PLAIN_RELATIVE)
     return value.strip()
 
 
@@ -88,7 +86,7 @@ def _chart_path(value: Any) -> str:
         return ""
     path = _relative_path(value)
     if not path.endswith(".png"):
-        raise _Bad('a repository-relative path ending in .png, or "" for no chart')
+        raise _Bad(f'{PLAIN_RELATIVE} ending in .png, or "" for no chart')
     return path
 
 
@@ -96,8 +94,8 @@ def _kernel_paths(value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         raise _Bad("a list of repository-relative glob patterns")
     for item in value:
-        if not isinstance(item, str) or not item.strip() or not is_repo_relative(item):
-            raise _Bad(f"repository-relative glob patterns (not absolute, no '..'); {item!r} is not")
+        if not isinstance(item, str) or not is_plain_relative(item.strip()):
+            raise _Bad(f"glob patterns, each {PLAIN_RELATIVE}; {item!r} is not")
     return tuple(item.strip() for item in value)
 
 
@@ -158,13 +156,6 @@ ENV_INPUTS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "KERNEL_BOT_MIN_SPEEDUP": ("min_speedup", float),
     "KERNEL_BOT_SANDBOX": ("sandbox", str),
 }
-
-
-def is_repo_relative(path: str) -> bool:
-    """True for a path that cannot leave the repository: not absolute, no '..' component."""
-    if "\\" in path or PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute():
-        return False
-    return ".." not in PurePosixPath(path).parts
 
 
 def _unknown(keys: Sequence[str], known: Sequence[str]) -> str:
@@ -254,17 +245,17 @@ def _override_values(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def load_settings(
-    repo_root: Path, environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+    repo_root: Path | None, environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
 ) -> Settings:
-    """Defaults < config file < KERNEL_BOT_* action inputs < CLI overrides, all validated."""
+    """The command's settings, every value validated: defaults < the config file of the repository
+    at `repo_root` < its KERNEL_BOT_* action inputs (`environ`, by default os.environ) < the
+    command line's `overrides`. Commands given problem files have no repository (`repo_root`
+    None): their settings are the defaults under the command line alone."""
+    if repo_root is None:
+        return Settings(**_override_values(overrides or {}))
     environ = os.environ if environ is None else environ
     merged = {**_file_values(Path(repo_root)), **_env_values(environ), **_override_values(overrides or {})}
     return Settings(**merged)
-
-
-def command_line_settings(overrides: Mapping[str, Any]) -> Settings:
-    """Defaults < CLI values, validated: for commands given problem files, not a repository."""
-    return Settings(**_override_values(overrides))
 
 
 # --- paths the bot may change --------------------------------------------------------------
@@ -285,7 +276,7 @@ def _match_parts(path: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
 
 def path_matches(path: str, pattern: str) -> bool:
     """fnmatch for repository paths, one segment at a time: `*` stays in a segment, `**` spans many."""
-    if not path.strip() or not is_repo_relative(path):
+    if not is_plain_relative(path):
         return False
     return _match_parts(PurePosixPath(path).parts, PurePosixPath(pattern).parts)
 
@@ -293,63 +284,3 @@ def path_matches(path: str, pattern: str) -> bool:
 def path_allowed(path: str, settings: Settings) -> bool:
     """May the bot write `path` (repository-relative)? Absolute paths and '..' never may."""
     return any(path_matches(path, pattern) for pattern in settings.kernel_paths)
-
-
-# --- the GitHub Actions environment ----------------------------------------------------------
-
-# What `bot run` cannot work without; the rest only adds outputs or links.
-RUN_REQUIRED = ("GITHUB_EVENT_PATH", "GITHUB_EVENT_NAME", "GITHUB_REPOSITORY", "GITHUB_WORKSPACE")
-
-
-@dataclass(frozen=True)
-class GitHubEnv:
-    """The variables GitHub Actions sets for a job step (None = not set)."""
-
-    event_path: Path | None
-    event_name: str | None
-    repository: str | None  # "owner/name"
-    workspace: Path | None
-    api_url: str
-    step_summary: Path | None
-    output: Path | None
-    sha: str | None
-    run_id: str | None
-    token: str | None = field(default=None, repr=False)  # never printed, never logged
-
-
-def github_env(environ: Mapping[str, str] | None = None, required: Sequence[str] = RUN_REQUIRED) -> GitHubEnv:
-    """Read the Actions variables; a missing `required` one is a BotError naming it."""
-    environ = os.environ if environ is None else environ
-    get: Callable[[str], str | None] = lambda var: environ.get(var, "").strip() or None
-    path: Callable[[str], Path | None] = lambda var: Path(get(var)) if get(var) else None
-    missing = [var for var in required if get(var) is None]
-    if missing:
-        raise BotError(
-            f"{', '.join(missing)} not set: `bot run` runs inside GitHub Actions (use `bot dry-run` locally)"
-        )
-    repository = get("GITHUB_REPOSITORY")
-    if repository is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", repository):
-        raise BotError(f"GITHUB_REPOSITORY={repository!r}: expected 'owner/name'")
-    event_path = path("GITHUB_EVENT_PATH")
-    if event_path is not None and "GITHUB_EVENT_PATH" in required and not event_path.is_file():
-        raise BotError(f"GITHUB_EVENT_PATH={event_path}: no such file")
-    return GitHubEnv(
-        event_path=event_path,
-        event_name=get("GITHUB_EVENT_NAME"),
-        repository=repository,
-        workspace=path("GITHUB_WORKSPACE"),
-        api_url=(get("GITHUB_API_URL") or "https://api.github.com").rstrip("/"),
-        step_summary=path("GITHUB_STEP_SUMMARY"),
-        output=path("GITHUB_OUTPUT"),
-        sha=get("GITHUB_SHA"),
-        run_id=get("GITHUB_RUN_ID"),
-        token=get("GITHUB_TOKEN"),
-    )
-
-
-def read_event(env: GitHubEnv) -> dict[str, Any]:
-    """The event payload at GITHUB_EVENT_PATH ({} when unset); BotError when unreadable."""
-    try:
-        return json.loads(env.event_path.read_text()) if env.event_path else {}
-    except (OSError, ValueError) as exc:
-        raise BotError(f"GITHUB_EVENT_PATH={env.event_path}: unreadable event ({exc})") from None

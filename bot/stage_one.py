@@ -13,12 +13,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bot.config import GitHubEnv, github_env, load_settings, path_allowed, read_event
+from bot.config import load_settings, path_allowed
 from bot.core.domain import Trigger
 from bot.core.errors import BotError
 from bot.core.progress import Progress
 from bot.core.results import Results
 from bot.core.settings import Settings
+from bot.github.actions_env import GitHubEnv, github_env, read_event
 
 Echo = Callable[[str], None]
 

@@ -45,7 +45,10 @@ def quick_options():
         cache_root = overrides.pop(
             "cache_root", Path(os.environ.get("KERNEL_BOT_TEST_CACHE", "/tmp/kernel-bot-test-cache"))
         )
-        return EvalOptions(device="cpu", limits=limits, timing=timing, cache_root=cache_root, **overrides)
+        use_cache = overrides.pop("use_cache", False)  # a test of the cache says so
+        return EvalOptions(
+            device="cpu", use_cache=use_cache, limits=limits, timing=timing, cache_root=cache_root, **overrides
+        )
 
     return make
 

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.gpu
 def _options(mode="latency", **kw):
     return EvalOptions(
         device="cuda",
+        use_cache=False,
         limits=Limits(memory_mb=32768, call_timeout_s=60),
         timing=TimingOptions(time_cap_s=1.0, min_samples=10, mode=mode),
         cache_root=Path("/tmp/kernel-bot-gpu-cache"),

@@ -33,6 +33,7 @@ class _Recording(MemoryBudget):
 def _options(budget: MemoryBudget | None = None) -> EvalOptions:
     return EvalOptions(
         device="cuda",
+        use_cache=False,
         limits=Limits(memory_mb=32768, call_timeout_s=60),
         timing=TimingOptions(time_cap_s=1.0, min_samples=10),
         cache_root=Path("/tmp/kernel-bot-gpu-cache"),

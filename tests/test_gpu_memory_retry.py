@@ -45,7 +45,7 @@ def setup(monkeypatch):
 def test_a_candidate_short_of_memory_beside_others_is_evaluated_again_alone(setup):
     problem, base, a, b, calls, scripted = setup
     scripted += [{"b"}, set()]
-    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", parallel=8))
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, parallel=8))
     assert calls == [(["a", "b"], 8), (["b"], 1)]
     assert [o.verdict.accepted for o in result.candidates] == [True, True]
 
@@ -53,7 +53,7 @@ def test_a_candidate_short_of_memory_beside_others_is_evaluated_again_alone(setu
 def test_one_that_needs_more_than_the_gpu_fails_again_alone(setup):
     problem, base, a, b, calls, scripted = setup
     scripted += [{"b"}, {"b"}]
-    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda"))
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False))
     assert [o.verdict.accepted for o in result.candidates] == [True, False]
     assert "out of memory" in result.candidates[1].verdict.reasons[0]
 
@@ -61,7 +61,7 @@ def test_one_that_needs_more_than_the_gpu_fails_again_alone(setup):
 def test_a_baseline_short_of_memory_means_everything_again(setup):
     problem, base, a, b, calls, scripted = setup
     scripted += [{"base", "a"}, set()]
-    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", parallel=4))
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, parallel=4))
     assert calls == [(["a", "b"], 4), (["a", "b"], 1)]
     assert result.baseline.verdict.accepted
 
@@ -69,7 +69,7 @@ def test_a_baseline_short_of_memory_means_everything_again(setup):
 def test_no_second_evaluation_on_cpu(setup):
     problem, base, a, b, calls, scripted = setup
     scripted += [{"b"}]
-    ev.evaluate(problem, [a, b], base, EvalOptions(device="cpu"))
+    ev.evaluate(problem, [a, b], base, EvalOptions(device="cpu", use_cache=False))
     assert len(calls) == 1
 
 
@@ -80,7 +80,7 @@ def test_still_short_beside_other_problems_hands_the_problem_back_to_run_alone(s
     problem, base, a, b, calls, scripted = setup
     scripted += [{"b"}, {"b"}]
     with pytest.raises(GpuOutOfMemory, match=r"1 contender\(s\) ran out of GPU memory even one at a time.*\(b\)"):
-        ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", beside_others=True))
+        ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, beside_others=True))
     assert calls[-1] == (["b"], 1)
 
 
@@ -88,13 +88,13 @@ def test_a_baseline_still_short_beside_other_problems_hands_it_back_too(setup):
     problem, base, a, b, calls, scripted = setup
     scripted += [{"base"}, {"base"}]
     with pytest.raises(GpuOutOfMemory, match=r"\(base\)"):
-        ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", beside_others=True))
+        ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, beside_others=True))
 
 
 def test_beside_other_problems_a_rerun_that_fits_is_kept(setup):
     problem, base, a, b, calls, scripted = setup
     scripted += [{"a", "b"}, set()]
-    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", beside_others=True))
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, beside_others=True))
     assert [o.verdict.accepted for o in result.candidates] == [True, True]
 
 

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.gpu
 def _options(mode: str) -> EvalOptions:
     return EvalOptions(
         device="cuda",
+        use_cache=False,
         limits=Limits(memory_mb=32768, call_timeout_s=60),
         timing=TimingOptions(time_cap_s=3.0, mode=mode),
         cache_root=Path("/tmp/kernel-bot-gpu-cache"),

@@ -28,6 +28,7 @@ LEVEL2 = ROOT / "tests" / "fixtures" / "kernelbench_released" / "level2"
 def _options(policy: TolerancePolicy = TolerancePolicy.STRICT) -> EvalOptions:
     return EvalOptions(
         device="cuda",
+        use_cache=False,
         limits=Limits(memory_mb=65536, call_timeout_s=120),
         timing=TimingOptions(time_cap_s=1.0, min_samples=5, replicas=1),
         cache_root=Path("/tmp/kernel-bot-gpu-cache"),

@@ -90,6 +90,7 @@ def hostile_run():
         names = ["host_plant_files", "host_unix_socket", "host_forkbomb", "honest"]
         options = EvalOptions(
             device="cpu",
+            use_cache=False,
             limits=Limits(memory_mb=4096, import_timeout_s=120, construct_timeout_s=60, call_timeout_s=20),
             timing=TimingOptions(time_cap_s=0.5, min_samples=5),
             cache_root=Path(os.environ.get("KERNEL_BOT_TEST_CACHE", "/tmp/kernel-bot-test-cache")),
@@ -189,6 +190,7 @@ def test_cuda_triton_and_compiled_candidates_run_whole_under_the_containment():
     names = ["big_add_triton", "big_add_cuda"]
     options = EvalOptions(
         device="cuda",
+        use_cache=False,
         limits=Limits(memory_mb=32768, call_timeout_s=60),
         timing=TimingOptions(time_cap_s=1.0, min_samples=10),
         cache_root=Path("/tmp/kernel-bot-gpu-cache"),

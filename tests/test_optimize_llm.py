@@ -34,6 +34,7 @@ def block(code: str) -> str:
 def _options(**kw) -> OptimizeOptions:
     evaluation = EvalOptions(
         device="cpu",
+        use_cache=False,
         limits=Limits(memory_mb=4096, call_timeout_s=20),
         timing=TimingOptions(time_cap_s=0.3, min_samples=5),
     )

@@ -21,6 +21,7 @@ def _bench(problem_file: str, names: list[str], cap_s: float = 3.0, sandbox: str
     # Batches of about 40 ms: the harness's fixed cost per batch spread over some 25 calls.
     options = EvalOptions(
         device="cpu",
+        use_cache=False,
         sandbox=sandbox,
         limits=Limits(memory_mb=4096, call_timeout_s=30),
         timing=TimingOptions(time_cap_s=cap_s, min_samples=5, min_batches=8, batch_target_us=40_000),
@@ -100,6 +101,7 @@ def test_inputs_the_parent_cannot_lay_out_are_staged_in_the_worker_and_said_so(t
     lines: list[str] = []
     options = EvalOptions(
         device="cpu",
+        use_cache=False,
         limits=Limits(memory_mb=4096, call_timeout_s=30),
         timing=TimingOptions(time_cap_s=1.0, min_samples=5, min_batches=3),
     )

@@ -52,6 +52,7 @@ def _bench(problem_path, names: list[str], cap_s: float = 3.0, **timing):
     problem = load_problem(problem_path)
     options = EvalOptions(
         device="cpu",
+        use_cache=False,
         limits=Limits(memory_mb=4096, call_timeout_s=30),
         timing=TimingOptions(time_cap_s=cap_s, min_samples=8, min_batches=8, **timing),
     )

@@ -200,7 +200,7 @@ def test_the_code_hash_follows_the_judging_code_and_nothing_else(tmp_path):
 def test_the_cache_root_honours_xdg_cache_home(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_cache_root() == tmp_path / "xdg" / "kernel-bot"
-    assert EvalOptions().cache_root == tmp_path / "xdg" / "kernel-bot"
+    assert EvalOptions(device="cpu", use_cache=True).cache_root == tmp_path / "xdg" / "kernel-bot"
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     for ignored in ("", "relative/cache"):  # the XDG specification: empty or relative is ignored
         monkeypatch.setenv("XDG_CACHE_HOME", ignored)

@@ -69,6 +69,7 @@ def no_leftovers(request):
 def verify(candidate: str, tmp_path: Path, **limits):
     options = EvalOptions(
         device="cpu",
+        use_cache=False,
         sandbox="docker",
         limits=Limits(**limits),
         timing=TimingOptions(time_cap_s=0.5, min_samples=5),

@@ -489,7 +489,7 @@ def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
     baseline = CandidateSource("target", target.source, Origin("baseline"), problem.target, "ModelNew")
     for device, steps in (("cuda", 1), ("cpu", 0)):
         rounds.clear()
-        options = OptimizeOptions(evaluation=EvalOptions(device=device))
+        options = OptimizeOptions(evaluation=EvalOptions(device=device, use_cache=False))
         result = optimize_module.optimize(problem, baseline, options)
         step_rounds = [r for r in rounds[1:] if r and all(n.startswith("tune-") for n in r)]
         assert len(step_rounds) == steps, rounds
@@ -529,7 +529,7 @@ def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
 
     monkeypatch.setattr(optimize_module, "evaluate", fake_evaluate)
     baseline = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
-    options = OptimizeOptions(strategy="llm", max_rounds=1, evaluation=EvalOptions(device="cuda"))
+    options = OptimizeOptions(strategy="llm", max_rounds=1, evaluation=EvalOptions(device="cuda", use_cache=False))
     result = optimize_module.optimize(problem, baseline, options, proposer=OneAnswer())
     assert [r for r, _ in rounds] == [1, 2, 2]  # the LLM round, its autotuning, one descent step
     assert len(rounds[1][1]) == 12 and rounds[2][1] and set(rounds[1][1]).isdisjoint(rounds[2][1])

@@ -150,7 +150,7 @@ def test_problems_optimised_at_once_share_the_verification_workers(monkeypatch):
         ),
     )
     problems = find_problems(ROOT / "problems", root=ROOT)[:4]
-    options = OptimizeOptions(evaluation=EvalOptions(device="cpu", parallel=8))
+    options = OptimizeOptions(evaluation=EvalOptions(device="cpu", use_cache=False, parallel=8))
     pipeline.optimize_all(problems, options, None, 4, None, lambda _: None)
     assert seen == [(2, True)] * 4  # and each is told that others share the machine
     seen.clear()

@@ -116,7 +116,9 @@ def test_split_candidate_is_accepted_by_the_verifier(tmp_path):
         Base("reference", problem.source, "Model"), Split("eager", "compile:default", 4 * 128 * 4, 1.1)
     )
     baseline = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
-    result = evaluate(problem, [cand], baseline, EvalOptions(device="cpu", timing=TimingOptions(time_cap_s=0.3)))
+    result = evaluate(
+        problem, [cand], baseline, EvalOptions(device="cpu", use_cache=False, timing=TimingOptions(time_cap_s=0.3))
+    )
     assert result.candidates[0].verdict.accepted, result.candidates[0].verdict.reasons
     assert len(result.candidates[0].shapes) == 2
 

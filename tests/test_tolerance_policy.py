@@ -249,6 +249,7 @@ def _evaluate(policy: TolerancePolicy, names: list[str]):
     problem = load_problem(PROBLEMS / "loose_matmul.py")
     options = EvalOptions(
         device="cpu",
+        use_cache=False,
         limits=Limits(memory_mb=4096, call_timeout_s=20),
         timing=TimingOptions(time_cap_s=0.5, min_samples=3, min_batches=2, replicas=1),
         cache_root=Path("/tmp/kernel-bot-test-cache"),

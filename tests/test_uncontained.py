@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from conftest import CANDIDATES, PROBLEMS
 
 from bot.cli import main
-from bot.config import command_line_settings, load_settings
+from bot.config import load_settings
 from bot.core.errors import BotError
 from bot.options import evaluation_options
 from bot.sandbox import contained, process
@@ -60,8 +60,8 @@ def test_bot_verify_runs_uncontained_when_the_user_allows_it(monkeypatch):
 
 
 def test_only_the_command_line_may_allow_it(tmp_path):
-    assert evaluation_options(command_line_settings({"allow_uncontained": True}), "cpu").allow_uncontained
-    assert not evaluation_options(command_line_settings({}), "cpu").allow_uncontained
+    assert evaluation_options(load_settings(None, overrides={"allow_uncontained": True}), "cpu").allow_uncontained
+    assert not evaluation_options(load_settings(None, overrides={}), "cpu").allow_uncontained
     (tmp_path / "kernel-bot.toml").write_text("allow-uncontained = true\n")
     with pytest.raises(BotError, match="unknown key"):
         load_settings(tmp_path, environ={})

@@ -69,6 +69,7 @@ def outcomes(request):
         cands = [load_candidate(CANDIDATES / f"{n}.py") for n in [*REJECTED, *ACCEPTED]]
         options = EvalOptions(
             device="cpu",
+            use_cache=False,
             limits=Limits(memory_mb=4096, call_timeout_s=20),
             timing=TimingOptions(time_cap_s=1.0, min_samples=5),
             cache_root=__import__("pathlib").Path("/tmp/kernel-bot-test-cache"),

@@ -27,7 +27,12 @@ class ModelNew(nn.Module):
 def _threads_seen(**options) -> str:
     problem = load_problem(PROBLEMS / "scale_add.py")
     cand = CandidateSource("threads", REPORTER, Origin("test"))
-    result = evaluate(problem, [cand], None, EvalOptions(device="cpu", timing=TimingOptions(time_cap_s=0.2), **options))
+    result = evaluate(
+        problem,
+        [cand],
+        None,
+        EvalOptions(device="cpu", use_cache=False, timing=TimingOptions(time_cap_s=0.2), **options),
+    )
     return result.candidates[0].verdict.reasons[0]  # the values check quotes what it got
 
 

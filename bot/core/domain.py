@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bot.core.settings import Device
+
 
 def source_hash(text: str) -> str:
     """Identity of a piece of source code (candidates, bases, caches)."""
@@ -58,7 +60,7 @@ class Problem:
         return None if self.target_relpath is None else self.root / self.target_relpath
 
     def shapes_for(self, device: str) -> tuple[Shape, ...]:
-        return self.cpu_shapes if device == "cpu" else self.gpu_shapes
+        return self.cpu_shapes if device == Device.CPU else self.gpu_shapes
 
 
 @dataclass(frozen=True)

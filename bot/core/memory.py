@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bot.core.settings import Device
+
 GIB = 1 << 30
 # Kept free on every device: allocator fragmentation, cuBLAS and cuDNN workspaces and a late
 # worker's CUDA context are not in any footprint. 10 % of an 80 GB H100 is 7.9 GiB.
@@ -113,7 +115,7 @@ def problem_footprints(
     peak device memory with the float64 copies, and CONTENDER_FACTOR times its eager model's
     (three times, once, the shape's bytes `nbytes` where a figure is missing); on the host the
     reference's peak resident memory for both (an upper bound: it holds the float64 copies)."""
-    if device == "cuda":
+    if device == Device.CUDA:
         return peak or 3 * nbytes, CONTENDER_FACTOR * (native_peak or nbytes)
     return host_peak or 3 * nbytes, host_peak or nbytes
 

@@ -39,16 +39,16 @@ def _us(value: float) -> str:
 
 
 def shape_reasons(
-    shape: str, ratio: float | None, median_us: float | None, floor: float | None, max_speedup: float
+    shape: str, ratio: float | None, median_us: float | None, floor: float | None, max_plausible_speedup: float
 ) -> list[str]:
-    """Why one shape's timing cannot be claimed: a ratio above `max_speedup`, a median under
+    """Why one shape's timing cannot be claimed: a ratio above `max_plausible_speedup`, a median under
     the roofline floor; empty where it can."""
     if ratio is None or median_us is None:
         return []
     reasons = []
-    if ratio > max_speedup:
+    if ratio > max_plausible_speedup:
         reasons.append(
-            f"{shape}: {ratio:,.1f}x is above the {max_speedup:g}x bound "
+            f"{shape}: {ratio:,.1f}x is above the {max_plausible_speedup:g}x bound "
             f"(baseline {_us(median_us * ratio)}, candidate {_us(median_us)})"
         )
     if floor is not None and median_us < floor:
@@ -56,7 +56,7 @@ def shape_reasons(
     return reasons
 
 
-def implausibility(outcome: ContenderOutcome, max_speedup: float) -> Implausible | None:
+def implausibility(outcome: ContenderOutcome, max_plausible_speedup: float) -> Implausible | None:
     """Why `outcome`'s timing cannot be claimed as it stands, or None where it can."""
     reasons = [
         reason
@@ -66,7 +66,7 @@ def implausibility(outcome: ContenderOutcome, max_speedup: float) -> Implausible
             s.speedup.ratio if s.speedup is not None else None,
             s.measurement.median_us if s.measurement is not None else None,
             s.floor_us,
-            max_speedup,
+            max_plausible_speedup,
         )
     ]
     if not reasons:

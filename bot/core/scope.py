@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.core.errors import BotError
+from bot.core.repo_path import is_plain_relative
 from bot.core.results import ProblemResult
 
 SAFE_PATH = re.compile(r"^[A-Za-z0-9._/-]{1,300}$")
@@ -73,7 +74,7 @@ def target_refusal(path: str, problems_dir: str, chart_path: str, allowed: Calla
     parts = path.split("/")
     if not SAFE_PATH.match(path):
         return "has characters outside [A-Za-z0-9._/-]"
-    if any(p.lower() in ("", ".", "..", ".git") for p in parts):
+    if not is_plain_relative(path):
         return "is not a plain repository-relative path"
     if parts[: len(problems_dir.strip("/").split("/"))] == problems_dir.strip("/").split("/"):
         return f"is under {problems_dir}/, where the problems (the definition of correct) live"

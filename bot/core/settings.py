@@ -2,9 +2,10 @@
 
 `Settings` is built once per command by `bot.config.load_settings` (defaults < the repository's
 config file < action inputs < the command line) and passed down; every option object of the
-engine is derived from it (`bot.options`), and every default elsewhere reads `DEFAULTS`. The
-choices are enums whose values are the strings users write, so a value compares equal to its
-string and serialises as it.
+engine is derived from it (`bot.options`), and a default of an option object is either absent
+or read from `DEFAULTS`, so a setting has one default and one name from its flag to its use.
+The choices are enums whose values are the strings users write, so a value compares equal to
+its string and serialises as it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ class DeviceChoice(StrEnum):
     CUDA = "cuda"
 
 
+class Device(StrEnum):
+    """The device a run's candidates run on: the `DeviceChoice` resolved (bot.options). It
+    travels to workers and into results.json as its word, which compares equal to it."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
 def choices(kind: type[StrEnum]) -> list[str]:
     """The strings a user may write for `kind`, in declaration order."""
     return [member.value for member in kind]
@@ -79,7 +88,7 @@ class Settings:
     # Where the follow-up branch gets the speedup chart ("" for none). The publishing stage
     # draws it from the validated numbers itself, so it is no file of the untrusted results.
     chart_path: str = "docs/kernel-bot/speedups.png"
-    time_cap_s: float | None = None  # timing budget per shape; None: the timing's own default
+    time_cap_s: float = 5.0  # timing budget per shape, all contenders together
     timing: TimingMode = TimingMode.LATENCY
     device: DeviceChoice = DeviceChoice.AUTO
     # The command line's alone: a pull request must not be able to turn off what keeps one

@@ -42,6 +42,7 @@ from bot.core.outcomes import ContenderOutcome
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import ContenderResult
 from bot.core.results_outcomes import contender_outcome
+from bot.core.settings import Device
 
 if TYPE_CHECKING:
     from bot.engine.evaluate import EvalOptions
@@ -139,7 +140,7 @@ def environment_key(device: str, gpu_index: int | None) -> str:
         parts.append(version("triton"))
     except Exception:
         parts.append("")
-    if device == "cuda":
+    if device == Device.CUDA:
         try:
             out = subprocess.run(
                 ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader", f"--id={gpu_index or 0}"],

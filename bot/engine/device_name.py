@@ -8,6 +8,8 @@ import os
 import platform
 import subprocess
 
+from bot.core.settings import Device
+
 
 def _smi_id(gpu_index: int | None) -> str:
     """nvidia-smi's name for torch's device `gpu_index`: nvidia-smi ignores CUDA_VISIBLE_DEVICES,
@@ -32,7 +34,7 @@ def _query(fields: str, gpu_index: int | None) -> str | None:
 
 def device_name(device: str, gpu_index: int | None) -> str:
     """The GPU's name as its driver reports it ("NVIDIA H100 80GB HBM3"), or the CPU's."""
-    if device != "cuda":
+    if device != Device.CUDA:
         return f"CPU ({platform.processor() or platform.machine()}): no GPU, candidates run on the CPU"
     return _query("name", gpu_index) or "an unidentified NVIDIA GPU"
 

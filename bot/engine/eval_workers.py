@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from bot.core.domain import CandidateSource, CheckResult, Problem
 from bot.core.memory import host_footprint_bytes, host_limit_bytes, margin_bytes, problem_footprints
 from bot.core.progress import MoreWorkersStarting, Progress, WorkersStarted
+from bot.core.settings import Device
 from bot.engine import verify
 from bot.engine.gpulock import gpu_shared
 from bot.engine.memory_budget import Reservation
@@ -61,7 +62,7 @@ class Session:
     def worker_threads(self) -> int | None:
         if self.options.threads is not None:
             return self.options.threads
-        return 1 if self.options.device == "cpu" else None
+        return 1 if self.options.device == Device.CPU else None
 
     def start(self, label: str, module: Path | None, class_name: str, precision: str, source_hash: str) -> WorkerClient:
         with self.clock.phase("start"):

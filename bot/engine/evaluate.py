@@ -16,7 +16,7 @@ from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, 
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.core.progress import EvaluationStarted, Note, Progress, silent
-from bot.core.settings import DEFAULTS, SandboxKind, TolerancePolicy
+from bot.core.settings import DEFAULTS, Device, SandboxKind, TolerancePolicy
 from bot.engine import verify
 from bot.engine.cache import default_cache_root
 from bot.engine.eval_workers import Replicas, materialise, open_session
@@ -35,7 +35,10 @@ from bot.sandbox import Limits
 
 @dataclass(frozen=True)
 class EvalOptions:
-    device: str = "cpu"  # resolved: "cpu" or "cuda"
+    """How one problem's contenders are verified and timed. The run's are derived from its
+    `Settings` (bot.options); a field a setting decides has that setting's default or none."""
+
+    device: Device  # resolved (the settings' "auto" is no device)
     sandbox: SandboxKind = DEFAULTS.sandbox
     limits: Limits = field(default_factory=Limits)
     timing: TimingOptions = field(default_factory=TimingOptions)
@@ -55,9 +58,12 @@ class EvalOptions:
     # None: no admission, `parallel` contenders at once.
     memory: MemoryBudget | None = None
     cache_root: Path = field(default_factory=default_cache_root)  # $XDG_CACHE_HOME/kernel-bot
-    use_cache: bool = False  # reuse conclusive verdicts and timings of candidates judged before (bot.engine.cache)
+    # Reuse conclusive verdicts and timings of candidates judged before (bot.engine.cache). No
+    # default: the settings' (on) would let a test or script read and fill the user's cache unasked.
+    use_cache: bool = field(kw_only=True)
     tolerance: TolerancePolicy = DEFAULTS.tolerance  # what outputs are compared with (bot.engine.tolerance)
-    allow_uncontained: bool = False  # the process sandbox runs candidates even where it cannot contain them
+    # The process sandbox runs candidates even where it cannot contain them.
+    allow_uncontained: bool = DEFAULTS.allow_uncontained
 
 
 def _environment(env: dict[str, Any]) -> Environment:
@@ -157,7 +163,7 @@ def _evaluate_fresh(
     evaluated again, one worker at a time, before that counts against them (a candidate
     that needs more than the GPU has fails again alone)."""
     first = _evaluate_once(problem, candidates, baseline, options, progress)
-    if options.device != "cuda" or len(candidates) + (baseline is not None) < 2:
+    if options.device != Device.CUDA or len(candidates) + (baseline is not None) < 2:
         return first
     short = _short_of_memory(first)
     if not short:
@@ -241,7 +247,7 @@ def _evaluate_once(
         workers = {n: workers[n] for n in names if n in workers}
         # On a GPU, code that picks its kernels by timing them does so with the GPU to itself.
         self_tuning = frozenset(
-            n for n, c in zip(names, contenders) if options.device == "cuda" and tunes_on_first_call(c.source)
+            n for n, c in zip(names, contenders) if options.device == Device.CUDA and tunes_on_first_call(c.source)
         )
         # Verified, not timed (bot.engine.simulated); with a simulated baseline there is nothing to
         # time against. rmsnorm's interpreted Triton baseline took 181 ms a call on 2 vCPUs.

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bot.core.errors import BotError
+from bot.core.settings import Device
 
 # The longest a lock file is waited for. Another bot process holds it for one measurement
 # (shared: one verification call, up to the 900 s of a first call's compile), so twice that
@@ -214,7 +215,7 @@ def gpu_exclusive(key: str) -> Iterator[None]:
 
 
 def device_key(device: str, gpu_index: int | None) -> str:
-    if device != "cuda":
+    if device != Device.CUDA:
         return "cpu"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     return f"gpu{gpu_index if gpu_index is not None else (visible.split(',')[0] or 0)}"

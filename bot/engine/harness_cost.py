@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from bot.core.domain import CheckResult
+from bot.core.settings import Device
 from bot.engine import verify
 from bot.engine.hidden import spread
 from bot.engine.workers import WorkerClient, ask, parse_reply
@@ -111,14 +112,14 @@ class HarnessCost:
         self.reference, self.meta, self.mode, self.rng, self.timeout_s = reference, meta, mode, rng, timeout_s
         self.max_batch = max(1, self.STAGE_BYTES // max(per_call_bytes, 1))
         out_bytes = sum(math.prod(m["shape"]) * _DTYPE_BYTES.get(m["dtype"], 8) for m in meta)
-        self.reveals_in_full = reference.device != "cuda" or out_bytes <= self.FULL_CHECK_BYTES
+        self.reveals_in_full = reference.device != Device.CUDA or out_bytes <= self.FULL_CHECK_BYTES
         # The window alone and the staging alone (hidden time), and the whole batch (each sample).
         self.window, self.staging, self.span = Calibration(), Calibration(), Calibration(low=True)
         self._idle_quiet_us: float | None = None
         self.last_timed: TimingRecord | None = None  # whose batch ran last, for gpu_left_busy
         # On the CPU the parent fills each batch's inputs from outside (bot.engine.staging) until
         # it cannot; then `staging_note` says why and each worker stages its own.
-        self.fills_from_outside = reference.device == "cpu" and memory.supported()
+        self.fills_from_outside = reference.device == Device.CPU and memory.supported()
         self.staging_note = "" if self.fills_from_outside else "inputs staged in each worker"
 
     QUIET_CHUNKS = 30  # the look at the GPU before each window on CUDA: longer than a time
@@ -127,7 +128,7 @@ class HarnessCost:
     def gpu_left_busy(self) -> CheckResult | None:
         """On CUDA, with every contender frozen: whether the GPU is the reference's (verify.
         check_gpu_quiet), after waiting out what the look found; None on the CPU."""
-        if self.reference.device != "cuda":
+        if self.reference.device != Device.CUDA:
             return None
         if self._idle_quiet_us is None:
             self._idle_quiet_us = statistics.median(self._look()[0] for _ in range(3))

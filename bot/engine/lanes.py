@@ -17,6 +17,7 @@ from typing import TypeVar
 from bot.core.domain import Problem
 from bot.core.errors import BotError, GpuOutOfMemory
 from bot.core.progress import Note, ProblemFailed, ProblemStarted, Progress
+from bot.core.settings import Device
 from bot.sandbox.cores import set_lanes
 
 T = TypeVar("T")
@@ -46,7 +47,7 @@ class Lanes:
 
 def visible_gpus(spec: str | None, device: str) -> list[int | None]:
     """`--gpus`: 'all' (default on CUDA: every visible GPU), or a comma list of indices."""
-    if device != "cuda":
+    if device != Device.CUDA:
         return [None]
     if spec in (None, "", "all"):
         import torch
@@ -65,7 +66,7 @@ def resolve_jobs(jobs: int | None, device: str, problems: int, lanes: int, cores
     fewer than the lanes."""
     if jobs is None:
         cores = cores or os.cpu_count() or 1
-        jobs = cores if device != "cuda" else max(1, cores // 2)
+        jobs = cores if device != Device.CUDA else max(1, cores // 2)
     return max(1, min(jobs, problems), min(lanes, problems))
 
 

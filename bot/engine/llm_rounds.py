@@ -79,7 +79,7 @@ def llm_rounds(rounds: Rounds, proposer: Proposer | None, info: dict[str, Any]) 
 
         if not options.model:
             raise BotError("the llm strategy needs --model (and OPENAI_API_KEY / OPENAI_BASE_URL)")
-        proposer = LlmProposer(options.model, samples=options.samples, max_total_tokens=options.max_total_tokens)
+        proposer = LlmProposer(options.model, samples=options.samples, max_total_tokens=options.max_tokens)
     history: list[Feedback] = [feedback_for(a.outcome) for a in attempts][-6:]
     floor = next((s.floor_us for a in attempts for s in a.outcome.shapes if s.floor_us), None)
     current = baseline.source

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bot.core.errors import BotError
 from bot.core.memory import CONTEXT_BYTES, Demand, admit, contenders_at_once, gib, margin_bytes, problem_demand
+from bot.core.settings import Device
 from bot.engine.device_name import gpu_memory_bytes
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class MemoryBudget:
 
 def device_budget(device: str, gpu: int | None) -> MemoryBudget:
     """The budget of a GPU (its free memory now, as its driver counts it) or of the host."""
-    if device == "cuda":
+    if device == Device.CUDA:
         figures = gpu_memory_bytes(gpu)
         if figures is None:  # no nvidia-smi: torch's count, at the price of a context here
             import torch

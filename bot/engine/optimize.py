@@ -16,7 +16,7 @@ from bot.core.progress import Note, Progress, RoundStarted, silent
 from bot.core.results import ProblemResult
 from bot.core.results import Skipped as SkippedResult
 from bot.core.results_contenders import BestResult, ContenderResult
-from bot.core.settings import DEFAULTS, Backend, Strategy, TolerancePolicy
+from bot.core.settings import DEFAULTS, Backend, Device, Strategy, TolerancePolicy
 from bot.core.time_split import TimeSplit
 from bot.engine.device_name import device_name
 from bot.engine.evaluate import EvalOptions, evaluate
@@ -40,12 +40,12 @@ class OptimizeOptions:
     samples: int = DEFAULTS.samples
     budget_s: float = DEFAULTS.budget_s
     max_rounds: int = DEFAULTS.max_rounds
-    max_total_tokens: int | None = DEFAULTS.max_tokens
+    max_tokens: int | None = DEFAULTS.max_tokens  # the LLM's token budget per problem
     min_speedup: float = DEFAULTS.min_speedup
     max_plausible_speedup: float = DEFAULTS.max_plausible_speedup  # above it: flagged, never claimed
     roofline_stop_pct: float = 90.0  # stop refining once the best reaches this % of the floor
     exclude: tuple[str, ...] = DEFAULTS.exclude  # fnmatch patterns of search candidate names to leave out
-    evaluation: EvalOptions = field(default_factory=EvalOptions)
+    evaluation: EvalOptions = field(kw_only=True)  # no default: its device is resolved, never assumed
 
 
 @dataclass(frozen=True)
@@ -147,24 +147,24 @@ def failed_result(
 
 
 def select_best(
-    attempts: list[Attempt], min_speedup: float, max_plausible: float = DEFAULTS.max_plausible_speedup
+    attempts: list[Attempt], min_speedup: float, max_plausible_speedup: float = DEFAULTS.max_plausible_speedup
 ) -> ContenderOutcome | None:
     """The fastest accepted candidate whose whole confidence interval clears `min_speedup`,
     and that the plausibility guard (bot.core.plausible) does not flag."""
     winners = [
         a.outcome
         for a in attempts
-        if a.outcome.significant(min_speedup) and implausibility(a.outcome, max_plausible) is None
+        if a.outcome.significant(min_speedup) and implausibility(a.outcome, max_plausible_speedup) is None
     ]
     return max(winners, key=lambda o: (o.speedup_ci[0], o.speedup), default=None)
 
 
-def flagged(attempts: list[Attempt], max_plausible: float) -> tuple[Implausible, ...]:
+def flagged(attempts: list[Attempt], max_plausible_speedup: float) -> tuple[Implausible, ...]:
     """Accepted candidates the plausibility guard flags, the largest speedup first."""
     found = [
         f
         for a in attempts
-        if a.outcome.verdict.accepted and (f := implausibility(a.outcome, max_plausible)) is not None
+        if a.outcome.verdict.accepted and (f := implausibility(a.outcome, max_plausible_speedup)) is not None
     ]
     return tuple(sorted(found, key=lambda f: -(f.speedup or 0.0)))
 
@@ -281,7 +281,7 @@ def optimize(
 
     def descend(bases: list[Base], round_: int) -> None:
         # On a CPU Triton runs interpreted: which setting is faster there says nothing of a GPU.
-        step = tuning_step(bases, attempts, round_) if device == "cuda" else []
+        step = tuning_step(bases, attempts, round_) if device == Device.CUDA else []
         if step and time.monotonic() < deadline:
             progress(RoundStarted(problem.name, "tuning", round_, len(step)))
             run(round_, step)
@@ -327,20 +327,20 @@ def optimize(
         stopped = "budget"
     base = next((e.baseline for e in reversed(evaluations) if e.baseline), None)
     env = evaluations[-1].environment if evaluations else Environment(device, "?", "?", None, None, None, "?")
-    bound = options.max_plausible_speedup
+    max_plausible_speedup = options.max_plausible_speedup
     ended = time.monotonic()
     return OptimizeResult(
         problem,
         env,
         base,
-        select_best(attempts, options.min_speedup, bound),
+        select_best(attempts, options.min_speedup, max_plausible_speedup),
         tuple(attempts),
         tuple(skipped),
         stopped,
         ended - started,
         llm_info,
-        implausible=flagged(attempts, bound),
-        max_plausible_speedup=bound,
+        implausible=flagged(attempts, max_plausible_speedup),
+        max_plausible_speedup=max_plausible_speedup,
         tolerance=options.evaluation.tolerance,
         time_split=clock.split(ended),
     )

@@ -18,6 +18,7 @@ from typing import Any
 from bot.core.distributions import DistributionError, kept_distributions, skipped_distributions
 from bot.core.domain import Problem, Shape
 from bot.core.errors import ProblemError
+from bot.core.settings import Device
 
 PRECISIONS = ("float64", "float32", "native")
 TOLERANCE_KEYS = {"norm_rel", "elem_rtol", "elem_atol_rel"}
@@ -182,4 +183,4 @@ def only_shapes(problem: Problem, names: tuple[str, ...], device: str) -> Proble
         raise ProblemError(
             f"{problem.path}: no shape named {', '.join(names)} on {device} (it has: {', '.join(s.name for s in have)})"
         )
-    return replace(problem, **{"cpu_shapes" if device == "cpu" else "gpu_shapes": kept})
+    return replace(problem, **{"cpu_shapes" if device == Device.CPU else "gpu_shapes": kept})

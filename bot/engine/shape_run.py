@@ -12,6 +12,7 @@ from bot.core.domain import CheckResult, Environment, Problem, Shape
 from bot.core.outcomes import ShapeOutcome
 from bot.core.progress import Progress, ShapeTimed, ShapeVerified
 from bot.core.roofline import floor_us, peaks_for
+from bot.core.settings import Device
 from bot.engine import verify
 from bot.engine.eval_workers import Replicas, construct_all, release_caches
 from bot.engine.failures import problem_failure
@@ -154,13 +155,13 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         # shape's references otherwise, through other problems' trials.
         release_caches([reference], lock_key, limits.call_timeout_s, 1)
     floor = floor_us(
-        info.nbytes, info.flops, peaks_for(environment.device_name) if environment.device == "cuda" else None
+        info.nbytes, info.flops, peaks_for(environment.device_name) if environment.device == Device.CUDA else None
     )
     # The worker's reports against the parent's clock: on the CPU evidence only, since the
     # samples are the parent's own (bot.engine.outside_clock); on CUDA, whose samples are the
     # worker's events, what they left out is counted into them and gross hiding rejects.
     hidden = hidden_time_checks({n: r for n, r in records.items() if not r.failed}, names[0] if has_baseline else None)
-    events = options.device == "cuda"
+    events = options.device == Device.CUDA
     for name, found in hidden.items():
         checks[name].append(check_hidden_time(found, rejects=events))
         if events:

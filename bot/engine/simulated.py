@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from bot.core.settings import Device
+
 # (pattern in the source, the simulator it runs under on a CPU). Numba's CUDA kernels run in
 # its CUDA simulator where one is enabled (NUMBA_ENABLE_CUDASIM), the same kind of thing.
 _SIMULATED_ON_CPU = (
@@ -27,6 +29,6 @@ _SIMULATED_ON_CPU = (
 
 def simulated_reason(source: str, device: str) -> str | None:
     """Why `source`'s times on `device` describe a simulator, not the code; None where they don't."""
-    if device == "cuda":
+    if device == Device.CUDA:
         return None
     return next((why for pattern, why in _SIMULATED_ON_CPU if pattern.search(source)), None)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from bot.core.domain import CheckResult, Problem, Shape
 from bot.core.measurement import Measurement
-from bot.core.settings import DEFAULTS, TimingMode
+from bot.core.settings import DEFAULTS, Device, TimingMode
 from bot.engine import verify
 from bot.engine.compare import check_commitment, compare_outputs
 from bot.engine.harness_cost import HarnessCost, timed_exchange
@@ -28,7 +28,7 @@ from bot.protocol.messages import Fingerprints
 
 @dataclass(frozen=True)
 class TimingOptions:
-    time_cap_s: float = 5.0  # per shape, all contenders together
+    time_cap_s: float = DEFAULTS.time_cap_s  # per shape, all contenders together
     target_rel_se: float = 0.01  # stop once every median is known to 1%
     min_samples: int = 10
     # Each contender's samples come from at least this many interleaved visits, so that no
@@ -128,7 +128,7 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
                 outside=bool(filled),
                 calls=len(seeds),
                 outputs=len(dtypes),
-                digests=reference.device != "cuda",
+                digests=reference.device != Device.CUDA,
             ),
             call_timeout_s * len(seeds),
             "call",
@@ -178,7 +178,7 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
     # and samples fell to the floor): the sample is the batch's mean of the worker's event times,
     # which no spreading within the batch can move, bounded from outside by the parent's clock
     # (`hidden time` rejects gross hiding and counts the rest into it: TimingRecord.counted_us).
-    cuda = reference.device == "cuda"
+    cuda = reference.device == Device.CUDA
     sample_us = max(sum(samples) / len(seeds), FLOOR_US) if cuda else parent_us
     if keep:
         record.samples_us.extend([sample_us] * len(seeds))
@@ -223,7 +223,7 @@ def _picked_against_reference(
     the picked calls' commitments, and their outputs revealed in full (`revealed`, None where
     too large), against the reference's. On the CPU calls commit by digest: the reference's
     fingerprints are not needed."""
-    cuda = run.reference.device == "cuda"
+    cuda = run.reference.device == Device.CUDA
     ref = ask(
         run.reference,
         Fingerprints(

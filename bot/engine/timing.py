@@ -14,6 +14,7 @@ from typing import Any
 from bot.core import stats as bench
 from bot.core.domain import Problem, Shape
 from bot.core.progress import Note, Progress, Screened, TimingRound, silent
+from bot.core.settings import Device
 from bot.engine.harness_cost import HarnessCost
 from bot.engine.timed_batch import Run, TimingOptions, TimingRecord, Window, no_window, one_batch
 from bot.engine.tolerance import rules_of
@@ -113,7 +114,7 @@ def time_interleaved(
         active = _warm_up(run, active, records, warmed)
         _time(run, active, progress, records, hooks.stop)
     let_go({})
-    if reference.device == "cpu" and not harness.fills_from_outside:
+    if reference.device == Device.CPU and not harness.fills_from_outside:
         progress(Note(harness.staging_note, problem.name, shape.name))
     return records
 

@@ -13,7 +13,7 @@ from typing import Any
 from bot.core.distributions import seed_for, timed_mix
 from bot.core.domain import CheckResult, Problem, Shape
 from bot.core.progress import Note, Progress, ReferenceTrial, TrialsStarted
-from bot.core.settings import DEFAULTS, TolerancePolicy
+from bot.core.settings import DEFAULTS, Device, TolerancePolicy
 from bot.engine import verify
 from bot.engine.compare import compare_values
 from bot.engine.gpulock import GpuHandover
@@ -271,7 +271,7 @@ def release_cache(worker: WorkerClient, timeout_s: float) -> None:
     (its trials, or its timing of a shape), not when the last contender's is: the caches of
     idle contenders waiting for the others can run a large shape out of memory beside another
     problem."""
-    if worker.device != "cuda":
+    if worker.device != Device.CUDA:
         return
     with contextlib.suppress(WorkerFailure):  # a dead worker has nothing cached; its failure is reported
         ask(worker, Release(), timeout_s, "call")

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from bot.core.settings import Device
 from bot.engine.phase_clock import current, part_of
 from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
 from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply
@@ -235,7 +236,7 @@ class WorkerClient:
         difference between processes is not a difference between cores or neighbours."""
         pid = getattr(self.running, "pid", None)
         core = timing_core(self.gpu_index)
-        if pid is None or core is None or self.device != "cuda":
+        if pid is None or core is None or self.device != Device.CUDA:
             return  # on CPU the kernel's own threads share the cores: pinning would starve them
         try:
             os.sched_setaffinity(pid, {core} if timed else worker_cores())

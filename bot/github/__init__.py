@@ -4,7 +4,8 @@ stage_two.py is the entry point; it reads the results artifact as untrusted data
 rederive), takes where to publish from the event and the API (identity) and writes through
 client.py and branches.py (the follow-up commit, under the rules of ownership.py), the only
 modules importing PyGithub. events.py turns an event payload into a
-`Trigger` (stage 1 reads it too).
+`Trigger`, and actions_env.py reads the variables Actions sets for a step and the event they
+point at (stage 1 reads both too).
 
 PyGithub's own top-level package is also named `github`: imports here are absolute, so
 `from github import Github` is PyGithub and this package is always `bot.github`.

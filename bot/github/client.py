@@ -19,6 +19,7 @@ from github.Repository import Repository
 
 from bot.core.domain import CheckRunPlan, PullRequestPlan
 from bot.core.errors import BotError
+from bot.core.repo_path import is_plain_relative
 from bot.github.branches import FollowUpBranch
 from bot.github.client_settings import GitHubPacing, GitHubRetry
 from bot.github.events import PULL_REQUEST_ACTIONS, trigger_from_event  # noqa: F401 (re-exported)
@@ -345,8 +346,7 @@ def _facts(pr: PullRequest) -> PullFacts:
 
 
 def _check_path(path: str) -> None:
-    parts = path.split("/")
-    if not path or path.startswith("/") or any(p in ("", ".", "..", ".git") for p in parts):
+    if not is_plain_relative(path):
         raise BotError(f"refusing to write {path!r}: not a plain repository-relative path")
 
 

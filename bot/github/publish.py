@@ -18,7 +18,7 @@ from bot.core.errors import BotError
 from bot.core.results import Results
 from bot.core.safe_text import inert, inert_results
 from bot.core.scope import FileReader, scoped_changes
-from bot.core.settings import DEFAULTS, Settings
+from bot.core.settings import DEFAULTS, Device, Settings
 from bot.github.rederive import InconsistentArtifact, rederive
 from bot.report import data as rd
 from bot.report.chart import results_chart
@@ -52,7 +52,7 @@ def reproduce_command(results: Results, problems_dir: str, min_speedup: float) -
     paths = " ".join(f"{problems_dir}/{p.problem}.py" for p in rd.problems(results))
     # Untrusted text: only the two known device names reach the command.
     on_cpu = bool(rd.problems(results)) and all(
-        p.environment is not None and p.environment.device == "cpu" for p in rd.problems(results)
+        p.environment is not None and p.environment.device == Device.CPU for p in rd.problems(results)
     )
     return f"bot optimize {paths} --min-speedup {min_speedup} --device {'cpu' if on_cpu else 'cuda'}"
 

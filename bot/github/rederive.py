@@ -195,17 +195,17 @@ def _significant(c: Contender, min_speedup: float) -> bool:
     return bool(ci) and ci[0] >= min_speedup and not _slower(c.shapes)
 
 
-def _implausible(c: Contender, max_plausible: float) -> Implausible | None:
+def _implausible(c: Contender, max_plausible_speedup: float) -> Implausible | None:
     """The trusted plausibility guard (bot.core.plausible) over a contender's re-derived shapes."""
     reasons = [
         reason
         for s in c.shapes
         for reason in shape_reasons(
-            s.shape, s.speedup, s.measurement.median_us if s.measurement else None, s.floor_us, max_plausible
+            s.shape, s.speedup, s.measurement.median_us if s.measurement else None, s.floor_us, max_plausible_speedup
         )
     ]
-    if c.speedup is not None and c.speedup > max_plausible and not reasons:
-        reasons.append(f"{c.speedup:,.1f}x overall is above the {max_plausible:g}x bound")
+    if c.speedup is not None and c.speedup > max_plausible_speedup and not reasons:
+        reasons.append(f"{c.speedup:,.1f}x overall is above the {max_plausible_speedup:g}x bound")
     return Implausible(c.name, c.speedup, c.speedup_ci, "; ".join(reasons)) if reasons else None
 
 

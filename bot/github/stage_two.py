@@ -13,8 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bot.config import GitHubEnv, github_env, load_settings, path_allowed, read_event
+from bot.config import load_settings, path_allowed
 from bot.core.errors import BotError
+from bot.github.actions_env import GitHubEnv, github_env, read_event
 
 Echo = Callable[[str], None]
 

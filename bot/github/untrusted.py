@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.core.errors import BotError
+from bot.core.repo_path import is_plain_relative
 from bot.core.results import RESULTS_FILE, Results
 from bot.core.results_schema import MAX_DEPTH
 
@@ -35,8 +36,7 @@ def _check_targets(results: Results, allowed: Callable[[str], bool]) -> None:
 
     for i, problem in enumerate(results.problems):
         target = problem.target
-        parts = str(target).split("/")
-        if target is not None and (target.startswith("/") or any(p in ("", ".", "..", ".git") for p in parts)):
+        if target is not None and not is_plain_relative(target):
             raise refuse(f"results.problems[{i}].target", f"{target!r} is not a plain repository-relative path")
         if target is not None and not allowed(target):
             raise refuse(f"results.problems[{i}].target", f"{target!r} is outside the configured kernel paths")

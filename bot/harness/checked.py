@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from bot.core.settings import Device
 from bot.harness import shared, support
 from bot.harness.own_error import own_error
 from bot.harness.tuning_gate import TuningGate
@@ -45,16 +46,16 @@ class CheckedCalls:
         before = [] if msg.want else [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
         if self.is_reference:  # values from the upcast model, where its precision is not native
             return self._reference_run(inputs, before, msg)
-        if self.device == "cuda":
+        if self.device == Device.CUDA:
             support.poison_free_cuda_memory()
         gated = self.gate.gated_call() if msg.gate and self.gate is not None else contextlib.nullcontext()
         try:
             with torch.no_grad():
-                shared.cuda_sync() if self.device == "cuda" else None
+                shared.cuda_sync() if self.device == Device.CUDA else None
                 t0 = shared.perf_ns()
                 with gated:
                     result = self.model(*inputs)
-                shared.cuda_sync() if self.device == "cuda" else None
+                shared.cuda_sync() if self.device == Device.CUDA else None
                 host_us = (shared.perf_ns() - t0) / 1e3
         except BaseException as exc:
             return shared.failure("call", exc)
@@ -75,7 +76,7 @@ class CheckedCalls:
         return replace(reply, fingerprints=prints, outputs=values if msg.want != "fingerprint" else None)
 
     def _reference_run(self, inputs: list[Any], before: list[str], msg: Run) -> dict:
-        cuda = self.device == "cuda"
+        cuda = self.device == Device.CUDA
         try:
             oracle = self.precision != "native"
             with torch.no_grad():

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from bot.core.settings import Device
 from bot.harness import shared
 
 
@@ -30,7 +31,7 @@ def describe_environment(device: str, describe: bool = True) -> dict[str, Any]:
         env["triton"] = version("triton")
     except Exception:
         env["triton"] = None
-    if device == "cuda":
+    if device == Device.CUDA:
         env["device_name"] = torch.cuda.get_device_name()
         if describe:  # driver and clocks: only the worker whose environment is reported
             env.update(_nvidia_smi())
@@ -41,7 +42,7 @@ def describe_environment(device: str, describe: bool = True) -> dict[str, Any]:
 
 def timer_overhead_us(device: str) -> float:
     """Host-minus-event time of an empty timed region: the slack of the stream check."""
-    if device != "cuda":
+    if device != Device.CUDA:
         return 0.0
     gaps = []
     for _ in range(30):

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from bot.core.settings import Device, TimingMode
 from bot.harness import held, shared
 from bot.protocol.batches import Quiet, QuietReply, Time, TimeReply
 from bot.protocol.typed import Failure
@@ -60,7 +61,7 @@ class TimedCalls:
         serving engine that replays its decode step as a graph pays it. With "stub", the
         reference's calibration: the same work around calls that do nothing (bot.engine.timing).
         """
-        cuda = self.device == "cuda"
+        cuda = self.device == Device.CUDA
         if self.staged is None:
             return Failure("protocol", "no staged inputs to time").to_wire()
         if cuda and self.flush_buf is None:
@@ -71,9 +72,9 @@ class TimedCalls:
             except BaseException as exc:  # out of memory: reported, and retried alone
                 return shared.failure("call", exc)
         model = self._stub if msg.stub else self.model
-        if cuda and msg.mode == "throughput":
+        if cuda and msg.mode == TimingMode.THROUGHPUT:
             return self._time_back_to_back(msg, model)
-        if cuda and msg.mode == "graph":
+        if cuda and msg.mode == TimingMode.GRAPH:
             return self._time_graph_replays(msg, model)
         host, event, prints, spans, strides = [], [], [], [], []
         try:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from bot.core.distributions import distribution_of
+from bot.core.settings import Device
 from bot.harness import inputs as worker_inputs
 from bot.harness import shared, staging, support, triton_interp
 from bot.harness.checked import CheckedCalls
@@ -94,7 +95,7 @@ class Harness(CheckedCalls, TimedCalls):
             tqdm.tqdm.monitor_interval = 0
         except Exception:
             pass
-        if self.device == "cuda":
+        if self.device == Device.CUDA:
             torch.cuda.init()
             b = torch.randn(512, 512, device="cuda")
             (b @ b).sum().item()
@@ -169,7 +170,7 @@ class Harness(CheckedCalls, TimedCalls):
 
     def _inputs(self, seed: int) -> list[Any]:
         shared.seed_cpu(seed)
-        if self.device == "cuda":
+        if self.device == Device.CUDA:
             shared.seed_cuda(seed)
         with torch.device(self.device):
             inputs = self.get_inputs()
@@ -240,7 +241,7 @@ class Harness(CheckedCalls, TimedCalls):
         """Hook the timing of kernel variants (bot.harness.tuning_gate): in a call the bot marks as
         gated, the first such timing asks it for the GPU. Replies with what could be hooked."""
         if self.gate is None:
-            self.gate = TuningGate(self.ch, shared.cuda_sync if self.device == "cuda" else lambda: None)
+            self.gate = TuningGate(self.ch, shared.cuda_sync if self.device == Device.CUDA else lambda: None)
         return GateReply(hooks=self.gate.install()).to_wire()
 
     def op_release(self, msg: Message) -> dict:
@@ -250,7 +251,7 @@ class Harness(CheckedCalls, TimedCalls):
         8192x8192 output, up to four kept); they are drawn again from their seed on demand."""
         self.weights.clear()
         self.captured = None  # a CUDA graph's private memory pool goes with it
-        if self.device == "cuda":
+        if self.device == Device.CUDA:
             shared.cuda_sync()
             torch.cuda.empty_cache()
         return Done().to_wire()

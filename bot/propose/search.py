@@ -11,6 +11,7 @@ import ast
 from dataclasses import dataclass
 
 from bot.core.domain import CandidateSource, Problem
+from bot.core.settings import Device, TimingMode
 from bot.propose.derive import Base, derived, uses
 from bot.propose.paths import GELU_TANH, SDPA_PATHS, path_candidate, paths_for
 from bot.propose.tuning import autotune_variants, tunable_constants
@@ -105,7 +106,7 @@ def search_candidates(
     would time the same kernels again."""
     cands: list[CandidateSource] = []
     skipped: list[Skipped] = []
-    cuda = device == "cuda"
+    cuda = device == Device.CUDA
     if any(b.label == "target" for b in bases):
         # Not a transformation: the eager reference timed in the same run, so the report
         # can show eager, the current implementation and the best candidate side by side.
@@ -130,7 +131,7 @@ def search_candidates(
                     )
                 )
                 continue
-            if path.replays_graphs and timing == "graph":
+            if path.replays_graphs and timing == TimingMode.GRAPH:
                 skipped.append(
                     Skipped(f"{path.words} of {tag}", "--timing graph replays every contender as a CUDA graph already")
                 )

@@ -13,7 +13,7 @@ from bot.core.distributions import DESCRIPTIONS, DISTRIBUTIONS
 from bot.core.plausible import FLAG
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import ContenderResult
-from bot.core.settings import TolerancePolicy
+from bot.core.settings import Device, TolerancePolicy
 from bot.core.time_split import run_line
 from bot.report import data as rd
 
@@ -118,7 +118,7 @@ def no_improvement(problem: ProblemResult) -> str:
 def verification(results: Results) -> str:
     """How the numbers were obtained, with this run's own counts and device."""
     env = rd.environment(results)
-    cuda = env is not None and env.device == "cuda"
+    cuda = env is not None and env.device == Device.CUDA
     ps = rd.problems(results)
     drawn = {d for p in ps for d in p.distributions or ()}
     dists = [d for d in DISTRIBUTIONS if d in drawn] + sorted(drawn - set(DISTRIBUTIONS)) or DISTRIBUTIONS

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan, Trigger
+from bot.core.repo_path import is_plain_relative
 from bot.core.results import ProblemResult, Results
 from bot.core.safe_text import title
 from bot.report import data as rd
@@ -25,17 +26,6 @@ CHECK_NAME = "kernel-bot"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 # A file's text on the follow-up's base; None when it does not exist, ValueError when unusable.
 CurrentText = Callable[[str], str | None]
-
-
-def _plain_relative(path: str) -> bool:
-    """A repository-relative path that cannot climb out of the repository or into .git."""
-    parts = path.split("/")
-    return (
-        bool(path)
-        and not path.startswith("/")
-        and "\\" not in path
-        and not any(p in ("", ".", "..", ".git") for p in parts)
-    )
 
 
 def destination(problem: ProblemResult) -> str | None:
@@ -112,7 +102,7 @@ def _changes(
         if not isinstance(source, str) or not source:
             notes.append(f"{rd.cell(name)}: the best candidate's source is missing; nothing written.")
             continue
-        if not _plain_relative(path) or not allowed(path):
+        if not is_plain_relative(path) or not allowed(path):
             notes.append(
                 f"{rd.cell(name)}: `{rd.cell(path)}` is outside the paths kernel-bot may "
                 "write; the candidate is in the run's artifact instead."

@@ -6,6 +6,7 @@ from typing import Any
 
 from bot.core.measurement import STEADY_REPLICAS
 from bot.core.outcomes import ContenderOutcome, Evaluation
+from bot.core.settings import Device
 
 
 def _fmt(value: float | None, spec: str, missing: str = "-") -> str:
@@ -99,7 +100,7 @@ LAUNCH_BOUND_US = 10.0
 def short_shape_notes(evaluation: Evaluation) -> list[str]:
     """A line per GPU shape of the baseline shorter than LAUNCH_BOUND_US that was timed in fewer
     than STEADY_REPLICAS processes."""
-    if evaluation.environment.device != "cuda" or evaluation.baseline is None:
+    if evaluation.environment.device != Device.CUDA or evaluation.baseline is None:
         return []
     return [
         f"note: {s.shape} takes {s.measurement.median_us:.1f} us; at {s.measurement.workers} worker "

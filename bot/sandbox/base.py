@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bot.core.settings import Device
+
 BOT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the `bot` package
 
 # The worker is started with `python -I -c BOOT`: no PYTHON* variables, no user site,
@@ -92,7 +94,7 @@ def worker_env(launch: WorkerLaunch, environ: Mapping[str, str] | None = None) -
             "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0",
         }
     )
-    if launch.device == "cpu":
+    if launch.device == Device.CPU:
         env["TRITON_INTERPRET"] = "1"  # Triton kernels run on CPU tensors through the interpreter
         env.pop("CUDA_VISIBLE_DEVICES", None)
     elif launch.gpu_index is not None:

@@ -27,6 +27,7 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
 from bot.core.errors import BotError, HarnessError
+from bot.core.settings import Device
 from bot.sandbox import guardian
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, worker_env
 from bot.sandbox.container_cgroup import ContainerCgroup
@@ -266,7 +267,7 @@ class DockerSandbox(Sandbox):
                 value = WORK_IN + value[len(work) :]
             env[key] = value
         env.pop("NVIDIA_VISIBLE_DEVICES", None)  # the device request alone picks the GPU
-        if launch.device == "cuda":
+        if launch.device == Device.CUDA:
             env["CUDA_VISIBLE_DEVICES"] = "0"  # the one GPU passed in is device 0 inside
             env.setdefault("NVIDIA_DRIVER_CAPABILITIES", "compute,utility")
         for key in () if self.host_interpreter else _FULL_IMAGE_DROPS:
@@ -307,7 +308,7 @@ class DockerSandbox(Sandbox):
         limits = launch.limits
         gpus = (
             [DeviceRequest(device_ids=[str(launch.gpu_index or 0)], capabilities=[["gpu"]])]
-            if launch.device == "cuda"
+            if launch.device == Device.CUDA
             else None
         )
         _started_any = True

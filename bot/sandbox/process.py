@@ -22,6 +22,7 @@ import time
 from abc import abstractmethod
 from pathlib import Path
 
+from bot.core.settings import Device
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, proc_status, worker_env
 from bot.sandbox.cgroup import Leaf, PidsCap
 from bot.sandbox.contained import containment, prepare, refuse_uncontained
@@ -201,11 +202,11 @@ def confine(memory_mb: int, device: str, cores: set[int], plan: Containment | No
     # An address-space cap turns a huge allocation into a MemoryError at once. CUDA
     # reserves terabytes of virtual address space, so on GPUs only the parent's
     # resident-memory watchdog applies.
-    if device == "cpu":
+    if device == Device.CPU:
         cap = (memory_mb + AS_ROOM_MB) << 20
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if device == "cuda" and cores:
+    if device == Device.CUDA and cores:
         os.sched_setaffinity(0, cores)  # keep off the reserved timing core
 
 
@@ -228,7 +229,7 @@ class ProcessSandbox(Sandbox):
         log_path.touch()
         prepared = prepare(launch, log_path)
         plan, leaf = prepared.plan, prepared.leaf
-        cores = worker_cores() if launch.device == "cuda" else set()
+        cores = worker_cores() if launch.device == Device.CUDA else set()
         env = worker_env(launch)
         server = fork_server_for(launch, start=self.start_fork_server)
         try:
@@ -327,7 +328,7 @@ def _start_server(python: str, env: dict[str, str], device: str = "cpu") -> Fork
     initialised the CUDA driver (no fork could then use the GPU); for CPU workers, with the
     vector instruction sets of Inductor's C++ kernels checked once for all of them."""
     try:
-        return ForkServer(python, env, vector_isa=device == "cpu")
+        return ForkServer(python, env, vector_isa=device == Device.CPU)
     except DriverInitialized as exc:
         log.warning("%s; the fork server starts again without torch.compile's imports", exc)
         return ForkServer(python, env, compiler=False)
