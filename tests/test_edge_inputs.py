@@ -24,7 +24,7 @@ def verdicts(problem_path: Path, names: list[str], options, lines: list[str] | N
         [load_candidate(CANDIDATES / f"{n}.py") for n in names],
         None,
         options,
-        lines.append if lines is not None else (lambda _: None),
+        (lambda event: lines.append(event.line())) if lines is not None else (lambda _: None),
     )
     return {o.candidate.name: o.verdict for o in result.candidates}
 
