@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.core.domain import Environment, Trigger
+from bot.core.domain import Environment, Skipped, Trigger
 from bot.core.plausible import Implausible
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_json import as_list, drop_none, read_interval
@@ -33,29 +33,6 @@ RESULTS_FILE = "results.json"  # its name in a results directory
 
 def _implausible(d: Mapping[str, Any]) -> Implausible:
     return Implausible(d["name"], d.get("speedup"), read_interval(d.get("speedup_ci")), d.get("evidence", ""))
-
-
-def _environment(d: Mapping[str, Any] | None) -> Environment | None:
-    """None for `{}`: a problem that failed measured nothing."""
-    if not d:
-        return None
-    return Environment(
-        d.get("device", ""),
-        d.get("device_name", ""),
-        d.get("torch", ""),
-        d.get("triton"),
-        d.get("cuda"),
-        d.get("driver"),
-        d.get("python", ""),
-        dict(d.get("clocks") or {}),
-        containment=d.get("containment", ""),
-    )
-
-
-@dataclass(frozen=True)
-class Skipped:
-    transformation: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -155,7 +132,7 @@ class ProblemResult:
             d.get("wall_s"),
             ContenderResult.from_json(base) if base else None,
             tuple(Skipped(s["transformation"], s["reason"]) for s in d.get("skipped") or ()),
-            _environment(d.get("environment")),
+            Environment.from_json(d["environment"]) if d.get("environment") else None,  # {}: nothing measured
             dict(d.get("llm") or {}),
             d.get("reference_precision"),
             d.get("tolerance"),

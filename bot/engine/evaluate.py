@@ -10,7 +10,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Progress, source_hash
 from bot.core.errors import GpuOutOfMemory
@@ -57,21 +56,6 @@ class EvalOptions:
     use_cache: bool = False  # reuse conclusive verdicts and timings of candidates judged before (bot.engine.cache)
     tolerance: TolerancePolicy = DEFAULTS.tolerance  # what outputs are compared with (bot.engine.tolerance)
     allow_uncontained: bool = False  # the process sandbox runs candidates even where it cannot contain them
-
-
-def _environment(env: dict[str, Any]) -> Environment:
-    return Environment(
-        device=env["device"],
-        device_name=env.get("device_name", "?"),
-        torch=env["torch"],
-        triton=env.get("triton"),
-        cuda=env.get("cuda"),
-        driver=env.get("driver"),
-        python=env["python"],
-        clocks=env.get("clocks", {}),
-        host=env.get("host", ""),
-        containment=env.get("containment", ""),
-    )
 
 
 def evaluate(
@@ -234,7 +218,7 @@ def _evaluate_once(
             except WorkerFailure as exc:
                 raise problem_failure(problem, exc) from None
         progress(f"{problem.name}: {session.start_summary(time.monotonic() - began)}")
-        environment = _environment(reference.env)
+        environment = Environment.from_json(reference.env)
         workers = {n: workers[n] for n in names if n in workers}
         # On a GPU, code that picks its kernels by timing them does so with the GPU to itself.
         self_tuning = frozenset(

@@ -8,12 +8,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bot.core.domain import CandidateSource, Environment, Problem, Progress
+from bot.core.domain import CandidateSource, Environment, Problem, Progress, Skipped
 from bot.core.errors import BotError, ProblemError
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.plausible import Implausible, implausibility
 from bot.core.results import ProblemResult
-from bot.core.results import Skipped as SkippedResult
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.settings import DEFAULTS, Backend, Strategy, TolerancePolicy
 from bot.core.time_split import TimeSplit
@@ -24,7 +23,7 @@ from bot.engine.phase_clock import PhaseClock, recording
 from bot.propose.base import Hardware, Proposer, hardware_for
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import path_of
-from bot.propose.search import Skipped, search_candidates
+from bot.propose.search import search_candidates
 from bot.propose.split import input_bytes, plan_split, split_candidate
 from bot.propose.tuning import autotune_variants, setting_of, tunable_constants
 
@@ -121,7 +120,7 @@ class OptimizeResult:
             self.stopped,
             self.wall_s,
             ContenderResult.of(self.baseline) if self.baseline else None,
-            tuple(SkippedResult(s.transformation, s.reason) for s in self.skipped),
+            self.skipped,
             # A failed problem measured nothing: no environment for the reports to show.
             None if self.error else self.environment,
             {k: v for k, v in self.llm.items() if k != "transcript"},
