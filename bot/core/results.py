@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.core.domain import Environment, Skipped, Trigger
+from bot.core.judge import Contender, Judgement, Thresholds, judge
 from bot.core.plausible import Implausible
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_json import as_list, drop_none, read_interval
@@ -70,6 +71,23 @@ class ProblemResult:
     def failed(self) -> bool:
         """It could not be evaluated: its error is in `error`."""
         return self.outcome == "failed"
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The bars its contenders were judged at (after stage 2's re-derivation, the trusted ones)."""
+        min_speedup = DEFAULTS.min_speedup if self.min_speedup is None else self.min_speedup
+        return Thresholds(min_speedup, self.max_plausible_speedup or DEFAULTS.max_plausible_speedup)
+
+    def judge(self, contender: Contender) -> Judgement:
+        """The judge's word (bot.core.judge) on one of its contenders, at its thresholds."""
+        return judge(contender, self.thresholds, self.not_timed)
+
+    @property
+    def improved(self) -> bool:
+        """Its best is a claim: significant, timed and plausible. A document stage 1 wrote or
+        stage 2 re-derived holds no other best; one read without re-derivation (`bot merge`, the
+        renderers) may, and then nothing of it counts."""
+        return self.best is not None and self.judge(self.best).claimed
 
     def to_json(self) -> dict[str, Any]:
         return drop_none(
@@ -154,7 +172,7 @@ class Results:
 
     @property
     def improved(self) -> tuple[ProblemResult, ...]:
-        return tuple(p for p in self.problems if p.best is not None)
+        return tuple(p for p in self.problems if p.improved)
 
     @property
     def failed(self) -> tuple[ProblemResult, ...]:

@@ -127,8 +127,8 @@ def optimize_all(
 
     def failed(problem: Problem, error: BotError) -> OptimizeResult:
         progress(f"{problem.name}: failed: {error}")
-        device = options.evaluation.device
-        return keep(problem, failed_result(problem, str(error), device, time_split=error.time_split))
+        device, bars = options.evaluation.device, options.thresholds
+        return keep(problem, failed_result(problem, str(error), device, time_split=error.time_split, thresholds=bars))
 
     return run_problems(problems, work, at_once, lanes, progress, on_error=failed)
 
