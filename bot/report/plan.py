@@ -138,6 +138,17 @@ def _changes(
     return changes, patches, notes
 
 
+def reproduce_command(results: Results, problems_dir: str, min_speedup: float) -> str:
+    """The command a reader runs to measure `results` again, as the PR body shows it. Both
+    stages build it from the document alone, so the dry run shows what stage 2 publishes."""
+    paths = " ".join(f"{problems_dir}/{p.problem}.py" for p in rd.problems(results))
+    # Untrusted text: only the two known device names reach the command.
+    on_cpu = bool(rd.problems(results)) and all(
+        p.environment is not None and p.environment.device == "cpu" for p in rd.problems(results)
+    )
+    return f"bot optimize {paths} --min-speedup {min_speedup} --device {'cpu' if on_cpu else 'cuda'}"
+
+
 def plan_pull_request(
     results: Results,
     trigger: Trigger,
