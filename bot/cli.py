@@ -159,7 +159,7 @@ def optimize(
     loaded = [only_shapes(p, names(shapes), options.evaluation.device) for p in chosen]
     with progress_view(loaded) as view:
         results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, view)
-    typed = [r.to_result(options.min_speedup) for r in results]
+    typed = [r.result for r in results]
     payload = [p.to_json() for p in typed]
     if as_json:
         click.echo(json.dumps(payload[0] if len(payload) == 1 else {"problems": payload}, indent=2))

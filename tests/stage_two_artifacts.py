@@ -22,6 +22,7 @@ from bot.core.domain import (
     Trigger,
     Verdict,
 )
+from bot.core.judge import Thresholds
 from bot.core.measurement import Measurement
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 from bot.core.time_split import TimeSplit
@@ -106,7 +107,9 @@ def honest_results(
     chosen = outcomes[0] if outcomes[0].significant(min_speedup) else None
     attempts = tuple(Attempt(0, o) for o in outcomes)
     split = TimeSplit(12.5, start_s=2.0, compile_s=3.0, oracle_s=1.5, verify_s=2.5, timing_s=3.0, other_s=0.5)
-    result = OptimizeResult(problem, env, baseline, chosen, attempts, (), "done", 12.5, time_split=split)
+    result = OptimizeResult(
+        problem, env, baseline, chosen, attempts, (), "done", 12.5, thresholds=Thresholds(min_speedup), time_split=split
+    )
     return results_document([result], Trigger(kind="pull_request"), min_speedup).to_json()
 
 

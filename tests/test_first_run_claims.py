@@ -10,9 +10,9 @@ import pytest
 from conftest import CANDIDATES, PROBLEMS, typed
 
 from bot.core.domain import CandidateSource, Origin, Trigger, Verdict
+from bot.core.judge import Thresholds, judge
 from bot.core.measurement import Measurement, Speedup
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
-from bot.core.plausible import implausibility
 from bot.core.results import Results
 from bot.engine.candidates import default_baseline, load_candidate
 from bot.engine.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
@@ -134,7 +134,7 @@ def test_hidden_interpreter_baseline_is_flagged_implausible_not_claimed(tmp_path
     assert "**big_add**: implausible; check the baseline:" in summary
     assert not [b for b in chart_bars(payload) if b.speedup and b.speedup > 100]
     # With the bound raised above it, the same run's win is claimed: the guard is what held it back.
-    assert select_best(list(result.attempts), 1.05, max_plausible_speedup=1e9) is not None
+    assert select_best(list(result.attempts), Thresholds(1.05, 1e9)) is not None
 
 
 def _outcome(ratio: float, median_us: float, floor_us: float | None = None) -> ContenderOutcome:
@@ -147,13 +147,20 @@ def _outcome(ratio: float, median_us: float, floor_us: float | None = None) -> C
 
 def test_plausibility_guard_bound_and_roofline():
     plain, huge, under_floor = _outcome(3.0, 10.0), _outcome(150.0, 10.0), _outcome(2.0, 1.0, floor_us=4.0)
-    assert implausibility(plain, 100.0) is None
-    assert "150.0x is above the 100x bound (baseline 1500 us, candidate 10 us)" in implausibility(huge, 100.0).evidence
-    assert implausibility(huge, 200.0) is None  # the bound is a setting
-    assert "below the roofline floor of 4 us" in implausibility(under_floor, 100.0).evidence
     attempts = [Attempt(0, o) for o in (plain, huge, under_floor)]
-    assert select_best(attempts, 1.05) is plain
-    assert [f.name for f in flagged(attempts, 100.0)] == ["c150.0", "c2.0"]
+
+    def implausibility(attempt: Attempt, bound: float):
+        return judge(attempt.result, Thresholds(1.05, bound)).implausible
+
+    assert implausibility(attempts[0], 100.0) is None
+    assert (
+        "150.0x is above the 100x bound (baseline 1500 us, candidate 10 us)"
+        in implausibility(attempts[1], 100.0).evidence
+    )
+    assert implausibility(attempts[1], 200.0) is None  # the bound is a setting
+    assert "below the roofline floor of 4 us" in implausibility(attempts[2], 100.0).evidence
+    assert select_best(attempts, Thresholds(1.05)) is plain
+    assert [f.name for f in flagged(attempts, Thresholds(1.05, 100.0))] == ["c150.0", "c2.0"]
 
 
 def test_renderers_refuse_an_implausible_or_simulated_best_from_untrusted_results(tmp_path):

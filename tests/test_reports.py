@@ -119,6 +119,7 @@ def _improved(real: dict, name: str, target: str | None, env: dict | None = None
         attempt["shapes"][0],
         speedup=1.4213,
         speedup_ci=[1.3812, 1.4749],
+        significance="faster",  # the verdict of these numbers, whatever the real run's shape said
         measurement={"median_us": 36.68, "iqr_us": 1.0, "n": 50},
         pct_of_floor=81.3,
         floor_us=29.8,

@@ -63,7 +63,7 @@ def conclusion(outcome: ContenderOutcome, min_speedup: float) -> Conclusion:
     if ci is None:
         return Conclusion(False, "no interval")
     interval = f"[{ci[0]:.3g}, {ci[1]:.3g}]"
-    if ci[0] >= min_speedup:
+    if outcome.significant(min_speedup):  # the judge's rule (bot.core.judge), as selection reads it
         return Conclusion(True, f"significantly faster: {interval} clears {min_speedup}")
     if ci[1] < min_speedup:
         return Conclusion(True, f"significantly not faster: {interval} lies under {min_speedup}")

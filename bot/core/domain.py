@@ -163,6 +163,31 @@ class Environment:
             "containment": self.containment,
         }
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Environment:
+        """From results.json's `environment` or a worker's description of its machine
+        (bot.harness.env, which adds the host that results.json never holds)."""
+        return cls(
+            d.get("device", ""),
+            d.get("device_name", ""),
+            d.get("torch", ""),
+            d.get("triton"),
+            d.get("cuda"),
+            d.get("driver"),
+            d.get("python", ""),
+            dict(d.get("clocks") or {}),
+            d.get("host", ""),
+            d.get("containment", ""),
+        )
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A transformation that does not apply to a problem, and why (shown in the report)."""
+
+    transformation: str
+    reason: str
+
 
 @dataclass(frozen=True)
 class FileChange:

@@ -70,10 +70,12 @@ class ContenderOutcome:
         return [s.shape for s in self.shapes if s.speedup is not None and s.speedup.significance == "slower"]
 
     def significant(self, min_speedup: float) -> bool:
-        """Its interval (over shapes) clears `min_speedup`, and no shape got slower: a gain on
-        decode does not pay for a loss on prefill (one path per size is a split candidate)."""
-        ci = self.speedup_ci
-        return self.verdict.accepted and ci is not None and ci[0] >= min_speedup and not self.slower_shapes()
+        """The judge's word (bot.core.judge) on its results.json form: accepted, its interval
+        (over shapes) clears `min_speedup`, and no shape got slower."""
+        from bot.core.judge import Thresholds, judge  # they build on this module
+        from bot.core.results_contenders import ContenderResult
+
+        return judge(ContenderResult.of(self), Thresholds(min_speedup)).significant
 
     def to_json(self) -> dict[str, Any]:
         """Its form in results.json (bot.core.results_contenders.ContenderResult)."""

@@ -1,4 +1,5 @@
-"""The plausibility guard: a speedup no honest change makes is flagged for a human, never claimed.
+"""The plausibility guard: a speedup no honest change makes is flagged for a human, never claimed
+(applied to a whole contender by bot.core.judge).
 
 A ratio far above what kernel work gives (the default bound is 100x; the largest honest win
 on the H200 sweep was rmsnorm's 9.81x) says more about the baseline (a simulator, a debug
@@ -10,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-
-from bot.core.outcomes import ContenderOutcome
 
 FLAG = "implausible; check the baseline"
 
@@ -54,21 +53,3 @@ def shape_reasons(
     if floor is not None and median_us < floor:
         reasons.append(f"{shape}: {_us(median_us)} is below the roofline floor of {_us(floor)}")
     return reasons
-
-
-def implausibility(outcome: ContenderOutcome, max_plausible_speedup: float) -> Implausible | None:
-    """Why `outcome`'s timing cannot be claimed as it stands, or None where it can."""
-    reasons = [
-        reason
-        for s in outcome.shapes
-        for reason in shape_reasons(
-            s.shape,
-            s.speedup.ratio if s.speedup is not None else None,
-            s.measurement.median_us if s.measurement is not None else None,
-            s.floor_us,
-            max_plausible_speedup,
-        )
-    ]
-    if not reasons:
-        return None
-    return Implausible(outcome.candidate.name, outcome.speedup, outcome.speedup_ci, "; ".join(reasons))

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.core.domain import Environment, Trigger
+from bot.core.domain import Environment, Skipped, Trigger
+from bot.core.judge import Contender, Judgement, Thresholds, judge
 from bot.core.plausible import Implausible
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_json import as_list, drop_none, read_interval
@@ -33,29 +34,6 @@ RESULTS_FILE = "results.json"  # its name in a results directory
 
 def _implausible(d: Mapping[str, Any]) -> Implausible:
     return Implausible(d["name"], d.get("speedup"), read_interval(d.get("speedup_ci")), d.get("evidence", ""))
-
-
-def _environment(d: Mapping[str, Any] | None) -> Environment | None:
-    """None for `{}`: a problem that failed measured nothing."""
-    if not d:
-        return None
-    return Environment(
-        d.get("device", ""),
-        d.get("device_name", ""),
-        d.get("torch", ""),
-        d.get("triton"),
-        d.get("cuda"),
-        d.get("driver"),
-        d.get("python", ""),
-        dict(d.get("clocks") or {}),
-        containment=d.get("containment", ""),
-    )
-
-
-@dataclass(frozen=True)
-class Skipped:
-    transformation: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -93,6 +71,23 @@ class ProblemResult:
     def failed(self) -> bool:
         """It could not be evaluated: its error is in `error`."""
         return self.outcome == "failed"
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The bars its contenders were judged at (after stage 2's re-derivation, the trusted ones)."""
+        min_speedup = DEFAULTS.min_speedup if self.min_speedup is None else self.min_speedup
+        return Thresholds(min_speedup, self.max_plausible_speedup or DEFAULTS.max_plausible_speedup)
+
+    def judge(self, contender: Contender) -> Judgement:
+        """The judge's word (bot.core.judge) on one of its contenders, at its thresholds."""
+        return judge(contender, self.thresholds, self.not_timed)
+
+    @property
+    def improved(self) -> bool:
+        """Its best is a claim: significant, timed and plausible. A document stage 1 wrote or
+        stage 2 re-derived holds no other best; one read without re-derivation (`bot merge`, the
+        renderers) may, and then nothing of it counts."""
+        return self.best is not None and self.judge(self.best).claimed
 
     def to_json(self) -> dict[str, Any]:
         return drop_none(
@@ -155,7 +150,7 @@ class ProblemResult:
             d.get("wall_s"),
             ContenderResult.from_json(base) if base else None,
             tuple(Skipped(s["transformation"], s["reason"]) for s in d.get("skipped") or ()),
-            _environment(d.get("environment")),
+            Environment.from_json(d["environment"]) if d.get("environment") else None,  # {}: nothing measured
             dict(d.get("llm") or {}),
             d.get("reference_precision"),
             d.get("tolerance"),
@@ -177,7 +172,7 @@ class Results:
 
     @property
     def improved(self) -> tuple[ProblemResult, ...]:
-        return tuple(p for p in self.problems if p.best is not None)
+        return tuple(p for p in self.problems if p.improved)
 
     @property
     def failed(self) -> tuple[ProblemResult, ...]:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from bot.core.conclusive import conclusion
 from bot.core.domain import CandidateSource, Problem, source_hash, source_sha256
 from bot.core.errors import BotError
+from bot.core.judge import Thresholds, judge
 from bot.core.outcomes import ContenderOutcome
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import ContenderResult
@@ -251,9 +252,10 @@ def entry_document(
     problem: Problem, outcome: ContenderOutcome, protocol: Protocol, min_speedup: float
 ) -> dict[str, Any]:
     """A cache entry: the protocol, and `outcome` as a results document with one attempt."""
-    significant = outcome.significant(min_speedup)
-    word = "not timed" if outcome.not_timed else "improved" if significant else "no significant improvement"
-    attempt = ContenderResult.of(outcome, 0, conclusion(outcome, min_speedup).why, significant)
+    attempt = ContenderResult.of(outcome, 0, conclusion(outcome, min_speedup).why)
+    verdict = judge(attempt, Thresholds(min_speedup))
+    attempt = dataclasses.replace(attempt, significant=verdict.significant)
+    word = "not timed" if outcome.not_timed else "improved" if verdict.claimed else "no significant improvement"
     return {
         "kind": ENTRY_KIND,
         "protocol": protocol.fingerprint,

@@ -10,7 +10,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, source_hash
 from bot.core.errors import GpuOutOfMemory
@@ -64,21 +63,6 @@ class EvalOptions:
     tolerance: TolerancePolicy = DEFAULTS.tolerance  # what outputs are compared with (bot.engine.tolerance)
     # The process sandbox runs candidates even where it cannot contain them.
     allow_uncontained: bool = DEFAULTS.allow_uncontained
-
-
-def _environment(env: dict[str, Any]) -> Environment:
-    return Environment(
-        device=env["device"],
-        device_name=env.get("device_name", "?"),
-        torch=env["torch"],
-        triton=env.get("triton"),
-        cuda=env.get("cuda"),
-        driver=env.get("driver"),
-        python=env["python"],
-        clocks=env.get("clocks", {}),
-        host=env.get("host", ""),
-        containment=env.get("containment", ""),
-    )
 
 
 def evaluate(
@@ -243,7 +227,7 @@ def _evaluate_once(
             except WorkerFailure as exc:
                 raise problem_failure(problem, exc) from None
         progress(session.started(time.monotonic() - began))
-        environment = _environment(reference.env)
+        environment = Environment.from_json(reference.env)
         workers = {n: workers[n] for n in names if n in workers}
         # On a GPU, code that picks its kernels by timing them does so with the GPU to itself.
         self_tuning = frozenset(

@@ -8,13 +8,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bot.core.domain import CandidateSource, Environment, Problem
+from bot.core.domain import CandidateSource, Environment, Problem, Skipped
 from bot.core.errors import BotError, ProblemError
+from bot.core.judge import Thresholds, judge
 from bot.core.outcomes import ContenderOutcome, Evaluation
-from bot.core.plausible import Implausible, implausibility
+from bot.core.plausible import Implausible
 from bot.core.progress import Note, Progress, RoundStarted, silent
 from bot.core.results import ProblemResult
-from bot.core.results import Skipped as SkippedResult
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.settings import DEFAULTS, Backend, Device, Strategy, TolerancePolicy
 from bot.core.time_split import TimeSplit
@@ -25,7 +25,7 @@ from bot.engine.phase_clock import PhaseClock, recording
 from bot.propose.base import Hardware, Proposer, hardware_for
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import path_of
-from bot.propose.search import Skipped, search_candidates
+from bot.propose.search import search_candidates
 from bot.propose.split import input_bytes, plan_split, split_candidate
 from bot.propose.tuning import autotune_variants, setting_of, tunable_constants
 
@@ -47,11 +47,21 @@ class OptimizeOptions:
     exclude: tuple[str, ...] = DEFAULTS.exclude  # fnmatch patterns of search candidate names to leave out
     evaluation: EvalOptions = field(kw_only=True)  # no default: its device is resolved, never assumed
 
+    @property
+    def thresholds(self) -> Thresholds:
+        return Thresholds(self.min_speedup, self.max_plausible_speedup)
+
 
 @dataclass(frozen=True)
 class Attempt:
     round: int
     outcome: ContenderOutcome
+    # Its results.json form, built once: what the judge (bot.core.judge) reads, for selection and
+    # for the document alike.
+    result: ContenderResult = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "result", ContenderResult.of(self.outcome, self.round, self.reason))
 
     @property
     def status(self) -> str:
@@ -71,8 +81,9 @@ class Attempt:
             f"; significantly slower on {', '.join(slower)}" if slower else ""
         )
 
-    def to_result(self, min_speedup: float) -> ContenderResult:
-        return ContenderResult.of(self.outcome, self.round, self.reason, self.outcome.significant(min_speedup))
+    def judged(self, thresholds: Thresholds) -> ContenderResult:
+        """Its entry in results.json, with the judge's word on its significance."""
+        return replace(self.result, significant=judge(self.result, thresholds).significant)
 
 
 @dataclass(frozen=True)
@@ -88,9 +99,14 @@ class OptimizeResult:
     llm: dict[str, Any] = field(default_factory=dict)  # tokens, cost, transcript
     error: str | None = None  # the problem could not be evaluated (one clear line)
     implausible: tuple[Implausible, ...] = ()  # timed, kept from a claim by the guard
-    max_plausible_speedup: float = DEFAULTS.max_plausible_speedup
+    thresholds: Thresholds = Thresholds()  # what `best` and `implausible` were judged against
     tolerance: TolerancePolicy = DEFAULTS.tolerance  # the policy that judged (bot.engine.tolerance)
     time_split: TimeSplit | None = None  # where `wall_s` went (bot.core.time_split)
+    # Its entry in results.json, built once: every document of the run and the terminal share it.
+    result: ProblemResult = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "result", self._result())
 
     @property
     def outcome(self) -> str:
@@ -102,13 +118,12 @@ class OptimizeResult:
             return "not timed"
         return "implausible" if self.implausible else "no significant improvement"
 
-    def to_result(self, min_speedup: float) -> ProblemResult:
-        """Its entry in results.json."""
+    def _result(self) -> ProblemResult:
         p = self.problem
         return ProblemResult(
             p.name,
             self.outcome,
-            tuple(a.to_result(min_speedup) for a in self.attempts),
+            tuple(a.judged(self.thresholds) for a in self.attempts),
             str(p.path),
             p.target_relpath,
             BestResult.of(self.best) if self.best is not None else None,
@@ -117,12 +132,12 @@ class OptimizeResult:
             self.error or None,
             self.baseline.not_timed if self.baseline else None,
             self.implausible,
-            min_speedup,
-            self.max_plausible_speedup,
+            self.thresholds.min_speedup,
+            self.thresholds.max_plausible_speedup,
             self.stopped,
             self.wall_s,
             ContenderResult.of(self.baseline) if self.baseline else None,
-            tuple(SkippedResult(s.transformation, s.reason) for s in self.skipped),
+            self.skipped,
             # A failed problem measured nothing: no environment for the reports to show.
             None if self.error else self.environment,
             {k: v for k, v in self.llm.items() if k != "transcript"},
@@ -130,12 +145,14 @@ class OptimizeResult:
             time_split=self.time_split,
         )
 
-    def to_json(self, min_speedup: float) -> dict[str, Any]:
-        return self.to_result(min_speedup).to_json()
-
 
 def failed_result(
-    problem: Problem, error: str, device: str, wall_s: float = 0.0, time_split: TimeSplit | None = None
+    problem: Problem,
+    error: str,
+    device: str,
+    wall_s: float = 0.0,
+    time_split: TimeSplit | None = None,
+    thresholds: Thresholds | None = None,
 ) -> OptimizeResult:
     """A problem that could not be evaluated, as a result: the sweep goes on and reports it
     (with where its time went, where that is known)."""
@@ -143,29 +160,24 @@ def failed_result(
 
     nowhere = Environment(device, "", "", None, None, None, platform.python_version())
     wall_s = time_split.wall_s if time_split is not None else wall_s
-    return OptimizeResult(problem, nowhere, None, None, (), (), "failed", wall_s, error=error, time_split=time_split)
+    bars = thresholds or Thresholds()  # the run's, which its document records
+    return OptimizeResult(
+        problem, nowhere, None, None, (), (), "failed", wall_s, error=error, thresholds=bars, time_split=time_split
+    )
 
 
-def select_best(
-    attempts: list[Attempt], min_speedup: float, max_plausible_speedup: float = DEFAULTS.max_plausible_speedup
-) -> ContenderOutcome | None:
-    """The fastest accepted candidate whose whole confidence interval clears `min_speedup`,
-    and that the plausibility guard (bot.core.plausible) does not flag."""
-    winners = [
-        a.outcome
-        for a in attempts
-        if a.outcome.significant(min_speedup) and implausibility(a.outcome, max_plausible_speedup) is None
-    ]
-    return max(winners, key=lambda o: (o.speedup_ci[0], o.speedup), default=None)
+def select_best(attempts: list[Attempt], thresholds: Thresholds) -> ContenderOutcome | None:
+    """The fastest candidate the judge (bot.core.judge) lets claim: accepted, its whole
+    confidence interval over `min_speedup`, no shape slower, and not implausible."""
+    winners = [a for a in attempts if judge(a.result, thresholds).claimed]
+    best = max(winners, key=lambda a: (a.outcome.speedup_ci[0], a.outcome.speedup), default=None)  # type: ignore[index]
+    return best.outcome if best is not None else None
 
 
-def flagged(attempts: list[Attempt], max_plausible_speedup: float) -> tuple[Implausible, ...]:
+def flagged(attempts: list[Attempt], thresholds: Thresholds) -> tuple[Implausible, ...]:
     """Accepted candidates the plausibility guard flags, the largest speedup first."""
-    found = [
-        f
-        for a in attempts
-        if a.outcome.verdict.accepted and (f := implausibility(a.outcome, max_plausible_speedup)) is not None
-    ]
+    verdicts = [judge(a.result, thresholds) for a in attempts]
+    found = [v.implausible for v in verdicts if v.accepted and v.implausible is not None]
     return tuple(sorted(found, key=lambda f: -(f.speedup or 0.0)))
 
 
@@ -310,9 +322,7 @@ def optimize(
         rounds = Rounds(problem, baseline, options, hardware, attempts, run, deadline, progress)
         stopped = llm_rounds(rounds, proposer, llm_info)
         best_llm = select_best(
-            [a for a in attempts if a.outcome.candidate.origin.strategy == "llm"],
-            options.min_speedup,
-            options.max_plausible_speedup,
+            [a for a in attempts if a.outcome.candidate.origin.strategy == "llm"], options.thresholds
         )
         if best_llm is not None and time.monotonic() < deadline:
             llm_base = Base("llm", best_llm.candidate.source, "ModelNew")
@@ -327,20 +337,19 @@ def optimize(
         stopped = "budget"
     base = next((e.baseline for e in reversed(evaluations) if e.baseline), None)
     env = evaluations[-1].environment if evaluations else Environment(device, "?", "?", None, None, None, "?")
-    max_plausible_speedup = options.max_plausible_speedup
     ended = time.monotonic()
     return OptimizeResult(
         problem,
         env,
         base,
-        select_best(attempts, options.min_speedup, max_plausible_speedup),
+        select_best(attempts, options.thresholds),
         tuple(attempts),
         tuple(skipped),
         stopped,
         ended - started,
         llm_info,
-        implausible=flagged(attempts, max_plausible_speedup),
-        max_plausible_speedup=max_plausible_speedup,
+        implausible=flagged(attempts, options.thresholds),
+        thresholds=options.thresholds,
         tolerance=options.evaluation.tolerance,
         time_split=clock.split(ended),
     )

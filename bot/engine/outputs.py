@@ -21,7 +21,7 @@ from bot.engine.optimize import OptimizeResult
 def results_document(results: Sequence[OptimizeResult], trigger: Trigger | None, min_speedup: float) -> Results:
     """The typed results.json of a run (`trigger` None: `bot optimize`, no trigger to record)."""
     return Results(
-        tuple(r.to_result(min_speedup) for r in results),
+        tuple(r.result for r in results),
         trigger,
         min_speedup,
         dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -4,7 +4,6 @@ optimise each, write results.json, reports, chart and patch. Shared by `bot dry-
 
 from __future__ import annotations
 
-import shlex
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from bot.engine.outputs import results_document, write_optimize_outputs, write_r
 from bot.engine.problems import find_problems
 from bot.report.chart import results_chart
 from bot.report.markdown import render_step_summary
-from bot.report.plan import plan_pull_request
+from bot.report.plan import plan_pull_request, reproduce_command
 
 
 @dataclass(frozen=True)
@@ -40,15 +39,6 @@ def select_problems(repo_root: Path, settings: Settings, changed: list[str] | No
     """All problems (nightly, or `changed` None), else those the changed paths touch."""
     problems = find_problems(repo_root / settings.problems_dir, root=repo_root)
     return problems if changed is None else affected_problems(problems, changed)
-
-
-def reproduce_command(problems: list[Problem], options: OptimizeOptions, repo_root: Path) -> str:
-    paths = " ".join(shlex.quote(str(p.path.relative_to(repo_root))) for p in problems)
-    # The device the numbers came from: a CPU dry run's table is reproduced on a CPU.
-    return (
-        f"bot optimize {paths} --strategy {options.strategy} --min-speedup {options.min_speedup}"
-        f" --device {options.evaluation.device}"
-    )
 
 
 def raise_if_any_failed(problems: Sequence[ProblemResult]) -> None:
@@ -128,8 +118,8 @@ def optimize_all(
 
     def failed(problem: Problem, error: BotError) -> OptimizeResult:
         progress(ProblemFailed(problem.name, str(error)))
-        device = options.evaluation.device
-        return keep(problem, failed_result(problem, str(error), device, time_split=error.time_split))
+        device, bars = options.evaluation.device, options.thresholds
+        return keep(problem, failed_result(problem, str(error), device, time_split=error.time_split, thresholds=bars))
 
     return run_problems(problems, work, at_once, lanes, progress, on_error=failed)
 
@@ -146,7 +136,7 @@ def run_job(job: Job, problems: list[Problem], progress: Progress) -> tuple[Resu
         job.repo_root,
         lambda path: path_allowed(path, job.settings),
         chart,
-        reproduce_command(problems, job.options, job.repo_root),
+        reproduce_command(results, job.settings.problems_dir, job.options.min_speedup),
         job.settings.chart_path,
     )
     write_reports(job.out, results, plan, chart)

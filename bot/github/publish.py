@@ -18,11 +18,11 @@ from bot.core.errors import BotError
 from bot.core.results import Results
 from bot.core.safe_text import inert, inert_results
 from bot.core.scope import FileReader, scoped_changes
-from bot.core.settings import DEFAULTS, Device, Settings
+from bot.core.settings import DEFAULTS, Settings
 from bot.github.rederive import InconsistentArtifact, rederive
 from bot.report import data as rd
 from bot.report.chart import results_chart
-from bot.report.plan import CHART_PATH, CHECK_NAME, plan_pull_request
+from bot.report.plan import CHART_PATH, CHECK_NAME, plan_pull_request, reproduce_command
 
 
 @dataclass(frozen=True)
@@ -46,15 +46,6 @@ def inconsistent_check(trigger: Trigger, exc: InconsistentArtifact) -> CheckRunP
         "kernel-bot published nothing: a number in the results artifact does not follow "
         f"from its own raw samples.\n\n{inert(str(exc))}",
     )
-
-
-def reproduce_command(results: Results, problems_dir: str, min_speedup: float) -> str:
-    paths = " ".join(f"{problems_dir}/{p.problem}.py" for p in rd.problems(results))
-    # Untrusted text: only the two known device names reach the command.
-    on_cpu = bool(rd.problems(results)) and all(
-        p.environment is not None and p.environment.device == Device.CPU for p in rd.problems(results)
-    )
-    return f"bot optimize {paths} --min-speedup {min_speedup} --device {'cpu' if on_cpu else 'cuda'}"
 
 
 def stage_two_plan(

@@ -3,8 +3,9 @@
 The artifact's speedups and intervals are claims; its samples are the evidence. Each shape's
 ratio and interval are recomputed with `bot.core.stats.speedup` (the very function stage 1 used,
 seeded from its inputs, so honest artifacts agree to the last bit) at stage 2's own confidence
-level and resample count, significance and the choice of the best candidate are re-judged with
-the trusted `min-speedup` and plausibility bound (the default branch's, never the artifact's),
+level and resample count, significance and the choice of the best candidate are re-judged by
+stage 1's own judge (`bot.core.judge`) with the trusted `min-speedup` and plausibility bound (the
+default branch's, never the artifact's),
 and any claim that disagrees makes the whole artifact inconsistent: nothing of it is published.
 """
 
@@ -13,15 +14,14 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from bot.core import stats as bench
 from bot.core.errors import BotError
+from bot.core.judge import Thresholds, judge, slower_shapes
 from bot.core.measurement import Measurement, Speedup
-from bot.core.plausible import Implausible, shape_reasons
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_shapes import MeasurementResult, Samples, ShapeResult
@@ -37,14 +37,6 @@ LEVEL: float = _SPEEDUP_DEFAULTS["level"].default
 RESAMPLES: int = _SPEEDUP_DEFAULTS["resamples"].default
 
 Contender = ContenderResult | BestResult
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """The trusted bars a claim must clear: the default branch's configuration, never the artifact's."""
-
-    min_speedup: float
-    max_plausible_speedup: float
 
 
 class InconsistentArtifact(Exception):
@@ -144,10 +136,6 @@ def _apply(shape: ShapeResult, where: str, found: Speedup) -> ShapeResult:
     )
 
 
-def _slower(shapes: Sequence[ShapeResult]) -> tuple[str, ...]:
-    return tuple(s.shape for s in shapes if s.significance == "slower")
-
-
 def _contender(c: Contender, shapes: tuple[ShapeResult, ...], where: str) -> Contender:
     """A contender's geometric-mean speedup and interval from its (re-derived) shapes."""
     ratios = [s.speedup for s in shapes]
@@ -173,7 +161,7 @@ def _contender(c: Contender, shapes: tuple[ShapeResult, ...], where: str) -> Con
         shapes=shapes,
         speedup=speedup,
         speedup_ci=ci,
-        slower_shapes=_slower(shapes),
+        slower_shapes=slower_shapes(shapes),
         median_us=shapes[0].measurement.median_us if shapes and shapes[0].measurement else None,
     )
 
@@ -190,52 +178,31 @@ def _contenders(results: Results) -> list[tuple[Contender, str]]:
     return out
 
 
-def _significant(c: Contender, min_speedup: float) -> bool:
-    ci = c.speedup_ci
-    return bool(ci) and ci[0] >= min_speedup and not _slower(c.shapes)
-
-
-def _implausible(c: Contender, max_plausible_speedup: float) -> Implausible | None:
-    """The trusted plausibility guard (bot.core.plausible) over a contender's re-derived shapes."""
-    reasons = [
-        reason
-        for s in c.shapes
-        for reason in shape_reasons(
-            s.shape, s.speedup, s.measurement.median_us if s.measurement else None, s.floor_us, max_plausible_speedup
-        )
-    ]
-    if c.speedup is not None and c.speedup > max_plausible_speedup and not reasons:
-        reasons.append(f"{c.speedup:,.1f}x overall is above the {max_plausible_speedup:g}x bound")
-    return Implausible(c.name, c.speedup, c.speedup_ci, "; ".join(reasons)) if reasons else None
-
-
 def _judged(
-    p: ProblemResult, i: int, derived: tuple[Any, tuple[ContenderResult, ...], Any], bounds: Bounds
+    p: ProblemResult, i: int, derived: tuple[Any, tuple[ContenderResult, ...], Any], trusted: Thresholds
 ) -> ProblemResult:
-    """The problem with significance, plausibility and its best re-judged against the trusted bounds."""
+    """The problem with significance, plausibility and its best re-judged (bot.core.judge)
+    against the trusted thresholds."""
     baseline, attempts, best = derived
-    flags = tuple(
-        f for a in attempts if a.status == "accepted" and (f := _implausible(a, bounds.max_plausible_speedup))
-    )
+    judged = [judge(a, trusted) for a in attempts]
+    flags = tuple(j.implausible for j in judged if j.accepted and j.implausible is not None)
     flagged = {f.name for f in flags}
-    attempts = tuple(
-        replace(a, significant=a.status == "accepted" and a.name not in flagged and _significant(a, bounds.min_speedup))
-        for a in attempts
-    )
+    attempts = tuple(replace(a, significant=j.significant) for a, j in zip(attempts, judged, strict=True))
     outcome = p.outcome
     if best is not None:
         twin = next((a for a in attempts if a.name == best.name and a.source_sha256 == best.source_sha256), None)
         if twin is None or twin.speedup_ci != best.speedup_ci:
             raise InconsistentArtifact(f"results.problems[{i}].best: not the numbers of the attempt it names")
-        if twin.name in flagged or _implausible(best, bounds.max_plausible_speedup):
+        verdict = judge(best, trusted)
+        if twin.name in flagged or verdict.implausible is not None:
             best, outcome = None, "implausible"  # flagged for a human, never claimed
-        elif not (twin.status == "accepted" and _significant(best, bounds.min_speedup)):
+        elif not (twin.is_accepted and verdict.significant):
             # Measured, but its interval does not clear the trusted bar: no improvement to publish.
             best, outcome = None, "no significant improvement"
     return replace(
         p,
-        min_speedup=bounds.min_speedup,
-        max_plausible_speedup=bounds.max_plausible_speedup,
+        min_speedup=trusted.min_speedup,
+        max_plausible_speedup=trusted.max_plausible_speedup,
         implausible=flags + tuple(f for f in p.implausible if f.name not in flagged),
         baseline=baseline,
         attempts=attempts,
@@ -269,7 +236,7 @@ def rederive(
 ) -> Results:
     """`results` with every number following from its samples, judged against the trusted
     `min_speedup` and `max_plausible_speedup`; InconsistentArtifact where a claim does not."""
-    bounds = Bounds(min_speedup, max_plausible_speedup)
+    trusted = Thresholds(min_speedup, max_plausible_speedup)
     check_cost(results)
     contenders = _contenders(results)
     shapes: list[list[ShapeResult]] = []
@@ -289,5 +256,5 @@ def rederive(
         baseline = next(derived) if p.baseline else None
         attempts = tuple(next(derived) for _ in p.attempts)
         best = next(derived) if p.best else None
-        problems.append(_judged(p, i, (baseline, attempts, best), bounds))  # type: ignore[arg-type]
+        problems.append(_judged(p, i, (baseline, attempts, best), trusted))  # type: ignore[arg-type]
     return replace(results, problems=tuple(problems), min_speedup=min_speedup)

@@ -8,9 +8,8 @@ skipped with a reason.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
-from bot.core.domain import CandidateSource, Problem
+from bot.core.domain import CandidateSource, Problem, Skipped
 from bot.core.settings import Device, TimingMode
 from bot.propose.derive import Base, derived, uses
 from bot.propose.paths import GELU_TANH, SDPA_PATHS, path_candidate, paths_for
@@ -50,14 +49,6 @@ def matrix_products(source: str) -> tuple[bool, list[str]]:
         if isinstance(node, ast.Attribute) and node.attr in HALF_TYPES:
             halves.add(node.attr)
     return products, sorted(halves)
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A transformation that does not apply here, and why (shown in the report)."""
-
-    transformation: str
-    reason: str
 
 
 EAGER_WRAPPER = """

@@ -19,7 +19,6 @@ from bot.core.domain import Environment
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_shapes import ShapeResult
-from bot.core.settings import DEFAULTS
 
 MISSING = "–"  # en dash: one glyph for "absent" in every table
 _WHITESPACE = re.compile(r"\s+")
@@ -118,20 +117,14 @@ def failed_problem(problem: ProblemResult) -> bool:
 
 def plausible(problem: ProblemResult, attempt: Contender) -> bool:
     """An attempt (or best) whose ratios may be shown as a speedup: timed, not under a simulator
-    (bot.engine.simulated), no shape above the problem's plausibility bound
-    (bot.core.plausible). Stage 2 reads results.json as untrusted data, so the renderers ask
-    again rather than trust `best`."""
-    if getattr(attempt, "not_timed", None) or problem.not_timed:
-        return False
-    bound = problem.max_plausible_speedup or DEFAULTS.max_plausible_speedup
-    ratios = [s.speedup for s in attempt.shapes]
-    ratios.append(attempt.speedup)
-    return all(r is None or r <= bound for r in ratios)
+    (bot.engine.simulated), and not implausible at the problem's bound (bot.core.judge). Stage 2
+    reads results.json as untrusted data, so the renderers ask the judge rather than trust `best`."""
+    return problem.judge(attempt).plausible
 
 
 def improved(results: Results) -> list[ProblemResult]:
-    """Problems whose best candidate's whole interval cleared the threshold, and is plausible."""
-    return [p for p in problems(results) if p.best is not None and plausible(p, p.best)]
+    """Problems whose best candidate is a claim (`ProblemResult.improved`)."""
+    return list(results.improved)
 
 
 def median_us(shape: ShapeResult | None) -> float | None:

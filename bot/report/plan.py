@@ -18,6 +18,7 @@ from bot.core.domain import CheckRunPlan, FileChange, PullRequestPlan, Trigger
 from bot.core.repo_path import is_plain_relative
 from bot.core.results import ProblemResult, Results
 from bot.core.safe_text import title
+from bot.core.settings import Device
 from bot.report import data as rd
 from bot.report.markdown import render_comment, render_pr_body, render_step_summary
 
@@ -126,6 +127,17 @@ def _changes(
         changes.append(FileChange(path, source.encode("utf-8")))
         patches.append(unified_patch(path, old, source))
     return changes, patches, notes
+
+
+def reproduce_command(results: Results, problems_dir: str, min_speedup: float) -> str:
+    """The command a reader runs to measure `results` again, as the PR body shows it. Both
+    stages build it from the document alone, so the dry run shows what stage 2 publishes."""
+    paths = " ".join(f"{problems_dir}/{p.problem}.py" for p in rd.problems(results))
+    # Untrusted text: only the two known device names reach the command.
+    on_cpu = bool(rd.problems(results)) and all(
+        p.environment is not None and p.environment.device == Device.CPU for p in rd.problems(results)
+    )
+    return f"bot optimize {paths} --min-speedup {min_speedup} --device {'cpu' if on_cpu else 'cuda'}"
 
 
 def plan_pull_request(
