@@ -48,6 +48,7 @@ def outcomes(tmp_path_factory):
         limits=Limits(memory_mb=4096, import_timeout_s=120, construct_timeout_s=60, call_timeout_s=20),
         timing=TimingOptions(time_cap_s=0.5, min_samples=5, replicas=2),
         cache_root=Path(tmp_path_factory.mktemp("cache")),
+        use_cache=False,
     )
     honest = load_candidate(CANDIDATES / "honest.py")
     result = evaluate(problem, [honest, *map(_forger, STEPS)], load_candidate(CANDIDATES / "honest.py"), options)

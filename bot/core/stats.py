@@ -27,6 +27,11 @@ def converged(m: Measurement, target_rel_se: float, min_samples: int, min_batche
     return m.n >= min_samples and len(m.sizes) >= min_batches and m.rel_se <= target_rel_se
 
 
+# Batches every worker needs before the offset between workers is taken from neighbours in
+# time (`_log_squares`).
+NEIGHBOURED_BATCHES = 6
+
+
 @dataclass(frozen=True)
 class WorkerSpread:
     """How far worker processes running the same code disagree: the standard deviation of the
@@ -52,41 +57,82 @@ def worker_spread(measurements: Iterable[Measurement], trusted: Measurement | No
 
 
 def _log_squares(m: Measurement) -> tuple[float, int]:
-    """The squared deviations of each worker's offset from their mean (logs), less what the
-    batches' own scatter explains, and its degrees of freedom.
+    """The offset between a contender's worker processes as squared deviations of logs, less
+    what the batches' own scatter explains, and its degrees of freedom.
 
-    Each batch is held against its neighbours in time from the contender's other workers
-    (the batches just before and after it from another worker: the same round of the
-    interleaving, tens of ms apart), and a worker's offset is the median of those log
-    ratios. Comparing whole medians instead took the host's load for a process offset: on a
-    busy 2-vCPU host batches run at one of two speeds, 2x apart, in stretches, and the median
-    of ten batches falls in either mode by chance; replicas of one code came out 1.7x apart
-    and their spread, with one degree of freedom, widened an honest 6x claim to [0.75, 25.7].
-    For W workers, offset_w = (W / (W - 1)) (o_w - mean o), so
-    E[sum (offset_w - mean)^2] = (W / (W - 1))^2 ((W - 1) spread^2 + (1 - 1/W) sum v_w),
-    with v_w the sampling variance of its median ratio."""
+    - Neighbours in time (`_neighbours_apart`), once every worker has NEIGHBOURED_BATCHES
+      batches: each batch against the batches just before and after it from the contender's
+      other workers, tens of ms away in the same round, where the host's load is the same.
+      Whole medians took the load for an offset: on a busy 2-vCPU host batches run at one of
+      two speeds, 2x apart, in stretches, and the median of ten batches falls in either mode
+      by chance; replicas of one code came out 1.7x apart, and their spread, with one degree
+      of freedom, widened an honest 6x claim to [0.75, 25.7].
+    - Before that, whole medians (`_medians_apart`): the scatter of three or four ratios can
+      come out small by chance and call noise an offset, where the whole medians' scatter,
+      the rounds' swings included, does not (a futility look after three rounds).
+    """
     logs = [(w, math.log(v)) for w, v in zip(m.batch_workers, m.batch_medians) if v > 0]
-    workers = sorted({w for w, _ in logs})
-    if len(workers) < 2:
+    per = _by_worker(logs)
+    if len(per) < 2:
         return 0.0, 0
-    ratios: dict[int, list[float]] = {w: [] for w in workers}
-    for i, (worker, x) in enumerate(logs):
-        before = next((y for w, y in reversed(logs[:i]) if w != worker), None)
-        after = next((y for w, y in logs[i + 1 :] if w != worker), None)
-        around = [y for y in (before, after) if y is not None]
-        ratios[worker].append(x - sum(around) / len(around))
-    offsets = [statistics.median(r) for r in ratios.values()]
-    count = len(workers)
-    mean = sum(offsets) / count
+    if min(len(v) for v in per) >= NEIGHBOURED_BATCHES and (near := _neighbours_apart(logs)) < math.inf:
+        return near, len(per) - 1
+    return _medians_apart(m, per), len(per) - 1
+
+
+def _excess(offsets: list[float], variances: list[float]) -> float:
+    """Squared deviations of the workers' `offsets` from their mean less what their sampling
+    `variances` explain: E[sum (x_w - mean)^2] = (W - 1) spread^2 + (1 - 1/W) sum v_w. Never
+    negative: a contender never subtracts from the others'."""
+    mean = sum(offsets) / len(offsets)
     squares = sum((o - mean) ** 2 for o in offsets)
-    sampling = (1 - 1 / count) * sum(_median_variance(r) for r in ratios.values())
-    # a contender never subtracts from the others'
-    return max(squares - sampling, 0.0) * ((count - 1) / count) ** 2, count - 1
+    return max(squares - (1 - 1 / len(offsets)) * sum(variances), 0.0)
+
+
+def _by_worker(pairs: Iterable[tuple[int, float]]) -> list[list[float]]:
+    per: dict[int, list[float]] = {}
+    for worker, value in pairs:
+        per.setdefault(worker, []).append(value)
+    return [per[w] for w in sorted(per)]
+
+
+def _medians_apart(m: Measurement, per: list[list[float]]) -> float:
+    """Each worker's median of its calls, with a mean's sampling variance from its batches'
+    logs (`per`, by worker)."""
+    return _excess(
+        [math.log(v) for v in m.worker_medians],
+        [statistics.variance(v) / len(v) if len(v) >= 2 else 0.0 for v in per],
+    )
+
+
+def _neighbours_apart(logs: list[tuple[int, float]]) -> float:
+    """sum_w (o_w - mean o)^2 = (1/W) sum over pairs of workers of (o_a - o_b)^2, each pair's
+    difference the median log ratio of its batches next to each other in time. Pairs do not
+    share a batch (walking the batches in order, a batch pairs with the next from another
+    worker, and both are used up), so their ratios are independent draws, and the median's
+    sampling variance comes off each pair's square."""
+    ratios: dict[tuple[int, int], list[float]] = {}
+    i = 0
+    while i < len(logs) - 1:
+        (a, x), (b, y) = logs[i], logs[i + 1]
+        if a == b:
+            i += 1
+            continue
+        key, ratio = ((a, b), y - x) if a < b else ((b, a), x - y)
+        ratios.setdefault(key, []).append(ratio)
+        i += 2
+    workers = len({w for w, _ in logs})
+    pairs = workers * (workers - 1) // 2
+    if len(ratios) < pairs:
+        return math.inf  # some pair of workers never ran next to each other: nothing to say
+    squares = sum(max(statistics.median(r) ** 2 - _median_variance(r), 0.0) for r in ratios.values())
+    return squares / workers
 
 
 def _median_variance(values: list[float]) -> float:
-    """Sampling variance of the median of `values`, from their robust spread (a normal
-    median's pi/2 times the mean's); 0 where one value says nothing."""
+    """Sampling variance of the median of `values`, pi/2 times a normal mean's, from their
+    robust spread: a pair that straddles the start of a busy stretch is one ratio of 2x among
+    ratios of a few %, and a plain variance would let it hide a real offset."""
     if len(values) < 2:
         return 0.0
     centre = statistics.median(values)
