@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
+from bot.core.judge import significant
 from bot.engine.candidates import default_baseline, load_candidate
 from bot.engine.evaluate import EvalOptions, evaluate
 from bot.engine.problems import find_problems, load_problem
@@ -254,7 +255,7 @@ def test_hiding_five_percent_of_a_compute_bound_gpu_call_is_never_claimed_faster
     hidden = next(c for c in cheat.verdict.checks if c.name == "hidden time")
     print("cheat_shave_clock:", cheat.verdict.status, cheat.speedup, cheat.speedup_ci, hidden.details)
     assert hidden.details["hidden_us_per_call"] > 0, hidden.details  # the parent's clock saw it
-    assert not cheat.significant(1.05), (cheat.speedup, cheat.speedup_ci)  # never claimed at the bar
+    assert not significant(cheat, 1.05), (cheat.speedup, cheat.speedup_ci)  # never claimed at the bar
     assert by_name["tall_matmul_honest"].verdict.accepted, by_name["tall_matmul_honest"].verdict.reasons
     assert result.baseline.verdict.accepted, result.baseline.verdict.reasons
 
@@ -272,7 +273,7 @@ def test_answers_computed_while_inputs_are_staged_are_on_the_parents_clock():
     cheat = by_name["cheat_precompute_on_stage"]
     hidden = next(c for c in cheat.verdict.checks if c.name == "hidden time")
     assert not hidden.passed or hidden.details["counted_us"] > 10 * hidden.details["claimed_us"], hidden.details
-    assert not cheat.significant(1.05), (cheat.speedup, cheat.speedup_ci)
+    assert not significant(cheat, 1.05), (cheat.speedup, cheat.speedup_ci)
     assert by_name["tall_matmul_honest"].verdict.accepted, by_name["tall_matmul_honest"].verdict.reasons
     assert result.baseline.verdict.accepted, result.baseline.verdict.reasons
 

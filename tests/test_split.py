@@ -6,7 +6,7 @@ import torch
 from conftest import ROOT
 
 from bot.core.domain import CandidateSource, Environment, Origin, Verdict
-from bot.core.judge import Thresholds
+from bot.core.judge import Thresholds, significant
 from bot.core.measurement import Speedup
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.engine.evaluate import EvalOptions, evaluate
@@ -132,7 +132,7 @@ def test_a_gain_on_one_shape_does_not_pay_for_a_loss_on_another():
     mixed = _outcome("tune-a", [4.1, 0.92])
     steady = _outcome("tune-b", [1.3, 1.1])
     assert mixed.speedup_ci[0] > 1.05 and mixed.slower_shapes() == ["prefill"]
-    assert not mixed.significant(1.05) and steady.significant(1.05) and steady.slower_shapes() == []
+    assert not significant(mixed, 1.05) and significant(steady, 1.05) and steady.slower_shapes() == []
     assert select_best([Attempt(0, mixed), Attempt(0, steady)], Thresholds(1.05)) is steady
     assert select_best([Attempt(0, mixed)], Thresholds(1.05)) is None
     assert "significantly slower on prefill" in Attempt(0, mixed).reason
@@ -152,7 +152,7 @@ def test_a_loss_is_refused_only_when_as_clear_as_a_gain_must_be():
 
     split = _outcome("split-reference", [0.94, 4.7], spread=0.015)
     assert split.shapes[0].speedup.ci_high > 1 / 1.05 and split.shapes[0].speedup.ci_high < 1
-    assert split.slower_shapes() == [] and split.significant(1.05)
+    assert split.slower_shapes() == [] and significant(split, 1.05)
     assert select_best([Attempt(0, split)], Thresholds(1.05)) is split
     clear_loss = _outcome("tune-c", [0.90, 4.7], spread=0.015)
-    assert clear_loss.slower_shapes() == ["decode"] and not clear_loss.significant(1.05)
+    assert clear_loss.slower_shapes() == ["decode"] and not significant(clear_loss, 1.05)

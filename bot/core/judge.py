@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from bot.core.outcomes import ContenderOutcome
 from bot.core.plausible import Implausible, shape_reasons
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_shapes import ShapeResult
@@ -91,3 +92,9 @@ def judge(contender: Contender, thresholds: Thresholds, not_timed: str | None = 
         _implausible(contender, thresholds.max_plausible_speedup),
         untimed,
     )
+
+
+def significant(outcome: ContenderOutcome, min_speedup: float) -> bool:
+    """The judge's word on an evaluated contender, read in its results.json form: accepted, its
+    interval (over shapes) clears `min_speedup`, and no shape got slower."""
+    return judge(ContenderResult.of(outcome), Thresholds(min_speedup)).significant
