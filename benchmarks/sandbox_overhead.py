@@ -29,7 +29,8 @@ from bot.engine.evaluate import EvalOptions, evaluate  # noqa: E402
 from bot.engine.problems import load_problem  # noqa: E402
 from bot.engine.timing import TimingOptions  # noqa: E402
 from bot.engine.workers import WorkerClient  # noqa: E402
-from bot.sandbox import Limits, make_sandbox  # noqa: E402
+from bot.sandbox import Limits  # noqa: E402
+from bot.sandbox.backends import make_sandbox  # noqa: E402
 
 BACKENDS = ("process", "docker")
 

@@ -138,7 +138,7 @@ def test_nothing_of_a_bot_killed_with_sigkill_survives_it(sandbox):
     if sandbox == "docker":
         import docker
 
-        from bot.sandbox.docker import PID_LABEL
+        from bot.sandbox.containers import PID_LABEL
 
         left = docker.from_env().containers.list(all=True, filters={"label": f"{PID_LABEL}={bot.pid}"})
         assert left == []

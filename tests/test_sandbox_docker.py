@@ -58,7 +58,7 @@ def no_leftovers(request):
     yield
     if "engine" not in request.fixturenames:
         return
-    from bot.sandbox.docker import RUN_ID, remove_leftover_workers
+    from bot.sandbox.containers import RUN_ID, remove_leftover_workers
 
     client = request.getfixturevalue("engine")
     left = client.containers.list(all=True, filters={"label": f"kernel-bot.run={RUN_ID}"})

@@ -26,7 +26,8 @@ from bot.engine.trials import ReferenceInfo, failure_check, release_cache
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.channel import machine_memory_bytes, outputs_bound
 from bot.protocol.messages import Construct, Load
-from bot.sandbox import WorkerLaunch, make_sandbox
+from bot.sandbox import WorkerLaunch
+from bot.sandbox.backends import make_sandbox
 
 if TYPE_CHECKING:
     from bot.engine.evaluate import EvalOptions
