@@ -8,19 +8,17 @@ import random
 import statistics
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.core.domain import CheckResult
 from bot.core.settings import Device
 from bot.engine import verify
 from bot.engine.hidden import spread
+from bot.engine.records import TimingRecord
 from bot.engine.workers import WorkerClient, ask, parse_reply
 from bot.protocol.batches import Outputs, Quiet, Stage, StageInto, Time
 from bot.protocol.typed import Request
 from bot.sandbox import memory
-
-if TYPE_CHECKING:
-    from bot.engine.timed_batch import TimingRecord
 
 
 def timed_exchange(worker: WorkerClient, request: Request, timeout_s: float, phase: str) -> tuple[Any, float]:

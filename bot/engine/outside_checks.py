@@ -25,25 +25,44 @@ from __future__ import annotations
 import bisect
 import contextlib
 import math
+import random
 import time
 import weakref
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from bot.core.domain import CheckResult
 from bot.engine.compare import REUSED_OUTPUT, compare_fingerprints, compare_outputs
+from bot.engine.harness_cost import HarnessCost
+from bot.engine.tolerance import Rule
 from bot.engine.workers import WorkerClient, ask
 from bot.protocol import measures
 from bot.protocol.batches import TimeReply
 from bot.protocol.messages import Fingerprints
 from bot.sandbox import memory
 
-if TYPE_CHECKING:
-    from bot.engine.timed_batch import Run
+
+class RunView(Protocol):
+    """What these checks read of a shape's timing run. bot.engine.batch_run.Run holds the checks
+    and answers to this; declared here, the two modules need not import each other."""
+
+    @property
+    def reference(self) -> WorkerClient: ...
+    @property
+    def rng(self) -> random.Random: ...
+    @property
+    def dtypes(self) -> list[str]: ...
+    @property
+    def rules(self) -> Sequence[Rule | None]: ...
+    @property
+    def call_timeout_s(self) -> float: ...
+    @property
+    def harness(self) -> HarnessCost: ...
+
 
 # The outputs a worker holds across batches, at most: with scale_add's 32 KiB outputs the last
 # 8192 timed calls, more than a whole timing phase makes; with a 64 MiB output the last 4.
@@ -114,12 +133,12 @@ class OutsideChecks:
         per_call = sum(math.prod(m["shape"]) * _itemsize(m["dtype"]) for m in meta)
         return max(1, HOLD_BYTES // max(per_call, 1))
 
-    def read(self, run: Run, worker: WorkerClient, reply: TimeReply, filled: tuple[list, list]) -> Batch:
+    def read(self, run: RunView, worker: WorkerClient, reply: TimeReply, filled: tuple[list, list]) -> Batch:
         """The batch's outputs and inputs read from outside the worker, and what that found."""
         with _one_thread():
             return self._read(run, worker, reply, filled)
 
-    def _read(self, run: Run, worker: WorkerClient, reply: TimeReply, filled: tuple[list, list]) -> Batch:
+    def _read(self, run: RunView, worker: WorkerClient, reply: TimeReply, filled: tuple[list, list]) -> Batch:
         started = time.perf_counter()
         held = self.held.setdefault(worker, HeldRegions())
         first = held.seen + 1
@@ -153,7 +172,7 @@ class OutsideChecks:
         return batch
 
     def against_reference(
-        self, run: Run, seeds: Sequence[int], picked: Sequence[int], batch: Batch, label: str
+        self, run: RunView, seeds: Sequence[int], picked: Sequence[int], batch: Batch, label: str
     ) -> list[CheckResult]:
         """Every output of the batch against the reference's for its seed: the picked calls in
         full, the others by their projections on the parent's secret vectors."""
@@ -161,7 +180,7 @@ class OutsideChecks:
             return self._against_reference(run, seeds, picked, batch, label)
 
     def _against_reference(
-        self, run: Run, seeds: Sequence[int], picked: Sequence[int], batch: Batch, label: str
+        self, run: RunView, seeds: Sequence[int], picked: Sequence[int], batch: Batch, label: str
     ) -> list[CheckResult]:
         if self.secret is None:
             self.secret = run.rng.getrandbits(40)

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from bot.engine.batch_run import Run
 from bot.engine.harness_cost import timed_exchange
 from bot.engine.workers import WorkerClient, ask
 from bot.protocol.batches import Stage, StageInto
 from bot.sandbox import memory
-
-if TYPE_CHECKING:
-    from bot.engine.timed_batch import Run
 
 
 @dataclass(frozen=True)

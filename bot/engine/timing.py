@@ -15,8 +15,10 @@ from bot.core import stats as bench
 from bot.core.domain import Problem, Shape
 from bot.core.progress import Note, Progress, Screened, TimingRound, silent
 from bot.core.settings import Device
+from bot.engine.batch_run import Run, Window, no_window
 from bot.engine.harness_cost import HarnessCost
-from bot.engine.timed_batch import Run, TimingOptions, TimingRecord, Window, no_window, one_batch
+from bot.engine.records import TimingOptions, TimingRecord
+from bot.engine.timed_batch import one_batch
 from bot.engine.tolerance import rules_of
 from bot.engine.trials import ReferenceInfo
 from bot.engine.workers import WorkerClient
