@@ -19,7 +19,8 @@ from pathlib import Path
 
 from bot.core.domain import CandidateSource, Origin
 from bot.core.progress import Note
-from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.eval_options import EvalOptions
+from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem, only_shapes
 from bot.engine.timing import TimingOptions
 from bot.progress_view import PlainLines

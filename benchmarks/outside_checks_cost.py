@@ -17,7 +17,8 @@ from pathlib import Path
 
 from bot.engine import outside_checks, timing
 from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.eval_options import EvalOptions
+from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
 from bot.sandbox import Limits

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bot.engine.candidates import load_candidate  # noqa: E402
-from bot.engine.evaluate import EvalOptions, evaluate  # noqa: E402
+from bot.engine.eval_options import EvalOptions  # noqa: E402
+from bot.engine.evaluate import evaluate  # noqa: E402
 from bot.engine.problems import load_problem  # noqa: E402
 from bot.engine.timing import TimingOptions  # noqa: E402
 from bot.engine.workers import WorkerClient  # noqa: E402

@@ -9,7 +9,7 @@ from bot.core.errors import BotError
 from bot.core.settings import Device, DeviceChoice, Settings, TimingMode
 
 if TYPE_CHECKING:
-    from bot.engine.evaluate import EvalOptions
+    from bot.engine.eval_options import EvalOptions
     from bot.engine.optimize import OptimizeOptions
 
 
@@ -29,7 +29,7 @@ def resolve_device(device: str) -> Device:
 
 def evaluation_options(settings: Settings, device: Device | None = None) -> EvalOptions:
     """`device`: the resolved device; by default the settings' own, resolved."""
-    from bot.engine.evaluate import EvalOptions
+    from bot.engine.eval_options import EvalOptions
     from bot.engine.timing import TimingOptions
 
     device = device or resolve_device(settings.device)

@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def quick_options():
     """Evaluation options sized for CPU tests: short timing, strict call timeouts."""
-    from bot.engine.evaluate import EvalOptions
+    from bot.engine.eval_options import EvalOptions
     from bot.engine.timing import TimingOptions
     from bot.sandbox import Limits
 

@@ -15,7 +15,8 @@ from conftest import CANDIDATES, PROBLEMS
 
 from bot.core.domain import CandidateSource, Origin
 from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.eval_options import EvalOptions
+from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
 from bot.sandbox import Limits

@@ -10,7 +10,8 @@ from conftest import CANDIDATES, PROBLEMS, ROOT
 
 from bot.core.judge import significant
 from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.eval_options import EvalOptions
+from bot.engine.evaluate import evaluate
 from bot.engine.problems import find_problems, load_problem
 from bot.engine.timing import TimingOptions
 from bot.sandbox import Limits

@@ -9,7 +9,8 @@ import pytest
 from conftest import CANDIDATES, PROBLEMS
 
 from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.eval_options import EvalOptions
+from bot.engine.evaluate import evaluate
 from bot.engine.memory_budget import MemoryBudget, Reservation, device_budget
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions

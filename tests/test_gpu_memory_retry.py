@@ -9,7 +9,7 @@ import bot.engine.evaluate as ev
 from bot.core.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation
-from bot.engine.evaluate import EvalOptions
+from bot.engine.eval_options import EvalOptions
 from bot.engine.failures import ran_out_of_gpu_memory
 from bot.engine.problems import load_problem
 

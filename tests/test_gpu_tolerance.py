@@ -13,7 +13,8 @@ from conftest import CANDIDATES, PROBLEMS, ROOT
 from bot.core.settings import TolerancePolicy
 from bot.engine.candidates import default_baseline, load_candidate
 from bot.engine.compare import REUSED_OUTPUT
-from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.eval_options import EvalOptions
+from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
 from bot.propose.derive import bases_for

@@ -12,7 +12,7 @@ from conftest import CANDIDATES, PROBLEMS, ROOT
 from openai_double import Answer, Delay, Malformed, OpenAIDouble, Status
 
 from bot.engine.candidates import default_baseline
-from bot.engine.evaluate import EvalOptions
+from bot.engine.eval_options import EvalOptions
 from bot.engine.optimize import OptimizeOptions, optimize
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions

@@ -19,7 +19,8 @@ import pytest
 
 from bot.core.errors import BotError
 from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.eval_options import EvalOptions
+from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
 from bot.engine.workers import WorkerClient

@@ -465,7 +465,7 @@ def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
     import bot.engine.optimize as optimize_module
     from bot.core.domain import CandidateSource, Environment, Origin
     from bot.core.outcomes import Evaluation
-    from bot.engine.evaluate import EvalOptions
+    from bot.engine.eval_options import EvalOptions
     from bot.engine.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
@@ -508,7 +508,7 @@ def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
     import bot.engine.optimize as optimize_module
     from bot.core.domain import CandidateSource, Environment, Origin
     from bot.core.outcomes import Evaluation
-    from bot.engine.evaluate import EvalOptions
+    from bot.engine.eval_options import EvalOptions
     from bot.engine.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)

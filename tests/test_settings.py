@@ -19,7 +19,7 @@ from bot.core.settings import (
     TimingMode,
     TolerancePolicy,
 )
-from bot.engine.evaluate import EvalOptions
+from bot.engine.eval_options import EvalOptions
 from bot.engine.optimize import OptimizeOptions
 from bot.engine.timing import TimingOptions
 from bot.options import (

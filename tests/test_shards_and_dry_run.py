@@ -137,7 +137,7 @@ def test_merge_combines_shards(tmp_path):
 
 def test_problems_optimised_at_once_share_the_verification_workers(monkeypatch):
     import bot.engine.pipeline as pipeline
-    from bot.engine.evaluate import EvalOptions
+    from bot.engine.eval_options import EvalOptions
     from bot.engine.optimize import OptimizeOptions, failed_result
 
     seen = []

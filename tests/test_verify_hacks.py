@@ -57,7 +57,7 @@ ACCEPTED = ["honest", "fallback_reference", "cheat_patch_timers", "cheat_patch_h
 def outcomes(request):
     import os
 
-    from bot.engine.evaluate import EvalOptions
+    from bot.engine.eval_options import EvalOptions
     from bot.engine.timing import TimingOptions
     from bot.sandbox import Limits
 

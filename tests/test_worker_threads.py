@@ -6,7 +6,8 @@ from __future__ import annotations
 from conftest import PROBLEMS
 
 from bot.core.domain import CandidateSource, Origin
-from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.eval_options import EvalOptions
+from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
 

@@ -15,7 +15,8 @@ inconclusive interval or a rejection a busy machine can cause is measured again.
   checks per batch, trials, threads, sandbox, and any option added later.
 - **Entry**: a results.json document with one attempt, read back through the one reader of
   results (bot.core.results.Results.from_json, schema-validated).
-- **Where**: `$XDG_CACHE_HOME/kernel-bot` (else `~/.cache/kernel-bot`), folders of mode 0700
+- **Where**: `$XDG_CACHE_HOME/kernel-bot` (else `~/.cache/kernel-bot`: the default of
+  `EvalOptions.cache_root`, bot.engine.eval_options), folders of mode 0700
   owned by the user; a results folder another user owns is not used.
 """
 
@@ -33,7 +34,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.core.conclusive import conclusion
 from bot.core.domain import CandidateSource, Problem, source_hash, source_sha256
@@ -44,9 +45,7 @@ from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import ContenderResult
 from bot.core.results_outcomes import contender_outcome
 from bot.core.settings import Device
-
-if TYPE_CHECKING:
-    from bot.engine.evaluate import EvalOptions
+from bot.engine.eval_options import EvalOptions
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +71,6 @@ HOW_LONG = frozenset(
         "finalists",
     }
 )
-
-
-def default_cache_root() -> Path:
-    """`$XDG_CACHE_HOME/kernel-bot`, else `~/.cache/kernel-bot` (the XDG base directory
-    specification: an unset, empty or relative XDG_CACHE_HOME is ignored)."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "kernel-bot"
 
 
 def private_folder(path: Path) -> bool:

@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bot.core.domain import CandidateSource, CheckResult, Problem
 from bot.core.memory import host_footprint_bytes, host_limit_bytes, margin_bytes, problem_footprints
 from bot.core.progress import MoreWorkersStarting, Progress, WorkersStarted
 from bot.core.settings import Device
 from bot.engine import verify
+from bot.engine.eval_options import EvalOptions
 from bot.engine.gpulock import gpu_shared
 from bot.engine.memory_budget import Reservation
 from bot.engine.phase_clock import current
@@ -28,9 +28,6 @@ from bot.protocol.channel import machine_memory_bytes, outputs_bound
 from bot.protocol.messages import Construct, Load
 from bot.sandbox import WorkerLaunch
 from bot.sandbox.backends import make_sandbox
-
-if TYPE_CHECKING:
-    from bot.engine.evaluate import EvalOptions
 
 
 def materialise(candidate: CandidateSource, folder: Path) -> Path:

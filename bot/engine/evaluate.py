@@ -3,66 +3,29 @@ each in its own sandboxed worker, the verdicts judged here in the parent."""
 
 from __future__ import annotations
 
-import os
 import random
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 
 from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, source_hash
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.core.progress import EvaluationStarted, Note, Progress, silent
-from bot.core.settings import DEFAULTS, Device, SandboxKind, TolerancePolicy
+from bot.core.settings import Device, TolerancePolicy
 from bot.engine import verify
-from bot.engine.cache import default_cache_root
+from bot.engine.cache import ResultCache, environment_key, protocol_of
+from bot.engine.eval_options import EvalOptions
 from bot.engine.eval_workers import Replicas, materialise, open_session
 from bot.engine.failures import problem_failure, ran_out_of_gpu_memory
-from bot.engine.memory_budget import MemoryBudget
 from bot.engine.shape_run import ProblemRun, evaluate_shape
 from bot.engine.simulated import simulated_reason
-from bot.engine.timing import TimingOptions
 from bot.engine.trials import (
     failure_check,
     tunes_on_first_call,
 )
 from bot.engine.workers import WorkerClient, WorkerFailure
-from bot.sandbox import Limits
-
-
-@dataclass(frozen=True)
-class EvalOptions:
-    """How one problem's contenders are verified and timed. The run's are derived from its
-    `Settings` (bot.options); a field a setting decides has that setting's default or none."""
-
-    device: Device  # resolved (the settings' "auto" is no device)
-    sandbox: SandboxKind = DEFAULTS.sandbox
-    limits: Limits = field(default_factory=Limits)
-    timing: TimingOptions = field(default_factory=TimingOptions)
-    min_speedup: float = DEFAULTS.min_speedup
-    trials_per_distribution: int = 1
-    parallel: int = max(1, (os.cpu_count() or 2) // 2)  # workers compiling/verifying at once
-    # Threads per worker for torch's CPU kernels; None: one on CPU (workers take turns there,
-    # and a tiny kernel split over threads is timed by its slowest, descheduled one: A/A runs
-    # of gelu on 2 vCPUs moved 100x between workers with 2), torch's default on a GPU.
-    threads: int | None = None
-    gpu_index: int | None = None
-    # Other problems may be evaluated on this GPU at the same time (`bot optimize --jobs N`).
-    # A contender still short of memory when re-run alone is then not proven too big: the
-    # problem is raised as GpuOutOfMemory, for bot.engine.lanes to run it again after the others.
-    beside_others: bool = False
-    # The device's memory shared with the other problems on it (bot.engine.memory_budget);
-    # None: no admission, `parallel` contenders at once.
-    memory: MemoryBudget | None = None
-    cache_root: Path = field(default_factory=default_cache_root)  # $XDG_CACHE_HOME/kernel-bot
-    # Reuse conclusive verdicts and timings of candidates judged before (bot.engine.cache). No
-    # default: the settings' (on) would let a test or script read and fill the user's cache unasked.
-    use_cache: bool = field(kw_only=True)
-    tolerance: TolerancePolicy = DEFAULTS.tolerance  # what outputs are compared with (bot.engine.tolerance)
-    # The process sandbox runs candidates even where it cannot contain them.
-    allow_uncontained: bool = DEFAULTS.allow_uncontained
 
 
 def evaluate(
@@ -81,8 +44,6 @@ def evaluate(
         return untimed_where_simulated(
             _evaluate_fresh(problem, candidates, baseline, options, progress), options.device
         )
-    from bot.engine.cache import ResultCache, environment_key, protocol_of
-
     cache = ResultCache(
         options.cache_root,
         environment_key(options.device, options.gpu_index),

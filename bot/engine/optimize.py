@@ -19,7 +19,8 @@ from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.settings import DEFAULTS, Backend, Device, Strategy, TolerancePolicy
 from bot.core.time_split import TimeSplit
 from bot.engine.device_name import device_name
-from bot.engine.evaluate import EvalOptions, evaluate
+from bot.engine.eval_options import EvalOptions
+from bot.engine.evaluate import evaluate
 from bot.engine.llm_rounds import Rounds, llm_rounds
 from bot.engine.phase_clock import PhaseClock, recording
 from bot.propose.base import Hardware, Proposer, hardware_for

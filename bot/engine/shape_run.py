@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from bot.core import stats as bench
 from bot.core.domain import CheckResult, Environment, Problem, Shape
@@ -14,6 +13,7 @@ from bot.core.progress import Progress, ShapeTimed, ShapeVerified
 from bot.core.roofline import floor_us, peaks_for
 from bot.core.settings import Device
 from bot.engine import verify
+from bot.engine.eval_options import EvalOptions
 from bot.engine.eval_workers import Replicas, construct_all, release_caches
 from bot.engine.failures import problem_failure
 from bot.engine.futility import Futility, bar
@@ -32,9 +32,6 @@ from bot.engine.trials import (
 from bot.engine.workers import WorkerClient, WorkerFailure, ask
 from bot.protocol.messages import Construct, Run
 from bot.sandbox import freezer
-
-if TYPE_CHECKING:
-    from bot.engine.evaluate import EvalOptions
 
 
 @dataclass(frozen=True)
