@@ -9,8 +9,8 @@ from bot.core.errors import BotError
 from bot.core.settings import Device, DeviceChoice, Settings, TimingMode
 
 if TYPE_CHECKING:
+    from bot.engine.attempts import OptimizeOptions
     from bot.engine.eval_options import EvalOptions
-    from bot.engine.optimize import OptimizeOptions
 
 
 def resolve_device(device: str) -> Device:
@@ -61,7 +61,7 @@ def verify_options(settings: Settings) -> EvalOptions:
 
 def optimize_options(settings: Settings, device: Device | None = None) -> OptimizeOptions:
     """`device`: as for `evaluation_options`."""
-    from bot.engine.optimize import OptimizeOptions
+    from bot.engine.attempts import OptimizeOptions
 
     return OptimizeOptions(
         strategy=settings.strategy,

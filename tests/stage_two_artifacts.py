@@ -26,7 +26,8 @@ from bot.core.judge import Thresholds
 from bot.core.measurement import Measurement
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 from bot.core.time_split import TimeSplit
-from bot.engine.optimize import Attempt, OptimizeResult
+from bot.engine.attempts import Attempt
+from bot.engine.optimize import OptimizeResult
 from bot.engine.outputs import results_document
 
 PROBLEM_SOURCE = (

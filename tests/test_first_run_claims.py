@@ -14,8 +14,9 @@ from bot.core.judge import Thresholds, judge
 from bot.core.measurement import Measurement, Speedup
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 from bot.core.results import Results
+from bot.engine.attempts import Attempt, OptimizeOptions
 from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
+from bot.engine.optimize import flagged, optimize, select_best
 from bot.engine.outputs import results_document
 from bot.engine.problems import load_problem
 from bot.engine.simulated import simulated_reason

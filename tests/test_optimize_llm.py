@@ -11,9 +11,10 @@ import sys
 from conftest import CANDIDATES, PROBLEMS, ROOT
 from openai_double import Answer, Delay, Malformed, OpenAIDouble, Status
 
+from bot.engine.attempts import OptimizeOptions
 from bot.engine.candidates import default_baseline
 from bot.engine.eval_options import EvalOptions
-from bot.engine.optimize import OptimizeOptions, optimize
+from bot.engine.optimize import optimize
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
 from bot.propose.llm import LlmProposer

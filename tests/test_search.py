@@ -428,7 +428,8 @@ def _tuned_outcome(source: str, ratio: float, accepted: bool = True, parent: str
 
 
 def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline():
-    from bot.engine.optimize import Attempt, tuning_step
+    from bot.engine.attempts import Attempt
+    from bot.engine.optimize import tuning_step
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
     target = next(b for b in bases_for(problem) if b.label == "target")
@@ -465,8 +466,8 @@ def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
     import bot.engine.optimize as optimize_module
     from bot.core.domain import CandidateSource, Environment, Origin
     from bot.core.outcomes import Evaluation
+    from bot.engine.attempts import OptimizeOptions
     from bot.engine.eval_options import EvalOptions
-    from bot.engine.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
     target = next(b for b in bases_for(problem) if b.label == "target")
@@ -508,8 +509,8 @@ def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
     import bot.engine.optimize as optimize_module
     from bot.core.domain import CandidateSource, Environment, Origin
     from bot.core.outcomes import Evaluation
+    from bot.engine.attempts import OptimizeOptions
     from bot.engine.eval_options import EvalOptions
-    from bot.engine.optimize import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
     kernel = problem.target.read_text()  # stands in for an LLM's Triton kernel with knobs

@@ -19,8 +19,8 @@ from bot.core.settings import (
     TimingMode,
     TolerancePolicy,
 )
+from bot.engine.attempts import OptimizeOptions
 from bot.engine.eval_options import EvalOptions
-from bot.engine.optimize import OptimizeOptions
 from bot.engine.timing import TimingOptions
 from bot.options import (
     VERIFY_MIN_SAMPLES,

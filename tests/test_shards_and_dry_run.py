@@ -137,8 +137,9 @@ def test_merge_combines_shards(tmp_path):
 
 def test_problems_optimised_at_once_share_the_verification_workers(monkeypatch):
     import bot.engine.pipeline as pipeline
+    from bot.engine.attempts import OptimizeOptions
     from bot.engine.eval_options import EvalOptions
-    from bot.engine.optimize import OptimizeOptions, failed_result
+    from bot.engine.optimize import failed_result
 
     seen = []
     monkeypatch.setattr(

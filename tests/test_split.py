@@ -9,9 +9,10 @@ from bot.core.domain import CandidateSource, Environment, Origin, Verdict
 from bot.core.judge import Thresholds, significant
 from bot.core.measurement import Speedup
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
+from bot.engine.attempts import Attempt
 from bot.engine.eval_options import EvalOptions
 from bot.engine.evaluate import evaluate
-from bot.engine.optimize import Attempt, split_candidates
+from bot.engine.optimize import split_candidates
 from bot.engine.problems import load_problem
 from bot.engine.timing import TimingOptions
 from bot.propose.derive import Base

@@ -6,16 +6,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.core.domain import CandidateSource, Problem
 from bot.core.errors import BotError
 from bot.core.outcomes import ContenderOutcome
 from bot.core.progress import Progress, RoundStarted
+from bot.engine.attempts import Attempt, OptimizeOptions
 from bot.propose.base import BudgetExhausted, Feedback, Hardware, ProposalRequest, Proposer
-
-if TYPE_CHECKING:
-    from bot.engine.optimize import Attempt, OptimizeOptions
 
 
 def feedback_for(outcome: ContenderOutcome) -> Feedback:

@@ -15,8 +15,9 @@ from bot.core.errors import BotError
 from bot.core.progress import ProblemDone, ProblemFailed, Progress
 from bot.core.results import ProblemResult, Results
 from bot.core.settings import Settings
+from bot.engine.attempts import OptimizeOptions
 from bot.engine.changes import affected_problems
-from bot.engine.optimize import OptimizeOptions, OptimizeResult, failed_result, optimize
+from bot.engine.optimize import OptimizeResult, failed_result, optimize
 from bot.engine.outputs import results_document, write_optimize_outputs, write_results
 from bot.engine.problems import find_problems
 from bot.report.chart import results_chart
