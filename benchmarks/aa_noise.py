@@ -22,7 +22,7 @@ from bot.core.progress import Note
 from bot.engine.eval_options import EvalOptions
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem, only_shapes
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 from bot.progress_view import PlainLines
 from bot.sandbox import Limits
 

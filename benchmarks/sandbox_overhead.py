@@ -28,7 +28,7 @@ from bot.engine.candidates import load_candidate  # noqa: E402
 from bot.engine.eval_options import EvalOptions  # noqa: E402
 from bot.engine.evaluate import evaluate  # noqa: E402
 from bot.engine.problems import load_problem  # noqa: E402
-from bot.engine.timing import TimingOptions  # noqa: E402
+from bot.engine.records import TimingOptions  # noqa: E402
 from bot.engine.workers import WorkerClient  # noqa: E402
 from bot.sandbox import Limits  # noqa: E402
 from bot.sandbox.backends import make_sandbox  # noqa: E402

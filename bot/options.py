@@ -30,7 +30,7 @@ def resolve_device(device: str) -> Device:
 def evaluation_options(settings: Settings, device: Device | None = None) -> EvalOptions:
     """`device`: the resolved device; by default the settings' own, resolved."""
     from bot.engine.eval_options import EvalOptions
-    from bot.engine.timing import TimingOptions
+    from bot.engine.records import TimingOptions
 
     device = device or resolve_device(settings.device)
     # The modes differ only in how GPU work is timed; a CPU is timed by its host clock in every

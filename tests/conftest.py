@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(config, items):
 def quick_options():
     """Evaluation options sized for CPU tests: short timing, strict call timeouts."""
     from bot.engine.eval_options import EvalOptions
-    from bot.engine.timing import TimingOptions
+    from bot.engine.records import TimingOptions
     from bot.sandbox import Limits
 
     def make(**overrides):

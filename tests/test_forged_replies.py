@@ -18,7 +18,7 @@ from bot.engine.candidates import load_candidate
 from bot.engine.eval_options import EvalOptions
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 from bot.sandbox import Limits
 
 FORGER = CANDIDATES / "cheat_forge_at_step.py"

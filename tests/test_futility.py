@@ -10,7 +10,7 @@ from test_timing_protocol import _time, _Worker, parent_clock  # noqa: F401  (th
 
 from bot.core import stats as bench
 from bot.engine.futility import Futility, bar, first_batches
-from bot.engine.timing import TimingOptions, TimingRecord
+from bot.engine.records import TimingOptions, TimingRecord
 
 
 def _round(

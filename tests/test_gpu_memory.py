@@ -13,7 +13,7 @@ from bot.engine.eval_options import EvalOptions
 from bot.engine.evaluate import evaluate
 from bot.engine.memory_budget import MemoryBudget, Reservation, device_budget
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 from bot.sandbox import Limits
 
 pytestmark = pytest.mark.gpu

@@ -16,7 +16,7 @@ from bot.engine.compare import REUSED_OUTPUT
 from bot.engine.eval_options import EvalOptions
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 from bot.propose.derive import bases_for
 from bot.propose.search import search_candidates
 from bot.sandbox import Limits

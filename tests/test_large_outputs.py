@@ -9,7 +9,7 @@ from conftest import CANDIDATES, PROBLEMS
 from bot.engine.candidates import load_candidate
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 from bot.sandbox import Limits
 
 

@@ -16,7 +16,7 @@ from bot.engine.candidates import default_baseline
 from bot.engine.eval_options import EvalOptions
 from bot.engine.optimize import optimize
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 from bot.propose.llm import LlmProposer
 from bot.propose.llm_settings import LlmEndpoint
 from bot.sandbox import Limits

@@ -12,7 +12,7 @@ from bot.engine.candidates import default_baseline, load_candidate
 from bot.engine.eval_options import EvalOptions
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 from bot.sandbox import Limits
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from bot.engine import shape_run as shape_run_module
 from bot.engine.candidates import load_candidate
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 from bot.engine.workers import WorkerClient
 
 

@@ -22,7 +22,7 @@ from bot.engine.candidates import load_candidate
 from bot.engine.eval_options import EvalOptions
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 from bot.engine.workers import WorkerClient
 from bot.sandbox import Limits, WorkerLaunch
 

@@ -21,7 +21,7 @@ from bot.core.settings import (
 )
 from bot.engine.attempts import OptimizeOptions
 from bot.engine.eval_options import EvalOptions
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 from bot.options import (
     VERIFY_MIN_SAMPLES,
     VERIFY_TIME_CAP_S,

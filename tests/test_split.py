@@ -14,7 +14,7 @@ from bot.engine.eval_options import EvalOptions
 from bot.engine.evaluate import evaluate
 from bot.engine.optimize import split_candidates
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 from bot.propose.derive import Base
 from bot.propose.split import Split, input_bytes, plan_split, split_candidate
 

@@ -12,7 +12,8 @@ import torch
 from conftest import PROBLEMS
 
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimedShape, TimingHooks, TimingOptions, screened_out, time_interleaved
+from bot.engine.records import TimingOptions
+from bot.engine.timing import TimedShape, TimingHooks, screened_out, time_interleaved
 from bot.engine.trials import ReferenceInfo
 from bot.protocol.measures import hash_tensor
 

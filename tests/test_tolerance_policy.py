@@ -244,7 +244,7 @@ def _evaluate(policy: TolerancePolicy, names: list[str]):
     from bot.engine.eval_options import EvalOptions
     from bot.engine.evaluate import evaluate
     from bot.engine.problems import load_problem
-    from bot.engine.timing import TimingOptions
+    from bot.engine.records import TimingOptions
     from bot.sandbox import Limits
 
     problem = load_problem(PROBLEMS / "loose_matmul.py")

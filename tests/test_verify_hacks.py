@@ -58,7 +58,7 @@ def outcomes(request):
     import os
 
     from bot.engine.eval_options import EvalOptions
-    from bot.engine.timing import TimingOptions
+    from bot.engine.records import TimingOptions
     from bot.sandbox import Limits
 
     # Credentials in the bot's environment must never reach a worker.

@@ -130,7 +130,7 @@ def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_time
     import bot.engine.evaluate as evaluate_module
     from bot.engine.candidates import load_candidate
     from bot.engine.problems import load_problem
-    from bot.engine.timing import TimingOptions
+    from bot.engine.records import TimingOptions
 
     released: list[str] = []
     real = eval_workers.release_cache

@@ -9,7 +9,7 @@ from bot.core.domain import CandidateSource, Origin
 from bot.engine.eval_options import EvalOptions
 from bot.engine.evaluate import evaluate
 from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.records import TimingOptions
 
 REPORTER = """
 import torch

@@ -20,7 +20,8 @@ from bot.engine.futility import Futility, bar
 from bot.engine.gpulock import device_key, gpu_exclusive, gpu_shared
 from bot.engine.hidden import check_hidden_time, hidden_time_checks
 from bot.engine.phase_clock import current
-from bot.engine.timing import TimedShape, TimingHooks, TimingRecord, time_interleaved
+from bot.engine.records import TimingRecord
+from bot.engine.timing import TimedShape, TimingHooks, time_interleaved
 from bot.engine.trials import (
     DeviceHolds,
     ReferenceInfo,
