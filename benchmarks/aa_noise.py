@@ -19,10 +19,10 @@ from pathlib import Path
 
 from bot.core.domain import CandidateSource, Origin
 from bot.core.progress import Note
-from bot.engine.eval_options import EvalOptions
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem, only_shapes
-from bot.engine.records import TimingOptions
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.problems import load_problem, only_shapes
 from bot.progress_view import PlainLines
 from bot.sandbox import Limits
 

@@ -67,9 +67,9 @@ def main(verbose: bool, quiet: bool) -> None:
 @JSON
 def verify(problem: str, candidate: str, as_json: bool, **given: Any) -> None:
     """Verify CANDIDATE (defines ModelNew) against PROBLEM. Exit 0 accepted, 1 rejected."""
-    from bot.engine.candidates import load_candidate
-    from bot.engine.evaluate import evaluate
-    from bot.engine.problems import load_problem
+    from bot.engine.evaluation.evaluate import evaluate
+    from bot.engine.workspace.candidates import load_candidate
+    from bot.engine.workspace.problems import load_problem
     from bot.report.tables import verdict_json
 
     prob = load_problem(problem)
@@ -108,9 +108,9 @@ def bench(
     problem: str, candidates: tuple[str, ...], baseline: str | None, shapes: str | None, as_json: bool, **given: Any
 ) -> None:
     """Verify, then time CANDIDATES against the baseline in one interleaved run."""
-    from bot.engine.candidates import default_baseline, load_candidate
-    from bot.engine.evaluate import evaluate
-    from bot.engine.problems import load_problem, only_shapes
+    from bot.engine.evaluation.evaluate import evaluate
+    from bot.engine.workspace.candidates import default_baseline, load_candidate
+    from bot.engine.workspace.problems import load_problem, only_shapes
     from bot.report.tables import bench_json, render_table
 
     options = evaluation_options(settings_of(given, use_cache=False))
@@ -146,9 +146,9 @@ def optimize(
 ) -> None:
     """Find a faster, verified ModelNew for each PROBLEM (search and/or LLM); a PROBLEM may be a
     folder of problem files (e.g. a KernelBench level)."""
-    from bot.engine.outputs import render_optimize, write_optimize_outputs
-    from bot.engine.pipeline import optimize_all, raise_if_any_failed
-    from bot.engine.problems import load_problems, only_shapes
+    from bot.engine.loop.outputs import render_optimize, write_optimize_outputs
+    from bot.engine.loop.pipeline import optimize_all, raise_if_any_failed
+    from bot.engine.workspace.problems import load_problems, only_shapes
 
     options = optimize_options(settings_of(given))
     chosen = load_problems(problems)

@@ -38,8 +38,8 @@ def dry_run(
 
     On the default branch with nothing changed, it runs every problem (the embedded default)."""
     from bot.core.domain import Trigger
-    from bot.engine.changes import changed_files_git, default_base
-    from bot.engine.pipeline import Job, describe_plan, raise_if_any_failed, run_job, select_problems
+    from bot.engine.loop.pipeline import Job, describe_plan, raise_if_any_failed, run_job, select_problems
+    from bot.engine.workspace.changes import changed_files_git, default_base
     from bot.options import job_options
 
     repo = Path(repo_path).resolve()
@@ -135,8 +135,8 @@ def plan_cmd(paths: tuple[str, ...], shards: int, repo_path: str, as_json: bool)
     KernelBench level), as `bot optimize PATHS... --shard K/N` runs them."""
     from bot.config import load_settings
     from bot.core.shards import matrix
-    from bot.engine.pipeline import select_problems
-    from bot.engine.problems import load_problems
+    from bot.engine.loop.pipeline import select_problems
+    from bot.engine.workspace.problems import load_problems
 
     repo = Path(repo_path).resolve()
     if paths:

@@ -9,8 +9,8 @@ from bot.core.errors import BotError
 from bot.core.settings import Device, DeviceChoice, Settings, TimingMode
 
 if TYPE_CHECKING:
-    from bot.engine.attempts import OptimizeOptions
-    from bot.engine.eval_options import EvalOptions
+    from bot.engine.evaluation.options import EvalOptions
+    from bot.engine.loop.attempts import OptimizeOptions
 
 
 def resolve_device(device: str) -> Device:
@@ -29,8 +29,8 @@ def resolve_device(device: str) -> Device:
 
 def evaluation_options(settings: Settings, device: Device | None = None) -> EvalOptions:
     """`device`: the resolved device; by default the settings' own, resolved."""
-    from bot.engine.eval_options import EvalOptions
-    from bot.engine.records import TimingOptions
+    from bot.engine.evaluation.options import EvalOptions
+    from bot.engine.timing.records import TimingOptions
 
     device = device or resolve_device(settings.device)
     # The modes differ only in how GPU work is timed; a CPU is timed by its host clock in every
@@ -61,7 +61,7 @@ def verify_options(settings: Settings) -> EvalOptions:
 
 def optimize_options(settings: Settings, device: Device | None = None) -> OptimizeOptions:
     """`device`: as for `evaluation_options`."""
-    from bot.engine.attempts import OptimizeOptions
+    from bot.engine.loop.attempts import OptimizeOptions
 
     return OptimizeOptions(
         strategy=settings.strategy,

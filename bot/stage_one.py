@@ -43,7 +43,7 @@ def wants_run(trigger: Trigger, settings: Settings) -> str | None:
 
 def _changed_files(trigger: Trigger, env: GitHubEnv, workspace: Path, echo: Echo) -> list[str]:
     """From the PR files API (read-only token), else from git in the workspace."""
-    from bot.engine.changes import changed_files_from_pr, changed_files_git
+    from bot.engine.workspace.changes import changed_files_from_pr, changed_files_git
 
     if env.token and trigger.pr_number is not None:
         from bot.github.client import GitHubClient
@@ -67,8 +67,8 @@ class StageOneInputs:
     # token budget and the search's exclusions among them.
     overrides: Mapping[str, Any]
     shard: str | None  # "K/N": only the K-th of N shards of the problems
-    jobs: int | None  # problems optimised at once; None: auto (bot.engine.lanes.resolve_jobs)
-    gpus: str | None = None  # GPU lanes: "all" or "0,1" (bot.engine.lanes); None: all
+    jobs: int | None  # problems optimised at once; None: auto (bot.engine.loop.lanes.resolve_jobs)
+    gpus: str | None = None  # GPU lanes: "all" or "0,1" (bot.engine.loop.lanes); None: all
 
 
 def run_stage_one(
@@ -78,7 +78,7 @@ def run_stage_one(
     environ: Mapping[str, str] | None = None,
 ) -> Results | None:
     from bot.core.shards import parse_shard, shard_problems
-    from bot.engine.pipeline import Job, raise_if_any_failed, run_job, select_problems
+    from bot.engine.loop.pipeline import Job, raise_if_any_failed, run_job, select_problems
     from bot.github.events import trigger_from_event
     from bot.options import job_options
 
@@ -121,7 +121,7 @@ def run_stage_one(
 
 def merge_results(dirs: list[Path], out: Path, repo_root: Path, echo: Echo) -> Results:
     """Shard results -> one results directory (the publish stage then treats it as one run)."""
-    from bot.engine.pipeline import write_reports
+    from bot.engine.loop.pipeline import write_reports
     from bot.github.publish import publish_plan
     from bot.github.untrusted import load_results
 

@@ -10,8 +10,8 @@ import pytest
 from conftest import ROOT
 
 from bot.core.errors import BotError
-from bot.engine.changes import affected_problems, changed_files_from_pr, changed_files_git, default_base
-from bot.engine.problems import find_problems
+from bot.engine.workspace.changes import affected_problems, changed_files_from_pr, changed_files_git, default_base
+from bot.engine.workspace.problems import find_problems
 
 PROBLEM = """import torch
 import torch.nn as nn

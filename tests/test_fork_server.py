@@ -12,9 +12,9 @@ from pathlib import Path
 
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import isolate, process
 from bot.sandbox.base import BOT_ROOT, WorkerLaunch, worker_env
 from bot.sandbox.contained import containment

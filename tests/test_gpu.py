@@ -9,11 +9,11 @@ import pytest
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 from bot.core.judge import significant
-from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.eval_options import EvalOptions
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import find_problems, load_problem
-from bot.engine.records import TimingOptions
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.candidates import default_baseline, load_candidate
+from bot.engine.workspace.problems import find_problems, load_problem
 from bot.sandbox import Limits
 
 pytestmark = pytest.mark.gpu
@@ -264,7 +264,7 @@ def test_hiding_five_percent_of_a_compute_bound_gpu_call_is_never_claimed_faster
 def test_answers_computed_while_inputs_are_staged_are_on_the_parents_clock():
     # On CUDA a worker draws its batch's inputs itself, inside its window: a candidate that
     # computes the answers there (cheat_precompute_on_stage.py) has that time on the parent's
-    # clock, beside its calls' (bot.engine.staging).
+    # clock, beside its calls' (bot.engine.timing.staging).
     problem = load_problem(PROBLEMS / "tall_matmul.py")
     names = ("cheat_precompute_on_stage", "tall_matmul_honest")
     result = evaluate(

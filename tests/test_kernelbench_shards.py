@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES, ROOT
 
-import bot.engine.pipeline as pipeline
+import bot.engine.loop.pipeline as pipeline
 from bot.cli import main
 from bot.core.results import Results
 

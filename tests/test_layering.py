@@ -47,9 +47,9 @@ def test_a_torch_import_in_core_breaks_the_contracts(tmp_path):
 
 def test_a_harness_import_in_the_engine_breaks_the_contracts(tmp_path):
     # The parent's code reads a worker only through bot.protocol, never the candidate's side.
-    proc = _with_import(tmp_path, "engine/compare.py", "import bot.harness.shared")
+    proc = _with_import(tmp_path, "engine/verification/compare.py", "import bot.harness.shared")
     assert proc.returncode != 0, proc.stdout[-6000:]
-    assert "bot.engine.compare -> bot.harness.shared" in proc.stdout, proc.stdout[-6000:]
+    assert "bot.engine.verification.compare -> bot.harness.shared" in proc.stdout, proc.stdout[-6000:]
 
 
 # grimp (import-linter's graph) counts every import statement: at the top, under TYPE_CHECKING

@@ -8,11 +8,11 @@ import pytest
 from conftest import CANDIDATES, PROBLEMS
 
 from bot.core.judge import significant
-from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.eval_options import EvalOptions
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
-from bot.engine.records import TimingOptions
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.candidates import default_baseline, load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits
 
 pytestmark = pytest.mark.slow

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from bot.core.errors import BotError
-from bot.engine.candidates import load_candidate
-from bot.engine.eval_options import EvalOptions
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
-from bot.engine.records import TimingOptions
-from bot.engine.workers import WorkerClient
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workers.client import WorkerClient
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits, WorkerLaunch
 
 pytestmark = pytest.mark.docker

@@ -19,9 +19,9 @@ from bot.core.settings import (
     TimingMode,
     TolerancePolicy,
 )
-from bot.engine.attempts import OptimizeOptions
-from bot.engine.eval_options import EvalOptions
-from bot.engine.records import TimingOptions
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.loop.attempts import OptimizeOptions
+from bot.engine.timing.records import TimingOptions
 from bot.options import (
     VERIFY_MIN_SAMPLES,
     VERIFY_TIME_CAP_S,

@@ -1,5 +1,5 @@
 """Whether a contender's outcome is a conclusion that may stand for a new run (the result cache,
-bot.engine.cache), or luck that must be measured again.
+bot.engine.evaluation.cache), or luck that must be measured again.
 
 A verdict on what the code computes is kept; anything a busy or short-of-memory machine can
 decide is not. The rule, per contender, with `min_speedup` the claim's threshold:

@@ -1,7 +1,7 @@
 """The one judge of what a contender's numbers claim: significantly faster, implausible, claimed.
 
 Everything that decides whether a contender counts asks here: the selection in stage 1
-(bot.engine.optimize), the result cache (bot.engine.cache, through bot.core.conclusive), stage 2's
+(bot.engine.loop.optimize), the result cache (bot.engine.evaluation.cache, through bot.core.conclusive), stage 2's
 re-derivation (bot.github.rederive) and the reports (bot.report.data, `ProblemResult.improved`).
 They all read a contender in its results.json form (bot.core.results_contenders): what stage 1
 writes is what stage 2 re-derives, so the rule cannot differ between the stages.

@@ -34,7 +34,7 @@ class ContenderOutcome:
     role: str  # "baseline" | "candidate"
     verdict: Verdict
     shapes: tuple[ShapeOutcome, ...]
-    # Why its times say nothing of the code (bot.engine.simulated): verified, never timed for a claim.
+    # Why its times say nothing of the code (bot.engine.evaluation.simulated): verified, never timed for a claim.
     not_timed: str | None = None
 
     @property

@@ -196,7 +196,7 @@ class RunningWorker(ABC):
                 self._frozen_since = time.monotonic()
 
     def thaw(self) -> None:
-        # Under one lock with freeze: a request's own thaw (bot.engine.workers) and the end of
+        # Under one lock with freeze: a request's own thaw (bot.engine.workers.client) and the end of
         # another GPU lane's timing phase (freezer.thaw_all) can meet on one worker.
         with _FREEZING:
             if self._frozen_since is not None:

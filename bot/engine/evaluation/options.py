@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.core.settings import DEFAULTS, Device, SandboxKind, TolerancePolicy
-from bot.engine.memory_budget import MemoryBudget
-from bot.engine.records import TimingOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.memory_budget import MemoryBudget
 from bot.sandbox import Limits
 
 
@@ -39,15 +39,16 @@ class EvalOptions:
     gpu_index: int | None = None
     # Other problems may be evaluated on this GPU at the same time (`bot optimize --jobs N`).
     # A contender still short of memory when re-run alone is then not proven too big: the
-    # problem is raised as GpuOutOfMemory, for bot.engine.lanes to run it again after the others.
+    # problem is raised as GpuOutOfMemory, for bot.engine.loop.lanes to run it again after the others.
     beside_others: bool = False
-    # The device's memory shared with the other problems on it (bot.engine.memory_budget);
+    # The device's memory shared with the other problems on it (bot.engine.workspace.memory_budget);
     # None: no admission, `parallel` contenders at once.
     memory: MemoryBudget | None = None
     cache_root: Path = field(default_factory=default_cache_root)  # $XDG_CACHE_HOME/kernel-bot
-    # Reuse conclusive verdicts and timings of candidates judged before (bot.engine.cache). No
+    # Reuse conclusive verdicts and timings of candidates judged before (bot.engine.evaluation.cache). No
     # default: the settings' (on) would let a test or script read and fill the user's cache unasked.
     use_cache: bool = field(kw_only=True)
-    tolerance: TolerancePolicy = DEFAULTS.tolerance  # what outputs are compared with (bot.engine.tolerance)
+    # What outputs are compared with (bot.engine.verification.tolerance).
+    tolerance: TolerancePolicy = DEFAULTS.tolerance
     # The process sandbox runs candidates even where it cannot contain them.
     allow_uncontained: bool = DEFAULTS.allow_uncontained

@@ -7,7 +7,7 @@ import re
 from bot.core.domain import Problem
 from bot.core.errors import BotError, GpuOutOfMemory, HarnessError, ProblemError
 from bot.core.outcomes import ContenderOutcome
-from bot.engine.workers import WorkerFailure
+from bot.engine.workers.client import WorkerFailure
 
 # The last alternative: when an allocation fails, torch's caching allocator asks NVML which
 # processes hold the GPU's memory, for the OutOfMemoryError's message (reportProcessMemoryInfo).

@@ -19,7 +19,7 @@ from pathlib import Path
 from bot.core.errors import BotError
 from bot.core.memory import CONTEXT_BYTES, Demand, admit, contenders_at_once, gib, margin_bytes, problem_demand
 from bot.core.settings import Device
-from bot.engine.device_name import gpu_memory_bytes
+from bot.engine.workspace.device_name import gpu_memory_bytes
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ from bot.core import stats as bench
 from bot.core.domain import Problem, Shape
 from bot.core.progress import Note, Progress, Screened, TimingRound, silent
 from bot.core.settings import Device
-from bot.engine.batch_run import Run, Window, no_window
-from bot.engine.harness_cost import HarnessCost
-from bot.engine.records import TimingOptions, TimingRecord
-from bot.engine.timed_batch import one_batch
-from bot.engine.tolerance import rules_of
-from bot.engine.trials import ReferenceInfo
-from bot.engine.workers import WorkerClient
+from bot.engine.timing.batch_run import Run, Window, no_window
+from bot.engine.timing.harness_cost import HarnessCost
+from bot.engine.timing.records import TimingOptions, TimingRecord
+from bot.engine.timing.timed_batch import one_batch
+from bot.engine.verification.tolerance import rules_of
+from bot.engine.verification.trials import ReferenceInfo
+from bot.engine.workers.client import WorkerClient
 
 Workers = Mapping[str, Sequence[WorkerClient]]  # each contender's worker processes (replicas)
 Replicate = Callable[[Mapping[str, WorkerClient]], Workers]
@@ -71,7 +71,7 @@ def time_interleaved(
     before each timed batch, inside `phase()`, which wraps each timing phase (the sandbox
     freezes every other contender's processes for the batch, and thaws them all when the phase
     ends). After each round of the final phase, `stop(records, active)` may name contenders
-    to time no further (bot.engine.futility); their records are kept as they are.
+    to time no further (bot.engine.timing.futility); their records are kept as they are.
     """
     problem, shape, reference, info, options = timed.problem, timed.shape, timed.reference, timed.info, timed.options
     rng, call_timeout_s, progress, keep = timed.rng, timed.call_timeout_s, hooks.progress, hooks.keep

@@ -3,11 +3,11 @@
 The statistic of every claim is made of these samples: one per batch, the parent's wall time
 from the batch's staging to the timed calls' reply, less what was none of the contender's (the
 reference drawing the inputs, the parent copying them in while the contender is frozen:
-bot.engine.staging), less the harness's own work for a batch of that many calls as measured on
-the trusted reference (bot.engine.harness_cost), divided by the calls. A Measurement carries it
+bot.engine.timing.staging), less the harness's own work for a batch of that many calls as measured on
+the trusted reference (bot.engine.timing.harness_cost), divided by the calls. A Measurement carries it
 once per call of its batch, so that the median weighs batches by their calls, while batches
 stay the units of every interval (bot.core.stats resamples whole batches).
-The worker's own per-call figures are diagnostics (bot.engine.hidden, the stream check):
+The worker's own per-call figures are diagnostics (bot.engine.timing.hidden, the stream check):
 the candidate's process can rebind any clock it reads, and spread a batch's time over its
 calls as it likes while every batch total stays exact.
 """

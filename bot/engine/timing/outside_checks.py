@@ -14,7 +14,7 @@ itself wrote the batch's inputs. It checks there, by its own code:
   however many batches it spans, up to the calls held (HOLD_BYTES of outputs);
 - every output against the reference's for the same seed: the calls the parent picked
   elementwise in full, the others by a projection on a secret random vector that only the
-  parent and the trusted reference worker know (bot.engine.compare.compare_fingerprints).
+  parent and the trusted reference worker know (bot.engine.verification.compare.compare_fingerprints).
 
 Nothing here runs in the candidate's process; what the worker says (where its outputs lie)
 is only where to look.
@@ -36,10 +36,10 @@ from typing import Protocol
 import torch
 
 from bot.core.domain import CheckResult
-from bot.engine.compare import REUSED_OUTPUT, compare_fingerprints, compare_outputs
-from bot.engine.harness_cost import HarnessCost
-from bot.engine.tolerance import Rule
-from bot.engine.workers import WorkerClient, ask
+from bot.engine.timing.harness_cost import HarnessCost
+from bot.engine.verification.compare import REUSED_OUTPUT, compare_fingerprints, compare_outputs
+from bot.engine.verification.tolerance import Rule
+from bot.engine.workers.client import WorkerClient, ask
 from bot.protocol import measures
 from bot.protocol.batches import TimeReply
 from bot.protocol.messages import Fingerprints
@@ -47,7 +47,7 @@ from bot.sandbox import memory
 
 
 class RunView(Protocol):
-    """What these checks read of a shape's timing run. bot.engine.batch_run.Run holds the checks
+    """What these checks read of a shape's timing run. bot.engine.timing.batch_run.Run holds the checks
     and answers to this; declared here, the two modules need not import each other."""
 
     @property

@@ -1,9 +1,9 @@
 """The check list: pure functions from observations to `CheckResult`s, and `judge`.
 
 Nothing here runs candidate code or times anything; the observations come from workers
-(see `bot.engine.trials` and `bot.engine.timing`), the reference from a different process.
-Outputs are compared with the reference's in bot.engine.compare, the parent's clock held
-against the worker's report in bot.engine.hidden.
+(see `bot.engine.verification.trials` and `bot.engine.timing.interleaved`), the reference from a different process.
+Outputs are compared with the reference's in bot.engine.verification.compare, the parent's clock held
+against the worker's report in bot.engine.timing.hidden.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def check_wall_clock(reported_us: float, parent_wall_us: float) -> CheckResult:
     return CheckResult(name, True)
 
 
-# A look at the GPU (the reference's row of spin kernels, bot.engine.harness_cost) may take this much longer
+# A look at the GPU (the reference's row of spin kernels, bot.engine.timing.harness_cost) may take this much longer
 # than on an idle GPU, or wait this much between two of its kernels, for the GPU's switch from
 # another process's context: on an H100, up to 250 us after an honest batch of memory-bound
 # work; a kernel left running costs a time slice instead (2.4 ms).

@@ -15,7 +15,7 @@ from bot.core.domain import Trigger
 from bot.core.results import RESULTS_FILE, Results
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION  # noqa: F401 (re-exported)
 from bot.core.time_split import run_line
-from bot.engine.optimize import OptimizeResult
+from bot.engine.loop.optimize import OptimizeResult
 
 
 def results_document(results: Sequence[OptimizeResult], trigger: Trigger | None, min_speedup: float) -> Results:

@@ -18,11 +18,11 @@ from bot.core.results import ProblemResult
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.settings import DEFAULTS, Device, TolerancePolicy
 from bot.core.time_split import TimeSplit
-from bot.engine.attempts import Attempt, OptimizeOptions
-from bot.engine.device_name import device_name
-from bot.engine.evaluate import evaluate
-from bot.engine.llm_rounds import Rounds, llm_rounds
-from bot.engine.phase_clock import PhaseClock, recording
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.loop.attempts import Attempt, OptimizeOptions
+from bot.engine.loop.llm_rounds import Rounds, llm_rounds
+from bot.engine.workers.phase_clock import PhaseClock, recording
+from bot.engine.workspace.device_name import device_name
 from bot.propose.base import Hardware, Proposer, hardware_for
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import path_of
@@ -47,7 +47,7 @@ class OptimizeResult:
     error: str | None = None  # the problem could not be evaluated (one clear line)
     implausible: tuple[Implausible, ...] = ()  # timed, kept from a claim by the guard
     thresholds: Thresholds = Thresholds()  # what `best` and `implausible` were judged against
-    tolerance: TolerancePolicy = DEFAULTS.tolerance  # the policy that judged (bot.engine.tolerance)
+    tolerance: TolerancePolicy = DEFAULTS.tolerance  # the policy that judged (bot.engine.verification.tolerance)
     time_split: TimeSplit | None = None  # where `wall_s` went (bot.core.time_split)
     # Its entry in results.json, built once: every document of the run and the terminal share it.
     result: ProblemResult = field(init=False, repr=False, compare=False)

@@ -8,15 +8,15 @@ import time
 
 from bot.core.domain import CheckResult
 from bot.core.settings import Device
-from bot.engine import verify
-from bot.engine.batch_run import Run, no_window
-from bot.engine.compare import check_commitment, compare_outputs
-from bot.engine.harness_cost import timed_exchange
-from bot.engine.outside_clock import FLOOR_US, batch_sample_us, next_batch_size, per_call_estimate
-from bot.engine.records import TimingRecord
-from bot.engine.staging import StagingRefused, stage
-from bot.engine.trials import failure_check, timed_seeds
-from bot.engine.workers import WorkerClient, WorkerFailure, ask
+from bot.engine.timing.batch_run import Run, no_window
+from bot.engine.timing.harness_cost import timed_exchange
+from bot.engine.timing.outside_clock import FLOOR_US, batch_sample_us, next_batch_size, per_call_estimate
+from bot.engine.timing.records import TimingRecord
+from bot.engine.timing.staging import StagingRefused, stage
+from bot.engine.verification import verify
+from bot.engine.verification.compare import check_commitment, compare_outputs
+from bot.engine.verification.trials import failure_check, timed_seeds
+from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
 from bot.protocol.batches import Outputs, Time, TimeReply
 from bot.protocol.messages import Fingerprints
 
@@ -79,7 +79,7 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         return
     samples = reply.samples
     results = [verify.check_wall_clock(sum(samples), wall_us), verify.check_threads(reply.new_threads, "timed calls")]
-    if read is not None:  # every call's outputs and inputs, from outside (bot.engine.outside_checks)
+    if read is not None:  # every call's outputs and inputs, from outside (bot.engine.timing.outside_checks)
         results.extend(read.failed or run.outside.against_reference(run, seeds, picked, read, f"shape {shape.name}"))
     else:
         results.extend(

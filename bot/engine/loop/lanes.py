@@ -2,7 +2,7 @@
 
 Problems are taken from one queue by `jobs` threads; each problem runs on the lane (GPU) with
 the fewest problems at that moment. Compilation and verification of all running problems
-overlap on the CPUs; timing is exclusive per lane (`bot.engine.gpulock` keys its lock by GPU), so two
+overlap on the CPUs; timing is exclusive per lane (`bot.engine.workers.gpulock` keys its lock by GPU), so two
 measurements never share a GPU, and a verdict does not depend on how many lanes there are.
 """
 
@@ -62,7 +62,7 @@ def visible_gpus(spec: str | None, device: str) -> list[int | None]:
 def resolve_jobs(jobs: int | None, device: str, problems: int, lanes: int, cores: int | None = None) -> int:
     """`--jobs`: N, or None ('auto', the default): on a CPU one problem per core; on a GPU up to
     half the cores (a problem's compilations keep a core or two busy), each lane's memory
-    admitting what fits (bot.engine.memory_budget). Never more than the problems, never
+    admitting what fits (bot.engine.workspace.memory_budget). Never more than the problems, never
     fewer than the lanes."""
     if jobs is None:
         cores = cores or os.cpu_count() or 1

@@ -12,17 +12,14 @@ from bot.core.outcomes import ShapeOutcome
 from bot.core.progress import Progress, ShapeTimed, ShapeVerified
 from bot.core.roofline import floor_us, peaks_for
 from bot.core.settings import Device
-from bot.engine import verify
-from bot.engine.eval_options import EvalOptions
-from bot.engine.eval_workers import Replicas, construct_all, release_caches
-from bot.engine.failures import problem_failure
-from bot.engine.futility import Futility, bar
-from bot.engine.gpulock import device_key, gpu_exclusive, gpu_shared
-from bot.engine.hidden import check_hidden_time, hidden_time_checks
-from bot.engine.phase_clock import current
-from bot.engine.records import TimingRecord
-from bot.engine.timing import TimedShape, TimingHooks, time_interleaved
-from bot.engine.trials import (
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.evaluation.worker_pool import Replicas, construct_all, release_caches
+from bot.engine.timing.futility import Futility, bar
+from bot.engine.timing.hidden import check_hidden_time, hidden_time_checks
+from bot.engine.timing.interleaved import TimedShape, TimingHooks, time_interleaved
+from bot.engine.timing.records import TimingRecord
+from bot.engine.verification import verify
+from bot.engine.verification.trials import (
     DeviceHolds,
     ReferenceInfo,
     TrialRun,
@@ -30,7 +27,10 @@ from bot.engine.trials import (
     run_trials,
     timed_seeds,
 )
-from bot.engine.workers import WorkerClient, WorkerFailure, ask
+from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
+from bot.engine.workers.failures import problem_failure
+from bot.engine.workers.gpulock import device_key, gpu_exclusive, gpu_shared
+from bot.engine.workers.phase_clock import current
 from bot.protocol.messages import Construct, Run
 from bot.sandbox import freezer
 
@@ -114,7 +114,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
             return ask(worker, Run(seed=seed), limits.first_call_timeout_s, "call").new_threads
 
     records: dict[str, TimingRecord] = {}
-    # A candidate that can no longer be selected on this shape is timed no further (bot.engine.futility).
+    # A candidate that can no longer be selected on this shape is timed no further (bot.engine.timing.futility).
     futility = (
         Futility(
             names[0],
@@ -156,7 +156,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         info.nbytes, info.flops, peaks_for(environment.device_name) if environment.device == Device.CUDA else None
     )
     # The worker's reports against the parent's clock: on the CPU evidence only, since the
-    # samples are the parent's own (bot.engine.outside_clock); on CUDA, whose samples are the
+    # samples are the parent's own (bot.engine.timing.outside_clock); on CUDA, whose samples are the
     # worker's events, what they left out is counted into them and gross hiding rejects.
     hidden = hidden_time_checks({n: r for n, r in records.items() if not r.failed}, names[0] if has_baseline else None)
     events = options.device == Device.CUDA

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from bot.core.settings import Device
-from bot.engine.phase_clock import current, part_of
+from bot.engine.workers.phase_clock import current, part_of
 from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
 from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply
 from bot.protocol.typed import Failure, ProtocolError, Request

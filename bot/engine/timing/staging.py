@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from bot.engine.batch_run import Run
-from bot.engine.harness_cost import timed_exchange
-from bot.engine.workers import WorkerClient, ask
+from bot.engine.timing.batch_run import Run
+from bot.engine.timing.harness_cost import timed_exchange
+from bot.engine.workers.client import WorkerClient, ask
 from bot.protocol.batches import Stage, StageInto
 from bot.sandbox import memory
 
@@ -29,10 +29,10 @@ class Staged:
 def stage(run: Run, worker: WorkerClient, seeds: list[int], filled: list | None = None) -> Staged:
     """Stage a batch's inputs in `worker`, inside its window (every other contender frozen).
     Filled from outside where it can be: the reference draws them, the worker allocates empty
-    buffers (on the parent's clock: it runs its own code there, bot.engine.outside_clock), and
+    buffers (on the parent's clock: it runs its own code there, bot.engine.timing.outside_clock), and
     the parent copies them in while it is frozen. Otherwise the worker draws them itself, on the
     parent's clock too. Inputs filled from outside add (the reference's regions, the worker's)
-    to `filled`, for the parent to read back after the calls (bot.engine.outside_checks)."""
+    to `filled`, for the parent to read back after the calls (bot.engine.timing.outside_checks)."""
     timeout_s = run.call_timeout_s * len(seeds)
     drawn = Stage(seeds=seeds)
     if run.harness.fills_from_outside:

@@ -17,13 +17,13 @@ from bot.core.domain import CandidateSource, CheckResult, Problem
 from bot.core.memory import host_footprint_bytes, host_limit_bytes, margin_bytes, problem_footprints
 from bot.core.progress import MoreWorkersStarting, Progress, WorkersStarted
 from bot.core.settings import Device
-from bot.engine import verify
-from bot.engine.eval_options import EvalOptions
-from bot.engine.gpulock import gpu_shared
-from bot.engine.memory_budget import Reservation
-from bot.engine.phase_clock import current
-from bot.engine.trials import ReferenceInfo, failure_check, release_cache
-from bot.engine.workers import WorkerClient, WorkerFailure, ask
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.verification import verify
+from bot.engine.verification.trials import ReferenceInfo, failure_check, release_cache
+from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
+from bot.engine.workers.gpulock import gpu_shared
+from bot.engine.workers.phase_clock import current
+from bot.engine.workspace.memory_budget import Reservation
 from bot.protocol.channel import machine_memory_bytes, outputs_bound
 from bot.protocol.messages import Construct, Load
 from bot.sandbox import WorkerLaunch

@@ -14,18 +14,18 @@ from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.core.progress import EvaluationStarted, Note, Progress, silent
 from bot.core.settings import Device, TolerancePolicy
-from bot.engine import verify
-from bot.engine.cache import ResultCache, environment_key, protocol_of
-from bot.engine.eval_options import EvalOptions
-from bot.engine.eval_workers import Replicas, materialise, open_session
-from bot.engine.failures import problem_failure, ran_out_of_gpu_memory
-from bot.engine.shape_run import ProblemRun, evaluate_shape
-from bot.engine.simulated import simulated_reason
-from bot.engine.trials import (
+from bot.engine.evaluation.cache import ResultCache, environment_key, protocol_of
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.evaluation.shape_run import ProblemRun, evaluate_shape
+from bot.engine.evaluation.simulated import simulated_reason
+from bot.engine.evaluation.worker_pool import Replicas, materialise, open_session
+from bot.engine.verification import verify
+from bot.engine.verification.trials import (
     failure_check,
     tunes_on_first_call,
 )
-from bot.engine.workers import WorkerClient, WorkerFailure
+from bot.engine.workers.client import WorkerClient, WorkerFailure
+from bot.engine.workers.failures import problem_failure, ran_out_of_gpu_memory
 
 
 def evaluate(
@@ -38,7 +38,7 @@ def evaluate(
     """Verify every candidate (and the baseline) on every shape; time the accepted ones.
 
     With `options.use_cache`, candidates already judged against the same problem, baseline and
-    machine stack, under the same protocol, are taken from the cache (bot.engine.cache) instead
+    machine stack, under the same protocol, are taken from the cache (bot.engine.evaluation.cache) instead
     of being run again, where their outcome was conclusive."""
     if not options.use_cache:
         return untimed_where_simulated(
@@ -194,7 +194,7 @@ def _evaluate_once(
         self_tuning = frozenset(
             n for n, c in zip(names, contenders) if options.device == Device.CUDA and tunes_on_first_call(c.source)
         )
-        # Verified, not timed (bot.engine.simulated); with a simulated baseline there is nothing to
+        # Verified, not timed (bot.engine.evaluation.simulated); with a simulated baseline there is nothing to
         # time against. rmsnorm's interpreted Triton baseline took 181 ms a call on 2 vCPUs.
         simulated = {n for n, c in zip(names, contenders) if simulated_reason(c.source, options.device)}
         untimed = frozenset(names if baseline is not None and names[0] in simulated else simulated)

@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bot.core.domain import Problem, Shape
-from bot.engine.harness_cost import HarnessCost
-from bot.engine.outside_checks import OutsideChecks
-from bot.engine.records import TimingOptions
-from bot.engine.tolerance import Rule
-from bot.engine.workers import WorkerClient
+from bot.engine.timing.harness_cost import HarnessCost
+from bot.engine.timing.outside_checks import OutsideChecks
+from bot.engine.timing.records import TimingOptions
+from bot.engine.verification.tolerance import Rule
+from bot.engine.workers.client import WorkerClient
 
 # Called right before each timed batch with its worker: the sandbox freezes every other
 # contender's processes there (bot.sandbox.freezer), until the timing phase ends.

@@ -1,5 +1,5 @@
 """Outputs against the reference's, as pure functions to `CheckResult`s, by the rule each output
-is held to (bot.engine.tolerance): the full values of a checked call (`compare_values`), the
+is held to (bot.engine.verification.tolerance): the full values of a checked call (`compare_values`), the
 fingerprints of a timed call (`compare_fingerprints`) and what a timed call committed to inside
 the parent's window against what it revealed after (`check_commitment`, `compare_outputs`).
 
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from bot.core.domain import CheckResult
-from bot.engine.tolerance import AllClose, Given, Rule, Tolerance, rule_of, rules_of
+from bot.engine.verification.tolerance import AllClose, Given, Rule, Tolerance, rule_of, rules_of
 from bot.protocol.measures import hash_tensor, row_width
 
 FINGERPRINT_SIGMAS = 6.0  # a projection on a random Gaussian vector: 6 sigma is never noise
@@ -65,7 +65,7 @@ def _bound_in_place(
 
 def compare_values(expected: torch.Tensor, got: torch.Tensor, dtype: str, given: Given, label: str) -> CheckResult:
     """Values of one output against the reference's, by the rule `given` resolves to
-    (bot.engine.tolerance); evidence names the worst element."""
+    (bot.engine.verification.tolerance); evidence names the worst element."""
     name = "values"
     tol = rule_of(dtype, given)
     shape = list(got.shape)

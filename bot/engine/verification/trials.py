@@ -14,12 +14,12 @@ from bot.core.distributions import seed_for, timed_mix
 from bot.core.domain import CheckResult, Problem, Shape
 from bot.core.progress import Note, Progress, ReferenceTrial, TrialsStarted
 from bot.core.settings import DEFAULTS, Device, TolerancePolicy
-from bot.engine import verify
-from bot.engine.compare import compare_values
-from bot.engine.gpulock import GpuHandover
-from bot.engine.phase_clock import current
-from bot.engine.tolerance import Rule, shape_rules, widening_notes
-from bot.engine.workers import WorkerClient, WorkerFailure, ask
+from bot.engine.verification import verify
+from bot.engine.verification.compare import compare_values
+from bot.engine.verification.tolerance import Rule, shape_rules, widening_notes
+from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
+from bot.engine.workers.gpulock import GpuHandover
+from bot.engine.workers.phase_clock import current
 from bot.protocol.messages import Gate, ReferenceRun, Release, Run
 
 
@@ -31,7 +31,7 @@ class ReferenceInfo:
     nbytes: int = 0
     flops: int | None = None
     inputs: list[str] = field(default_factory=list)  # e.g. "bfloat16[8192, 4096]"
-    # The rule each output is held to on this shape, in trials and timed calls (bot.engine.tolerance).
+    # The rule each output is held to on this shape, in trials and timed calls (bot.engine.verification.tolerance).
     rules: tuple[Rule | None, ...] = ()
     # The footprint (bot.core.memory) on a GPU: the reference's peak device memory in its eager
     # model, and in all (the float64 copies too).
@@ -128,7 +128,7 @@ class TrialRun:
     parallel: int  # contenders running their trials at once
     policy: TolerancePolicy = DEFAULTS.tolerance
     # Told the reference's figures before any contender's trial: waits until the problem's
-    # memory is admitted (bot.engine.memory_budget) and says how many contenders run at once.
+    # memory is admitted (bot.engine.workspace.memory_budget) and says how many contenders run at once.
     admit: Callable[[ReferenceInfo], int] | None = None
 
 

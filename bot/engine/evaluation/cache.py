@@ -16,7 +16,7 @@ inconclusive interval or a rejection a busy machine can cause is measured again.
 - **Entry**: a results.json document with one attempt, read back through the one reader of
   results (bot.core.results.Results.from_json, schema-validated).
 - **Where**: `$XDG_CACHE_HOME/kernel-bot` (else `~/.cache/kernel-bot`: the default of
-  `EvalOptions.cache_root`, bot.engine.eval_options), folders of mode 0700
+  `EvalOptions.cache_root`, bot.engine.evaluation.options), folders of mode 0700
   owned by the user; a results folder another user owns is not used.
 """
 
@@ -45,12 +45,12 @@ from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import ContenderResult
 from bot.core.results_outcomes import contender_outcome
 from bot.core.settings import Device
-from bot.engine.eval_options import EvalOptions
+from bot.engine.evaluation.options import EvalOptions
 
 log = logging.getLogger(__name__)
 
 ENTRY_KIND = "kernel-bot-cached-outcome"
-BOT_PACKAGE = Path(__file__).resolve().parents[1]
+BOT_PACKAGE = Path(__file__).resolve().parents[2]  # bot/
 # The bot's code that verifies and times: a change to any of it may change a verdict or a time.
 PROTOCOL_PACKAGES = ("core", "engine", "harness", "protocol", "sandbox")
 # Options that say how long or where to work, not what a verdict or a time means. Everything

@@ -15,11 +15,11 @@ from bot.core.errors import BotError
 from bot.core.progress import ProblemDone, ProblemFailed, Progress
 from bot.core.results import ProblemResult, Results
 from bot.core.settings import Settings
-from bot.engine.attempts import OptimizeOptions
-from bot.engine.changes import affected_problems
-from bot.engine.optimize import OptimizeResult, failed_result, optimize
-from bot.engine.outputs import results_document, write_optimize_outputs, write_results
-from bot.engine.problems import find_problems
+from bot.engine.loop.attempts import OptimizeOptions
+from bot.engine.loop.optimize import OptimizeResult, failed_result, optimize
+from bot.engine.loop.outputs import results_document, write_optimize_outputs, write_results
+from bot.engine.workspace.changes import affected_problems
+from bot.engine.workspace.problems import find_problems
 from bot.report.chart import results_chart
 from bot.report.markdown import render_step_summary
 from bot.report.plan import plan_pull_request, reproduce_command
@@ -32,8 +32,8 @@ class Job:
     trigger: Trigger
     options: OptimizeOptions
     out: Path
-    jobs: int | None = None  # problems at once; None: auto (bot.engine.lanes.resolve_jobs)
-    gpus: str | None = None  # GPU lanes: "all" or "0,1" (see bot.engine.lanes)
+    jobs: int | None = None  # problems at once; None: auto (bot.engine.loop.lanes.resolve_jobs)
+    gpus: str | None = None  # GPU lanes: "all" or "0,1" (see bot.engine.loop.lanes)
 
 
 def select_problems(repo_root: Path, settings: Settings, changed: list[str] | None) -> list[Problem]:
@@ -82,9 +82,9 @@ def optimize_all(
     evaluated is a result with its error (callers exit 2 after writing everything)."""
     from dataclasses import replace
 
-    from bot.engine.candidates import default_baseline
-    from bot.engine.lanes import Lanes, resolve_jobs, run_problems, visible_gpus
-    from bot.engine.memory_budget import device_budget
+    from bot.engine.loop.lanes import Lanes, resolve_jobs, run_problems, visible_gpus
+    from bot.engine.workspace.candidates import default_baseline
+    from bot.engine.workspace.memory_budget import device_budget
 
     done: dict[str, OptimizeResult] = {}
     device = options.evaluation.device

@@ -12,10 +12,10 @@ from typing import Any
 
 from bot.core.domain import CheckResult
 from bot.core.settings import Device
-from bot.engine import verify
-from bot.engine.hidden import spread
-from bot.engine.records import TimingRecord
-from bot.engine.workers import WorkerClient, ask, parse_reply
+from bot.engine.timing.hidden import spread
+from bot.engine.timing.records import TimingRecord
+from bot.engine.verification import verify
+from bot.engine.workers.client import WorkerClient, ask, parse_reply
 from bot.protocol.batches import Outputs, Quiet, Stage, StageInto, Time
 from bot.protocol.typed import Request
 from bot.sandbox import memory
@@ -115,7 +115,7 @@ class HarnessCost:
         self.window, self.staging, self.span = Calibration(), Calibration(), Calibration(low=True)
         self._idle_quiet_us: float | None = None
         self.last_timed: TimingRecord | None = None  # whose batch ran last, for gpu_left_busy
-        # On the CPU the parent fills each batch's inputs from outside (bot.engine.staging) until
+        # On the CPU the parent fills each batch's inputs from outside (bot.engine.timing.staging) until
         # it cannot; then `staging_note` says why and each worker stages its own.
         self.fills_from_outside = reference.device == Device.CPU and memory.supported()
         self.staging_note = "" if self.fills_from_outside else "inputs staged in each worker"
@@ -164,7 +164,7 @@ class HarnessCost:
 
     def span_of(self, n: int) -> tuple[float, float]:
         """(expected, spread) in us of a whole batch of n calls, staging to reply, that does
-        nothing: what a batch's sample leaves out (bot.engine.outside_clock)."""
+        nothing: what a batch's sample leaves out (bot.engine.timing.outside_clock)."""
         self._calibrate_fixed()
         return self.span.of(n)
 
@@ -187,20 +187,20 @@ class HarnessCost:
         """One calibration batch: the parent's wall time of its window less the calls' reported
         time, of its staging, and of the whole batch from staging to the calls' reply (less the
         calls' reported time too), staged
-        as the contenders' batches are (bot.engine.staging): where the parent fills inputs from
+        as the contenders' batches are (bot.engine.timing.staging): where the parent fills inputs from
         outside, drawn and described, then empty buffers allocated; else drawn."""
         seeds = [self.rng.getrandbits(62) for _ in range(n)]
         started = time.perf_counter()
         stub = Stage(seeds=seeds, stub=True, meta=self.meta, expose=self.fills_from_outside)
         staged, staging_us = timed_exchange(self.reference, stub, self.timeout_s * n, "problem")
         if self.fills_from_outside and staged.layout is not None:
-            # The reference's drawing is outside a contender's sample (bot.engine.staging.Staged).
+            # The reference's drawing is outside a contender's sample (bot.engine.timing.staging.Staged).
             started = time.perf_counter()
             into = StageInto(layout=staged.layout)
             staging_us = timed_exchange(self.reference, into, self.timeout_s * n, "problem")[1]
         reply, wall_us = timed_exchange(
             self.reference,
-            # Naming where outputs lie is the harness's work in the window too (bot.engine.outside_checks).
+            # Naming where outputs lie is the harness's work in the window too (bot.engine.timing.outside_checks).
             Time(fp_seed=1, mode=self.mode, stub=True, outside=self.fills_from_outside, calls=n),
             self.timeout_s * n,
             "problem",

@@ -1,5 +1,5 @@
 """One problem's optimisation: its options, and each candidate it tried with the round that
-proposed it (the loop in bot.engine.optimize and the LLM's rounds in bot.engine.llm_rounds both
+proposed it (the loop in bot.engine.loop.optimize and the LLM's rounds in bot.engine.loop.llm_rounds both
 read and add to them)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from bot.core.judge import Thresholds, judge
 from bot.core.outcomes import ContenderOutcome
 from bot.core.results_contenders import ContenderResult
 from bot.core.settings import DEFAULTS, Backend, Strategy
-from bot.engine.eval_options import EvalOptions
+from bot.engine.evaluation.options import EvalOptions
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from bot.core.domain import CandidateSource, Problem
 from bot.core.errors import BotError
 from bot.core.outcomes import ContenderOutcome
 from bot.core.progress import Progress, RoundStarted
-from bot.engine.attempts import Attempt, OptimizeOptions
+from bot.engine.loop.attempts import Attempt, OptimizeOptions
 from bot.propose.base import BudgetExhausted, Feedback, Hardware, ProposalRequest, Proposer
 
 

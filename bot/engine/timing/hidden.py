@@ -21,7 +21,7 @@ from bot.core.domain import CheckResult
 # calibration's do-nothing call: 8 us of gelu's 62 us on a 2-vCPU CPU), and three times the
 # noise of the medians compared. Less than that is reported as counted: honest code
 # also leaves work for after its return (an interpreted Triton kernel's garbage, 3.9 ms on a
-# 68 ms call). The contender's times are the parent's own (bot.engine.outside_clock), so they
+# 68 ms call). The contender's times are the parent's own (bot.engine.timing.outside_clock), so they
 # hold whatever a report left out: this check is evidence of tampering, never a time.
 HIDDEN_SHARE = 0.5
 HARNESS_SHARE = 0.25

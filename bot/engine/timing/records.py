@@ -37,7 +37,7 @@ class TimingOptions:
 @dataclass
 class TimingRecord:
     # Per call of each kept batch: the batch's time per call on the parent's clock, one
-    # measurement per batch (bot.engine.outside_clock), so batches are the units of every statistic.
+    # measurement per batch (bot.engine.timing.outside_clock), so batches are the units of every statistic.
     samples_us: list[float] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)  # calls in each kept batch
     batch_workers: list[int] = field(default_factory=list)  # which replica took each batch
@@ -47,7 +47,7 @@ class TimingRecord:
     event_us: list[float] = field(default_factory=list)
     # Per kept batch, per call: the host time the worker reported (the calls' own, or on CUDA in
     # "throughput" and "graph" its whole batch's), and the parent's wall time it leaves
-    # unexplained beyond the harness's measured work (HarnessCost; bot.engine.hidden.check_hidden_time).
+    # unexplained beyond the harness's measured work (HarnessCost; bot.engine.timing.hidden.check_hidden_time).
     reported_us: list[float] = field(default_factory=list)
     unexplained_us: list[float] = field(default_factory=list)
     harness_us: list[float] = field(default_factory=list)  # per kept batch, per call: HarnessCost's median
@@ -62,7 +62,7 @@ class TimingRecord:
 
     def measurement(self) -> Measurement | None:
         """The samples, each with `counted_us` added (on CUDA: the time per call the parent's clock
-        saw and the worker's events left out, bot.engine.hidden; 0 on the CPU, whose samples are
+        saw and the worker's events left out, bot.engine.timing.hidden; 0 on the CPU, whose samples are
         the parent's own)."""
         if not self.samples_us:
             return None
