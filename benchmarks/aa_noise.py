@@ -17,13 +17,13 @@ import sys
 import time
 from pathlib import Path
 
+from bot.cli.progress_view import PlainLines
 from bot.core.domain import CandidateSource, Origin
 from bot.core.progress import Note
 from bot.engine.evaluation.evaluate import evaluate
 from bot.engine.evaluation.options import EvalOptions
 from bot.engine.timing.records import TimingOptions
 from bot.engine.workspace.problems import load_problem, only_shapes
-from bot.progress_view import PlainLines
 from bot.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.cli import main
+from bot.cli.main import main
 
 PROBLEM = str(PROBLEMS / "scale_add.py")
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES, ROOT
 
 import bot.engine.loop.pipeline as pipeline
-from bot.cli import main
+from bot.cli.main import main
 from bot.core.results import Results
 
 KERNELBENCH = ROOT.parent / "shared" / "kernelbench"  # KernelBench as it ships, beside the checkout

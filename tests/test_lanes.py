@@ -172,7 +172,7 @@ def test_jobs_option_takes_auto_or_a_positive_number_and_refuses_the_rest():
     import click
     from click.testing import CliRunner
 
-    from bot.cli_options import JOBS
+    from bot.cli.options import JOBS
 
     @click.command()
     @JOBS

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES, ROOT
 
-from bot.cli import main
+from bot.cli.main import main
 from bot.core.errors import BotError
 from bot.core.shards import assign, expected_cost, parse_shard
 from bot.engine.workspace.problems import find_problems

@@ -23,7 +23,7 @@ def default_cache_root() -> Path:
 @dataclass(frozen=True)
 class EvalOptions:
     """How one problem's contenders are verified and timed. The run's are derived from its
-    `Settings` (bot.options); a field a setting decides has that setting's default or none."""
+    `Settings` (bot.cli.engine_options); a field a setting decides has that setting's default or none."""
 
     device: Device  # resolved (the settings' "auto" is no device)
     sandbox: SandboxKind = DEFAULTS.sandbox

@@ -1,6 +1,6 @@
 """The commands run on a repository: `dry-run` locally, `run` and `publish` (the Action's two
 stages), `plan` and `merge` (the nightly matrix). Their settings are the repository's
-configuration with the options the user actually gave on top (bot.cli_options)."""
+configuration with the options the user actually gave on top (bot.cli.options)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from bot.cli_options import GPUS, JOBS, JSON, SHARD, given_overrides, repository_settings, tuning_options
-from bot.cli_output import progress, progress_view, table
+from bot.cli.options import GPUS, JOBS, JSON, SHARD, given_overrides, repository_settings, tuning_options
+from bot.cli.output import progress, progress_view, table
 
 
 @click.command("dry-run")
@@ -37,10 +37,10 @@ def dry_run(
     """The whole pipeline locally, then print the pull request it would open. No GitHub, no token.
 
     On the default branch with nothing changed, it runs every problem (the embedded default)."""
+    from bot.cli.engine_options import job_options
     from bot.core.domain import Trigger
     from bot.engine.loop.pipeline import Job, describe_plan, raise_if_any_failed, run_job, select_problems
     from bot.engine.workspace.changes import changed_files_git, default_base
-    from bot.options import job_options
 
     repo = Path(repo_path).resolve()
     settings = repository_settings(ctx, repo, given)
@@ -87,7 +87,7 @@ def run(
     ctx: click.Context, results_dir: str, shard: str | None, jobs: int | None, gpus: str | None, **given: Any
 ) -> None:
     """Stage 1 of the Action (GPU runner, read-only token): event -> results directory."""
-    from bot.stage_one import StageOneInputs, run_stage_one
+    from bot.cli.stage_one import StageOneInputs, run_stage_one
 
     # The workspace is known only from the event's environment: stage one loads the settings
     # there, with the options the user gave on top.
@@ -157,6 +157,6 @@ def plan_cmd(paths: tuple[str, ...], shards: int, repo_path: str, as_json: bool)
 @click.option("--repo", "repo_path", default=".", type=click.Path(file_okay=False, exists=True))
 def merge(dirs: tuple[str, ...], out: str, repo_path: str) -> None:
     """Combine shard results directories into one results.json, report and PR plan."""
-    from bot.stage_one import merge_results
+    from bot.cli.stage_one import merge_results
 
     merge_results([Path(d) for d in dirs], Path(out), Path(repo_path).resolve(), click.echo)

@@ -77,10 +77,10 @@ def run_stage_one(
     echo: Echo,
     environ: Mapping[str, str] | None = None,
 ) -> Results | None:
+    from bot.cli.engine_options import job_options
     from bot.core.shards import parse_shard, shard_problems
     from bot.engine.loop.pipeline import Job, raise_if_any_failed, run_job, select_problems
     from bot.github.events import trigger_from_event
-    from bot.options import job_options
 
     results_dir = inputs.results_dir
     env = github_env(environ)

@@ -1,5 +1,5 @@
 """The `bot` command line: the group, and the commands given problem files (verify, bench,
-optimize). The commands run on a repository are in bot.cli_repo; the options in bot.cli_options.
+optimize). The commands run on a repository are in bot.cli.repo; the options in bot.cli.options.
 Each command builds the run's `Settings` once from its options and passes it down; a
 `BotError` becomes exit code 2."""
 
@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from bot.cli_options import (
+from bot.cli.engine_options import evaluation_options, optimize_options, verify_options
+from bot.cli.options import (
     CACHE,
     DEVICE,
     GPUS,
@@ -31,11 +32,10 @@ from bot.cli_options import (
     settings_of,
     tuning_options,
 )
-from bot.cli_output import progress, progress_view, set_quiet, table
-from bot.cli_repo import dry_run, merge, plan_cmd, publish, run
+from bot.cli.output import progress, progress_view, set_quiet, table
+from bot.cli.repo import dry_run, merge, plan_cmd, publish, run
 from bot.core.domain import Problem
 from bot.core.errors import BotError
-from bot.options import evaluation_options, optimize_options, verify_options
 
 
 class BotGroup(click.Group):

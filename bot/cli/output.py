@@ -7,10 +7,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bot.cli.progress_view import PlainLines, results_table
+from bot.cli.progress_view import progress_view as view
 from bot.core.progress import ProgressEvent
 from bot.core.results import ProblemResult
-from bot.progress_view import PlainLines, results_table
-from bot.progress_view import progress_view as view
 
 _STARTED = time.monotonic()
 _quiet = False  # -q: no progress at all
