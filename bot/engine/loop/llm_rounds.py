@@ -70,29 +70,36 @@ class Rounds:
 
 
 def llm_rounds(rounds: Rounds, proposer: Proposer | None, info: dict[str, Any]) -> str:
-    problem, baseline, options, hardware = rounds.problem, rounds.baseline, rounds.options, rounds.hardware
-    attempts, run, deadline, progress = rounds.attempts, rounds.run, rounds.deadline, rounds.progress
     if proposer is None:
         from bot.propose.llm import LlmProposer
 
-        if not options.model:
+        if not rounds.options.model:
             raise BotError("the llm strategy needs --model (and OPENAI_API_KEY / OPENAI_BASE_URL)")
-        proposer = LlmProposer(options.model, samples=options.samples, max_total_tokens=options.max_tokens)
-    history: list[Feedback] = [feedback_for(a.outcome) for a in attempts][-6:]
-    floor = next((s.floor_us for a in attempts for s in a.outcome.shapes if s.floor_us), None)
-    current = baseline.source
+        proposer = LlmProposer(
+            rounds.options.model, samples=rounds.options.samples, max_total_tokens=rounds.options.max_tokens
+        )
+    history: list[Feedback] = [feedback_for(a.outcome) for a in rounds.attempts][-6:]
+    floor = next((s.floor_us for a in rounds.attempts for s in a.outcome.shapes if s.floor_us), None)
+    current = rounds.baseline.source
     stopped = "max rounds"
-    for round_ in range(1, options.max_rounds + 1):
-        if time.monotonic() > deadline:
+    for round_ in range(1, rounds.options.max_rounds + 1):
+        if time.monotonic() > rounds.deadline:
             stopped = "budget"
             break
-        if near_roofline(attempts, options.roofline_stop_pct):
+        if near_roofline(rounds.attempts, rounds.options.roofline_stop_pct):
             stopped = "near the roofline floor"
             break
         request = ProposalRequest(
-            problem, current, hardware, floor, round_, options.samples, tuple(history), options.backend
+            rounds.problem,
+            current,
+            rounds.hardware,
+            floor,
+            round_,
+            rounds.options.samples,
+            tuple(history),
+            rounds.options.backend,
         )
-        progress(RoundStarted(problem.name, "llm", round_))
+        rounds.progress(RoundStarted(rounds.problem.name, "llm", round_))
         try:
             cands = proposer.propose(request)
         except BudgetExhausted as exc:
@@ -100,10 +107,10 @@ def llm_rounds(rounds: Rounds, proposer: Proposer | None, info: dict[str, Any]) 
             break
         history.extend(getattr(proposer, "last_failures", []))
         if cands:
-            before = len(attempts)
-            run(round_, cands)
-            history.extend(feedback_for(a.outcome) for a in attempts[before:])
-            for a in attempts[before:]:
+            before = len(rounds.attempts)
+            rounds.run(round_, cands)
+            history.extend(feedback_for(a.outcome) for a in rounds.attempts[before:])
+            for a in rounds.attempts[before:]:
                 if a.outcome.verdict.accepted:
                     floor = floor or next((s.floor_us for s in a.outcome.shapes if s.floor_us), None)
     info.update(

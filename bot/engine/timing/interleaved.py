@@ -73,20 +73,24 @@ def time_interleaved(
     ends). After each round of the final phase, `stop(records, active)` may name contenders
     to time no further (bot.engine.timing.futility); their records are kept as they are.
     """
-    problem, shape, reference, info, options = timed.problem, timed.shape, timed.reference, timed.info, timed.options
-    rng, call_timeout_s, progress, keep = timed.rng, timed.call_timeout_s, hooks.progress, hooks.keep
-    replicate, exclusive, retire, window, phase = (
-        hooks.replicate,
-        hooks.exclusive,
-        hooks.retire,
-        hooks.window,
-        hooks.phase,
+    dtypes = [m["dtype"] for m in timed.info.meta]
+    harness = HarnessCost(
+        timed.reference, timed.info.meta, timed.info.nbytes, timed.options.mode, timed.rng, timed.call_timeout_s
     )
-    dtypes = [m["dtype"] for m in info.meta]
-    harness = HarnessCost(reference, info.meta, info.nbytes, options.mode, rng, call_timeout_s)
     # Set by the shape's trials; a shape timed without them holds the problem's own bounds.
-    rules = info.rules or tuple(rules_of(dtypes, problem.tolerance))
-    run = Run(problem, shape, reference, dtypes, rng, options, call_timeout_s, harness, window, rules)
+    rules = timed.info.rules or tuple(rules_of(dtypes, timed.problem.tolerance))
+    run = Run(
+        timed.problem,
+        timed.shape,
+        timed.reference,
+        dtypes,
+        timed.rng,
+        timed.options,
+        timed.call_timeout_s,
+        harness,
+        hooks.window,
+        rules,
+    )
     records = {name: TimingRecord() for name in contenders}
     active: Workers = {n: (w,) for n, w in contenders.items()}
     everyone: dict[int, WorkerClient] = {id(w): w for w in contenders.values()}
@@ -97,27 +101,27 @@ def time_interleaved(
         leaving = [w for key, w in everyone.items() if key not in staying]
         for worker in leaving:
             del everyone[id(worker)]
-        if retire is not None and leaving:
-            retire(leaving)
+        if hooks.retire is not None and leaving:
+            hooks.retire(leaving)
 
-    if len(active) > options.finalists + len(keep & set(active)):
-        with exclusive(), _pinned(active), phase():
+    if len(active) > timed.options.finalists + len(hooks.keep & set(active)):
+        with hooks.exclusive(), _pinned(active), hooks.phase():
             active = _warm_up(run, active, records, warmed)
             for _ in range(2):
                 active = _visit_all(run, active, records, keep=True)
-        if len(active) > options.finalists + len(keep & set(active)):
-            active = _finalists(active, records, keep, options.finalists)
-            progress(Screened(problem.name, shape.name, len(active)))
+        if len(active) > timed.options.finalists + len(hooks.keep & set(active)):
+            active = _finalists(active, records, hooks.keep, timed.options.finalists)
+            hooks.progress(Screened(timed.problem.name, timed.shape.name, len(active)))
         let_go(active)
-    if replicate is not None and active:
-        active = replicate({n: workers[0] for n, workers in active.items()})
+    if hooks.replicate is not None and active:
+        active = hooks.replicate({n: workers[0] for n, workers in active.items()})
         everyone.update((id(w), w) for workers in active.values() for w in workers)
-    with exclusive(), _pinned(active), phase():
+    with hooks.exclusive(), _pinned(active), hooks.phase():
         active = _warm_up(run, active, records, warmed)
-        _time(run, active, progress, records, hooks.stop)
+        _time(run, active, hooks.progress, records, hooks.stop)
     let_go({})
-    if reference.device == Device.CPU and not harness.fills_from_outside:
-        progress(Note(harness.staging_note, problem.name, shape.name))
+    if timed.reference.device == Device.CPU and not harness.fills_from_outside:
+        hooks.progress(Note(harness.staging_note, timed.problem.name, timed.shape.name))
     return records
 
 
@@ -171,8 +175,7 @@ def _time(
     """Rounds until every median is known well enough, or the cap. The cap is the final
     contenders' own: screening many can take longer than the cap, and then the choice
     would rest on two batches each."""
-    options, problem, shape = run.options, run.problem, run.shape
-    deadline, hard_deadline = _deadlines(options.time_cap_s)
+    deadline, hard_deadline = _deadlines(run.options.time_cap_s)
     rounds = 0
     while active:
         rounds += 1
@@ -181,7 +184,9 @@ def _time(
             stopped = stop(records, active)
             active = {n: w for n, w in active.items() if n not in stopped}
         done = all(
-            bench.converged(records[n].measurement(), options.target_rel_se, options.min_samples, options.min_batches)
+            bench.converged(
+                records[n].measurement(), run.options.target_rel_se, run.options.min_samples, run.options.min_batches
+            )
             for n in active
         )
         now = time.monotonic()
@@ -196,7 +201,7 @@ def _time(
             break
         if rounds % 5 == 0:
             worst = max((records[n].measurement().rel_se for n in active), default=0.0)
-            progress(TimingRound(problem.name, shape.name, rounds, len(active), worst))
+            progress(TimingRound(run.problem.name, run.shape.name, rounds, len(active), worst))
     return records
 
 

@@ -24,15 +24,13 @@ from bot.protocol.messages import Fingerprints
 def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord, keep: bool) -> None:
     """One batch: inputs staged, the calls timed inside the parent's own window, then calls the
     parent picks checked against the reference in full (docs/verifier.md, "timed calls")."""
-    shape, reference, dtypes, rng = run.shape, run.reference, run.dtypes, run.rng
-    options, call_timeout_s, harness, window = run.options, run.call_timeout_s, run.harness, run.window
-    seeds = timed_seeds(run.problem, rng, record.batch)
-    fp_seed = rng.getrandbits(40)
+    seeds = timed_seeds(run.problem, run.rng, record.batch)
+    fp_seed = run.rng.getrandbits(40)
     try:
         # Every other contender's processes frozen from here on. The staging is inside this
         # window too and on the parent's clock: the worker holds the inputs from then on, and
         # work it does with them before the calls (their answers, ahead of time) counts.
-        window(worker)
+        run.window(worker)
         _blame_work_left_running(run)
         filled: list = []  # inputs the parent wrote from outside: then it checks the batch from outside too
         started = time.perf_counter()  # the sample's span: from here to the calls' reply
@@ -41,24 +39,24 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
             worker,
             Time(
                 fp_seed=fp_seed,
-                mode=options.mode,
+                mode=run.options.mode,
                 outside=bool(filled),
                 calls=len(seeds),
-                outputs=len(dtypes),
-                digests=reference.device != Device.CUDA,
+                outputs=len(run.dtypes),
+                digests=run.reference.device != Device.CUDA,
             ),
-            call_timeout_s * len(seeds),
+            run.call_timeout_s * len(seeds),
             "call",
         )
         span_us = (time.perf_counter() - started) * 1e6 - staged.others_us
-        harness.last_timed = record
+        run.harness.last_timed = record
         # Picked after the batch, from calls the worker had to commit to (fingerprints) inside
         # the window: what it returns now cannot change what it computed then.
-        picked = rng.sample(range(len(seeds)), min(options.checks_per_batch, len(seeds)))
+        picked = run.rng.sample(range(len(seeds)), min(run.options.checks_per_batch, len(seeds)))
         read = run.outside.read(run, worker, reply, filled[0]) if filled else None
-        full = harness.reveals_in_full and read is None
-        hold = run.outside.hold_calls(harness.meta) if read is not None else 0
-        got = ask(worker, Outputs(picks=picked if full else [], hold_calls=hold), call_timeout_s * 20, "call")
+        full = run.harness.reveals_in_full and read is None
+        hold = run.outside.hold_calls(run.harness.meta) if read is not None else 0
+        got = ask(worker, Outputs(picks=picked if full else [], hold_calls=hold), run.call_timeout_s * 20, "call")
         if run.window is not no_window:
             # Frozen from its last reply until its next window (which thaws it): work it would
             # do for its next batch between batches, off every clock, never runs.
@@ -80,7 +78,9 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
     samples = reply.samples
     results = [verify.check_wall_clock(sum(samples), wall_us), verify.check_threads(reply.new_threads, "timed calls")]
     if read is not None:  # every call's outputs and inputs, from outside (bot.engine.timing.outside_checks)
-        results.extend(read.failed or run.outside.against_reference(run, seeds, picked, read, f"shape {shape.name}"))
+        results.extend(
+            read.failed or run.outside.against_reference(run, seeds, picked, read, f"shape {run.shape.name}")
+        )
     else:
         results.extend(
             _picked_against_reference(run, seeds, picked, fp_seed, reply, got.outputs if full else None, record)
@@ -89,13 +89,13 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
     if not all(r.passed for r in results):
         record.failed = True
         return
-    parent_us = batch_sample_us(span_us, harness.span_of(len(seeds))[0], len(seeds))
+    parent_us = batch_sample_us(span_us, run.harness.span_of(len(seeds))[0], len(seeds))
     # On CUDA the parent's span cannot resolve a call under the harness's own work per call (a
     # 256 MiB L2 flush, ~90 us on an H100, beside gelu decode's 5 us: A/A runs came out far from 1
     # and samples fell to the floor): the sample is the batch's mean of the worker's event times,
     # which no spreading within the batch can move, bounded from outside by the parent's clock
     # (`hidden time` rejects gross hiding and counts the rest into it: TimingRecord.counted_us).
-    cuda = reference.device == Device.CUDA
+    cuda = run.reference.device == Device.CUDA
     sample_us = max(sum(samples) / len(seeds), FLOOR_US) if cuda else parent_us
     if keep:
         record.samples_us.extend([sample_us] * len(seeds))
@@ -107,10 +107,10 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         else:
             record.event_us.extend(reply.event_us or [])
         reported = sum(reply.host_us)
-        usual, noise = harness.of(len(seeds))
+        usual, noise = run.harness.of(len(seeds))
         unexplained = wall_us - reported - usual
         if staged.drawn_us is not None:  # drawn in the worker: its staging is on the parent's clock too
-            usual_staging, staging_noise = harness.staging_of(len(seeds))
+            usual_staging, staging_noise = run.harness.staging_of(len(seeds))
             unexplained += staged.drawn_us - usual_staging
             noise = math.hypot(noise, staging_noise)
         record.reported_us.append(reported / len(seeds))
@@ -123,8 +123,8 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
     if keep:
         record.sizing_us.append(parent_us)
     per_call = per_call_estimate(record.sizing_us) if keep else parent_us
-    cap = min(options.max_batch, harness.max_batch)
-    record.batch = next_batch_size(per_call, options.batch_target_us, cap, rng)
+    cap = min(run.options.max_batch, run.harness.max_batch)
+    record.batch = next_batch_size(per_call, run.options.batch_target_us, cap, run.rng)
 
 
 def _picked_against_reference(

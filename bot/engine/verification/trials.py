@@ -160,14 +160,12 @@ def run_trials(
     throughout. Either way no other trial or timing of this bot, of this problem or another,
     runs beside their tuning.
     """
-    problem, shape, reference, rng = trial.problem, trial.shape, trial.reference, trial.rng
-    per_distribution, timeouts, parallel = trial.per_distribution, trial.timeouts, trial.parallel
-    alone, shared, exclusive = holds.alone, holds.shared, holds.exclusive
+    parallel = trial.parallel  # it narrows below
     info = ReferenceInfo()
-    plan = trial_plan(problem, rng, per_distribution)
+    plan = trial_plan(trial.problem, trial.rng, trial.per_distribution)
     clock = current()  # contenders' trials run on other threads
-    for note in skip_notes(problem):
-        progress(Note(f"{note} (shape {shape.name})"))
+    for note in skip_notes(trial.problem):
+        progress(Note(f"{note} (shape {trial.shape.name})"))
 
     def trials_of(
         worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
@@ -175,7 +173,7 @@ def run_trials(
         try:
             return checked(worker, hold)
         finally:
-            release_cache(worker, timeouts[1])
+            release_cache(worker, trial.timeouts[1])
 
     def checked(
         worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
@@ -183,7 +181,7 @@ def run_trials(
         found: list[CheckResult] = []
         stats = TrialStats()
         for n, ((dist, seed), ref) in enumerate(zip(plan, refs)):
-            label = f"shape {shape.name}, {dist} inputs"
+            label = f"shape {trial.shape.name}, {dist} inputs"
             held = hold()
             gate = held if isinstance(held, GpuHandover) else None
             try:
@@ -192,7 +190,7 @@ def run_trials(
                     got = ask(
                         worker,
                         Run(seed=seed, gate=gate is not None),
-                        timeouts[0] if n == 0 else timeouts[1],
+                        trial.timeouts[0] if n == 0 else trial.timeouts[1],
                         "call",
                         gate=gate,
                     )
@@ -217,35 +215,39 @@ def run_trials(
 
     checks: dict[str, list[CheckResult]] = {}
     stats: dict[str, TrialStats] = {}
-    with shared():
+    with holds.shared():
         refs = []
         for n, (dist, seed) in enumerate(plan, 1):
-            progress(ReferenceTrial(problem.name, shape.name, n, len(plan), dist))
-            refs.append(ask(reference, ReferenceRun(seed=seed), timeouts[1] * 20, "problem"))  # float64 runs are slower
+            progress(ReferenceTrial(trial.problem.name, trial.shape.name, n, len(plan), dist))
+            refs.append(
+                ask(trial.reference, ReferenceRun(seed=seed), trial.timeouts[1] * 20, "problem")
+            )  # float64 runs are slower
         info.meta, info.nbytes, info.flops = refs[0].meta, refs[0].bytes, refs[0].flops
         info.inputs = refs[0].input_meta
         info.native_peak_bytes = max((r.native_peak_bytes or 0 for r in refs), default=0) or None
         info.peak_bytes = max((r.peak_bytes or 0 for r in refs), default=0) or None
         dtypes = [m["dtype"] for m in info.meta]
-        info.rules = shape_rules(info.meta, problem.tolerance, [r.own_error for r in refs], trial.policy)
-        for note in widening_notes(info.meta, problem.tolerance, info.rules):
-            progress(Note(note, problem.name, shape.name))
-        release_cache(reference, timeouts[1])
+        info.rules = shape_rules(info.meta, trial.problem.tolerance, [r.own_error for r in refs], trial.policy)
+        for note in widening_notes(info.meta, trial.problem.tolerance, info.rules):
+            progress(Note(note, trial.problem.name, trial.shape.name))
+        release_cache(trial.reference, trial.timeouts[1])
     if trial.admit is not None:
         parallel = trial.admit(info)
     gated: set[str] = set()
-    for name in (n for n in contenders if n in alone):
+    for name in (n for n in contenders if n in holds.alone):
         try:
-            if ask(contenders[name], Gate(), timeouts[1], "call").hooks:
+            if ask(contenders[name], Gate(), trial.timeouts[1], "call").hooks:
                 gated.add(name)
         except WorkerFailure as exc:
             checks[name], stats[name] = [failure_check(exc)], TrialStats()
-    beside = [name for name in contenders if (name not in alone or name in gated) and name not in checks]
-    progress(TrialsStarted(problem.name, shape.name, len(plan), len(beside), len(gated)))
+    beside = [name for name in contenders if (name not in holds.alone or name in gated) and name not in checks]
+    progress(TrialsStarted(trial.problem.name, trial.shape.name, len(plan), len(beside), len(gated)))
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         futures = {
             name: pool.submit(
-                trials_of, contenders[name], (lambda: GpuHandover(shared, exclusive)) if name in gated else shared
+                trials_of,
+                contenders[name],
+                (lambda: GpuHandover(holds.shared, holds.exclusive)) if name in gated else holds.shared,
             )
             for name in beside
         }
@@ -256,12 +258,12 @@ def run_trials(
         progress(
             Note(
                 f"{len(tuning)} contender(s) that tune by timing: their trials one at a time, the GPU to each alone",
-                problem.name,
-                shape.name,
+                trial.problem.name,
+                trial.shape.name,
             )
         )
     for name in tuning:
-        with exclusive():
+        with holds.exclusive():
             checks[name], stats[name] = trials_of(contenders[name], contextlib.nullcontext)
     return info, {name: checks[name] for name in contenders}, {name: stats[name] for name in contenders}
 
