@@ -17,12 +17,13 @@ import sys
 import time
 from pathlib import Path
 
+from bot.cli.progress_view import PlainLines
 from bot.core.domain import CandidateSource, Origin
 from bot.core.progress import Note
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.problems import load_problem, only_shapes
-from bot.engine.timing import TimingOptions
-from bot.progress_view import PlainLines
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.problems import load_problem, only_shapes
 from bot.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parents[1]

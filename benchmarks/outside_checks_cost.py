@@ -1,4 +1,4 @@
-"""What the outside checks of timed calls cost (bot/engine/outside_checks.py), as a share of the
+"""What the outside checks of timed calls cost (bot/engine/timing/outside_checks.py), as a share of the
 timing phase, on the CPU (docs/verifier.md, "Timed calls").
 
     PYTHONPATH=. python3 benchmarks/outside_checks_cost.py [--time-cap 2.0]
@@ -15,11 +15,13 @@ import argparse
 import time
 from pathlib import Path
 
-from bot.engine import outside_checks, timing
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing import interleaved as timing
+from bot.engine.timing import outside_checks
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +55,7 @@ def main() -> None:
 
     outside_checks.OutsideChecks.read = register  # type: ignore[method-assign]
     timing.time_interleaved = timed
-    import bot.engine.shape_run as shape_run
+    import bot.engine.evaluation.shape_run as shape_run
 
     shape_run.time_interleaved = timed  # type: ignore[attr-defined]
     print("| problem, candidate | timing phases | parent's outside checks | reference for every call |")

@@ -24,12 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.engine.candidates import load_candidate  # noqa: E402
-from bot.engine.evaluate import EvalOptions, evaluate  # noqa: E402
-from bot.engine.problems import load_problem  # noqa: E402
-from bot.engine.timing import TimingOptions  # noqa: E402
-from bot.engine.workers import WorkerClient  # noqa: E402
-from bot.sandbox import Limits, make_sandbox  # noqa: E402
+from bot.engine.evaluation.evaluate import evaluate  # noqa: E402
+from bot.engine.evaluation.options import EvalOptions  # noqa: E402
+from bot.engine.timing.records import TimingOptions  # noqa: E402
+from bot.engine.workers.client import WorkerClient  # noqa: E402
+from bot.engine.workspace.candidates import load_candidate  # noqa: E402
+from bot.engine.workspace.problems import load_problem  # noqa: E402
+from bot.sandbox import Limits  # noqa: E402
+from bot.sandbox.backends import make_sandbox  # noqa: E402
 
 BACKENDS = ("process", "docker")
 

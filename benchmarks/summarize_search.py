@@ -10,7 +10,7 @@ current implementation when it found no significant improvement), each against e
 pick against torch.compile default, with 95 % intervals bootstrapped from the raw samples in
 the file (per shape, then the geometric mean of the shapes' ratios and bounds), and the pick's
 % of the roofline floor per shape. `--reselect` picks again from the same measurements with
-the selection rule of this checkout (bot.engine.optimize.select_best: the interval clears min_speedup
+the selection rule of this checkout (bot.engine.loop.optimize.select_best: the interval clears min_speedup
 and no shape is a significant slowdown), for files written under an older rule.
 """
 

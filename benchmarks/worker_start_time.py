@@ -3,7 +3,7 @@
     PYTHONPATH=. python3 benchmarks/worker_start_time.py [--counts 1,8,16,29] [--device cuda]
 
 Prints one table per part: the cost of each start-up step in a fresh interpreter (each run
-three times, the median kept), then the wall time to start N real workers (bot.engine.workers) at
+three times, the median kept), then the wall time to start N real workers (bot.engine.workers.client) at
 once and 8 at a time (as `bot optimize` does), as fresh processes and as forks of the fork
 server (bot.sandbox.fork_server; its own start, a torch import, is paid once per run and
 shown apart), and on CUDA N children forked from one process that has imported torch and
@@ -50,7 +50,7 @@ def steps_table() -> None:
 
 
 def _start_workers(n: int, at_once: int, device: str, server: bool) -> float:
-    from bot.engine.workers import WorkerClient
+    from bot.engine.workers.client import WorkerClient
     from bot.sandbox.base import Limits
     from bot.sandbox.process import ProcessSandbox
 

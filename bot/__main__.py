@@ -1,6 +1,6 @@
 """`python -m bot` is the `bot` console script (used on machines without an install)."""
 
-from bot.cli import main
+from bot.cli.main import main
 
 if __name__ == "__main__":
     main()

@@ -33,8 +33,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def quick_options():
     """Evaluation options sized for CPU tests: short timing, strict call timeouts."""
-    from bot.engine.evaluate import EvalOptions
-    from bot.engine.timing import TimingOptions
+    from bot.engine.evaluation.options import EvalOptions
+    from bot.engine.timing.records import TimingOptions
     from bot.sandbox import Limits
 
     def make(**overrides):

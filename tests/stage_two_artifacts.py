@@ -1,7 +1,7 @@
 """Stage-1 artifacts for stage-2 tests, serialised by stage 1's own code (no GPU, no workers).
 
 The measurements are synthetic, but the speedups and intervals come from `bot.core.stats` and the
-JSON from `bot.engine.outputs.results_document`, exactly as `bot run` writes them.
+JSON from `bot.engine.loop.outputs.results_document`, exactly as `bot run` writes them.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from bot.core.domain import (
     Trigger,
     Verdict,
 )
-from bot.core.judge import Thresholds
+from bot.core.judge import Thresholds, significant
 from bot.core.measurement import Measurement
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 from bot.core.time_split import TimeSplit
-from bot.engine.optimize import Attempt, OptimizeResult
-from bot.engine.outputs import results_document
+from bot.engine.loop.attempts import Attempt
+from bot.engine.loop.optimize import OptimizeResult
+from bot.engine.loop.outputs import results_document
 
 PROBLEM_SOURCE = (
     'import torch\n\nTARGET = "kernels/rmsnorm.py"\n\n'
@@ -104,7 +105,7 @@ def honest_results(
         (),
     )
     env = Environment("cuda", device_name, "2.13.0", "3.9.0", "12.8", "570.1", "3.11.7")
-    chosen = outcomes[0] if outcomes[0].significant(min_speedup) else None
+    chosen = outcomes[0] if significant(outcomes[0], min_speedup) else None
     attempts = tuple(Attempt(0, o) for o in outcomes)
     split = TimeSplit(12.5, start_s=2.0, compile_s=3.0, oracle_s=1.5, verify_s=2.5, timing_s=3.0, other_s=0.5)
     result = OptimizeResult(

@@ -1,10 +1,10 @@
-"""The parent's own samples and the batch sizes it draws from them (bot.engine.outside_clock)."""
+"""The parent's own samples and the batch sizes it draws from them (bot.engine.timing.outside_clock)."""
 
 from __future__ import annotations
 
 import random
 
-from bot.engine.outside_clock import FLOOR_US, batch_sample_us, next_batch_size, per_call_estimate
+from bot.engine.timing.outside_clock import FLOOR_US, batch_sample_us, next_batch_size, per_call_estimate
 
 
 def test_a_sample_is_the_span_less_the_harness_per_call_and_never_below_the_floor():
@@ -32,7 +32,7 @@ def test_batch_sizes_are_drawn_around_the_target_and_within_the_cap():
 
 
 def test_what_is_subtracted_from_samples_is_the_fastest_calibration_not_a_busy_moments():
-    from bot.engine.harness_cost import Calibration
+    from bot.engine.timing.harness_cost import Calibration
 
     low, usual = Calibration(low=True), Calibration()
     for calibration in (low, usual):

@@ -7,7 +7,7 @@ from conftest import ROOT
 from bot.core.domain import CandidateSource, Environment, Origin, Verdict
 from bot.core.measurement import STEADY_REPLICAS, Measurement
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
-from bot.engine.problems import load_problem
+from bot.engine.workspace.problems import load_problem
 from bot.report.tables import render_table
 
 

@@ -10,8 +10,8 @@ import pytest
 from conftest import ROOT
 
 from bot.core.errors import BotError
-from bot.engine.changes import affected_problems, changed_files_from_pr, changed_files_git, default_base
-from bot.engine.problems import find_problems
+from bot.engine.workspace.changes import affected_problems, changed_files_from_pr, changed_files_git, default_base
+from bot.engine.workspace.problems import find_problems
 
 PROBLEM = """import torch
 import torch.nn as nn
@@ -229,7 +229,7 @@ def test_watch_globs(repo, path, expected):
 
 
 def test_nothing_relevant_gives_empty_list(repo):
-    assert affected_problems(problems_of(repo), ["README.md", "docs/notes.md", "bot/cli.py"]) == []
+    assert affected_problems(problems_of(repo), ["README.md", "docs/notes.md", "bot/cli/main.py"]) == []
     assert affected_problems(problems_of(repo), []) == []
 
 
@@ -262,7 +262,7 @@ def test_bundled_problems_map_their_kernels():
     assert names(affected_problems(problems, ["kernels/rmsnorm_triton.py"])) == ["rmsnorm"]
     assert names(affected_problems(problems, ["kernels/swiglu_torch.py"])) == ["swiglu"]
     assert names(affected_problems(problems, ["problems/gelu.py"])) == ["gelu"]
-    assert affected_problems(problems, ["problems/README.md", "bot/cli.py"]) == []
+    assert affected_problems(problems, ["problems/README.md", "bot/cli/main.py"]) == []
 
 
 # --- changed_files_from_pr ------------------------------------------------------------------

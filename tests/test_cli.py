@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.cli import main
+from bot.cli.main import main
 
 PROBLEM = str(PROBLEMS / "scale_add.py")
 
@@ -85,7 +85,7 @@ def test_bench_json_has_candidates_with_speedup_and_interval():
         assert low <= c["speedup"] <= high
         measurement = c["shapes"][0]["measurement"]
         assert len(measurement["samples_us"]) >= 5
-        # Timed in two worker processes each, batches marked by process (bot.engine.timing, replicas).
+        # Timed in two worker processes each, batches marked by process (bot.engine.timing.interleaved, replicas).
         assert measurement["workers"] == 3 and len(measurement["worker_medians_us"]) == 3
         assert sorted(set(measurement["batch_workers"])) == [0, 1, 2]
     # The work done twice: slower, never claimed faster. scale_add's ~30 us of work sits beside
@@ -261,7 +261,7 @@ def test_optimize_fails_a_problem_whose_baseline_the_verifier_rejects(tmp_path):
 
 
 def test_max_plausible_speedup_option_reaches_the_optimizer(monkeypatch):
-    import bot.engine.pipeline as pipeline
+    import bot.engine.loop.pipeline as pipeline
 
     seen = []
     monkeypatch.setattr(pipeline, "optimize_all", lambda problems, options, *rest: seen.append(options) or [])

@@ -6,7 +6,7 @@ import re
 
 import torch
 
-from bot.engine.compare import compare_values
+from bot.engine.verification.compare import compare_values
 
 
 def _float64_errors(ref: torch.Tensor, out: torch.Tensor) -> tuple[float, float]:
@@ -47,7 +47,7 @@ def test_nonfinite_positions_must_agree_and_are_excluded_from_errors():
 
 
 def test_gross_hiding_rejects_and_less_is_counted_into_the_times():
-    from bot.engine.hidden import check_hidden_time, hidden_time
+    from bot.engine.timing.hidden import check_hidden_time, hidden_time
 
     reported, harness, noise = [100.0] * 9, [40.0] * 9, [3.0] * 9
     honest = hidden_time([1.0, -2.0, 0.5, 3.0, -1.0, 2.0, 0.0, 1.5, -0.5], reported, harness, noise)
@@ -66,7 +66,7 @@ def test_gross_hiding_rejects_and_less_is_counted_into_the_times():
 
 
 def test_a_contender_cannot_widen_what_is_counted_by_scattering_its_batches():
-    from bot.engine.hidden import hidden_time
+    from bot.engine.timing.hidden import hidden_time
 
     scattered = hidden_time(
         [0.0, 200.0, 40.0, 180.0, 40.0, 10.0, 190.0, 40.0, 40.0], [1000.0] * 9, [40.0] * 9, [3.0] * 9
@@ -78,7 +78,7 @@ def test_a_contender_cannot_widen_what_is_counted_by_scattering_its_batches():
 def test_candidates_are_held_to_the_baselines_unexplained_time_and_the_baseline_counts_nothing():
     from types import SimpleNamespace
 
-    from bot.engine.hidden import hidden_time_checks
+    from bot.engine.timing.hidden import hidden_time_checks
 
     def record(unexplained):
         return SimpleNamespace(

@@ -8,9 +8,9 @@ import os
 import pytest
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 
 
 @pytest.mark.slow

@@ -323,12 +323,12 @@ def test_override_may_point_problems_dir_outside_the_repository(tmp_path):
         ("./kernels/a.py", False),  # a plain path has one spelling (bot.core.repo_path)
         ("kernels", False),
         (".github/workflows/optimize-kernel.yml", False),
-        ("bot/cli.py", False),
+        ("bot/cli/main.py", False),
         ("pyproject.toml", False),
         ("/work/kernels/a.py", False),
         ("kernels/../.github/workflows/x.yml", False),
         ("../kernels/a.py", False),
-        ("kernels\\..\\bot\\cli.py", False),
+        ("kernels\\..\\bot\\cli/main.py", False),
         ("", False),
     ],
 )
@@ -365,8 +365,8 @@ def test_custom_kernel_paths(tmp_path):
 
 
 def test_a_gpu_timing_mode_on_a_cpu_is_timed_and_cached_as_latency():
+    from bot.cli.engine_options import evaluation_options
     from bot.core.settings import Settings, TimingMode
-    from bot.options import evaluation_options
 
     assert evaluation_options(Settings(timing=TimingMode.GRAPH), "cuda").timing.mode == "graph"
     assert evaluation_options(Settings(timing=TimingMode.GRAPH), "cpu").timing.mode == "latency"

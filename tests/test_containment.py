@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits
 from bot.sandbox.cgroup import TOP, cgroup2_mount
 from bot.sandbox.contained import containment
@@ -138,7 +138,7 @@ def test_nothing_of_a_bot_killed_with_sigkill_survives_it(sandbox):
     if sandbox == "docker":
         import docker
 
-        from bot.sandbox.docker import PID_LABEL
+        from bot.sandbox.containers import PID_LABEL
 
         left = docker.from_env().containers.list(all=True, filters={"label": f"{PID_LABEL}={bot.pid}"})
         assert left == []

@@ -14,11 +14,12 @@ from bot.core.judge import Thresholds, judge
 from bot.core.measurement import Measurement, Speedup
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 from bot.core.results import Results
-from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.optimize import Attempt, OptimizeOptions, flagged, optimize, select_best
-from bot.engine.outputs import results_document
-from bot.engine.problems import load_problem
-from bot.engine.simulated import simulated_reason
+from bot.engine.evaluation.simulated import simulated_reason
+from bot.engine.loop.attempts import Attempt, OptimizeOptions
+from bot.engine.loop.optimize import flagged, optimize, select_best
+from bot.engine.loop.outputs import results_document
+from bot.engine.workspace.candidates import default_baseline, load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.report.chart import results_chart
 from bot.report.data import chart_bars
 from bot.report.markdown import render_comment, render_step_summary
@@ -104,7 +105,7 @@ def test_interpreted_triton_baseline_yields_no_claim_on_cpu(tmp_path, quick_opti
 
 @pytest.mark.slow
 def test_interpreted_triton_candidate_is_verified_not_timed(quick_options):
-    from bot.engine.evaluate import evaluate
+    from bot.engine.evaluation.evaluate import evaluate
 
     problem = load_problem(PROBLEMS / "big_add.py")
     base = default_baseline(problem)

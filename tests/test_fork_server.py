@@ -12,10 +12,10 @@ from pathlib import Path
 
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
-from bot.sandbox import process
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
+from bot.sandbox import isolate, process
 from bot.sandbox.base import BOT_ROOT, WorkerLaunch, worker_env
 from bot.sandbox.contained import containment
 from bot.sandbox.fork_client import ForkServer
@@ -155,7 +155,7 @@ def test_confine_caps_the_address_space_of_a_cpu_worker():
     if pid == 0:
         import resource
 
-        process.confine(1024, "cpu", set())
+        isolate.confine(1024, "cpu", set())
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
         os._exit(0 if soft == (1024 + 4096) << 20 else 1)
     _, status = os.waitpid(pid, 0)

@@ -8,7 +8,7 @@ import time
 import pytest
 from conftest import PROBLEMS
 
-from bot.engine.workers import WorkerClient
+from bot.engine.workers.client import WorkerClient
 from bot.sandbox import Limits, WorkerLaunch, freezer
 from bot.sandbox.contained import containment
 from bot.sandbox.process import ProcessSandbox

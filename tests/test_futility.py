@@ -9,8 +9,8 @@ import time
 from test_timing_protocol import _time, _Worker, parent_clock  # noqa: F401  (the stand-ins' clock)
 
 from bot.core import stats as bench
-from bot.engine.futility import Futility, bar, first_batches
-from bot.engine.timing import TimingOptions, TimingRecord
+from bot.engine.timing.futility import Futility, bar, first_batches
+from bot.engine.timing.records import TimingOptions, TimingRecord
 
 
 def _round(

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
-from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.problems import find_problems, load_problem
-from bot.engine.timing import TimingOptions
+from bot.core.judge import significant
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.candidates import default_baseline, load_candidate
+from bot.engine.workspace.problems import find_problems, load_problem
 from bot.sandbox import Limits
 
 pytestmark = pytest.mark.gpu
@@ -254,7 +256,7 @@ def test_hiding_five_percent_of_a_compute_bound_gpu_call_is_never_claimed_faster
     hidden = next(c for c in cheat.verdict.checks if c.name == "hidden time")
     print("cheat_shave_clock:", cheat.verdict.status, cheat.speedup, cheat.speedup_ci, hidden.details)
     assert hidden.details["hidden_us_per_call"] > 0, hidden.details  # the parent's clock saw it
-    assert not cheat.significant(1.05), (cheat.speedup, cheat.speedup_ci)  # never claimed at the bar
+    assert not significant(cheat, 1.05), (cheat.speedup, cheat.speedup_ci)  # never claimed at the bar
     assert by_name["tall_matmul_honest"].verdict.accepted, by_name["tall_matmul_honest"].verdict.reasons
     assert result.baseline.verdict.accepted, result.baseline.verdict.reasons
 
@@ -262,7 +264,7 @@ def test_hiding_five_percent_of_a_compute_bound_gpu_call_is_never_claimed_faster
 def test_answers_computed_while_inputs_are_staged_are_on_the_parents_clock():
     # On CUDA a worker draws its batch's inputs itself, inside its window: a candidate that
     # computes the answers there (cheat_precompute_on_stage.py) has that time on the parent's
-    # clock, beside its calls' (bot.engine.staging).
+    # clock, beside its calls' (bot.engine.timing.staging).
     problem = load_problem(PROBLEMS / "tall_matmul.py")
     names = ("cheat_precompute_on_stage", "tall_matmul_honest")
     result = evaluate(
@@ -272,7 +274,7 @@ def test_answers_computed_while_inputs_are_staged_are_on_the_parents_clock():
     cheat = by_name["cheat_precompute_on_stage"]
     hidden = next(c for c in cheat.verdict.checks if c.name == "hidden time")
     assert not hidden.passed or hidden.details["counted_us"] > 10 * hidden.details["claimed_us"], hidden.details
-    assert not cheat.significant(1.05), (cheat.speedup, cheat.speedup_ci)
+    assert not significant(cheat, 1.05), (cheat.speedup, cheat.speedup_ci)
     assert by_name["tall_matmul_honest"].verdict.accepted, by_name["tall_matmul_honest"].verdict.reasons
     assert result.baseline.verdict.accepted, result.baseline.verdict.reasons
 

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.memory_budget import MemoryBudget, Reservation, device_budget
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.memory_budget import MemoryBudget, Reservation, device_budget
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits
 
 pytestmark = pytest.mark.gpu

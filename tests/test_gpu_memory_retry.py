@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from conftest import PROBLEMS
 
-import bot.engine.evaluate as ev
+import bot.engine.evaluation.evaluate as ev
 from bot.core.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation
-from bot.engine.evaluate import EvalOptions
-from bot.engine.failures import ran_out_of_gpu_memory
-from bot.engine.problems import load_problem
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.workers.failures import ran_out_of_gpu_memory
+from bot.engine.workspace.problems import load_problem
 
 OOM = CheckResult("call", False, "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB.")
 ENV = Environment("cuda", "H200", "2.11", None, None, None, "3.12")
@@ -76,7 +76,7 @@ def test_no_second_evaluation_on_cpu(setup):
 def test_still_short_beside_other_problems_hands_the_problem_back_to_run_alone(setup):
     # On the H200 swiglu's contenders ran out of memory beside three other problems; re-run
     # one at a time they were still beside them, and a rejection there would blame them for
-    # the others' memory. bot.engine.lanes runs a GpuOutOfMemory problem again after the rest, alone.
+    # the others' memory. bot.engine.loop.lanes runs a GpuOutOfMemory problem again after the rest, alone.
     problem, base, a, b, calls, scripted = setup
     scripted += [{"b"}, {"b"}]
     with pytest.raises(GpuOutOfMemory, match=r"1 contender\(s\) ran out of GPU memory even one at a time.*\(b\)"):
@@ -127,7 +127,7 @@ def test_an_allocation_failure_whose_memory_report_could_not_start_nvml_counts_a
 
 def test_a_baseline_rejected_after_a_round_that_accepted_it_keeps_the_rounds_before(setup):
     from bot.core.errors import ProblemError
-    from bot.engine.optimize import refuse_rejected_baseline
+    from bot.engine.loop.optimize import refuse_rejected_baseline
 
     problem, base, a, _b, _calls, _scripted = setup
     rejected = Evaluation(problem, ENV, _outcome(base, False, "baseline"), (_outcome(a, True),))

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.core.judge import significant
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.candidates import default_baseline, load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits
 
 pytestmark = pytest.mark.gpu
@@ -42,7 +44,7 @@ def test_a_kernel_against_a_copy_of_itself_is_no_difference(tmp_path, mode):
     )
     for outcome in result.candidates:
         assert outcome.verdict.accepted, outcome.verdict.reasons
-        assert not outcome.significant(1.05), (mode, outcome.speedup, outcome.speedup_ci)
+        assert not significant(outcome, 1.05), (mode, outcome.speedup, outcome.speedup_ci)
         assert 0.95 < outcome.speedup < 1.05, (mode, outcome.speedup, outcome.speedup_ci)
 
 
@@ -56,4 +58,4 @@ def test_per_call_times_spread_within_a_batch_are_never_claimed_on_the_gpu():
     )
     for outcome in result.candidates:
         if outcome.verdict.accepted:
-            assert not outcome.significant(1.05), (outcome.candidate.name, outcome.speedup, outcome.speedup_ci)
+            assert not significant(outcome, 1.05), (outcome.candidate.name, outcome.speedup, outcome.speedup_ci)

@@ -18,7 +18,7 @@ class Absent(importlib.abc.MetaPathFinder):
                 or name == "bot.github" or name.startswith("bot.github.")):
             raise ModuleNotFoundError(f"No module named {name!r} (absent on the GPU machine)")
 sys.meta_path.insert(0, Absent())
-from bot.cli import main
+from bot.cli.main import main
 sys.argv = ["bot", *sys.argv[1:]]
 main()
 """

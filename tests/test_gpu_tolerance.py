@@ -11,11 +11,12 @@ import pytest
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 from bot.core.settings import TolerancePolicy
-from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.compare import REUSED_OUTPUT
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.verification.compare import REUSED_OUTPUT
+from bot.engine.workspace.candidates import default_baseline, load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.propose.derive import bases_for
 from bot.propose.search import search_candidates
 from bot.sandbox import Limits

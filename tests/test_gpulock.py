@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from bot.engine import gpulock
-from bot.engine.gpulock import LockError, _lock_for, gpu_exclusive, gpu_shared
+from bot.engine.workers import gpulock
+from bot.engine.workers.gpulock import LockError, _lock_for, gpu_exclusive, gpu_shared
 
 KEY = f"test-starve-{time.time_ns()}"
 
@@ -23,7 +23,7 @@ KEY = f"test-starve-{time.time_ns()}"
 # at every moment one of them holds it.
 READERS = textwrap.dedent("""
     import sys, threading, time
-    from bot.engine.gpulock import gpu_shared, _lock_file
+    from bot.engine.workers.gpulock import gpu_shared, _lock_file
     key, seconds = sys.argv[1], float(sys.argv[2])
     end = time.monotonic() + seconds
     def reader(offset):

@@ -1,4 +1,4 @@
-"""The parent's account of the outputs a worker holds across batches (bot.engine.outside_checks):
+"""The parent's account of the outputs a worker holds across batches (bot.engine.timing.outside_checks):
 which held call an output's memory overlaps, and forgetting calls as the worker lets them go
 (bot.harness.held)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from bot.engine.outside_checks import HeldRegions, _aliasing
+from bot.engine.timing.outside_checks import HeldRegions, _aliasing
 from bot.harness.held import Held, span, where
 
 

@@ -12,10 +12,10 @@ import torch
 from conftest import CANDIDATES, PROBLEMS, ROOT
 
 from bot.core.distributions import DISTRIBUTIONS, distribution_of, seed_for
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
-from bot.engine.trials import skip_notes, timed_seeds, trial_plan
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.verification.trials import skip_notes, timed_seeds, trial_plan
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.harness.inputs import MIXED_SCALES, ROW_SCALES, limit_scale, transform
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES, ROOT
 
-import bot.engine.pipeline as pipeline
-from bot.cli import main
+import bot.engine.loop.pipeline as pipeline
+from bot.cli.main import main
 from bot.core.results import Results
 
 KERNELBENCH = ROOT.parent / "shared" / "kernelbench"  # KernelBench as it ships, beside the checkout

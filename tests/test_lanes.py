@@ -9,12 +9,12 @@ import pytest
 from conftest import CANDIDATES, PROBLEMS
 
 from bot.core.errors import BotError, GpuOutOfMemory, ProblemError
-from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.evaluate import evaluate
-from bot.engine.failures import problem_failure
-from bot.engine.lanes import Lanes, run_problems
-from bot.engine.problems import load_problem
-from bot.engine.workers import WorkerFailure
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.loop.lanes import Lanes, run_problems
+from bot.engine.workers.client import WorkerFailure
+from bot.engine.workers.failures import problem_failure
+from bot.engine.workspace.candidates import default_baseline, load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import cores
 
 
@@ -159,7 +159,7 @@ def test_a_reference_out_of_gpu_memory_is_not_called_a_broken_problem():
 
 
 def test_jobs_auto_is_one_problem_per_core_on_a_cpu_and_half_the_cores_on_a_gpu():
-    from bot.engine.lanes import resolve_jobs
+    from bot.engine.loop.lanes import resolve_jobs
 
     assert resolve_jobs(None, "cpu", problems=10, lanes=1, cores=2) == 2
     assert resolve_jobs(None, "cuda", problems=10, lanes=1, cores=16) == 8
@@ -172,7 +172,7 @@ def test_jobs_option_takes_auto_or_a_positive_number_and_refuses_the_rest():
     import click
     from click.testing import CliRunner
 
-    from bot.cli_options import JOBS
+    from bot.cli.options import JOBS
 
     @click.command()
     @JOBS

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits
 
 

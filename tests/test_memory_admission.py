@@ -17,7 +17,7 @@ from bot.core.memory import (
     margin_bytes,
     problem_demand,
 )
-from bot.engine.memory_budget import DoesNotFit, MemoryBudget, host_memory
+from bot.engine.workspace.memory_budget import DoesNotFit, MemoryBudget, host_memory
 
 H100_TOTAL = 80 * GIB
 MARGIN = margin_bytes(H100_TOTAL)  # 8 GiB
@@ -149,8 +149,8 @@ def test_the_gpu_budget_is_read_without_cuda_in_the_bot(tmp_path, monkeypatch):
     own process never starts CUDA for them."""
     import torch
 
-    from bot.engine import device_name
-    from bot.engine.memory_budget import device_budget
+    from bot.engine.workspace import device_name
+    from bot.engine.workspace.memory_budget import device_budget
 
     smi = tmp_path / "nvidia-smi"
     smi.write_text('#!/bin/sh\necho "$@" > "$0.args"\necho "81559, 81559"\n')

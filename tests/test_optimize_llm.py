@@ -11,11 +11,12 @@ import sys
 from conftest import CANDIDATES, PROBLEMS, ROOT
 from openai_double import Answer, Delay, Malformed, OpenAIDouble, Status
 
-from bot.engine.candidates import default_baseline
-from bot.engine.evaluate import EvalOptions
-from bot.engine.optimize import OptimizeOptions, optimize
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.loop.attempts import OptimizeOptions
+from bot.engine.loop.optimize import optimize
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.candidates import default_baseline
+from bot.engine.workspace.problems import load_problem
 from bot.propose.llm import LlmProposer
 from bot.propose.llm_settings import LlmEndpoint
 from bot.sandbox import Limits

@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.core.judge import significant
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.candidates import default_baseline, load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits
 
 pytestmark = pytest.mark.slow
@@ -50,7 +52,7 @@ def test_hiding_five_percent_of_a_compute_bound_call_from_the_workers_clock_is_c
     share = hidden.details["hidden_us_per_call"] / hidden.details["claimed_us"]
     assert 0.02 < share < 0.15, hidden.details
     # Never claimed at the default bar: what it hid is counted back (within the processes' scatter).
-    assert not cheat.significant(1.05), (cheat.speedup, cheat.speedup_ci)
+    assert not significant(cheat, 1.05), (cheat.speedup, cheat.speedup_ci)
     for outcome in (baseline, honest):  # honest twins: never rejected for hidden time
         assert outcome.verdict.status == "accepted", outcome.verdict.reasons
 
@@ -60,7 +62,7 @@ def test_work_moved_into_the_commitment_is_never_called_faster():
     cheat = outcomes["cheat_commit_hook"]
     # Rejected, or accepted with the hidden work counted: either way no speedup is claimed.
     if cheat.verdict.status == "accepted":
-        assert not cheat.significant(1.05), (cheat.speedup, cheat.speedup_ci)
+        assert not significant(cheat, 1.05), (cheat.speedup, cheat.speedup_ci)
     else:
         assert "hidden time" in [c.name for c in cheat.verdict.checks if not c.passed]
     assert outcomes["honest"].verdict.status == "accepted", outcomes["honest"].verdict.reasons

@@ -9,10 +9,12 @@ from __future__ import annotations
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.candidates import default_baseline, load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.core.judge import significant
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.candidates import default_baseline, load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits
 
 pytestmark = pytest.mark.slow
@@ -64,7 +66,7 @@ def _bench(problem_path, names: list[str], cap_s: float = 3.0, **timing):
 
 def _not_claimed(outcome) -> None:
     if outcome.verdict.status == "accepted":
-        assert not outcome.significant(1.05), (outcome.speedup, outcome.speedup_ci)
+        assert not significant(outcome, 1.05), (outcome.speedup, outcome.speedup_ci)
 
 
 def test_per_call_times_spread_within_a_batch_are_never_claimed():

@@ -6,8 +6,8 @@ import pytest
 from conftest import PROBLEMS, ROOT
 
 from bot.core.errors import ProblemError
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import find_problems, load_problem
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.workspace.problems import find_problems, load_problem
 
 KERNELBENCH = """import torch
 import torch.nn as nn

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from conftest import CANDIDATES, PROBLEMS
 from rich.console import Console
 
-from bot.cli import main
+from bot.cli.main import main
+from bot.cli.progress_view import BAR_MOVES, LiveBars, progress_view, results_table
 from bot.core.progress import (
     EvaluationStarted,
     MoreWorkersStarting,
@@ -29,7 +30,6 @@ from bot.core.progress import (
     TrialsStarted,
     WorkersStarted,
 )
-from bot.progress_view import BAR_MOVES, LiveBars, progress_view, results_table
 
 # What one problem's evaluation reports, in order (bot.engine: lanes, optimize, evaluate, trials,
 # shape_run, timing), and the lines a log shows for it.

@@ -294,7 +294,7 @@ def test_publish_by_hand_needs_the_run_id(double, tmp_path, root):
 def test_bot_publish_takes_the_run_id_on_its_command_line(double, tmp_path, root):
     from click.testing import CliRunner
 
-    from bot.cli import main
+    from bot.cli.main import main
 
     (tmp_path / "art").mkdir()
     (tmp_path / "art" / "results.json").write_text(json.dumps(_nightly(honest_results())))

@@ -7,12 +7,12 @@ import contextlib
 
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine import shape_run as shape_run_module
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
-from bot.engine.workers import WorkerClient
+from bot.engine.evaluation import shape_run as shape_run_module
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workers.client import WorkerClient
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 
 
 def test_a_replicas_first_call_is_made_under_the_shared_hold_before_the_timing(quick_options, monkeypatch):

@@ -29,7 +29,7 @@ def test_plain_paths_pass(path):
         ".git/config",
         "kernels/.git/hooks/pre-commit",
         ".GIT/config",  # one folder on a case-insensitive checkout
-        "kernels\\..\\bot\\cli.py",
+        "kernels\\..\\bot\\cli/main.py",
         "C:/Windows/x.py",
         "C:x.py",
     ],

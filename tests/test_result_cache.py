@@ -17,17 +17,11 @@ from bot.core.domain import CandidateSource, CheckResult, Origin, Verdict
 from bot.core.measurement import Measurement, Speedup
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
 from bot.core.settings import TimingMode
-from bot.engine.cache import (
-    ResultCache,
-    code_hash,
-    default_cache_root,
-    entry_document,
-    environment_key,
-    protocol_of,
-)
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.problems import load_problem
+from bot.engine.evaluation.cache import ResultCache, code_hash, entry_document, environment_key, protocol_of
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions, default_cache_root
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 
 MIN = 1.05
 BASE = Measurement((100.0, 101.0, 99.0, 100.5) * 3, (4, 4, 4))

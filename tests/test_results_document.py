@@ -85,11 +85,11 @@ def test_results_json_is_named_in_one_place_written_in_one_and_read_in_one():
     named = [m for m, text in modules.items() if re.search(r"""["']results\.json["']""", text)]
     assert named == ["bot/core/results.py"]
     using = sorted(m for m, text in modules.items() if re.search(r"\bRESULTS_FILE\b", text))
-    assert using == ["bot/core/results.py", "bot/engine/outputs.py", "bot/github/untrusted.py"]
+    assert using == ["bot/core/results.py", "bot/engine/loop/outputs.py", "bot/github/untrusted.py"]
     assert not re.search(r"write|open\(", modules["bot/github/untrusted.py"].split("RESULTS_FILE")[-1])
     # The document is turned into text (Results.dumps) only by the writer.
     dumping = sorted(m for m, text in modules.items() if re.search(r"\.dumps\(\)", text))
-    assert dumping == ["bot/engine/outputs.py"]
+    assert dumping == ["bot/engine/loop/outputs.py"]
 
 
 def test_every_field_the_schema_allows_has_a_place_in_the_typed_document():

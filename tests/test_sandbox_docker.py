@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from bot.core.errors import BotError
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
-from bot.engine.workers import WorkerClient
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workers.client import WorkerClient
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits, WorkerLaunch
 
 pytestmark = pytest.mark.docker
@@ -58,7 +59,7 @@ def no_leftovers(request):
     yield
     if "engine" not in request.fixturenames:
         return
-    from bot.sandbox.docker import RUN_ID, remove_leftover_workers
+    from bot.sandbox.containers import RUN_ID, remove_leftover_workers
 
     client = request.getfixturevalue("engine")
     left = client.containers.list(all=True, filters={"label": f"kernel-bot.run={RUN_ID}"})

@@ -7,9 +7,9 @@ import os
 
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits
 from bot.sandbox.base import WorkerLaunch, worker_env
 

@@ -11,9 +11,9 @@ from conftest import CANDIDATES, PROBLEMS, ROOT
 
 from bot.core.conclusive import conclusion
 from bot.core.domain import source_hash
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
-from bot.engine.trials import tunes_on_first_call
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.verification.trials import tunes_on_first_call
+from bot.engine.workspace.problems import load_problem
 from bot.propose.derive import Base, bases_for
 from bot.propose.paths import PATHS, kernel_source, path_candidate, path_of
 from bot.propose.search import search_candidates
@@ -345,7 +345,7 @@ def test_autotune_variants_change_only_the_constants_and_are_verified(quick_opti
 
 def test_results_cache_reuses_a_judged_candidate_and_misses_on_change(quick_options, tmp_path):
     from bot.core.domain import CandidateSource, Origin
-    from bot.engine.candidates import load_candidate
+    from bot.engine.workspace.candidates import load_candidate
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     honest = load_candidate(CANDIDATES / "honest.py")
@@ -428,7 +428,8 @@ def _tuned_outcome(source: str, ratio: float, accepted: bool = True, parent: str
 
 
 def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline():
-    from bot.engine.optimize import Attempt, tuning_step
+    from bot.engine.loop.attempts import Attempt
+    from bot.engine.loop.optimize import tuning_step
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
     target = next(b for b in bases_for(problem) if b.label == "target")
@@ -462,11 +463,11 @@ def test_a_tuning_step_descends_from_the_fastest_variant_that_beat_the_baseline(
 
 
 def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
-    import bot.engine.optimize as optimize_module
+    import bot.engine.loop.optimize as optimize_module
     from bot.core.domain import CandidateSource, Environment, Origin
     from bot.core.outcomes import Evaluation
-    from bot.engine.evaluate import EvalOptions
-    from bot.engine.optimize import OptimizeOptions
+    from bot.engine.evaluation.options import EvalOptions
+    from bot.engine.loop.attempts import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
     target = next(b for b in bases_for(problem) if b.label == "target")
@@ -505,11 +506,11 @@ def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
 
 
 def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
-    import bot.engine.optimize as optimize_module
+    import bot.engine.loop.optimize as optimize_module
     from bot.core.domain import CandidateSource, Environment, Origin
     from bot.core.outcomes import Evaluation
-    from bot.engine.evaluate import EvalOptions
-    from bot.engine.optimize import OptimizeOptions
+    from bot.engine.evaluation.options import EvalOptions
+    from bot.engine.loop.attempts import OptimizeOptions
 
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
     kernel = problem.target.read_text()  # stands in for an LLM's Triton kernel with knobs

@@ -6,7 +6,16 @@ import json
 import click
 import pytest
 
-from bot.cli import main
+from bot.cli.engine_options import (
+    VERIFY_MIN_SAMPLES,
+    VERIFY_TIME_CAP_S,
+    evaluation_options,
+    job_options,
+    optimize_options,
+    resolve_device,
+    verify_options,
+)
+from bot.cli.main import main
 from bot.config import CHECKS, load_settings
 from bot.core.errors import BotError
 from bot.core.settings import (
@@ -19,18 +28,9 @@ from bot.core.settings import (
     TimingMode,
     TolerancePolicy,
 )
-from bot.engine.evaluate import EvalOptions
-from bot.engine.optimize import OptimizeOptions
-from bot.engine.timing import TimingOptions
-from bot.options import (
-    VERIFY_MIN_SAMPLES,
-    VERIFY_TIME_CAP_S,
-    evaluation_options,
-    job_options,
-    optimize_options,
-    resolve_device,
-    verify_options,
-)
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.loop.attempts import OptimizeOptions
+from bot.engine.timing.records import TimingOptions
 
 
 def _option_defaults(command: click.Command) -> dict[str, object]:
@@ -54,7 +54,7 @@ SETTING_OF = {(TimingOptions, "mode"): "timing", (EvalOptions, "timing"): None}
 @pytest.mark.parametrize("kind", [EvalOptions, TimingOptions, OptimizeOptions])
 def test_an_option_object_has_the_settings_default_or_none(kind):
     # One source of defaults: a field a setting decides has no default of its own (it is derived
-    # from the run's settings, bot.options) or the settings' own.
+    # from the run's settings, bot.cli.engine_options) or the settings' own.
     settings = {f.name for f in dataclasses.fields(Settings)}
     decided = 0
     for field in dataclasses.fields(kind):

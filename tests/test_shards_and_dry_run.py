@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES, ROOT
 
-from bot.cli import main
+from bot.cli.main import main
 from bot.core.errors import BotError
 from bot.core.shards import assign, expected_cost, parse_shard
-from bot.engine.problems import find_problems
+from bot.engine.workspace.problems import find_problems
 
 
 def test_plan_covers_every_problem_once_and_balances():
@@ -136,9 +136,10 @@ def test_merge_combines_shards(tmp_path):
 
 
 def test_problems_optimised_at_once_share_the_verification_workers(monkeypatch):
-    import bot.engine.pipeline as pipeline
-    from bot.engine.evaluate import EvalOptions
-    from bot.engine.optimize import OptimizeOptions, failed_result
+    import bot.engine.loop.pipeline as pipeline
+    from bot.engine.evaluation.options import EvalOptions
+    from bot.engine.loop.attempts import OptimizeOptions
+    from bot.engine.loop.optimize import failed_result
 
     seen = []
     monkeypatch.setattr(

@@ -6,13 +6,15 @@ import torch
 from conftest import ROOT
 
 from bot.core.domain import CandidateSource, Environment, Origin, Verdict
-from bot.core.judge import Thresholds
+from bot.core.judge import Thresholds, significant
 from bot.core.measurement import Speedup
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.optimize import Attempt, split_candidates
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.loop.attempts import Attempt
+from bot.engine.loop.optimize import split_candidates
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.problems import load_problem
 from bot.propose.derive import Base
 from bot.propose.split import Split, input_bytes, plan_split, split_candidate
 
@@ -127,12 +129,12 @@ def test_split_candidate_is_accepted_by_the_verifier(tmp_path):
 def test_a_gain_on_one_shape_does_not_pay_for_a_loss_on_another():
     # What the H200 PR-flow run picked: 4.1x on decode, 0.92x on both prefill shapes. The
     # geometric mean clears 1.05x, yet a PR that slows prefill down is no improvement.
-    from bot.engine.optimize import select_best
+    from bot.engine.loop.optimize import select_best
 
     mixed = _outcome("tune-a", [4.1, 0.92])
     steady = _outcome("tune-b", [1.3, 1.1])
     assert mixed.speedup_ci[0] > 1.05 and mixed.slower_shapes() == ["prefill"]
-    assert not mixed.significant(1.05) and steady.significant(1.05) and steady.slower_shapes() == []
+    assert not significant(mixed, 1.05) and significant(steady, 1.05) and steady.slower_shapes() == []
     assert select_best([Attempt(0, mixed), Attempt(0, steady)], Thresholds(1.05)) is steady
     assert select_best([Attempt(0, mixed)], Thresholds(1.05)) is None
     assert "significantly slower on prefill" in Attempt(0, mixed).reason
@@ -148,11 +150,11 @@ def test_a_gain_on_one_shape_does_not_pay_for_a_loss_on_another():
 def test_a_loss_is_refused_only_when_as_clear_as_a_gain_must_be():
     # cross_entropy on the H200: the split took torch.compile on prefill (4.7x) and eager on
     # decode, where its wrapper cost 0.93x [0.92, 0.96]: inside the 1/1.05 a slowdown needs.
-    from bot.engine.optimize import select_best
+    from bot.engine.loop.optimize import select_best
 
     split = _outcome("split-reference", [0.94, 4.7], spread=0.015)
     assert split.shapes[0].speedup.ci_high > 1 / 1.05 and split.shapes[0].speedup.ci_high < 1
-    assert split.slower_shapes() == [] and split.significant(1.05)
+    assert split.slower_shapes() == [] and significant(split, 1.05)
     assert select_best([Attempt(0, split)], Thresholds(1.05)) is split
     clear_loss = _outcome("tune-c", [0.90, 4.7], spread=0.015)
-    assert clear_loss.slower_shapes() == ["decode"] and not clear_loss.significant(1.05)
+    assert clear_loss.slower_shapes() == ["decode"] and not significant(clear_loss, 1.05)

@@ -17,8 +17,8 @@ from stage_two_artifacts import honest_results
 
 from bot.core.results import Results
 from bot.core.time_split import PARTS, Segment, TimeSplit, run_line, split_wall_time
-from bot.engine import phase_clock
-from bot.engine.phase_clock import PhaseClock, current, part_of, recording
+from bot.engine.workers import phase_clock
+from bot.engine.workers.phase_clock import PhaseClock, current, part_of, recording
 from bot.protocol.messages import Construct, Fingerprints, ReferenceRun, Release, Run
 
 

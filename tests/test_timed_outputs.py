@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits, memory
 
 pytestmark = pytest.mark.skipif(not memory.supported(), reason="needs process_vm_readv (Linux)")

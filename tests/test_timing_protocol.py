@@ -11,9 +11,10 @@ import pytest
 import torch
 from conftest import PROBLEMS
 
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimedShape, TimingHooks, TimingOptions, screened_out, time_interleaved
-from bot.engine.trials import ReferenceInfo
+from bot.engine.timing.interleaved import TimedShape, TimingHooks, screened_out, time_interleaved
+from bot.engine.timing.records import TimingOptions
+from bot.engine.verification.trials import ReferenceInfo
+from bot.engine.workspace.problems import load_problem
 from bot.protocol.measures import hash_tensor
 
 INFO = ReferenceInfo(meta=[{"type": "Tensor", "dtype": "float32", "shape": [2], "device": "cpu"}], nbytes=8)
@@ -24,7 +25,7 @@ DIGEST = hash_tensor(OUT)
 class _ParentClock:
     """The parent's clock as the stand-ins move it: 1 us a request, and each call's `call_us`
     (the stand-ins also sleep, so caps and deadlines run in real time). The samples are the
-    parent's spans (bot.engine.outside_clock), which a loaded test machine would otherwise
+    parent's spans (bot.engine.timing.outside_clock), which a loaded test machine would otherwise
     scatter by milliseconds a batch."""
 
     def __init__(self) -> None:
@@ -42,7 +43,7 @@ CLOCK = _ParentClock()
 
 @pytest.fixture(autouse=True)
 def parent_clock(monkeypatch):
-    from bot.engine import harness_cost, staging, timed_batch
+    from bot.engine.timing import harness_cost, staging, timed_batch
 
     for module in (timed_batch, harness_cost, staging):
         monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=CLOCK.perf_counter))
@@ -363,7 +364,7 @@ def test_few_contenders_are_retired_together_when_timing_ends():
 
 
 def test_the_parents_clock_shows_the_time_a_worker_leaves_out_of_its_report():
-    from bot.engine import hidden
+    from bot.engine.timing import hidden
 
     for mode in ("latency", "throughput"):  # calls timed one by one, and batches back to back
         options = TimingOptions(time_cap_s=0.3, min_batches=6, batch_target_us=4_000, mode=mode)

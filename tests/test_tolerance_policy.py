@@ -15,8 +15,14 @@ from conftest import CANDIDATES, PROBLEMS
 
 from bot.core.domain import CheckResult
 from bot.core.settings import TolerancePolicy
-from bot.engine.compare import REUSED_OUTPUT, check_commitment, compare_fingerprints, compare_outputs, compare_values
-from bot.engine.tolerance import (
+from bot.engine.verification.compare import (
+    REUSED_OUTPUT,
+    check_commitment,
+    compare_fingerprints,
+    compare_outputs,
+    compare_values,
+)
+from bot.engine.verification.tolerance import (
     CEILING,
     DEFAULT_TOLERANCES,
     OWN_ERROR_MULTIPLE,
@@ -240,10 +246,11 @@ def test_on_cuda_a_fingerprint_that_matched_and_a_reveal_that_does_not_is_a_reus
 def _evaluate(policy: TolerancePolicy, names: list[str]):
     from pathlib import Path
 
-    from bot.engine.candidates import default_baseline, load_candidate
-    from bot.engine.evaluate import EvalOptions, evaluate
-    from bot.engine.problems import load_problem
-    from bot.engine.timing import TimingOptions
+    from bot.engine.evaluation.evaluate import evaluate
+    from bot.engine.evaluation.options import EvalOptions
+    from bot.engine.timing.records import TimingOptions
+    from bot.engine.workspace.candidates import default_baseline, load_candidate
+    from bot.engine.workspace.problems import load_problem
     from bot.sandbox import Limits
 
     problem = load_problem(PROBLEMS / "loose_matmul.py")

@@ -1,6 +1,6 @@
 """Code that tunes by timing: its compilation beside other trials, its timing of kernel
 variants with the GPU to itself (bot.harness.tuning_gate in the worker,
-bot.engine.gpulock.GpuHandover and bot.engine.trials in the bot)."""
+bot.engine.workers.gpulock.GpuHandover and bot.engine.verification.trials in the bot)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import threading
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.gpulock import GpuHandover, _RWLock
-from bot.engine.problems import load_problem
-from bot.engine.trials import DeviceHolds, TrialRun, run_trials
-from bot.engine.workers import WorkerClient, WorkerFailure
+from bot.engine.verification.trials import DeviceHolds, TrialRun, run_trials
+from bot.engine.workers.client import WorkerClient, WorkerFailure
+from bot.engine.workers.gpulock import GpuHandover, _RWLock
+from bot.engine.workspace.problems import load_problem
 from bot.harness.tuning_gate import TuningGate
 from bot.sandbox import Limits, WorkerLaunch
 from bot.sandbox.process import ProcessSandbox

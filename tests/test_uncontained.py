@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.cli import main
+from bot.cli.engine_options import evaluation_options
+from bot.cli.main import main
 from bot.config import load_settings
 from bot.core.errors import BotError
-from bot.options import evaluation_options
 from bot.sandbox import contained, process
 from bot.sandbox.contained import Uncontained, containment
 from bot.sandbox.process import ProcessSandbox

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.engine.candidates import load_candidate
-from bot.engine.evaluate import evaluate
-from bot.engine.problems import load_problem
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.workspace.candidates import load_candidate
+from bot.engine.workspace.problems import load_problem
 
 # cheat file -> the check that must reject it
 REJECTED = {
@@ -39,7 +39,7 @@ REJECTED = {
     "cheat_some_calls": "timed-call outputs",  # right on 1 timed call in 4: missed w.p. (1/4)^checks
     "cheat_compute_on_reveal": "timed-call outputs",
     "reused_output": "timed-call aliasing",  # one output tensor for every call, as CUDA graph trees
-    # Timed calls read from outside the worker (bot/engine/outside_checks.py):
+    # Timed calls read from outside the worker (bot/engine/timing/outside_checks.py):
     "cheat_output_ring": "timed-call aliasing",  # 64 output buffers, more than a batch's 50 calls
     "cheat_shared_output_sleep": "timed-call aliasing",  # one buffer behind one-call batches
     "cheat_clobber_input_timed": "timed-call inputs",  # computes in its input while timed
@@ -57,8 +57,8 @@ ACCEPTED = ["honest", "fallback_reference", "cheat_patch_timers", "cheat_patch_h
 def outcomes(request):
     import os
 
-    from bot.engine.evaluate import EvalOptions
-    from bot.engine.timing import TimingOptions
+    from bot.engine.evaluation.options import EvalOptions
+    from bot.engine.timing.records import TimingOptions
     from bot.sandbox import Limits
 
     # Credentials in the bot's environment must never reach a worker.

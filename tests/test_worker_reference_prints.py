@@ -49,10 +49,10 @@ def test_only_the_reference_worker_describes_the_machine(monkeypatch, quick_opti
     # nvidia-smi is a subprocess per worker; 29 workers started it at once on the H200.
     from conftest import CANDIDATES
 
-    import bot.engine.workers as workers
-    from bot.engine.candidates import load_candidate
-    from bot.engine.evaluate import evaluate
-    from bot.engine.problems import load_problem
+    import bot.engine.workers.client as workers
+    from bot.engine.evaluation.evaluate import evaluate
+    from bot.engine.workspace.candidates import load_candidate
+    from bot.engine.workspace.problems import load_problem
 
     hellos: list[tuple[str, bool]] = []
     real_init = workers.WorkerClient.__init__
@@ -101,8 +101,8 @@ def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
 
     from conftest import CANDIDATES
 
-    from bot.engine.problems import load_problem
-    from bot.engine.trials import TrialRun, run_trials
+    from bot.engine.verification.trials import TrialRun, run_trials
+    from bot.engine.workspace.problems import load_problem
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     log: list[tuple[str, str]] = []
@@ -126,11 +126,11 @@ def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
 def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_timed(monkeypatch, quick_options):
     from conftest import CANDIDATES
 
-    import bot.engine.eval_workers as eval_workers
-    import bot.engine.evaluate as evaluate_module
-    from bot.engine.candidates import load_candidate
-    from bot.engine.problems import load_problem
-    from bot.engine.timing import TimingOptions
+    import bot.engine.evaluation.evaluate as evaluate_module
+    import bot.engine.evaluation.worker_pool as eval_workers
+    from bot.engine.timing.records import TimingOptions
+    from bot.engine.workspace.candidates import load_candidate
+    from bot.engine.workspace.problems import load_problem
 
     released: list[str] = []
     real = eval_workers.release_cache
@@ -160,8 +160,8 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
 
     from conftest import CANDIDATES
 
-    from bot.engine.problems import load_problem
-    from bot.engine.trials import DeviceHolds, TrialRun, run_trials
+    from bot.engine.verification.trials import DeviceHolds, TrialRun, run_trials
+    from bot.engine.workspace.problems import load_problem
 
     problem = load_problem(PROBLEMS / "scale_add.py")
     log: list[tuple[str, str]] = []
@@ -215,7 +215,7 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
 
 
 def test_code_that_times_its_own_kernel_variants_is_recognised():
-    from bot.engine.trials import tunes_on_first_call
+    from bot.engine.verification.trials import tunes_on_first_call
 
     assert tunes_on_first_call("@triton.autotune(configs=[...], key=['n'])\n@triton.jit\ndef k(): pass")
     assert tunes_on_first_call("torch.compile(f, mode='max-autotune-no-cudagraphs')")
@@ -230,8 +230,8 @@ def test_a_trial_reply_missing_a_field_fails_that_contender_and_the_others_carry
 
     from conftest import CANDIDATES
 
-    from bot.engine.problems import load_problem
-    from bot.engine.trials import TrialRun, run_trials
+    from bot.engine.verification.trials import TrialRun, run_trials
+    from bot.engine.workspace.problems import load_problem
 
     class _Forger(_LoggedWorker):
         def request(self, message, timeout_s, phase, gate=None):

@@ -6,9 +6,10 @@ from __future__ import annotations
 from conftest import PROBLEMS
 
 from bot.core.domain import CandidateSource, Origin
-from bot.engine.evaluate import EvalOptions, evaluate
-from bot.engine.problems import load_problem
-from bot.engine.timing import TimingOptions
+from bot.engine.evaluation.evaluate import evaluate
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.timing.records import TimingOptions
+from bot.engine.workspace.problems import load_problem
 
 REPORTER = """
 import torch

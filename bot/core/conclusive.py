@@ -1,5 +1,5 @@
 """Whether a contender's outcome is a conclusion that may stand for a new run (the result cache,
-bot.engine.cache), or luck that must be measured again.
+bot.engine.evaluation.cache), or luck that must be measured again.
 
 A verdict on what the code computes is kept; anything a busy or short-of-memory machine can
 decide is not. The rule, per contender, with `min_speedup` the claim's threshold:
@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bot.core.judge import significant
 from bot.core.outcomes import ContenderOutcome
 
 # Checks whose outcome rests on a clock: a busy host can fail honest code on them.
@@ -63,7 +64,7 @@ def conclusion(outcome: ContenderOutcome, min_speedup: float) -> Conclusion:
     if ci is None:
         return Conclusion(False, "no interval")
     interval = f"[{ci[0]:.3g}, {ci[1]:.3g}]"
-    if outcome.significant(min_speedup):  # the judge's rule (bot.core.judge), as selection reads it
+    if significant(outcome, min_speedup):  # the judge's rule, as selection reads it
         return Conclusion(True, f"significantly faster: {interval} clears {min_speedup}")
     if ci[1] < min_speedup:
         return Conclusion(True, f"significantly not faster: {interval} lies under {min_speedup}")

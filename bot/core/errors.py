@@ -8,7 +8,7 @@ from bot.core.time_split import TimeSplit
 class BotError(Exception):
     """Unusable input or environment: a bad problem file, a missing token, bad config."""
 
-    # Where a problem's time went before it failed (set where it is known: bot.engine.optimize),
+    # Where a problem's time went before it failed (set where it is known: bot.engine.loop.optimize),
     # so that a failed problem still reports it.
     time_split: TimeSplit | None = None
 

@@ -1,7 +1,7 @@
 """The one judge of what a contender's numbers claim: significantly faster, implausible, claimed.
 
 Everything that decides whether a contender counts asks here: the selection in stage 1
-(bot.engine.optimize), the result cache (bot.engine.cache, through bot.core.conclusive), stage 2's
+(bot.engine.loop.optimize), the result cache (bot.engine.evaluation.cache, through bot.core.conclusive), stage 2's
 re-derivation (bot.github.rederive) and the reports (bot.report.data, `ProblemResult.improved`).
 They all read a contender in its results.json form (bot.core.results_contenders): what stage 1
 writes is what stage 2 re-derives, so the rule cannot differ between the stages.
@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from bot.core.outcomes import ContenderOutcome
 from bot.core.plausible import Implausible, shape_reasons
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_shapes import ShapeResult
@@ -91,3 +92,9 @@ def judge(contender: Contender, thresholds: Thresholds, not_timed: str | None = 
         _implausible(contender, thresholds.max_plausible_speedup),
         untimed,
     )
+
+
+def significant(outcome: ContenderOutcome, min_speedup: float) -> bool:
+    """The judge's word on an evaluated contender, read in its results.json form: accepted, its
+    interval (over shapes) clears `min_speedup`, and no shape got slower."""
+    return judge(ContenderResult.of(outcome), Thresholds(min_speedup)).significant

@@ -29,7 +29,7 @@ class Measurement:
     # state), so batches, not calls, are the independent units; () means every sample is
     # its own batch.
     batch_sizes: tuple[int, ...] = ()
-    # Which of the contender's worker processes took each batch (bot.engine.timing, replicas); ()
+    # Which of the contender's worker processes took each batch (bot.engine.timing.interleaved, replicas); ()
     # means one worker took them all.
     batch_workers: tuple[int, ...] = ()
 

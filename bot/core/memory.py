@@ -3,7 +3,7 @@ how many of a problem's contenders run at once, and a worker's host memory limit
 
 Figures are bytes. "Free" is what the device (or the host) had free when none of the bot's own
 work held any of it: the driver's count (nvidia-smi) on a GPU, MemAvailable or the cgroup's limit on
-the host (bot.engine.memory_budget reads them). docs/scale-out.md states the rules.
+the host (bot.engine.workspace.memory_budget reads them). docs/scale-out.md states the rules.
 """
 
 from __future__ import annotations

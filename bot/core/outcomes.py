@@ -4,7 +4,6 @@ speedup against the baseline and distance to the roofline floor."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from bot.core import stats as bench
 from bot.core.domain import CandidateSource, Environment, Problem, Verdict
@@ -28,11 +27,6 @@ class ShapeOutcome:
             return None
         return 100.0 * self.floor_us / self.measurement.median_us
 
-    def to_json(self) -> dict[str, Any]:
-        from bot.core.results_shapes import ShapeResult  # it builds on this module
-
-        return ShapeResult.of(self).to_json()
-
 
 @dataclass(frozen=True)
 class ContenderOutcome:
@@ -40,7 +34,7 @@ class ContenderOutcome:
     role: str  # "baseline" | "candidate"
     verdict: Verdict
     shapes: tuple[ShapeOutcome, ...]
-    # Why its times say nothing of the code (bot.engine.simulated): verified, never timed for a claim.
+    # Why its times say nothing of the code (bot.engine.evaluation.simulated): verified, never timed for a claim.
     not_timed: str | None = None
 
     @property
@@ -68,20 +62,6 @@ class ContenderOutcome:
         clear as a gain. "Under 1" would refuse a 4.7x-on-prefill split for 0.93x [0.92, 0.96]
         on decode, where its wrapper costs a few microseconds of Python."""
         return [s.shape for s in self.shapes if s.speedup is not None and s.speedup.significance == "slower"]
-
-    def significant(self, min_speedup: float) -> bool:
-        """The judge's word (bot.core.judge) on its results.json form: accepted, its interval
-        (over shapes) clears `min_speedup`, and no shape got slower."""
-        from bot.core.judge import Thresholds, judge  # they build on this module
-        from bot.core.results_contenders import ContenderResult
-
-        return judge(ContenderResult.of(self), Thresholds(min_speedup)).significant
-
-    def to_json(self) -> dict[str, Any]:
-        """Its form in results.json (bot.core.results_contenders.ContenderResult)."""
-        from bot.core.results_contenders import ContenderResult  # it builds on this module
-
-        return ContenderResult.of(self).to_json()
 
 
 @dataclass(frozen=True)

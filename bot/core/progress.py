@@ -1,6 +1,6 @@
 """What the engine tells the person watching while it works, as typed events.
 
-The views (bot.progress_view) move bars by an event's type and fields, and print an event's
+The views (bot.cli.progress_view) move bars by an event's type and fields, and print an event's
 own line where they print at all, so rewording a line cannot stop a bar. Each event says one
 step of one problem (or a note); its numbers are fields, its `line()` the sentence for a log.
 Only the standard library is imported here: the engine imports it on the GPU-side path.

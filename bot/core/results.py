@@ -1,6 +1,6 @@
 """results.json as typed, frozen objects: the one way the document is built, written and read.
 
-`Results.to_json()` is the document stage 1 writes (bot.engine.outputs.write_results is the only
+`Results.to_json()` is the document stage 1 writes (bot.engine.loop.outputs.write_results is the only
 place it reaches disk); `Results.from_json()` validates a parsed document against
 `bot.core.results_schema` (the single contract) and only then builds the objects, so stage 2
 and `bot merge` never look into an unchecked dict. Numbers are kept exactly as written (a claim

@@ -1,6 +1,6 @@
 """The typed contenders of results.json back to the outcomes they were written from: the inverse of
 `ContenderResult.of` and `ShapeResult.of`, for a reader that judges again (the result cache,
-bot.engine.cache). Only validated objects come in (bot.core.results.Results.from_json)."""
+bot.engine.evaluation.cache). Only validated objects come in (bot.core.results.Results.from_json)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 `Settings` is built once per command by `bot.config.load_settings` (defaults < the repository's
 config file < action inputs < the command line) and passed down; every option object of the
-engine is derived from it (`bot.options`), and a default of an option object is either absent
+engine is derived from it (`bot.cli.engine_options`), and a default of an option object is either absent
 or read from `DEFAULTS`, so a setting has one default and one name from its flag to its use.
 The choices are enums whose values are the strings users write, so a value compares equal to
 its string and serialises as it.
@@ -54,7 +54,7 @@ class DeviceChoice(StrEnum):
 
 
 class Device(StrEnum):
-    """The device a run's candidates run on: the `DeviceChoice` resolved (bot.options). It
+    """The device a run's candidates run on: the `DeviceChoice` resolved (bot.cli.engine_options). It
     travels to workers and into results.json as its word, which compares equal to it."""
 
     CPU = "cpu"

@@ -1,4 +1,4 @@
-"""Timing statistics: pure functions over raw samples (the protocol lives in bot.engine.timing).
+"""Timing statistics: pure functions over raw samples (the protocol lives in bot.engine.timing.interleaved).
 
 Standard library only: the publishing stage re-derives every speedup and interval it
 publishes from the artifact's raw samples with `speedup` itself, on a runner without torch

@@ -1,5 +1,5 @@
 """Inside a worker: where a timed call's outputs lie, so that the parent can read them from
-outside the process (bot.engine.outside_checks), and the outputs held across batches, as a
+outside the process (bot.engine.timing.outside_checks), and the outputs held across batches, as a
 caller that keeps its results holds them.
 
 An honest kernel's outputs are fresh memory: while the harness still holds an earlier call's

@@ -25,7 +25,7 @@ FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBenc
 # Mode "graph" replays several captured copies of a call in turn, each with its own input and
 # output tensors: a few-us kernel's replay time depends on where its tensors lie
 # (docs/benchmark.md), so one copy per worker would make a run's median hang on one
-# placement. (A per-process offset remains, with or without an L2 flush: bot.engine.timing times each
+# placement. (A per-process offset remains, with or without an L2 flush: bot.engine.timing.interleaved times each
 # contender in more than one worker for that.) As many copies as fit in GRAPH_SETS_BYTES, at
 # most GRAPH_SETS_MAX.
 GRAPH_SETS_MAX = 32
@@ -59,7 +59,7 @@ class TimedCalls:
         GPU's, as in a pipelined loop, and counts only where it is the slower. Mode "graph"
         captures one call in a CUDA graph and times its replays: the GPU's time alone, as a
         serving engine that replays its decode step as a graph pays it. With "stub", the
-        reference's calibration: the same work around calls that do nothing (bot.engine.timing).
+        reference's calibration: the same work around calls that do nothing (bot.engine.timing.interleaved).
         """
         cuda = self.device == Device.CUDA
         if self.staged is None:
@@ -278,7 +278,7 @@ class TimedCalls:
         return Captured(graph, static, outputs)
 
     def op_quiet(self, msg: Quiet) -> dict:
-        """The reference's look at the GPU right before a contender's window (bot.engine.harness_cost,
+        """The reference's look at the GPU right before a contender's window (bot.engine.timing.harness_cost,
         `HarnessCost.gpu_left_busy`): a row of short spin kernels with an event between each,
         and the host's time for the whole row. Another process's work still on the GPU makes
         the row wait for a time slice, before it starts or between its kernels."""

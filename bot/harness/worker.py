@@ -228,7 +228,7 @@ class Harness(CheckedCalls, TimedCalls):
     def _make_stub(self, metas: list[dict]) -> None:
         """The reference's stand-in for a contender in the calibration batches: a call that does
         nothing and returns outputs of the contender's dtypes and shapes, so that what remains on
-        the parent's clock is the harness's own work for such outputs (bot.engine.timing)."""
+        the parent's clock is the harness's own work for such outputs (bot.engine.timing.interleaved)."""
         wanted = [(m["dtype"], tuple(m["shape"])) for m in metas]
         have = [(str(o.dtype).removeprefix("torch."), tuple(o.shape)) for o in self.stub_outputs or []]
         if have != wanted:
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     channel.key = bytes.fromhex(hello.key)
     harness = Harness(channel, hello.device, hello.threads)
     # Sent before any candidate code exists here: the parent's count of this process's threads
-    # starts from it (bot.engine.workers, WorkerClient.threads_seen).
+    # starts from it (bot.engine.workers.client, WorkerClient.threads_seen).
     channel.send(
         HelloReply(
             env=describe_environment(hello.device, hello.describe),

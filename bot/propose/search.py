@@ -133,7 +133,7 @@ def search_candidates(
         if GELU_TANH not in paths:
             skipped.append(Skipped(f"{GELU_TANH.words} of {tag}", "no GELU with approximate='tanh' here"))
         if interpreted and tunable_constants(base.source):
-            # Verified in the interpreter and never timed there (bot.engine.simulated): on 2 vCPUs
+            # Verified in the interpreter and never timed there (bot.engine.evaluation.simulated): on 2 vCPUs
             # rmsnorm's 16 knob settings would cost a CPU dry run minutes and tell nothing.
             skipped.append(
                 Skipped(

@@ -47,7 +47,7 @@ def hash_tensor(t: torch.Tensor) -> str:
 def fingerprint_weights(shape: tuple[int, ...], device: Any, seed: int) -> torch.Tensor:
     """The secret random vector an output of `shape` is projected on, drawn from `seed`: the
     same in the reference's worker and in the parent, which checks timed outputs it read from
-    outside (bot.engine.outside_checks)."""
+    outside (bot.engine.timing.outside_checks)."""
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     return torch.randn(shape, generator=gen, dtype=torch.float64, device=device)

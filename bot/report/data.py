@@ -117,7 +117,7 @@ def failed_problem(problem: ProblemResult) -> bool:
 
 def plausible(problem: ProblemResult, attempt: Contender) -> bool:
     """An attempt (or best) whose ratios may be shown as a speedup: timed, not under a simulator
-    (bot.engine.simulated), and not implausible at the problem's bound (bot.core.judge). Stage 2
+    (bot.engine.evaluation.simulated), and not implausible at the problem's bound (bot.core.judge). Stage 2
     reads results.json as untrusted data, so the renderers ask the judge rather than trust `best`."""
     return problem.judge(attempt).plausible
 

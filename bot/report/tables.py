@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.core.judge import significant
 from bot.core.measurement import STEADY_REPLICAS
 from bot.core.outcomes import ContenderOutcome, Evaluation
+from bot.core.results_contenders import ContenderResult
+from bot.core.results_shapes import ShapeResult
 from bot.core.settings import Device
 
 
@@ -21,7 +24,7 @@ def verdict_json(evaluation: Evaluation) -> dict[str, Any]:
         "candidate": outcome.candidate.name,
         "device": evaluation.environment.device,
         **outcome.verdict.to_json(),
-        "shapes": [s.to_json() for s in outcome.shapes],
+        "shapes": [ShapeResult.of(s).to_json() for s in outcome.shapes],
         "environment": evaluation.environment.to_json(),
     }
 
@@ -32,8 +35,11 @@ def bench_json(evaluation: Evaluation, min_speedup: float) -> dict[str, Any]:
         "problem": evaluation.problem.name,
         "min_speedup": min_speedup,
         "environment": evaluation.environment.to_json(),
-        "baseline": evaluation.baseline.to_json() if evaluation.baseline else None,
-        "candidates": [c.to_json() | {"significant": c.significant(min_speedup)} for c in evaluation.candidates],
+        "baseline": ContenderResult.of(evaluation.baseline).to_json() if evaluation.baseline else None,
+        "candidates": [
+            ContenderResult.of(c).to_json() | {"significant": significant(c, min_speedup)}
+            for c in evaluation.candidates
+        ],
     }
 
 

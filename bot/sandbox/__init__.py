@@ -1,5 +1,6 @@
-"""Backends that run untrusted workers: `process` (default) and `docker`."""
+"""Backends that run untrusted workers: `process` (default) and `docker`; bot.sandbox.backends
+picks one by name."""
 
-from bot.sandbox.base import Limits, RunningWorker, Sandbox, WorkerLaunch, make_sandbox
+from bot.sandbox.base import Limits, RunningWorker, Sandbox, WorkerLaunch
 
-__all__ = ["Limits", "RunningWorker", "Sandbox", "WorkerLaunch", "make_sandbox"]
+__all__ = ["Limits", "RunningWorker", "Sandbox", "WorkerLaunch"]

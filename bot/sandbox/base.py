@@ -196,7 +196,7 @@ class RunningWorker(ABC):
                 self._frozen_since = time.monotonic()
 
     def thaw(self) -> None:
-        # Under one lock with freeze: a request's own thaw (bot.engine.workers) and the end of
+        # Under one lock with freeze: a request's own thaw (bot.engine.workers.client) and the end of
         # another GPU lane's timing phase (freezer.thaw_all) can meet on one worker.
         with _FREEZING:
             if self._frozen_since is not None:
@@ -239,24 +239,3 @@ class Sandbox(ABC):
     @abstractmethod
     def start(self, launch: WorkerLaunch) -> RunningWorker:
         """Start `python -I -c BOOT` confined by this backend, connected to a private channel."""
-
-
-# From this many workers in one evaluation, the process backend starts its fork server.
-FORK_SERVER_MIN_WORKERS = 4
-
-
-def make_sandbox(name: str, workers: int | None = None, allow_uncontained: bool = False) -> Sandbox:
-    """The backend `name`, for an evaluation that will start about `workers` workers; the
-    process backend refuses where it cannot contain them, unless `allow_uncontained`."""
-    if name == "process":
-        from bot.sandbox.process import ProcessSandbox
-
-        return ProcessSandbox(
-            start_fork_server=workers is None or workers >= FORK_SERVER_MIN_WORKERS,
-            allow_uncontained=allow_uncontained,
-        )
-    if name == "docker":
-        from bot.sandbox.docker import DockerSandbox
-
-        return DockerSandbox()
-    raise ValueError(f"unknown sandbox {name!r} (expected 'process' or 'docker')")

@@ -14,7 +14,7 @@ _lanes: list[int | None] = [None]
 
 
 def set_lanes(devices: list[int | None]) -> None:
-    """Called once the GPU lanes are known (bot.engine.lanes); each lane gets its own core."""
+    """Called once the GPU lanes are known (bot.engine.loop.lanes); each lane gets its own core."""
     global _lanes
     _lanes = list(devices) or [None]
 

@@ -5,7 +5,7 @@ tmpfs work folder and the compile cache are writable), no capabilities, no privi
 a pids limit (fork bombs) and a kernel-enforced memory limit without swap. The channel is a
 unix socket the parent listens on, in a folder holding only that socket. Containers are
 labelled with this process's run id and removed on exit, SIGINT/SIGTERM, or by
-`remove_leftover_workers`.
+`remove_leftover_workers` (bot.sandbox.containers).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import atexit
 import functools
 import logging
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -31,6 +30,7 @@ from bot.core.settings import Device
 from bot.sandbox import guardian
 from bot.sandbox.base import BOOT, BOT_ROOT, RunningWorker, Sandbox, WorkerLaunch, worker_env
 from bot.sandbox.container_cgroup import ContainerCgroup
+from bot.sandbox.containers import PID_LABEL, RUN_ID, RUN_LABEL, WORKER_LABEL, remove_leftover_workers
 from bot.sandbox.local_image import (
     HOST_MOUNTS_LABEL,
     LOCAL_IMAGE,
@@ -44,10 +44,6 @@ from bot.sandbox.local_image import (
 
 log = logging.getLogger(__name__)
 
-WORKER_LABEL = "kernel-bot.worker"
-RUN_LABEL = "kernel-bot.run"
-PID_LABEL = "kernel-bot.parent-pid"
-RUN_ID = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
 _OWNER_PID = os.getpid()  # a forked child must not clean up its parent's containers
 
 # Paths inside the container. They avoid common host paths, because the local image
@@ -71,17 +67,6 @@ def connect():
             f"the Docker engine is not reachable ({exc}); start it with "
             f"`sudo ci/start-dockerd.sh`, or use --sandbox process"
         ) from None
-
-
-def remove_leftover_workers(client, run_id: str = RUN_ID) -> None:
-    """Remove every container labelled with `run_id`, running or not."""
-    for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
-        try:
-            container.remove(force=True)
-        except NotFound:
-            pass
-        except APIError as exc:
-            log.warning("could not remove worker container %s: %s", container.short_id, exc)
 
 
 _started_any = False

@@ -42,7 +42,7 @@ class DriverInitialized(ForkServerError):
 @dataclass(frozen=True)
 class ForkSettings:
     """What a fork sets up before it becomes a worker: what Popen's arguments and its
-    preexec_fn (bot.sandbox.process.confine) give a worker started the plain way."""
+    preexec_fn (bot.sandbox.isolate.confine) give a worker started the plain way."""
 
     log: Path  # its stdout and stderr
     cwd: Path

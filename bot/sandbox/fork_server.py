@@ -191,8 +191,7 @@ def _become_worker(request: dict[str, Any], fds: list[int], control: socket.sock
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # the server's TMPDIR must not outlive the environment swap
-        from bot.sandbox.isolate import Containment
-        from bot.sandbox.process import confine
+        from bot.sandbox.isolate import Containment, confine
 
         confine(
             request["memory_mb"],

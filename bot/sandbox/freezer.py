@@ -5,7 +5,7 @@ reference) are never frozen. `timing_phase()` opens a phase; `phase.only(client)
 timed batch thaws that contender and freezes every other untrusted live worker (the whole
 cgroup, so their children too); those already frozen stay so across consecutive batches at no
 cost. Leaving the phase thaws everything. Time a worker spends frozen does not count toward
-its request timeouts or hang detection (bot.engine.workers).
+its request timeouts or hang detection (bot.engine.workers.client).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def _remove_containers(run_id: str) -> None:
     try:
         import docker
 
-        from bot.sandbox.docker import remove_leftover_workers
+        from bot.sandbox.containers import remove_leftover_workers
 
         remove_leftover_workers(docker.from_env(), run_id)
     except Exception as exc:  # noqa: BLE001  the engine gone too: nothing left to remove

@@ -1,4 +1,4 @@
-"""In a worker's child, before any candidate code: its cgroup, namespaces and user.
+"""In a worker's child, before any candidate code: its cgroup, namespaces, user and resource limits.
 
 `enter` runs in the freshly forked child (Popen's preexec_fn, or the fork server's fork) while
 it is still root. It unshares a mount, network and PID namespace and forks once more: the
@@ -18,10 +18,13 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import resource
 import signal
 import stat
 import sys
 from dataclasses import asdict, dataclass
+
+from bot.core.settings import Device
 
 CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -38,6 +41,7 @@ PRIVATE_SIZE = {"/run": "16m"}
 PRIVATE_SIZE_DEFAULT = "256m"
 UID_BASE = 0x6B620000  # "kb" << 16: far above any uid a distribution hands out
 GID_BASE = 0x6B630000
+AS_ROOM_MB = 4096  # a CPU worker's address space beyond its memory limit: the interpreter, torch, threads
 
 
 @dataclass(frozen=True)
@@ -297,3 +301,19 @@ def probe() -> str:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     return "" if os.waitstatus_to_exitcode(status) == 0 else "unshare(mount, net, pid) refused"
+
+
+def confine(memory_mb: int, device: str, cores: set[int], plan: Containment | None = None) -> None:
+    """In the worker, before it runs anything: its cgroup, namespaces and user
+    (bot.sandbox.isolate), resource limits and cores."""
+    if plan is not None:
+        enter(plan)
+    # An address-space cap turns a huge allocation into a MemoryError at once. CUDA
+    # reserves terabytes of virtual address space, so on GPUs only the parent's
+    # resident-memory watchdog applies.
+    if device == Device.CPU:
+        cap = (memory_mb + AS_ROOM_MB) << 20
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if device == Device.CUDA and cores:
+        os.sched_setaffinity(0, cores)  # keep off the reserved timing core

@@ -2,7 +2,7 @@
 process_vm_readv/process_vm_writev, through a buffer of the parent's).
 
 The parent fills a contender's staged input buffers with inputs the trusted reference worker
-drew, while the contender is frozen (bot.engine.staging): the contender never holds a timed call's
+drew, while the contender is frozen (bot.engine.timing.staging): the contender never holds a timed call's
 inputs before the parent's window opens, so no answer can be computed ahead of it. The calls
 need the parent's right to trace both processes (root, or a descendant under Yama's default).
 """
@@ -99,7 +99,7 @@ def copy(src_pid: int, dst_pid: int, regions: Sequence[tuple[int, int, int]]) ->
 
 def read(pid: int, regions: Sequence[tuple[int, int]]) -> list[bytearray]:
     """The bytes of each (address, bytes) of process `pid`, read from outside it: how the parent
-    checks a worker's timed outputs and inputs (bot.engine.outside_checks). Up to IOV_MAX
+    checks a worker's timed outputs and inputs (bot.engine.timing.outside_checks). Up to IOV_MAX
     regions a call: one call per region cost the parent 0.1 ms each on a loaded 2-vCPU host."""
     out = []
     for address, nbytes in regions:

@@ -28,10 +28,9 @@ from bot.sandbox.cgroup import Leaf, PidsCap
 from bot.sandbox.contained import containment, prepare, refuse_uncontained
 from bot.sandbox.cores import worker_cores
 from bot.sandbox.fork_client import DriverInitialized, ForkServer, ForkServerError, ForkSettings
-from bot.sandbox.isolate import Containment, enter
+from bot.sandbox.isolate import AS_ROOM_MB, confine
 
 log = logging.getLogger(__name__)
-AS_ROOM_MB = 4096  # a CPU worker's address space beyond its memory limit: the interpreter, torch, threads
 
 
 class _GroupWorker(RunningWorker):
@@ -192,22 +191,6 @@ def _group_pids(pgid: int) -> list[int]:
             except (ProcessLookupError, PermissionError):
                 continue
     return pids
-
-
-def confine(memory_mb: int, device: str, cores: set[int], plan: Containment | None = None) -> None:
-    """In the worker, before it runs anything: its cgroup, namespaces and user
-    (bot.sandbox.isolate), resource limits and cores."""
-    if plan is not None:
-        enter(plan)
-    # An address-space cap turns a huge allocation into a MemoryError at once. CUDA
-    # reserves terabytes of virtual address space, so on GPUs only the parent's
-    # resident-memory watchdog applies.
-    if device == Device.CPU:
-        cap = (memory_mb + AS_ROOM_MB) << 20
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if device == Device.CUDA and cores:
-        os.sched_setaffinity(0, cores)  # keep off the reserved timing core
 
 
 class ProcessSandbox(Sandbox):

@@ -1,0 +1,236 @@
+"""Verify and measure contenders of one problem: the reference, the baseline and candidates
+each in its own sandboxed worker, the verdicts judged here in the parent."""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, source_hash
+from bot.core.errors import GpuOutOfMemory
+from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
+from bot.core.progress import EvaluationStarted, Note, Progress, silent
+from bot.core.settings import Device, TolerancePolicy
+from bot.engine.evaluation.cache import ResultCache, environment_key, protocol_of
+from bot.engine.evaluation.options import EvalOptions
+from bot.engine.evaluation.shape_run import ProblemRun, evaluate_shape
+from bot.engine.evaluation.simulated import simulated_reason
+from bot.engine.evaluation.worker_pool import Replicas, materialise, open_session
+from bot.engine.verification import verify
+from bot.engine.verification.trials import (
+    failure_check,
+    tunes_on_first_call,
+)
+from bot.engine.workers.client import WorkerClient, WorkerFailure
+from bot.engine.workers.failures import problem_failure, ran_out_of_gpu_memory
+
+
+def evaluate(
+    problem: Problem,
+    candidates: list[CandidateSource],
+    baseline: CandidateSource | None,
+    options: EvalOptions,
+    progress: Progress = silent,
+) -> Evaluation:
+    """Verify every candidate (and the baseline) on every shape; time the accepted ones.
+
+    With `options.use_cache`, candidates already judged against the same problem, baseline and
+    machine stack, under the same protocol, are taken from the cache (bot.engine.evaluation.cache) instead
+    of being run again, where their outcome was conclusive."""
+    if not options.use_cache:
+        return untimed_where_simulated(
+            _evaluate_fresh(problem, candidates, baseline, options, progress), options.device
+        )
+    cache = ResultCache(
+        options.cache_root,
+        environment_key(options.device, options.gpu_index),
+        protocol_of(options),
+        options.min_speedup,
+    )
+    cached = [cache.get(problem, baseline, c) for c in candidates]
+    fresh = [c for c, hit in zip(candidates, cached) if hit is None]
+    if len(fresh) < len(candidates):
+        progress(Note(f"{len(candidates) - len(fresh)} candidate(s) from the cache", problem.name))
+    evaluation = _evaluate_fresh(problem, fresh, baseline, options, progress)
+    by_candidate = {id(o.candidate): o for o in evaluation.candidates}
+    for outcome in evaluation.candidates:
+        cache.put(problem, baseline, outcome)
+    merged = tuple(hit if hit is not None else by_candidate[id(c)] for c, hit in zip(candidates, cached))
+    # A cache written before a contender was known to be simulated may still hold its speedup.
+    return untimed_where_simulated(
+        Evaluation(problem, evaluation.environment, evaluation.baseline, merged), options.device
+    )
+
+
+def untimed_where_simulated(evaluation: Evaluation, device: str) -> Evaluation:
+    """Every contender that runs under a simulator on `device` marked not timed, its times and
+    speedups dropped; with a simulated baseline, no candidate keeps a speedup either."""
+
+    def mark(outcome: ContenderOutcome, reason: str | None) -> ContenderOutcome:
+        if reason is None:
+            return outcome
+        shapes = tuple(replace(s, measurement=None, speedup=None) for s in outcome.shapes)
+        return replace(outcome, shapes=shapes, not_timed=reason)
+
+    base = evaluation.baseline
+    base_reason = simulated_reason(base.candidate.source, device) if base is not None else None
+    candidates = tuple(mark(c, simulated_reason(c.candidate.source, device)) for c in evaluation.candidates)
+    if base_reason is not None:
+        # Correct or not, a candidate's ratio to a simulated baseline measures the simulator.
+        candidates = tuple(
+            c
+            if c.not_timed
+            else replace(
+                c, shapes=tuple(replace(s, speedup=None) for s in c.shapes), not_timed=f"its baseline {base_reason}"
+            )
+            for c in candidates
+        )
+    return replace(evaluation, baseline=mark(base, base_reason) if base is not None else None, candidates=candidates)
+
+
+def _short_of_memory(evaluation: Evaluation) -> list[ContenderOutcome]:
+    """The contenders, baseline first where it is one, that ran out of GPU memory."""
+    outcomes = ([evaluation.baseline] if evaluation.baseline else []) + list(evaluation.candidates)
+    return [o for o in outcomes if ran_out_of_gpu_memory(o)]
+
+
+def _evaluate_fresh(
+    problem: Problem,
+    candidates: list[CandidateSource],
+    baseline: CandidateSource | None,
+    options: EvalOptions,
+    progress: Progress,
+) -> Evaluation:
+    """One evaluation; on a GPU, contenders that ran out of memory beside the others are
+    evaluated again, one worker at a time, before that counts against them (a candidate
+    that needs more than the GPU has fails again alone)."""
+    first = _evaluate_once(problem, candidates, baseline, options, progress)
+    if options.device != Device.CUDA or len(candidates) + (baseline is not None) < 2:
+        return first
+    short = _short_of_memory(first)
+    if not short:
+        return first
+    progress(
+        Note(
+            f"{len(short)} contender(s) ran out of GPU memory beside others; evaluating them again, one at a time",
+            problem.name,
+        )
+    )
+    alone = replace(options, parallel=1)
+    if any(o is first.baseline for o in short):  # no speedup of the first run has a baseline: all of it again
+        return _unless_still_short(_evaluate_once(problem, candidates, baseline, alone, progress), options)
+    again = _evaluate_once(problem, [o.candidate for o in short], baseline, alone, progress)
+    # The re-run's speedups are against its own timing of the baseline, as every speedup is.
+    redone = {id(o.candidate): o for o in again.candidates}
+    merged = tuple(redone.get(id(o.candidate), o) for o in first.candidates)
+    return _unless_still_short(Evaluation(problem, first.environment, first.baseline, merged), options)
+
+
+def _unless_still_short(evaluation: Evaluation, options: EvalOptions) -> Evaluation:
+    """The evaluation, or GpuOutOfMemory where contenders re-run one at a time still ran out
+    of memory while other problems shared the GPU: rejecting them would charge them for the
+    others' memory."""
+    still = [o.candidate.name for o in _short_of_memory(evaluation)]
+    if still and options.beside_others:
+        raise GpuOutOfMemory(
+            f"{evaluation.problem.path}: {len(still)} contender(s) ran out of GPU "
+            f"memory even one at a time, beside other problems ({', '.join(still)})"
+        )
+    return evaluation
+
+
+def reference_precision(problem: Problem, options: EvalOptions) -> str:
+    """What the reference worker computes in: the problem's oracle precision, or under
+    `kernelbench` the problem's own dtype, as KernelBench compares."""
+    return "native" if options.tolerance == TolerancePolicy.KERNELBENCH else problem.reference_precision
+
+
+def _evaluate_once(
+    problem: Problem,
+    candidates: list[CandidateSource],
+    baseline: CandidateSource | None,
+    options: EvalOptions,
+    progress: Progress,
+) -> Evaluation:
+    rng = random.Random(secrets.randbits(64))  # the secret seed: from the OS, never fixed
+    contenders = ([baseline] if baseline else []) + list(candidates)
+    names = [f"c{i}" for i in range(len(contenders))]
+    checks: dict[str, list[CheckResult]] = {n: [] for n in names}
+    per_shape: dict[str, list[ShapeOutcome]] = {n: [] for n in names}
+    # Speedups compare timings from different processes: each contender gets replicas.
+    replica_count = options.timing.replicas if baseline is not None else 1
+    with open_session(problem, options, 1 + len(contenders) * replica_count) as session:
+        ref_hash = source_hash(problem.source)
+        workers: dict[str, WorkerClient] = {}
+        replicas = Replicas(session, replica_count, options.parallel)
+        progress(EvaluationStarted(problem.name, len(contenders) + 1, len(problem.shapes_for(options.device))))
+
+        def start(name: str, cand: CandidateSource) -> None:
+            try:
+                module = materialise(cand, session.root / "candidates")
+                replicas.modules[name] = (module, cand)
+                workers[name] = session.start(name, module, cand.class_name, "native", cand.source_hash)
+            except WorkerFailure as exc:
+                checks[name].append(failure_check(exc))
+
+        # The reference and every contender start together: imports (and CUDA builds) overlap.
+        began = time.monotonic()
+        with ThreadPoolExecutor(max_workers=max(2, options.parallel)) as pool:
+            ref_future = pool.submit(
+                session.start, "reference", None, "Model", reference_precision(problem, options), ref_hash
+            )
+            list(pool.map(start, names, contenders))
+            try:
+                reference = ref_future.result()
+            except WorkerFailure as exc:
+                raise problem_failure(problem, exc) from None
+        progress(session.started(time.monotonic() - began))
+        environment = Environment.from_json(reference.env)
+        workers = {n: workers[n] for n in names if n in workers}
+        # On a GPU, code that picks its kernels by timing them does so with the GPU to itself.
+        self_tuning = frozenset(
+            n for n, c in zip(names, contenders) if options.device == Device.CUDA and tunes_on_first_call(c.source)
+        )
+        # Verified, not timed (bot.engine.evaluation.simulated); with a simulated baseline there is nothing to
+        # time against. rmsnorm's interpreted Triton baseline took 181 ms a call on 2 vCPUs.
+        simulated = {n for n, c in zip(names, contenders) if simulated_reason(c.source, options.device)}
+        untimed = frozenset(names if baseline is not None and names[0] in simulated else simulated)
+        if untimed:
+            progress(
+                Note(
+                    f"{len(untimed)} contender(s) verified but not timed: they run under a simulator on this device",
+                    problem.name,
+                )
+            )
+        run = ProblemRun(
+            problem,
+            reference,
+            workers,
+            replicas,
+            rng,
+            options,
+            environment,
+            names,
+            baseline is not None,
+            progress,
+            self_tuning,
+            untimed,
+            checks,
+            per_shape,
+        )
+        for shape in problem.shapes_for(options.device):
+            evaluate_shape(run, shape)
+    outcomes = [
+        ContenderOutcome(
+            c,
+            "baseline" if baseline is not None and i == 0 else "candidate",
+            verify.judge(checks[n]),
+            tuple(per_shape[n]),
+        )
+        for i, (n, c) in enumerate(zip(names, contenders))
+    ]
+    base = outcomes[0] if baseline is not None else None
+    return Evaluation(problem, environment, base, tuple(outcomes[1:] if base else outcomes))

@@ -1,0 +1,145 @@
+"""One device's memory shared by the problems running on it: each problem holds a reservation,
+admitted by bot.core.memory's rule, and the one that does not fit waits.
+
+A problem reserves its workers' CUDA contexts before it starts them (`start`), then, once its
+reference trial has measured the footprint, what its reference and the contenders that run
+their trials at once need (`grow`): as many contenders as fit beside the others, at least one;
+where not even one fits now, it waits for a running problem to finish. A problem that does not
+fit even alone is refused with one line. docs/scale-out.md states the rule.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.core.errors import BotError
+from bot.core.memory import CONTEXT_BYTES, Demand, admit, contenders_at_once, gib, margin_bytes, problem_demand
+from bot.core.settings import Device
+from bot.engine.workspace.device_name import gpu_memory_bytes
+
+log = logging.getLogger(__name__)
+
+
+class DoesNotFit(BotError):
+    """A problem needs more memory than the device has free, even alone."""
+
+
+@dataclass
+class Reservation:
+    name: str
+    nbytes: int
+    grown: bool = False  # holds its measured demand (it runs), not only its contexts
+
+
+class MemoryBudget:
+    """The free memory of one device (`free_bytes` when none of the bot's work held any)."""
+
+    def __init__(self, free_bytes: int, total_bytes: int, where: str, context_bytes: int):
+        self.free_bytes, self.where, self.context_bytes = free_bytes, where, context_bytes
+        self.margin = margin_bytes(total_bytes)
+        self.usable = free_bytes - self.margin
+        self._held: list[Reservation] = []
+        self._queue: list[Demand] = []
+        self._changed = threading.Condition()
+
+    def held_bytes(self, but: Reservation | None = None) -> int:
+        return sum(r.nbytes for r in self._held if r is not but)
+
+    def start(self, name: str, workers: int) -> Reservation:
+        """A problem's `workers` contexts, in turn (first come, first admitted); blocks until
+        they fit beside the others, raises DoesNotFit where they never can."""
+        demand = Demand(name, workers * self.context_bytes)
+        with self._changed:
+            self._queue.append(demand)
+            try:
+                while True:
+                    verdict = admit(self._queue, self.free_bytes, self.held_bytes(), self.margin)
+                    for refused, reason in verdict.refused:
+                        if refused == name:
+                            raise DoesNotFit(f"{name}: its {workers} workers {reason} ({self.where})")
+                    if name in verdict.run:
+                        reservation = Reservation(name, demand.nbytes)
+                        self._held.append(reservation)
+                        return reservation
+                    self._changed.wait()
+            finally:
+                self._queue.remove(demand)
+                self._changed.notify_all()
+
+    def grow(self, reservation: Reservation, reference_bytes: int, contender_bytes: int, wanted: int) -> int:
+        """How many contenders run their trials at once, the reservation grown to cover them
+        and the reference. Waits while not even one fits beside running problems; where only
+        problems that hold their contexts remain, it goes on with one (their contexts are all
+        they hold)."""
+        ctx = self.context_bytes
+        alone = problem_demand(reference_bytes, contender_bytes, 1, ctx)
+        if alone > self.usable:
+            raise DoesNotFit(
+                f"{reservation.name}: needs {gib(alone)} with one contender beside its reference, "
+                f"{self.where} has {gib(self.free_bytes)} free ({gib(self.margin)} of it kept as a margin)"
+            )
+        with self._changed:
+            while True:
+                room = self.usable - self.held_bytes(but=reservation)
+                running = any(r.grown for r in self._held if r is not reservation)
+                if alone <= room or not running:
+                    at_once = contenders_at_once(reference_bytes, contender_bytes, wanted, room, ctx)
+                    need = problem_demand(reference_bytes, contender_bytes, at_once, ctx)
+                    reservation.nbytes = max(reservation.nbytes, need)
+                    reservation.grown = True
+                    self._changed.notify_all()
+                    return at_once
+                self._changed.wait()
+
+    def release(self, reservation: Reservation) -> None:
+        with self._changed:
+            if reservation in self._held:
+                self._held.remove(reservation)
+            self._changed.notify_all()
+
+
+def device_budget(device: str, gpu: int | None) -> MemoryBudget:
+    """The budget of a GPU (its free memory now, as its driver counts it) or of the host."""
+    if device == Device.CUDA:
+        figures = gpu_memory_bytes(gpu)
+        if figures is None:  # no nvidia-smi: torch's count, at the price of a context here
+            import torch
+
+            figures = torch.cuda.mem_get_info(gpu if gpu is not None else 0)
+        free, total = figures
+        return MemoryBudget(free, total, f"GPU {gpu if gpu is not None else 0}", CONTEXT_BYTES)
+    free, total = host_memory()
+    return MemoryBudget(free, total, "the host", 0)
+
+
+def host_memory(meminfo: str | None = None, cgroup: Path | None = None) -> tuple[int, int]:
+    """(available, total) bytes of the host: /proc/meminfo's MemAvailable and MemTotal, each no
+    more than what this process's cgroup (v2) allows."""
+    text = Path("/proc/meminfo").read_text() if meminfo is None else meminfo
+    fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in text.splitlines() if line.split()[1:]}
+    available, total = fields.get("MemAvailable", 0), fields.get("MemTotal", 0)
+    limit = _cgroup_limit(cgroup)
+    if limit is not None:
+        limit_max, current = limit
+        total = min(total, limit_max)
+        available = min(available, max(0, limit_max - current))
+    return available, total
+
+
+def _cgroup_limit(folder: Path | None) -> tuple[int, int] | None:
+    """(memory.max, memory.current) of this process's cgroup, or None where unlimited or unknown."""
+    try:
+        if folder is None:
+            lines = Path(f"/proc/{os.getpid()}/cgroup").read_text().splitlines()
+            unified = next(line for line in lines if line.startswith("0::"))  # cgroup v2's line
+            folder = Path("/sys/fs/cgroup") / unified[3:].lstrip("/")
+        limit = (folder / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return int(limit), int((folder / "memory.current").read_text())
+    except (OSError, ValueError, StopIteration):
+        return None
