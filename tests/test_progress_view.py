@@ -202,7 +202,7 @@ def test_every_event_type_has_a_line_and_moves_the_bars_or_is_printed_above_them
 
 
 def test_the_engine_reports_every_event_type():
-    engine = " ".join(p.read_text() for p in (Path(__file__).resolve().parents[1] / "bot" / "engine").glob("*.py"))
+    engine = " ".join(p.read_text() for p in (Path(__file__).resolve().parents[1] / "bot" / "engine").rglob("*.py"))
     assert all(f"{kind.__name__}(" in engine for kind in _event_types()), "an event no one reports"
 
 

@@ -179,7 +179,8 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
                     raise LockError(
                         f"waited {LOCK_WAIT_S:.0f} s for the lock file {path}, held by {_holders(fd)}"
                     ) from None
-                time.sleep(min(LOCK_POLL_S, 0.0005 * 2**attempt))  # 0.5 ms, doubling up to the poll
+                # 0.5 ms, doubling up to the poll; the exponent capped, since 2**1100 is no float
+                time.sleep(min(LOCK_POLL_S, 0.0005 * 2 ** min(attempt, 30)))
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
