@@ -91,11 +91,15 @@ def _problem(path: str, eager_us: float, best: tuple[str, float, tuple[float, fl
         picked = BestResult(name, "class ModelNew: pass\n", _sha(name), eager_us / us, ci, (shape,))
     name = path.rsplit("/", 1)[-1].removesuffix(".py")
     outcome = "improved" if picked else "no significant improvement"
-    return ProblemResult(name, outcome, tuple(attempts), path, best=picked, baseline=baseline, min_speedup=1.05)
+    return ProblemResult(
+        name, outcome, attempts=tuple(attempts), problem_path=path, best=picked, baseline=baseline, min_speedup=1.05
+    )
 
 
 def _documents() -> Results:
-    failed = ProblemResult("2_Broken", "failed", (), "kb/level1/2_Broken.py", error="reference raised\nTraceback")
+    failed = ProblemResult(
+        "2_Broken", "failed", problem_path="kb/level1/2_Broken.py", error="reference raised\nTraceback"
+    )
     return Results(
         (
             _problem("kb/level1/1_Fast.py", 150.0, ("fast", 100.0, (1.2, 1.9)), compile_us=300.0),
