@@ -4,9 +4,10 @@ the one meaning of "improved" every reader takes from it."""
 from __future__ import annotations
 
 from bot.core.judge import Judgement, Thresholds, judge
+from bot.core.measurement import Measurement
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
-from bot.core.results_shapes import MeasurementResult, Samples, ShapeResult
+from bot.core.results_shapes import MeasurementResult, ShapeResult
 from bot.report import data as rd
 
 BARS = Thresholds(1.05, 100.0)
@@ -20,7 +21,7 @@ def _shape(
     floor_us: float | None = None,
     ratio: float | None = None,
 ) -> ShapeResult:
-    measured = MeasurementResult(Samples((median_us,) * 3, (3,), (0,)), median_us)
+    measured = MeasurementResult(Measurement((median_us,) * 3, (3,), (0,)), median_us)
     if ratio is None and ci is not None:
         ratio = (ci[0] * ci[1]) ** 0.5
     return ShapeResult(

@@ -24,7 +24,7 @@ from bot.core.judge import Contender, Judgement, Thresholds, judge
 from bot.core.plausible import Implausible
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_json import as_list, drop_none, read_interval
-from bot.core.results_schema import RESULTS_SCHEMA_VERSION, validate
+from bot.core.results_schema import RESULTS_SCHEMA_VERSION, InvalidResults, validate
 from bot.core.settings import DEFAULTS
 from bot.core.time_split import TimeSplit
 
@@ -41,8 +41,8 @@ class ProblemResult:
     """One problem of a run: its outcome, baseline, every attempt and the selected best.
 
     `from_json` here and in the parts it holds builds without checking (fields the schema requires
-    default to empty): only `Results.from_json`, which validates the whole document first, reads
-    input."""
+    default to empty) but for the raw samples, a `Measurement` that checks its own batches
+    (ValueError): only `Results.from_json`, which validates the whole document first, reads input."""
 
     problem: str
     outcome: str
@@ -162,6 +162,14 @@ class ProblemResult:
         )
 
 
+def _problem(i: int, d: Mapping[str, Any]) -> ProblemResult:
+    """What the schema cannot say, refused like what it can: samples whose batches do not add up."""
+    try:
+        return ProblemResult.from_json(d)
+    except ValueError as exc:
+        raise InvalidResults(f"untrusted results rejected: results.problems[{i}]: {exc}") from None
+
+
 @dataclass(frozen=True)
 class Results:
     """The whole document: what triggered the run, the threshold, one entry per problem."""
@@ -214,7 +222,7 @@ class Results:
         validate(data)
         trigger = data.get("trigger")
         return cls(
-            tuple(ProblemResult.from_json(p) for p in data["problems"]),
+            tuple(_problem(i, p) for i, p in enumerate(data["problems"])),
             Trigger.from_json(trigger) if trigger is not None else None,
             data.get("min_speedup"),
             data.get("created"),
