@@ -111,7 +111,7 @@ def _geomean_ratio(ratios: Sequence[Ratio]) -> Ratio | None:
 
 
 def _measurements(shapes: Sequence[ShapeResult]) -> dict[str, Measurement]:
-    return {s.shape: s.measurement.samples.measurement() for s in shapes if s.measurement}
+    return {s.shape: s.measurement.samples for s in shapes if s.measurement}
 
 
 def compare(over: Sequence[ShapeResult], answer: Sequence[ShapeResult]) -> Ratio | None:

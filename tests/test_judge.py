@@ -4,9 +4,10 @@ the one meaning of "improved" every reader takes from it."""
 from __future__ import annotations
 
 from bot.core.judge import Judgement, Thresholds, judge
+from bot.core.measurement import Measurement
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
-from bot.core.results_shapes import MeasurementResult, Samples, ShapeResult
+from bot.core.results_shapes import MeasurementResult, ShapeResult
 from bot.report import data as rd
 
 BARS = Thresholds(1.05, 100.0)
@@ -20,7 +21,7 @@ def _shape(
     floor_us: float | None = None,
     ratio: float | None = None,
 ) -> ShapeResult:
-    measured = MeasurementResult(Samples((median_us,) * 3, (3,), (0,)), median_us)
+    measured = MeasurementResult(Measurement((median_us,) * 3, (3,), (0,)), median_us)
     if ratio is None and ci is not None:
         ratio = (ci[0] * ci[1]) ** 0.5
     return ShapeResult(
@@ -108,12 +109,14 @@ def test_improved_has_one_meaning_a_claimed_best_for_the_document_and_the_report
     fine = _attempt(_shape("main", (2.0, 2.2), "faster"))
     huge = _attempt(_shape("main", (140.0, 160.0), "faster"))
     problems = (
-        ProblemResult("fine", "improved", (fine,), best=_best(fine), min_speedup=1.05),
+        ProblemResult("fine", "improved", attempts=(fine,), best=_best(fine), min_speedup=1.05),
         # A document that was not re-derived (`bot merge` of a tampered shard) may name any best.
-        ProblemResult("huge", "improved", (huge,), best=_best(huge), min_speedup=1.05),
-        ProblemResult("strict", "improved", (fine,), best=_best(fine), min_speedup=3.0),
-        ProblemResult("simulated", "improved", (fine,), best=_best(fine), min_speedup=1.05, not_timed="a simulator"),
-        ProblemResult("none", "no significant improvement", (fine,), min_speedup=1.05),
+        ProblemResult("huge", "improved", attempts=(huge,), best=_best(huge), min_speedup=1.05),
+        ProblemResult("strict", "improved", attempts=(fine,), best=_best(fine), min_speedup=3.0),
+        ProblemResult(
+            "simulated", "improved", attempts=(fine,), best=_best(fine), min_speedup=1.05, not_timed="a simulator"
+        ),
+        ProblemResult("none", "no significant improvement", attempts=(fine,), min_speedup=1.05),
     )
     results = Results(problems)
     assert [p.problem for p in results.improved] == ["fine"]

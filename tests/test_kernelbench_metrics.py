@@ -18,7 +18,7 @@ from conftest import FIXTURES, ROOT
 from bot.core.measurement import Measurement
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
-from bot.core.results_shapes import Derivation, MeasurementResult, Samples, ShapeResult
+from bot.core.results_shapes import Derivation, MeasurementResult, ShapeResult
 from bot.core.stats import WorkerSpread, speedup
 
 SCRIPT = ROOT / "benchmarks" / "kernelbench.py"
@@ -33,9 +33,9 @@ def _run(*args) -> str:
     return done.stdout
 
 
-def _samples(median_us: float) -> Samples:
+def _samples(median_us: float) -> Measurement:
     values = tuple(median_us * (1 + 0.002 * k) for k in (-2, -1, 0, 1, 2)) * 4
-    return Samples(values, (5, 5, 5, 5), ())
+    return Measurement(values, (5, 5, 5, 5), ())
 
 
 def _shape(median_us: float, base_us: float | None, ci: tuple[float, float] | None, floor_pct: float = 40.0):
@@ -91,11 +91,15 @@ def _problem(path: str, eager_us: float, best: tuple[str, float, tuple[float, fl
         picked = BestResult(name, "class ModelNew: pass\n", _sha(name), eager_us / us, ci, (shape,))
     name = path.rsplit("/", 1)[-1].removesuffix(".py")
     outcome = "improved" if picked else "no significant improvement"
-    return ProblemResult(name, outcome, tuple(attempts), path, best=picked, baseline=baseline, min_speedup=1.05)
+    return ProblemResult(
+        name, outcome, attempts=tuple(attempts), problem_path=path, best=picked, baseline=baseline, min_speedup=1.05
+    )
 
 
 def _documents() -> Results:
-    failed = ProblemResult("2_Broken", "failed", (), "kb/level1/2_Broken.py", error="reference raised\nTraceback")
+    failed = ProblemResult(
+        "2_Broken", "failed", problem_path="kb/level1/2_Broken.py", error="reference raised\nTraceback"
+    )
     return Results(
         (
             _problem("kb/level1/1_Fast.py", 150.0, ("fast", 100.0, (1.2, 1.9)), compile_us=300.0),
@@ -152,8 +156,8 @@ def test_over_torch_compile_default_comes_from_both_samples_and_is_n_a_where_it_
     docs = {p.problem: p for p in _documents().problems}
     for name in ("1_Fast", "wide"):
         problem = docs[name]
-        comp = next(a for a in problem.attempts if a.name == COMPILE).shapes[0].measurement.samples.measurement()
-        pick = problem.best.shapes[0].measurement.samples.measurement()
+        comp = next(a for a in problem.attempts if a.name == COMPILE).shapes[0].measurement.samples
+        pick = problem.best.shapes[0].measurement.samples
         expected = speedup(comp, pick, spread=WorkerSpread())
         got = rows[name]["over_compile"]
         assert got["ratio"] == pytest.approx(statistics.median(comp.samples_us) / statistics.median(pick.samples_us))

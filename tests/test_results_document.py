@@ -11,6 +11,7 @@ import pytest
 from stage_two_artifacts import honest_results
 
 from bot.core.domain import Trigger
+from bot.core.measurement import Measurement
 from bot.core.results import ProblemResult, Results
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION, InvalidResults
 
@@ -38,7 +39,7 @@ def test_the_typed_document_carries_what_readers_use():
     (problem,) = results.problems
     assert problem.problem == "rmsnorm" and problem.best is not None and problem.best.speedup > 1.5
     assert results.best_speedup == problem.best.speedup and results.improved == (problem,)
-    assert problem.best.shapes[0].measurement.samples.measurement().n > 0
+    assert problem.best.shapes[0].measurement.samples.n > 0
     assert problem.environment is not None and problem.environment.device_name == "NVIDIA H100 80GB HBM3"
 
 
@@ -67,6 +68,31 @@ def test_a_document_that_fails_the_schema_is_refused_naming_the_field():
     extra["problems"][0]["injected"] = True
     with pytest.raises(InvalidResults, match="injected"):
         Results.from_json(extra)
+
+
+def test_samples_whose_batches_do_not_add_up_are_refused_like_a_schema_error():
+    doc = honest_results()
+    doc["problems"][0]["attempts"][0]["shapes"][0]["measurement"]["batch_sizes"][0] += 1
+    with pytest.raises(InvalidResults, match=r"results\.problems\[0\]: batch sizes"):
+        Results.from_json(doc)
+    baseline = copy.deepcopy(honest_results())["problems"][0]["attempts"][0]["shapes"][0]["derivation"]["baseline"]
+    baseline["batch_workers"].pop()
+    with pytest.raises(ValueError, match="batch workers"):
+        Measurement.from_samples_json(baseline)
+
+
+def test_samples_read_back_as_the_engines_measurement():
+    shape = honest_results()["problems"][0]["attempts"][0]["shapes"][0]
+    written = shape["measurement"]
+    measured = Results.from_json(honest_results()).problems[0].attempts[0].shapes[0].measurement
+    assert measured is not None and measured.samples.samples_json() == {
+        k: written[k] for k in ("samples_us", "batch_sizes", "batch_workers")
+    }
+    assert measured.samples.median_us == written["median_us"]
+    # A document read without its schema: missing lists read as none, one sample a batch, one worker.
+    assert Measurement.from_samples_json({"samples_us": [2.0, 1.0, 3.0]}) == Measurement((2.0, 1.0, 3.0))
+    assert Measurement.from_samples_json({}) == Measurement(())
+    assert Measurement.from_samples_json({"samples_us": [1.0], "batch_sizes": [], "batch_workers": []}).workers == 1
 
 
 def test_only_the_current_schema_version_is_read():

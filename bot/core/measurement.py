@@ -128,10 +128,13 @@ class Measurement:
 
     @classmethod
     def from_samples_json(cls, data: Mapping[str, Any]) -> Measurement:
+        """The inverse of `samples_json`. A missing or null list reads as (): no samples, or one
+        sample a batch, or one worker (a document read without its schema may lack them).
+        ValueError where the batches do not add up to the samples."""
         return cls(
-            tuple(float(v) for v in data["samples_us"]),
-            tuple(int(v) for v in data["batch_sizes"]),
-            tuple(int(v) for v in data["batch_workers"]),
+            tuple(float(v) for v in data.get("samples_us") or ()),
+            tuple(int(v) for v in data.get("batch_sizes") or ()),
+            tuple(int(v) for v in data.get("batch_workers") or ()),
         )
 
 

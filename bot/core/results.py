@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from bot.core.domain import Environment, Skipped, Trigger
@@ -24,7 +24,7 @@ from bot.core.judge import Contender, Judgement, Thresholds, judge
 from bot.core.plausible import Implausible
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_json import as_list, drop_none, read_interval
-from bot.core.results_schema import RESULTS_SCHEMA_VERSION, validate
+from bot.core.results_schema import RESULTS_SCHEMA_VERSION, InvalidResults, validate
 from bot.core.settings import DEFAULTS
 from bot.core.time_split import TimeSplit
 
@@ -41,11 +41,14 @@ class ProblemResult:
     """One problem of a run: its outcome, baseline, every attempt and the selected best.
 
     `from_json` here and in the parts it holds builds without checking (fields the schema requires
-    default to empty): only `Results.from_json`, which validates the whole document first, reads
-    input."""
+    default to empty) but for the raw samples, a `Measurement` that checks its own batches
+    (ValueError): only `Results.from_json`, which validates the whole document first, reads input."""
 
     problem: str
     outcome: str
+    # The rest by name only: its many optional fields, several of one type, are one slip from a
+    # silent swap when passed by position.
+    _: KW_ONLY
     attempts: tuple[ContenderResult, ...] = ()
     problem_path: str | None = None
     target: str | None = None
@@ -135,27 +138,36 @@ class ProblemResult:
         return cls(
             d["problem"],
             d.get("outcome", ""),
-            tuple(ContenderResult.from_json(a) for a in d.get("attempts") or ()),
-            d.get("problem_path"),
-            d.get("target"),
-            BestResult.from_json(best) if best else None,
-            None if dists is None else tuple(dists),
-            d.get("skipped_distributions"),
-            d.get("error"),
-            d.get("not_timed"),
-            tuple(_implausible(f) for f in d.get("implausible") or ()),
-            d.get("min_speedup"),
-            d.get("max_plausible_speedup", DEFAULTS.max_plausible_speedup),
-            d.get("stopped"),
-            d.get("wall_s"),
-            ContenderResult.from_json(base) if base else None,
-            tuple(Skipped(s["transformation"], s["reason"]) for s in d.get("skipped") or ()),
-            Environment.from_json(d["environment"]) if d.get("environment") else None,  # {}: nothing measured
-            dict(d.get("llm") or {}),
-            d.get("reference_precision"),
-            d.get("tolerance"),
-            TimeSplit.from_json(d["time_split"]) if d.get("time_split") else None,
+            attempts=tuple(ContenderResult.from_json(a) for a in d.get("attempts") or ()),
+            problem_path=d.get("problem_path"),
+            target=d.get("target"),
+            best=BestResult.from_json(best) if best else None,
+            distributions=None if dists is None else tuple(dists),
+            skipped_distributions=d.get("skipped_distributions"),
+            error=d.get("error"),
+            not_timed=d.get("not_timed"),
+            implausible=tuple(_implausible(f) for f in d.get("implausible") or ()),
+            min_speedup=d.get("min_speedup"),
+            max_plausible_speedup=d.get("max_plausible_speedup", DEFAULTS.max_plausible_speedup),
+            stopped=d.get("stopped"),
+            wall_s=d.get("wall_s"),
+            baseline=ContenderResult.from_json(base) if base else None,
+            skipped=tuple(Skipped(s["transformation"], s["reason"]) for s in d.get("skipped") or ()),
+            # {}: nothing was measured
+            environment=Environment.from_json(d["environment"]) if d.get("environment") else None,
+            llm=dict(d.get("llm") or {}),
+            reference_precision=d.get("reference_precision"),
+            tolerance=d.get("tolerance"),
+            time_split=TimeSplit.from_json(d["time_split"]) if d.get("time_split") else None,
         )
+
+
+def _problem(i: int, d: Mapping[str, Any]) -> ProblemResult:
+    """What the schema cannot say, refused like what it can: samples whose batches do not add up."""
+    try:
+        return ProblemResult.from_json(d)
+    except ValueError as exc:
+        raise InvalidResults(f"untrusted results rejected: results.problems[{i}]: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -210,7 +222,7 @@ class Results:
         validate(data)
         trigger = data.get("trigger")
         return cls(
-            tuple(ProblemResult.from_json(p) for p in data["problems"]),
+            tuple(_problem(i, p) for i, p in enumerate(data["problems"])),
             Trigger.from_json(trigger) if trigger is not None else None,
             data.get("min_speedup"),
             data.get("created"),

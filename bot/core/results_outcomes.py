@@ -12,8 +12,8 @@ from bot.core.results_shapes import ShapeResult
 
 
 def shape_outcome(result: ShapeResult) -> ShapeOutcome:
-    """ValueError where a measurement's batches do not add up to its samples."""
-    measurement = result.measurement.samples.measurement() if result.measurement else None
+    """The outcome `ShapeResult.of` wrote this from."""
+    measurement = result.measurement.samples if result.measurement else None
     speedup = None
     if result.speedup is not None and result.speedup_ci is not None:
         derivation = result.derivation
@@ -23,7 +23,7 @@ def shape_outcome(result: ShapeResult) -> ShapeOutcome:
             result.speedup_ci[1],
             result.level if result.level is not None else 0.95,
             result.significance or "no significant difference",
-            derivation.baseline.measurement() if derivation else None,
+            derivation.baseline if derivation else None,
             derivation.spread_log_sd if derivation else 0.0,
             derivation.spread_df if derivation else 0,
             derivation.resamples if derivation else 2000,

@@ -2,8 +2,11 @@
 a speedup beside what it was derived from.
 
 Stage 2 re-derives these claims from the samples (bot.github.rederive), so the numbers are kept
-exactly as written, not recomputed on the way in. `from_json` builds without checking: only
-`bot.core.results.Results.from_json`, which validates the whole document first, reads input.
+exactly as written, not recomputed on the way in. The raw samples are held as the engine's own
+`Measurement`, so a document and a run share one type of evidence. `from_json` checks only what a
+Measurement checks of itself (its batches add up to its samples: ValueError otherwise) and builds
+the rest unchecked: only `bot.core.results.Results.from_json`, which validates the whole document
+first, reads input.
 """
 
 from __future__ import annotations
@@ -19,36 +22,10 @@ from bot.core.results_json import Interval, as_list, drop_none, read_interval
 
 
 @dataclass(frozen=True)
-class Samples:
-    """Raw timing samples: everything a measurement's statistics are derived from."""
-
-    samples_us: tuple[float, ...]
-    batch_sizes: tuple[int, ...]
-    batch_workers: tuple[int, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "samples_us": list(self.samples_us),
-            "batch_sizes": list(self.batch_sizes),
-            "batch_workers": list(self.batch_workers),
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Samples:
-        return cls(
-            tuple(d.get("samples_us") or ()), tuple(d.get("batch_sizes") or ()), tuple(d.get("batch_workers") or ())
-        )
-
-    def measurement(self) -> Measurement:
-        """ValueError where the batches do not add up to the samples."""
-        return Measurement.from_samples_json(self.to_json())
-
-
-@dataclass(frozen=True)
 class MeasurementResult:
     """A measurement as written: its statistics (claims) beside its samples (evidence)."""
 
-    samples: Samples
+    samples: Measurement  # only its raw samples are written; the statistics beside are as claimed
     median_us: float
     iqr_us: float | None = None
     q1_us: float | None = None
@@ -62,7 +39,7 @@ class MeasurementResult:
     @classmethod
     def of(cls, m: Measurement) -> MeasurementResult:
         return cls(
-            Samples(m.samples_us, m.batch_sizes, m.batch_workers),
+            m,
             m.median_us,
             m.iqr_us,
             m.quantile_us(0.25),
@@ -96,13 +73,13 @@ class MeasurementResult:
             "workers",
             "worker_medians_us",
         )
-        return {**stats, **self.samples.to_json()}
+        return {**stats, **self.samples.samples_json()}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> MeasurementResult:
         medians = d.get("worker_medians_us")
         return cls(
-            Samples.from_json(d),
+            Measurement.from_samples_json(d),
             d["median_us"],
             d.get("iqr_us"),
             d.get("q1_us"),
@@ -119,14 +96,14 @@ class MeasurementResult:
 class Derivation:
     """What a speedup was derived from besides the contender's own samples."""
 
-    baseline: Samples
+    baseline: Measurement  # its raw samples
     spread_log_sd: float
     spread_df: int
     resamples: int
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "baseline": self.baseline.to_json(),
+            "baseline": self.baseline.samples_json(),
             "spread_log_sd": self.spread_log_sd,
             "spread_df": self.spread_df,
             "resamples": self.resamples,
@@ -134,7 +111,7 @@ class Derivation:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Derivation:
-        return cls(Samples.from_json(d["baseline"]), d["spread_log_sd"], d["spread_df"], d["resamples"])
+        return cls(Measurement.from_samples_json(d["baseline"]), d["spread_log_sd"], d["spread_df"], d["resamples"])
 
 
 @dataclass(frozen=True)
@@ -157,12 +134,7 @@ class ShapeResult:
     def of(cls, s: ShapeOutcome) -> ShapeResult:
         sp = s.speedup
         derivation = (
-            Derivation(
-                Samples(sp.baseline.samples_us, sp.baseline.batch_sizes, sp.baseline.batch_workers),
-                sp.spread_log_sd,
-                sp.spread_df,
-                sp.resamples,
-            )
+            Derivation(sp.baseline, sp.spread_log_sd, sp.spread_df, sp.resamples)
             if sp is not None and sp.baseline is not None
             else None
         )

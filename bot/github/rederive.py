@@ -21,10 +21,10 @@ from typing import Any
 from bot.core import stats as bench
 from bot.core.errors import BotError
 from bot.core.judge import Thresholds, judge, slower_shapes
-from bot.core.measurement import Measurement, Speedup
+from bot.core.measurement import Speedup
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
-from bot.core.results_shapes import MeasurementResult, Samples, ShapeResult
+from bot.core.results_shapes import MeasurementResult, ShapeResult
 from bot.core.settings import DEFAULTS
 from bot.github.rederive_cost import Cost, over_budget, total_cost
 
@@ -49,17 +49,10 @@ def _close(claimed: Any, derived: float | None) -> bool:
     return math.isclose(float(claimed), derived, rel_tol=REL_TOLERANCE, abs_tol=1e-12)
 
 
-def _measurement(samples: Samples, where: str) -> Measurement:
-    try:
-        return samples.measurement()
-    except ValueError as exc:
-        raise InconsistentArtifact(f"{where}: {exc}") from None
-
-
 def _shape_task(shape: ShapeResult, where: str, min_speedup: float) -> tuple[ShapeResult, tuple[Any, ...] | None]:
     """The shape with its measurement checked and refreshed; the arguments that re-derive its speedup."""
     claimed = shape.measurement
-    candidate = _measurement(claimed.samples, f"{where}.measurement") if claimed else None
+    candidate = claimed.samples if claimed else None  # its batches add up: Results.from_json checked
     if candidate is not None and claimed is not None:
         if not _close(claimed.median_us, candidate.median_us):
             raise InconsistentArtifact(
@@ -76,7 +69,7 @@ def _shape_task(shape: ShapeResult, where: str, min_speedup: float) -> tuple[Sha
     derivation = shape.derivation
     if candidate is None or derivation is None:
         raise InconsistentArtifact(f"{where}: a speedup without the raw samples it was derived from")
-    baseline = _measurement(derivation.baseline, f"{where}.derivation.baseline")
+    baseline = derivation.baseline
     floor_spread = bench.worker_spread([baseline])  # stage 1 never goes under the baseline's own
     if derivation.spread_log_sd < floor_spread.log_sd * (1 - REL_TOLERANCE) or (
         floor_spread.df and derivation.spread_df < floor_spread.df

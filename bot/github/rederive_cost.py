@@ -36,7 +36,7 @@ MAX_SPEEDUPS = 2_000  # shapes with a speedup in one artifact: each also costs a
 
 
 class Sides(Protocol):
-    """Raw samples (results' Samples or a Measurement): all the cost depends on."""
+    """Raw samples (a Measurement): all the cost depends on."""
 
     @property
     def samples_us(self) -> Sequence[float]: ...

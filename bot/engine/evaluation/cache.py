@@ -252,5 +252,7 @@ def entry_document(
         "kind": ENTRY_KIND,
         "protocol": protocol.fingerprint,
         "settings": json.loads(protocol.settings),  # for a reader: what the protocol held
-        "results": Results((ProblemResult(problem.name, word, (attempt,), min_speedup=min_speedup),)).to_json(),
+        "results": Results(
+            (ProblemResult(problem.name, word, attempts=(attempt,), min_speedup=min_speedup),)
+        ).to_json(),
     }
