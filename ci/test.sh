@@ -21,4 +21,5 @@ bash tests/github_double/install_fixtures.sh
 [[ -f ci/install-lint-tools.sh ]] && PYTHON="$venv/bin/python" bash ci/install-lint-tools.sh
 [[ -f ci/start-dockerd.sh ]] && bash ci/start-dockerd.sh
 
-exec "$venv/bin/python" -m pytest -q "$@"
+# The slowest tests named at the end: what to look at when the run grows longer.
+exec "$venv/bin/python" -m pytest -q --durations=15 "$@"
