@@ -130,6 +130,26 @@ def test_honest_rounding_passes_in_every_row_and_an_all_zero_output_matches_zero
     assert not compare_values(zeros, torch.full((16, 64), 1e-30), "float32", None, "x").passed
 
 
+def test_underflow_residue_passes_and_an_error_above_it_does_not():
+    # An attention row whose every visible key is far below its max: the float64 reference is a
+    # subnormal 1.2e-40, a bfloat16 kernel that keeps P in float32 until it rounds gets ~1.1e-38,
+    # the smallest normal. Below 2^-100 no kernel's error is a mistake.
+    ref = torch.full((4, 64), 1.0, dtype=torch.float64)
+    ref[1] = 1.23311e-40
+    out = ref.clone()
+    out[1, 18] = 1.14794e-38
+    for name, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        assert compare_values(ref, out.to(dtype), name, None, "rows inputs").passed, name
+    # Rows of 2^-20 (the smallest scale the inputs give a row) are judged at their own scale.
+    small = ref.clone()
+    small[1] = 2.0**-20
+    off = small.clone()
+    off[1, 18] *= 1.1
+    assert not compare_values(small, off.float(), "float32", None, "rows inputs").passed
+    # float64 outputs keep float64's own floor.
+    assert not compare_values(ref, out, "float64", None, "x").passed
+
+
 def test_rows_narrower_than_eight_are_judged_against_the_whole_output():
     # A per-row scale ([T, 1]) near zero by cancellation: its error is relative to the others'.
     ref = torch.tensor([[1.0], [2.0], [1e-6], [3.0]], dtype=torch.float64)

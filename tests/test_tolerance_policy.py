@@ -85,6 +85,18 @@ def test_own_error_skips_what_is_not_finite_and_what_is_compared_exactly():
     assert own_error(torch.arange(8), torch.arange(8)) == [0.0, 0.0]
 
 
+def test_own_error_counts_no_underflow_residue_as_error():
+    # A row of the oracle at 1e-40 that the problem's float32 code gets as 1e-38: no error of
+    # its code's to widen the bound by; the same 100 % off a row of 2^-20 is one.
+    oracle = torch.ones(2, 8, dtype=torch.float64)
+    oracle[1] = 1e-40
+    native = oracle.float()
+    native[1, 3] = 1e-38
+    assert own_error(native, oracle)[1] == 0.0
+    oracle[1], native[1] = 2.0**-20, 2.0**-19
+    assert own_error(native, oracle)[1] == pytest.approx(1.0)
+
+
 # --- the rule of a shape -----------------------------------------------------------------------
 
 

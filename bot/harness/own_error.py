@@ -12,20 +12,22 @@ import math
 
 import torch
 
-from bot.protocol.measures import row_width
+from bot.protocol.measures import error_floor, row_width
 
 CHUNK_ELEMENTS = 1 << 24  # float64 work buffers of 128 MiB at most, whatever the output's size
 
 
 def own_error(native: torch.Tensor, exact: torch.Tensor) -> list[float]:
     """[normwise ||native - exact|| / ||exact||, largest |native - exact| over its row's (or the
-    output's) max |exact|], over the elements finite in both; zeros for outputs that are not
+    output's) max |exact|], over the elements finite in both, errors within the underflow
+    residue (bot.protocol.measures.error_floor) counted as none; zeros for outputs that are not
     floating point (compared exactly) or empty."""
     if not native.is_floating_point() or native.numel() == 0:
         return [0.0, 0.0]
     width = row_width(list(native.shape)) or native.numel()
     ours, oracle = native.detach().reshape(-1, width), exact.detach().reshape(-1, width)
     tiny = torch.finfo(native.dtype).tiny
+    residue = error_floor(native.dtype)
     rows = max(1, CHUNK_ELEMENTS // width)
     err_sq = ref_sq = worst = 0.0
     for start in range(0, ours.shape[0], rows):
@@ -35,6 +37,7 @@ def own_error(native: torch.Tensor, exact: torch.Tensor) -> list[float]:
         zero = torch.zeros((), dtype=torch.float64, device=ref.device)
         ref = torch.where(both, ref, zero)
         diff = torch.where(both, got - ref, zero).abs_()
+        diff = torch.where(diff > residue, diff, zero)
         err_sq += float(diff.square().sum())
         ref_sq += float(ref.square().sum())
         scale = ref.abs().amax(1).clamp_min_(tiny)

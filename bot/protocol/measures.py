@@ -28,6 +28,13 @@ _to = torch.Tensor.to
 _numel = torch.Tensor.numel
 
 MIN_ROW_WIDTH = 8  # narrower last dimensions ([T, 1] scales) are judged against the whole output
+# Below float32's smallest normal (1.2e-38, bfloat16's too) a kernel that flushes subnormals to
+# zero (GPU float32 arithmetic under -ftz, exp2 on a score 126 below the row's max) and one that
+# keeps them differ by up to that much in an intermediate, times what multiplies it later (a
+# value of up to 2^7, summed over the keys of an attention row). An error no larger than 2^-100
+# (7.9e-31) is such a residue, never a kernel's mistake: the smallest scale an input row takes
+# is 2^-20 (bot.harness.inputs). float64 keeps its own smallest normal.
+UNDERFLOW_RESIDUE = 2.0**-100
 
 
 def digest(dtype: torch.dtype, shape: tuple[int, ...], data: bytes | bytearray | memoryview) -> str:
@@ -62,6 +69,11 @@ def fingerprint(out: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.stack([(x * w).sum(), x.norm(), _to(nonfinite, torch.float64)])
 
 
+def error_floor(dtype: torch.dtype) -> float:
+    """The largest error in an output of `dtype` that is underflow residue, not an error."""
+    return UNDERFLOW_RESIDUE if torch.finfo(dtype).bits <= 32 else 0.0
+
+
 def row_width(shape: Sequence[int]) -> int:
     """The width of the rows an output's elementwise bound is scaled by; 0: the whole output.
     A row is the last dimension, as in the "rows" inputs: a row of 1e-6 beside rows of 128 is
@@ -71,4 +83,4 @@ def row_width(shape: Sequence[int]) -> int:
     return shape[-1] if len(shape) >= 2 and shape[-1] >= MIN_ROW_WIDTH else 0
 
 
-__all__ = ["MIN_ROW_WIDTH", "digest", "fingerprint", "fingerprint_weights", "hash_tensor", "row_width"]
+__all__ = ["MIN_ROW_WIDTH", "UNDERFLOW_RESIDUE", "digest", "error_floor", "fingerprint", "fingerprint_weights", "hash_tensor", "row_width"]

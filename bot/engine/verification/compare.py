@@ -16,7 +16,7 @@ import torch
 
 from bot.core.domain import CheckResult
 from bot.engine.verification.tolerance import AllClose, Given, Rule, Tolerance, rule_of, rules_of
-from bot.protocol.measures import hash_tensor, row_width
+from bot.protocol.measures import error_floor, hash_tensor, row_width
 
 FINGERPRINT_SIGMAS = 6.0  # a projection on a random Gaussian vector: 6 sigma is never noise
 # A timed call's outputs that a later call of the same batch overwrote: said plainly, as it is
@@ -43,23 +43,25 @@ def _bound_in_place(
     shape: Sequence[int],
     tol: Tolerance,
     floor: float,
+    residue: float,
 ) -> Callable[[int], float]:
     """Turn `allowed` (|ref| of the compared elements) into each element's bound
-    elem_rtol * |ref| + elem_atol_rel * max(max |ref| of its row (or the output), floor), in
-    place (no buffer the output's size where all values are finite); returns the scale of the
-    j-th compared element, for the evidence."""
+    max(elem_rtol * |ref| + elem_atol_rel * max(max |ref| of its row (or the output), floor),
+    residue), in place (no buffer the output's size where all values are finite); returns the
+    scale of the j-th compared element, for the evidence."""
     width = row_width(shape) if allowed.numel() else 0
     if not width:
         whole = max(float(allowed.max()) if allowed.numel() else 0.0, floor)
-        allowed.mul_(tol.elem_rtol).add_(tol.elem_atol_rel * whole)
+        allowed.mul_(tol.elem_rtol).add_(tol.elem_atol_rel * whole).clamp_min_(residue)
         return lambda j: whole
     if all_finite:
         rows = allowed.view(-1, width).amax(1).clamp_min_(floor)
         allowed.mul_(tol.elem_rtol).view(-1, width).add_(rows[:, None], alpha=tol.elem_atol_rel)
+        allowed.clamp_min_(residue)
         return lambda j: float(rows[j // width])
     full = torch.where(finite, ref.abs(), torch.zeros((), dtype=ref.dtype))
     per = full.view(-1, width).amax(1).clamp_min_(floor).repeat_interleave(width)[finite]
-    allowed.mul_(tol.elem_rtol).add_(per, alpha=tol.elem_atol_rel)
+    allowed.mul_(tol.elem_rtol).add_(per, alpha=tol.elem_atol_rel).clamp_min_(residue)
     return lambda j: float(per[j])
 
 
@@ -116,7 +118,8 @@ def compare_values(expected: torch.Tensor, got: torch.Tensor, dtype: str, given:
     norm_err = float(diff.norm()) / max(ref_norm, tiny * math.sqrt(max(ref_f.numel(), 1)))
     diff.abs_()
     allowed = ref_f.abs()
-    scale_of = _bound_in_place(allowed, ref, finite, all_finite, shape, tol, tiny)
+    residue = error_floor(getattr(torch, dtype))
+    scale_of = _bound_in_place(allowed, ref, finite, all_finite, shape, tol, tiny, residue)
     details = {
         "max_abs_err": float(diff.max()) if diff.numel() else 0.0,
         "norm_rel_err": norm_err,
