@@ -83,4 +83,13 @@ def row_width(shape: Sequence[int]) -> int:
     return shape[-1] if len(shape) >= 2 and shape[-1] >= MIN_ROW_WIDTH else 0
 
 
-__all__ = ["MIN_ROW_WIDTH", "UNDERFLOW_RESIDUE", "digest", "error_floor", "fingerprint", "fingerprint_weights", "hash_tensor", "row_width"]
+__all__ = [
+    "MIN_ROW_WIDTH",
+    "UNDERFLOW_RESIDUE",
+    "digest",
+    "error_floor",
+    "fingerprint",
+    "fingerprint_weights",
+    "hash_tensor",
+    "row_width",
+]

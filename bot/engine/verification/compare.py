@@ -42,13 +42,14 @@ def _bound_in_place(
     all_finite: bool,
     shape: Sequence[int],
     tol: Tolerance,
-    floor: float,
-    residue: float,
+    dtype: torch.dtype,
 ) -> Callable[[int], float]:
     """Turn `allowed` (|ref| of the compared elements) into each element's bound
-    max(elem_rtol * |ref| + elem_atol_rel * max(max |ref| of its row (or the output), floor),
-    residue), in place (no buffer the output's size where all values are finite); returns the
-    scale of the j-th compared element, for the evidence."""
+    max(elem_rtol * |ref| + elem_atol_rel * max(max |ref| of its row (or the output), the
+    dtype's smallest normal), its underflow residue), in place (no buffer the output's size
+    where all values are finite); returns the scale of the j-th compared element, for the
+    evidence."""
+    floor, residue = torch.finfo(dtype).tiny, error_floor(dtype)
     width = row_width(shape) if allowed.numel() else 0
     if not width:
         whole = max(float(allowed.max()) if allowed.numel() else 0.0, floor)
@@ -118,8 +119,7 @@ def compare_values(expected: torch.Tensor, got: torch.Tensor, dtype: str, given:
     norm_err = float(diff.norm()) / max(ref_norm, tiny * math.sqrt(max(ref_f.numel(), 1)))
     diff.abs_()
     allowed = ref_f.abs()
-    residue = error_floor(getattr(torch, dtype))
-    scale_of = _bound_in_place(allowed, ref, finite, all_finite, shape, tol, tiny, residue)
+    scale_of = _bound_in_place(allowed, ref, finite, all_finite, shape, tol, getattr(torch, dtype))
     details = {
         "max_abs_err": float(diff.max()) if diff.numel() else 0.0,
         "norm_rel_err": norm_err,
