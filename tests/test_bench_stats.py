@@ -172,6 +172,19 @@ def test_replicas_with_their_spread_still_detect_a_real_gain():
     assert found >= 18
 
 
+def test_a_wide_spread_with_one_degree_of_freedom_gives_an_interval_not_an_overflow():
+    # t with one degree of freedom is Cauchy: of 2000 draws, one of thousands is common, and
+    # e^(0.5 * 3000) overflows a float. Every seed must give a finite, ordered interval.
+    rng = random.Random(11)
+    wide = WorkerSpread(log_sd=0.5, df=1)
+    for _trial in range(30):
+        a, b = _noisy(100.0, 30, rng), _noisy(100.0, 30, rng)
+        result = speedup(a, b, spread=wide)
+        assert math.isfinite(result.ci_low) and math.isfinite(result.ci_high)
+        assert 0 < result.ci_low < result.ratio < result.ci_high
+        assert result.significance == "no significant difference"
+
+
 def test_batch_workers_must_match_the_batches():
     with pytest.raises(ValueError):
         Measurement((1.0, 2.0, 3.0), (2, 1), (0,))

@@ -205,6 +205,16 @@ def _prefix_counts(batch_of: list[int], batches: int) -> list[tuple[int, ...]]:
     return out
 
 
+# With one or two degrees of freedom t's tails are Cauchy-like: among 2000 draws one of some
+# thousands comes up often, and exp() of it overflows. A factor of e^50 is past any interval's
+# meaning, and capping the few draws beyond it moves no percentile the interval reads.
+_LOG_FACTOR_CAP = 50.0
+
+
+def _capped(log_factor: float) -> float:
+    return max(-_LOG_FACTOR_CAP, min(_LOG_FACTOR_CAP, log_factor))
+
+
 def _student_t(rng: random.Random, df: int) -> float:
     """One draw of Student's t from `rng.random` alone (its stream is the same on every
     Python): a normal over the root of a chi-square / df, the chi-square summed for small df
@@ -251,7 +261,7 @@ def speedup(
     ]
     if spread.df > 0 and spread.log_sd > 0:
         scale = spread.log_sd * math.sqrt(1 / baseline.workers + 1 / candidate.workers)
-        boots = [b * math.exp(scale * _student_t(rng, spread.df)) for b in boots]
+        boots = [b * math.exp(_capped(scale * _student_t(rng, spread.df))) for b in boots]
     boots.sort()
     tail = (1 - level) / 2
     low = boots[int(math.floor(tail * (resamples - 1)))]
