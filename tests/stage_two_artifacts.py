@@ -1,7 +1,8 @@
 """Stage-1 artifacts for stage-2 tests, serialised by stage 1's own code (no GPU, no workers).
 
 The measurements are synthetic, but the speedups and intervals come from `bot.core.stats` and the
-JSON from `bot.engine.loop.outputs.results_document`, exactly as `bot run` writes them.
+JSON from `bot.engine.loop.optimize.problem_result` and `bot.engine.loop.outputs.results_document`,
+exactly as `bot run` writes them.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from bot.core.domain import (
 from bot.core.judge import Thresholds, significant
 from bot.core.measurement import Measurement
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
+from bot.core.settings import DEFAULTS
 from bot.core.time_split import TimeSplit
 from bot.engine.loop.attempts import Attempt
-from bot.engine.loop.optimize import OptimizeResult
+from bot.engine.loop.optimize import problem_result
 from bot.engine.loop.outputs import results_document
 
 PROBLEM_SOURCE = (
@@ -108,8 +110,17 @@ def honest_results(
     chosen = outcomes[0] if significant(outcomes[0], min_speedup) else None
     attempts = tuple(Attempt(0, o) for o in outcomes)
     split = TimeSplit(12.5, start_s=2.0, compile_s=3.0, oracle_s=1.5, verify_s=2.5, timing_s=3.0, other_s=0.5)
-    result = OptimizeResult(
-        problem, env, baseline, chosen, attempts, (), "done", 12.5, thresholds=Thresholds(min_speedup), time_split=split
+    result = problem_result(
+        problem,
+        baseline,
+        attempts,
+        chosen,
+        Thresholds(min_speedup),
+        environment=env,
+        stopped="done",
+        wall_s=12.5,
+        tolerance=str(DEFAULTS.tolerance),
+        time_split=split,
     )
     return results_document([result], Trigger(kind="pull_request"), min_speedup).to_json()
 

@@ -3,7 +3,7 @@ the one meaning of "improved" every reader takes from it."""
 
 from __future__ import annotations
 
-from bot.core.judge import Judgement, Thresholds, judge
+from bot.core.judge import Judgement, Thresholds, judge, problem_outcome
 from bot.core.measurement import Measurement
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
@@ -124,3 +124,18 @@ def test_improved_has_one_meaning_a_claimed_best_for_the_document_and_the_report
     assert results.best_speedup == problems[0].best.speedup
     assert problems[1].thresholds == Thresholds(1.05, 100.0)
     assert not rd.plausible(problems[1], huge) and rd.plausible(problems[0], fine)
+
+
+def test_a_problems_outcome_is_one_word_in_order_failed_improved_not_timed_implausible():
+    fine = _attempt(_shape("main", (2.0, 2.2), "faster"))
+    flag = judge(_attempt(_shape("main", (140.0, 160.0), "faster")), BARS).implausible
+    assert flag is not None
+
+    def outcome(error=None, best=None, not_timed=None, implausible=()):
+        return problem_outcome(error=error, best=best, not_timed=not_timed, implausible=implausible)
+
+    assert outcome(error="get_inputs() returned int", best=_best(fine)) == "failed"
+    assert outcome(best=_best(fine), not_timed="a simulator", implausible=(flag,)) == "improved"
+    assert outcome(not_timed="a simulator", implausible=(flag,)) == "not timed"
+    assert outcome(implausible=(flag,)) == "implausible"
+    assert outcome() == outcome(error="") == "no significant improvement"

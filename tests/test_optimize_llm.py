@@ -55,10 +55,10 @@ def _run(script, rounds=2, stream=False, **kw):
         proposer = LlmProposer(
             "test-model", samples=1, max_total_tokens=kw.pop("max_total_tokens", None), endpoint=endpoint
         )
-        result = optimize(problem, default_baseline(problem), _options(max_rounds=rounds, **kw), proposer=proposer)
+        run = optimize(problem, default_baseline(problem), _options(max_rounds=rounds, **kw), proposer=proposer)
         prompts = [r.body["messages"][-1]["content"] for r in srv.requests if r.body]
         systems.extend(r.body["messages"][0]["content"] for r in srv.requests if r.body)
-    return result, prompts
+    return run.result, prompts
 
 
 systems: list[str] = []  # the system messages of the last runs, for the hardware they describe
@@ -71,7 +71,7 @@ def _statuses(result):
 def test_right_first_time_streamed():
     result, prompts = _run([Answer(block(HONEST))], rounds=1, stream=True)
     assert _statuses(result) == [(1, "accepted")]
-    assert result.attempts[0].outcome.candidate.origin.strategy == "llm"
+    assert result.attempts[0].origin.strategy == "llm"
     assert result.llm["tokens"] > 0 and len(prompts) == 1
 
 

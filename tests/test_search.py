@@ -491,17 +491,17 @@ def test_optimize_takes_a_tuning_step_on_a_gpu_and_not_on_a_cpu(monkeypatch):
     for device, steps in (("cuda", 1), ("cpu", 0)):
         rounds.clear()
         options = OptimizeOptions(evaluation=EvalOptions(device=device, use_cache=False))
-        result = optimize_module.optimize(problem, baseline, options)
+        run = optimize_module.optimize(problem, baseline, options)
         step_rounds = [r for r in rounds[1:] if r and all(n.startswith("tune-") for n in r)]
         assert len(step_rounds) == steps, rounds
         if steps:
             best = tunable_constants(fastest.source)
-            names = {a.outcome.candidate.name for a in result.attempts}
+            names = {a.name for a in run.result.attempts}
             assert set(step_rounds[0]) <= names
             assert all(
-                sum(tunable_constants(a.outcome.candidate.source)[k] != best[k] for k in best) == 1
-                for a in result.attempts
-                if a.outcome.candidate.name in step_rounds[0]
+                sum(tunable_constants(run.sources[a.source_sha256])[k] != best[k] for k in best) == 1
+                for a in run.result.attempts
+                if a.name in step_rounds[0]
             )
 
 
@@ -531,16 +531,16 @@ def test_the_best_llm_kernel_is_autotuned_then_descended_on_a_gpu(monkeypatch):
     monkeypatch.setattr(optimize_module, "evaluate", fake_evaluate)
     baseline = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
     options = OptimizeOptions(strategy="llm", max_rounds=1, evaluation=EvalOptions(device="cuda", use_cache=False))
-    result = optimize_module.optimize(problem, baseline, options, proposer=OneAnswer())
+    run = optimize_module.optimize(problem, baseline, options, proposer=OneAnswer())
     assert [r for r, _ in rounds] == [1, 2, 2]  # the LLM round, its autotuning, one descent step
     assert len(rounds[1][1]) == 12 and rounds[2][1] and set(rounds[1][1]).isdisjoint(rounds[2][1])
     best = tunable_constants(fastest.source)
     assert all(
-        sum(tunable_constants(a.outcome.candidate.source)[k] != best[k] for k in best) == 1
-        for a in result.attempts
-        if a.outcome.candidate.name in rounds[2][1]
+        sum(tunable_constants(run.sources[a.source_sha256])[k] != best[k] for k in best) == 1
+        for a in run.result.attempts
+        if a.name in rounds[2][1]
     )
-    assert result.best.candidate.source == fastest.source
+    assert run.result.best.source == fastest.source
 
 
 def test_on_cpu_a_triton_implementation_is_not_compiled_and_the_report_says_why():

@@ -147,7 +147,7 @@ def test_problems_optimised_at_once_share_the_verification_workers(monkeypatch):
         "optimize",
         lambda problem, baseline, options, progress: (
             seen.append((options.evaluation.parallel, options.evaluation.beside_others))
-            or failed_result(problem, "not run", "cpu")
+            or failed_result(problem, "not run")
         ),
     )
     problems = find_problems(ROOT / "problems", root=ROOT)[:4]

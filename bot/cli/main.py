@@ -158,13 +158,13 @@ def optimize(
             write_optimize_outputs(Path(out), [], options.min_speedup)
     loaded = [only_shapes(p, names(shapes), options.evaluation.device) for p in chosen]
     with progress_view(loaded) as view:
-        results = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, view)
-    typed = [r.result for r in results]
+        runs = optimize_all(loaded, options, gpus, jobs, Path(out) if out else None, view)
+    typed = [r.result for r in runs]
     payload = [p.to_json() for p in typed]
     if as_json:
         click.echo(json.dumps(payload[0] if len(payload) == 1 else {"problems": payload}, indent=2))
     else:
-        click.echo(render_optimize(results, options.min_speedup))
+        click.echo(render_optimize(typed, options.min_speedup))
         table(typed)
     raise_if_any_failed(typed)
 

@@ -13,11 +13,14 @@ writes is what stage 2 re-derives, so the rule cannot differ between the stages.
 - **Implausible**: a ratio above `max_plausible_speedup` or a median under the roofline floor
   (bot.core.plausible): it says more about the baseline or the clock than about the code.
 - **Claimed**: significant and not implausible: the only improvement the bot publishes.
+
+A problem's one word (results.json's `outcome`) follows from what its selection found, by
+`problem_outcome`: "improved" means the selection kept a best, which it does only where claimed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from bot.core.outcomes import ContenderOutcome
@@ -92,6 +95,21 @@ def judge(contender: Contender, thresholds: Thresholds, not_timed: str | None = 
         _implausible(contender, thresholds.max_plausible_speedup),
         untimed,
     )
+
+
+def problem_outcome(
+    *, error: str | None, best: BestResult | None, not_timed: str | None, implausible: Sequence[Implausible]
+) -> str:
+    """A problem's outcome: "failed" (it could not be evaluated: `error`), "improved" (a `best`
+    was selected: only a claimed contender is), "not timed" (its baseline's times say nothing of
+    the code: `not_timed`), "implausible" (the guard flagged a win), else "no significant improvement"."""
+    if error:
+        return "failed"
+    if best is not None:
+        return "improved"
+    if not_timed:
+        return "not timed"
+    return "implausible" if implausible else "no significant improvement"
 
 
 def significant(outcome: ContenderOutcome, min_speedup: float) -> bool:

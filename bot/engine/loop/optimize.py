@@ -5,22 +5,24 @@ from __future__ import annotations
 import fnmatch
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from bot.core.domain import CandidateSource, Environment, Problem, Skipped
+from bot.core.domain import CandidateSource, Environment, Problem, Skipped, source_sha256
 from bot.core.errors import BotError, ProblemError
-from bot.core.judge import Thresholds, judge
+from bot.core.judge import Thresholds, judge, problem_outcome
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.plausible import Implausible
 from bot.core.progress import Note, Progress, RoundStarted, silent
 from bot.core.results import ProblemResult
 from bot.core.results_contenders import BestResult, ContenderResult
-from bot.core.settings import DEFAULTS, Device, TolerancePolicy
+from bot.core.settings import Device
 from bot.core.time_split import TimeSplit
 from bot.engine.evaluation.evaluate import evaluate
 from bot.engine.loop.attempts import Attempt, OptimizeOptions
 from bot.engine.loop.llm_rounds import Rounds, llm_rounds
+from bot.engine.loop.problem_run import ProblemRun
 from bot.engine.workers.phase_clock import PhaseClock, recording
 from bot.engine.workspace.device_name import device_name
 from bot.propose.base import Hardware, Proposer, hardware_for
@@ -33,83 +35,58 @@ from bot.propose.tuning import autotune_variants, setting_of, tunable_constants
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class OptimizeResult:
-    problem: Problem
-    environment: Environment
-    baseline: ContenderOutcome | None
-    best: ContenderOutcome | None
-    attempts: tuple[Attempt, ...]
-    skipped: tuple[Skipped, ...]
-    stopped: str
-    wall_s: float
-    llm: dict[str, Any] = field(default_factory=dict)  # tokens, cost, transcript
-    error: str | None = None  # the problem could not be evaluated (one clear line)
-    implausible: tuple[Implausible, ...] = ()  # timed, kept from a claim by the guard
-    thresholds: Thresholds = Thresholds()  # what `best` and `implausible` were judged against
-    tolerance: TolerancePolicy = DEFAULTS.tolerance  # the policy that judged (bot.engine.verification.tolerance)
-    time_split: TimeSplit | None = None  # where `wall_s` went (bot.core.time_split)
-    # Its entry in results.json, built once: every document of the run and the terminal share it.
-    result: ProblemResult = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "result", self._result())
-
-    @property
-    def outcome(self) -> str:
-        if self.error:
-            return "failed"
-        if self.best:
-            return "improved"
-        if self.baseline is not None and self.baseline.not_timed:
-            return "not timed"
-        return "implausible" if self.implausible else "no significant improvement"
-
-    def _result(self) -> ProblemResult:
-        p = self.problem
-        return ProblemResult(
-            p.name,
-            self.outcome,
-            attempts=tuple(a.judged(self.thresholds) for a in self.attempts),
-            problem_path=str(p.path),
-            target=p.target_relpath,
-            best=BestResult.of(self.best) if self.best is not None else None,
-            distributions=tuple(p.distributions),
-            skipped_distributions=dict(p.skipped_distributions),
-            error=self.error or None,
-            not_timed=self.baseline.not_timed if self.baseline else None,
-            implausible=self.implausible,
-            min_speedup=self.thresholds.min_speedup,
-            max_plausible_speedup=self.thresholds.max_plausible_speedup,
-            stopped=self.stopped,
-            wall_s=self.wall_s,
-            baseline=ContenderResult.of(self.baseline) if self.baseline else None,
-            skipped=self.skipped,
-            # A failed problem measured nothing: no environment for the reports to show.
-            environment=None if self.error else self.environment,
-            llm={k: v for k, v in self.llm.items() if k != "transcript"},
-            tolerance=None if self.error else str(self.tolerance),
-            time_split=self.time_split,
-        )
+def problem_result(
+    problem: Problem,
+    baseline: ContenderOutcome | None,
+    attempts: Sequence[Attempt],
+    best: ContenderOutcome | None,
+    thresholds: Thresholds,
+    implausible: tuple[Implausible, ...] = (),
+    error: str | None = None,
+    **fields: Any,
+) -> ProblemResult:
+    """`problem`'s entry in results.json from what the engine evaluated and selected (`best`, and
+    the `implausible` wins the guard flagged, both judged at `thresholds`): every contender in its
+    results.json form, each attempt with the judge's word on its significance, and the outcome
+    decided once (bot.core.judge.problem_outcome). `fields` are the rest of ProblemResult's own,
+    by name (environment, stopped, wall_s, ...)."""
+    chosen = BestResult.of(best) if best is not None else None
+    not_timed = baseline.not_timed if baseline is not None else None
+    return ProblemResult(
+        problem.name,
+        problem_outcome(error=error, best=chosen, not_timed=not_timed, implausible=implausible),
+        attempts=tuple(a.judged(thresholds) for a in attempts),
+        problem_path=str(problem.path),
+        target=problem.target_relpath,
+        best=chosen,
+        distributions=tuple(problem.distributions),
+        skipped_distributions=dict(problem.skipped_distributions),
+        error=error or None,
+        not_timed=not_timed,
+        implausible=implausible,
+        min_speedup=thresholds.min_speedup,
+        max_plausible_speedup=thresholds.max_plausible_speedup,
+        baseline=ContenderResult.of(baseline) if baseline is not None else None,
+        **fields,
+    )
 
 
 def failed_result(
     problem: Problem,
     error: str,
-    device: str,
     wall_s: float = 0.0,
     time_split: TimeSplit | None = None,
     thresholds: Thresholds | None = None,
-) -> OptimizeResult:
+) -> ProblemRun:
     """A problem that could not be evaluated, as a result: the sweep goes on and reports it
-    (with where its time went, where that is known)."""
-    import platform
-
-    nowhere = Environment(device, "", "", None, None, None, platform.python_version())
+    (with where its time went, where that is known). It measured nothing: no environment, no
+    tolerance for the reports to show."""
     wall_s = time_split.wall_s if time_split is not None else wall_s
     bars = thresholds or Thresholds()  # the run's, which its document records
-    return OptimizeResult(
-        problem, nowhere, None, None, (), (), "failed", wall_s, error=error, thresholds=bars, time_split=time_split
+    return ProblemRun(
+        problem_result(
+            problem, None, (), None, bars, error=error, stopped="failed", wall_s=wall_s, time_split=time_split
+        )
     )
 
 
@@ -210,7 +187,7 @@ def optimize(
     progress: Progress = silent,
     proposer: Proposer | None = None,
     hardware: Hardware | None = None,
-) -> OptimizeResult:
+) -> ProblemRun:
     """Search (no LLM) and/or LLM rounds with feedback; every candidate verified and timed
     against the same-run baseline; only a significant improvement is selected. The LLM is told
     the ceilings of `hardware`, by default those of the device this job runs on."""
@@ -285,21 +262,23 @@ def optimize(
     base = next((e.baseline for e in reversed(evaluations) if e.baseline), None)
     env = evaluations[-1].environment if evaluations else Environment(device, "?", "?", None, None, None, "?")
     ended = time.monotonic()
-    return OptimizeResult(
+    result = problem_result(
         problem,
-        env,
         base,
+        attempts,
         select_best(attempts, options.thresholds),
-        tuple(attempts),
-        tuple(skipped),
-        stopped,
-        ended - started,
-        llm_info,
-        implausible=flagged(attempts, options.thresholds),
-        thresholds=options.thresholds,
-        tolerance=options.evaluation.tolerance,
+        options.thresholds,
+        flagged(attempts, options.thresholds),
+        environment=env,
+        stopped=stopped,
+        wall_s=ended - started,
+        skipped=tuple(skipped),
+        llm={k: v for k, v in llm_info.items() if k != "transcript"},
+        tolerance=str(options.evaluation.tolerance),
         time_split=clock.split(ended),
     )
+    sources = {source_sha256(a.outcome.candidate.source): a.outcome.candidate.source for a in attempts}
+    return ProblemRun(result, sources, tuple(llm_info.get("transcript") or ()))
 
 
 def _device_name(options: OptimizeOptions, evaluations: list[Evaluation]) -> str:

@@ -16,8 +16,9 @@ from bot.core.progress import ProblemDone, ProblemFailed, Progress
 from bot.core.results import ProblemResult, Results
 from bot.core.settings import Settings
 from bot.engine.loop.attempts import OptimizeOptions
-from bot.engine.loop.optimize import OptimizeResult, failed_result, optimize
+from bot.engine.loop.optimize import failed_result, optimize
 from bot.engine.loop.outputs import results_document, write_optimize_outputs, write_results
+from bot.engine.loop.problem_run import ProblemRun
 from bot.engine.workspace.changes import affected_problems
 from bot.engine.workspace.problems import find_problems
 from bot.report.chart import results_chart
@@ -76,7 +77,7 @@ def optimize_all(
     out: Path | None,
     progress: Progress,
     trigger: Trigger | None = None,
-) -> list[OptimizeResult]:
+) -> list[ProblemRun]:
     """Optimise every problem over the GPU lanes; with `out`, results are written after each
     problem, so a sweep that is cancelled keeps what it finished. A problem that cannot be
     evaluated is a result with its error (callers exit 2 after writing everything)."""
@@ -86,7 +87,7 @@ def optimize_all(
     from bot.engine.workspace.candidates import default_baseline
     from bot.engine.workspace.memory_budget import device_budget
 
-    done: dict[str, OptimizeResult] = {}
+    done: dict[str, ProblemRun] = {}
     device = options.evaluation.device
     lanes = Lanes(visible_gpus(gpus, device))
     at_once = resolve_jobs(jobs, device, len(problems), len(lanes.devices))
@@ -98,17 +99,17 @@ def optimize_all(
 
     writing = threading.Lock()  # problems finish on several threads; one results.json
 
-    def keep(problem: Problem, result: OptimizeResult) -> OptimizeResult:
+    def keep(problem: Problem, run: ProblemRun) -> ProblemRun:
         with writing:
-            done[str(problem.path)] = result
+            done[str(problem.path)] = run
             if out is not None:
                 write_optimize_outputs(
                     out, [done[str(p.path)] for p in problems if str(p.path) in done], options.min_speedup, trigger
                 )
-        progress(ProblemDone(problem.name, result.outcome))
-        return result
+        progress(ProblemDone(problem.name, run.result.outcome))
+        return run
 
-    def work(problem: Problem, gpu: int | None, beside_others: bool) -> OptimizeResult:
+    def work(problem: Problem, gpu: int | None, beside_others: bool) -> ProblemRun:
         lane = replace(
             options,
             evaluation=replace(
@@ -117,10 +118,11 @@ def optimize_all(
         )
         return keep(problem, optimize(problem, default_baseline(problem), lane, progress))
 
-    def failed(problem: Problem, error: BotError) -> OptimizeResult:
+    def failed(problem: Problem, error: BotError) -> ProblemRun:
         progress(ProblemFailed(problem.name, str(error)))
-        device, bars = options.evaluation.device, options.thresholds
-        return keep(problem, failed_result(problem, str(error), device, time_split=error.time_split, thresholds=bars))
+        return keep(
+            problem, failed_result(problem, str(error), time_split=error.time_split, thresholds=options.thresholds)
+        )
 
     return run_problems(problems, work, at_once, lanes, progress, on_error=failed)
 
@@ -129,7 +131,7 @@ def run_job(job: Job, problems: list[Problem], progress: Progress) -> tuple[Resu
     """Optimise every problem, then write the results directory; returns (results, plan)."""
     job.out.mkdir(parents=True, exist_ok=True)
     optimized = optimize_all(problems, job.options, job.gpus, job.jobs, job.out, progress, job.trigger)
-    results = results_document(optimized, job.trigger, job.options.min_speedup)
+    results = results_document([r.result for r in optimized], job.trigger, job.options.min_speedup)
     chart = results_chart(results)
     plan = plan_pull_request(
         results,
