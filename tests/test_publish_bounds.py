@@ -75,6 +75,21 @@ def test_the_trusted_plausibility_bound_decides(double, tmp_path, root):
     assert "is above the 1.5x bound" in comment.body and "Not claimed." in comment.body
 
 
+def test_the_outcome_word_is_stage_ones_rule_on_what_survives_not_the_artifacts():
+    honest = Results.from_json(honest_results(2.0, slower_attempts=1))
+    assert honest.problems[0].outcome == "improved"
+    # A bar the 2x interval does not clear: no best, and no flag, so no improvement.
+    (raised,) = rederive(honest, 3.0).problems
+    assert raised.best is None and raised.outcome == "no significant improvement"
+    # A plausibility bound under 2x flags the 2x attempt (not the 1.33x): implausible, as stage 1 says.
+    (flagged,) = rederive(honest, 1.05, 1.5).problems
+    assert flagged.best is None and flagged.outcome == "implausible"
+    assert [f.name for f in flagged.implausible] == ["fast-rmsnorm"]
+    # An artifact that names no best but says "improved" is read by the same rule.
+    forged = replace(honest, problems=(replace(honest.problems[0], best=None),))
+    assert rederive(forged, 1.05).problems[0].outcome == "no significant improvement"
+
+
 @pytest.mark.parametrize(
     "field,value,message",
     [

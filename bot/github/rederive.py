@@ -20,7 +20,7 @@ from typing import Any
 
 from bot.core import stats as bench
 from bot.core.errors import BotError
-from bot.core.judge import Thresholds, judge, slower_shapes
+from bot.core.judge import Thresholds, judge, problem_outcome, slower_shapes
 from bot.core.measurement import Speedup
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
@@ -181,22 +181,23 @@ def _judged(
     flags = tuple(j.implausible for j in judged if j.accepted and j.implausible is not None)
     flagged = {f.name for f in flags}
     attempts = tuple(replace(a, significant=j.significant) for a, j in zip(attempts, judged, strict=True))
-    outcome = p.outcome
     if best is not None:
         twin = next((a for a in attempts if a.name == best.name and a.source_sha256 == best.source_sha256), None)
         if twin is None or twin.speedup_ci != best.speedup_ci:
             raise InconsistentArtifact(f"results.problems[{i}].best: not the numbers of the attempt it names")
         verdict = judge(best, trusted)
-        if twin.name in flagged or verdict.implausible is not None:
-            best, outcome = None, "implausible"  # flagged for a human, never claimed
-        elif not (twin.is_accepted and verdict.significant):
-            # Measured, but its interval does not clear the trusted bar: no improvement to publish.
-            best, outcome = None, "no significant improvement"
+        if verdict.implausible is not None and twin.name not in flagged:
+            flags, flagged = flags + (verdict.implausible,), flagged | {twin.name}
+        if twin.name in flagged or not (twin.is_accepted and verdict.significant):
+            best = None  # flagged for a human, or its interval does not clear the trusted bar
+    implausible = flags + tuple(f for f in p.implausible if f.name not in flagged)
+    # The outcome word by stage 1's own rule, from what survived: never the artifact's word.
+    outcome = problem_outcome(error=p.error, best=best, not_timed=p.not_timed, implausible=implausible)
     return replace(
         p,
         min_speedup=trusted.min_speedup,
         max_plausible_speedup=trusted.max_plausible_speedup,
-        implausible=flags + tuple(f for f in p.implausible if f.name not in flagged),
+        implausible=implausible,
         baseline=baseline,
         attempts=attempts,
         best=best,
