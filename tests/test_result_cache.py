@@ -156,6 +156,14 @@ def test_an_entry_of_another_source_or_not_matching_the_schema_is_a_miss(problem
     assert cache.get(problem, reference, a) is None
 
 
+def test_an_entry_is_a_results_document_judged_by_the_one_rule(problem, quick_options):
+    protocol = protocol_of(quick_options())
+    claimed = entry_document(problem, faster(_candidate("a")), protocol, MIN)["results"]["problems"][0]
+    assert claimed["outcome"] == "improved" and claimed["best"]["name"] == "a"
+    inconclusive = entry_document(problem, noisy(_candidate("b")), protocol, MIN)["results"]["problems"][0]
+    assert inconclusive["outcome"] == "no significant improvement" and inconclusive.get("best") is None
+
+
 def test_the_protocol_holds_what_a_verdict_means_and_not_how_long_it_took(quick_options):
     options = quick_options()
     same = protocol_of(options)

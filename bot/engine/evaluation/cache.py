@@ -39,10 +39,10 @@ from typing import Any
 from bot.core.conclusive import conclusion
 from bot.core.domain import CandidateSource, Problem, source_hash, source_sha256
 from bot.core.errors import BotError
-from bot.core.judge import Thresholds, judge
+from bot.core.judge import Thresholds, judge, problem_outcome
 from bot.core.outcomes import ContenderOutcome
 from bot.core.results import ProblemResult, Results
-from bot.core.results_contenders import ContenderResult
+from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_outcomes import contender_outcome
 from bot.core.settings import Device
 from bot.engine.evaluation.options import EvalOptions
@@ -247,12 +247,15 @@ def entry_document(
     attempt = ContenderResult.of(outcome, 0, conclusion(outcome, min_speedup).why)
     verdict = judge(attempt, Thresholds(min_speedup))
     attempt = dataclasses.replace(attempt, significant=verdict.significant)
-    word = "not timed" if outcome.not_timed else "improved" if verdict.claimed else "no significant improvement"
+    best = BestResult.of(outcome) if verdict.claimed else None
+    flags = (verdict.implausible,) if verdict.accepted and verdict.implausible is not None else ()
+    word = problem_outcome(error=None, best=best, not_timed=outcome.not_timed, implausible=flags)
+    entry = ProblemResult(
+        problem.name, word, attempts=(attempt,), best=best, implausible=flags, min_speedup=min_speedup
+    )
     return {
         "kind": ENTRY_KIND,
         "protocol": protocol.fingerprint,
         "settings": json.loads(protocol.settings),  # for a reader: what the protocol held
-        "results": Results(
-            (ProblemResult(problem.name, word, attempts=(attempt,), min_speedup=min_speedup),)
-        ).to_json(),
+        "results": Results((entry,)).to_json(),
     }
