@@ -24,7 +24,7 @@ from bot.protocol.typed import Failure, ProtocolError, Request
 from bot.sandbox import freezer
 from bot.sandbox.base import RunningWorker, Sandbox, WorkerLaunch
 from bot.sandbox.cores import timing_core, worker_cores
-from bot.sandbox.scrub import scrub
+from bot.sandbox.scrub import scrub, secret_values
 
 log = logging.getLogger(__name__)
 POLL_S = 0.1
@@ -47,6 +47,9 @@ class WorkerClient:
         self, sandbox: Sandbox, label: str, launch: WorkerLaunch, threads: int | None = None, describe: bool = True
     ):
         self.label = label
+        # The bot's own secrets, looked up once: every reply is scrubbed of them, and a scan of
+        # the environment per reply was a tenth of a timing phase's outside work.
+        self._secrets = secret_values()
         self.device = launch.device
         self.gpu_index = launch.gpu_index
         self.limits = launch.limits
@@ -201,7 +204,7 @@ class WorkerClient:
                 )
         try:
             self.running.sock.settimeout(max(deadline - time.monotonic(), 5.0))
-            return scrub(self.channel.recv())
+            return scrub(self.channel.recv(), self._secrets)
         except ChannelTampered as exc:
             tail = self.running.log_tail()
             self.close()
