@@ -14,6 +14,8 @@ from conftest import FIXTURES, ROOT
 from github_double.openapi import webhook_examples
 from github_double.server import GitHubDouble
 
+pytestmark = pytest.mark.timing  # asserts what real timing claims: run alone, not beside other tests
+
 TARGET_REPO = FIXTURES / "target_repo"
 REPO = "octo-org/octo-repo"
 LABEL = "optimize-kernel"

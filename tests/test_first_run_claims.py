@@ -25,6 +25,8 @@ from bot.report.data import chart_bars
 from bot.report.markdown import render_comment, render_step_summary
 from bot.report.plan import plan_pull_request
 
+pytestmark = pytest.mark.timing  # asserts what real timing claims: run alone, not beside other tests
+
 PR = Trigger(
     kind="pull_request",
     repo="acme/kernels",

@@ -6,11 +6,14 @@ from __future__ import annotations
 import random
 import time
 
+import pytest
 from test_timing_protocol import _time, _Worker, parent_clock  # noqa: F401  (the stand-ins' clock)
 
 from bot.core import stats as bench
 from bot.engine.timing.futility import Futility, bar, first_batches
 from bot.engine.timing.records import TimingOptions, TimingRecord
+
+pytestmark = pytest.mark.timing  # asserts what real timing claims: run alone, not beside other tests
 
 
 def _round(

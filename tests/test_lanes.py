@@ -17,6 +17,8 @@ from bot.engine.workspace.candidates import default_baseline, load_candidate
 from bot.engine.workspace.problems import load_problem
 from bot.sandbox import cores
 
+pytestmark = pytest.mark.timing  # asserts what real timing claims: run alone, not beside other tests
+
 
 def _problems(n):
     base = load_problem(PROBLEMS / "scale_add.py")

@@ -17,7 +17,7 @@ from bot.engine.workspace.candidates import default_baseline, load_candidate
 from bot.engine.workspace.problems import load_problem
 from bot.sandbox import Limits
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]  # claims from real timing: run alone
 
 # A memory-bound problem with a 2 MiB output: allocating and first touching the output is a
 # large share of a call (CPU: about half), the share a candidate would gain by moving it

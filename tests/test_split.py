@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import ROOT
 
@@ -17,6 +18,8 @@ from bot.engine.timing.records import TimingOptions
 from bot.engine.workspace.problems import load_problem
 from bot.propose.derive import Base
 from bot.propose.split import Split, input_bytes, plan_split, split_candidate
+
+pytestmark = pytest.mark.timing  # asserts what real timing claims: run alone, not beside other tests
 
 DECODE, PREFILL = "bfloat16[32, 4096], bfloat16[4096]", "bfloat16[8192, 4096], bfloat16[4096]"
 

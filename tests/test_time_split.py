@@ -21,6 +21,8 @@ from bot.engine.workers import phase_clock
 from bot.engine.workers.phase_clock import PhaseClock, current, part_of, recording
 from bot.protocol.messages import Construct, Fingerprints, ReferenceRun, Release, Run
 
+pytestmark = pytest.mark.timing  # asserts what real timing claims: run alone, not beside other tests
+
 
 def test_overlapping_parts_share_each_instant_and_add_up_to_the_wall_time():
     split = split_wall_time(
