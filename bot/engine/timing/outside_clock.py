@@ -14,7 +14,6 @@ calls as it likes while every batch total stays exact.
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Sequence
 
@@ -37,12 +36,6 @@ FLOOR_US = 0.001
 def batch_sample_us(span_us: float, harness_us: float, calls: int) -> float:
     """One batch's time per call on the parent's clock: its span less the harness's work."""
     return max((span_us - harness_us) / max(calls, 1), FLOOR_US)
-
-
-def batch_samples(samples_us: Sequence[float], batch_sizes: Sequence[int]) -> list[float]:
-    """One sample per batch from per-call samples that repeat their batch's (its last call's)."""
-    ends = itertools.accumulate(batch_sizes)
-    return [samples_us[end - 1] for end in ends]
 
 
 def per_call_estimate(samples_us: Sequence[float]) -> float:
