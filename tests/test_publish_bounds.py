@@ -21,6 +21,7 @@ from bot.github.client import STICKY_MARKER
 from bot.github.rederive import cost_of, rederive
 from bot.github.rederive_cost import MAX_UNITS, Cost
 from bot.github.stage_two import publish_stage_two
+from bot.github.untrusted import MAX_RESULTS_BYTES
 
 __all__ = ["double", "root"]  # the fixtures, shared with test_publish_attacks
 
@@ -195,6 +196,47 @@ def test_the_costliest_admitted_artifact_re_derives_in_bounded_time():
     assert elapsed < 60, elapsed
     with pytest.raises(BotError, match="over the cap of 250 million"):
         rederive(Results.from_json(copied_candidates(copies + 1, 100, 10)), 1.05)
+
+
+def _sample_heavy(batches: int, per_batch: int) -> dict:
+    """An artifact as close to the 4 MiB size cap as it gets, of attempts whose measurements (and
+    derivation baselines) are one- and two-digit samples: about two million values, each a few
+    bytes of JSON and as much work as any other to read. Their claims do not fit their samples."""
+    results = copied_candidates(1)
+    problem = results["problems"][0]
+    template = problem["attempts"][0]
+    samples = [1 + i % 17 for i in range(batches * per_batch)]
+    workers = [b % 2 for b in range(batches)]
+    big = {"samples_us": samples, "batch_sizes": [per_batch] * batches, "batch_workers": workers}
+    measurement = template["shapes"][0]["measurement"]
+    for key in ("iqr_us", "q1_us", "q3_us", "n", "rel_se", "batches", "workers", "worker_medians_us"):
+        measurement.pop(key, None)
+    measurement.update(big, median_us=float(sorted(samples)[len(samples) // 2]))
+    template["shapes"][0]["derivation"]["baseline"] = big
+    problem["attempts"] = []
+    one = len(json.dumps(template)) + 2
+    room = MAX_RESULTS_BYTES - len(json.dumps(results))
+    problem["attempts"] = [{**template, "name": f"copy-{k}"} for k in range(room // one - 1)]
+    return results
+
+
+@pytest.mark.parametrize("batches,per_batch", [(2, 10_000), (20, 1_000), (2_000, 10)])
+def test_an_artifact_of_small_samples_under_the_size_cap_is_refused_within_seconds(
+    double, tmp_path, root, batches, per_batch
+):
+    pr, sha = same_repo_pr(double)
+    results = _sample_heavy(batches, per_batch)
+    assert len(json.dumps(results)) <= MAX_RESULTS_BYTES
+    start = time.monotonic()
+    with pytest.raises(BotError) as err:
+        publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
+    elapsed = time.monotonic() - start
+    print(f"refused {batches}x{per_batch} in {elapsed:.1f} s: {err.value}")
+    assert str(err.value) == (
+        "untrusted results rejected: results: more than 500,000 values (fewer samples, shapes or candidates)"
+    )
+    assert writes(double) == []
+    assert elapsed < 10, elapsed
 
 
 def test_retry_after_600_fails_clearly_without_waiting(double, tmp_path, root):
