@@ -1,20 +1,19 @@
 """Every number stage 2 publishes, re-derived from the artifact's raw samples.
 
 The artifact's speedups and intervals are claims; its samples are the evidence. Each shape's
-ratio and interval are recomputed with `bot.core.stats.speedup` (the very function stage 1 used,
-seeded from its inputs, so honest artifacts agree to the last bit) at stage 2's own confidence
-level and resample count, significance and the choice of the best candidate are re-judged by
-stage 1's own judge (`bot.core.judge`) with the trusted `min-speedup` and plausibility bound (the
-default branch's, never the artifact's),
-and any claim that disagrees makes the whole artifact inconsistent: nothing of it is published.
+ratio and interval are recomputed as `bot.core.stats.speedup` (the function stage 1 used, seeded
+from its inputs) computes them, vectorised (bot.github.bootstrap: the same draws and medians, so
+honest artifacts agree to about 1e-15), at stage 2's own confidence level and resample count;
+significance and the choice of the best candidate are re-judged by stage 1's own judge
+(`bot.core.judge`) with the trusted `min-speedup` and plausibility bound (the default branch's,
+never the artifact's), and any claim that disagrees makes the whole artifact inconsistent:
+nothing of it is published.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -26,9 +25,9 @@ from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_shapes import MeasurementResult, ShapeResult
 from bot.core.settings import DEFAULTS
+from bot.github import bootstrap
 from bot.github.rederive_cost import Cost, over_budget, total_cost
 
-PARALLEL_UNITS = 5_000_000  # about a third of a second of one core (bot.github.rederive_cost)
 REL_TOLERANCE = 1e-9  # JSON round-trips floats exactly; this only absorbs summation order
 # The interval's level and resample count stage 1 uses (bench.speedup's defaults): a claim is a
 # 95 % interval, so an artifact may not narrow it by naming a lower level or fewer resamples.
@@ -94,28 +93,29 @@ def _shape_task(shape: ShapeResult, where: str, min_speedup: float) -> tuple[Sha
     )
 
 
-def _speedup(args: tuple[Any, ...]) -> Speedup:
+def _speedup(args: tuple[Any, ...]) -> Speedup | None:
+    """`bench.speedup` of one shape (vectorised: bot.github.bootstrap); None where it overflows,
+    as stage 1's own would have (so no stage 1 wrote that shape)."""
     baseline, candidate, min_speedup, level, resamples, spread = args
-    return bench.speedup(baseline, candidate, min_speedup, level=level, resamples=resamples, spread=spread)
+    try:
+        return bootstrap.speedup(baseline, candidate, min_speedup, level=level, resamples=resamples, spread=spread)
+    except OverflowError:
+        return None
 
 
-def _compute(tasks: list[tuple[Any, ...]]) -> list[Speedup]:
-    """Every speedup, over the machine's cores when there is more work than starting the pool
-    costs: ~0.25 s of CPU each for 1,000 samples a side (2,000 resamples), and the cost cap
-    admits up to about 12 s of CPU (bot.github.rederive_cost)."""
-    workers = min(os.cpu_count() or 1, 8)
-    units = total_cost([(t[0], t[1], t[4], t[5].df) for t in tasks]).units
-    if len(tasks) < 2 or workers < 2 or units < PARALLEL_UNITS:
-        return [_speedup(t) for t in tasks]
-    with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(_speedup, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
+def _compute(tasks: list[tuple[Any, ...]]) -> list[Speedup | None]:
+    """Every speedup, in this process: vectorised, the costliest artifact the cost cap admits
+    takes about 2.5 s of CPU (bot.github.rederive_cost)."""
+    return [_speedup(t) for t in tasks]
 
 
 def _pair(ci: Any) -> tuple[Any, Any]:
     return (ci[0], ci[1]) if ci else (None, None)
 
 
-def _apply(shape: ShapeResult, where: str, found: Speedup) -> ShapeResult:
+def _apply(shape: ShapeResult, where: str, found: Speedup | None) -> ShapeResult:
+    if found is None:
+        raise InconsistentArtifact(f"{where}: its samples and worker spread give no finite interval")
     claimed_ci = _pair(shape.speedup_ci)
     for label, claimed, derived in (
         ("speedup", shape.speedup, found.ratio),
