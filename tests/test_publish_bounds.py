@@ -12,7 +12,7 @@ import pytest
 from github_double.records import CommentRecord, Identity, now
 from github_double.server import SECONDARY_RATE_LIMIT
 from github_double.session import SleepRecorder, client_for, fast_retry
-from stage_two_artifacts import copied_candidates, honest_results
+from stage_two_artifacts import PROBLEM_SOURCE, copied_candidates, honest_results
 from test_publish_attacks import REPO, _declaring, double, publish, refused, root, run_event, same_repo_pr, writes
 
 from bot.core.errors import BotError
@@ -372,6 +372,19 @@ def test_a_symlink_or_submodule_target_is_refused_from_the_tree(double, tmp_path
 def test_case_variants_and_test_modules_are_refused(double, tmp_path, root, target, why):
     pr, sha = same_repo_pr(double, {"problems/rmsnorm.py": _declaring(target), target: b"x = 1\n"})
     message = f"rmsnorm: TARGET {target!r} {why}; nothing is published"
+    _refused_on(double, tmp_path, root, pr, sha, honest_results(target=target), message)
+
+
+def test_a_case_variant_of_the_problems_folder_is_refused(double, tmp_path, root):
+    """On a case-insensitive checkout `kernels/Problems/rmsnorm.py` is the problem file itself."""
+    (root / "pyproject.toml").write_text('[tool.kernel-bot]\nmin-speedup = 1.05\nproblems-dir = "kernels/problems"\n')
+    target = "kernels/Problems/rmsnorm.py"
+    problem = PROBLEM_SOURCE.replace('TARGET = "kernels/rmsnorm.py"', f"TARGET = {target!r}").encode()
+    pr, sha = same_repo_pr(double, {"kernels/problems/rmsnorm.py": problem, target: b"x = 1\n"})
+    message = (
+        f"rmsnorm: TARGET {target!r} is under kernels/problems/, where the problems (the definition of "
+        "correct) live; nothing is published"
+    )
     _refused_on(double, tmp_path, root, pr, sha, honest_results(target=target), message)
 
 

@@ -76,9 +76,10 @@ def target_refusal(path: str, problems_dir: str, chart_path: str, allowed: Calla
         return "has characters outside [A-Za-z0-9._/-]"
     if not is_plain_relative(path):
         return "is not a plain repository-relative path"
-    if parts[: len(problems_dir.strip("/").split("/"))] == problems_dir.strip("/").split("/"):
+    problems = problems_dir.strip("/").lower().split("/")
+    if [p.lower() for p in parts[: len(problems)]] == problems:  # `Problems/` too: one folder on macOS
         return f"is under {problems_dir}/, where the problems (the definition of correct) live"
-    if path == chart_path:
+    if path.lower() == chart_path.lower():
         return "is the chart's path"
     name = parts[-1].lower()
     if not name.endswith(".py") or name in NEVER_TARGETS or name.startswith("."):
