@@ -13,7 +13,18 @@ from github_double.records import CommentRecord, Identity, now
 from github_double.server import SECONDARY_RATE_LIMIT
 from github_double.session import SleepRecorder, client_for, fast_retry
 from stage_two_artifacts import PROBLEM_SOURCE, copied_candidates, honest_results
-from test_publish_attacks import REPO, _declaring, double, publish, refused, root, run_event, same_repo_pr, writes
+from test_publish_attacks import (
+    REPO,
+    _declaring,
+    double,
+    publish,
+    refused,
+    root,
+    run_event,
+    same_repo_pr,
+    snapshot,
+    writes,
+)
 
 from bot.core.errors import BotError
 from bot.core.results import Results
@@ -121,6 +132,49 @@ def test_clock_keys_and_invisible_characters_reach_nothing(double, tmp_path, roo
     assert not [f"U+{ord(c):04X}" for c in shown if unicodedata.category(c) == "Cf"]
 
 
+IGNORABLE = "\ufe0f\U000e0100\u034f\u3164"  # variation selectors, grapheme joiner, Hangul filler
+SHORT = "![x](http://e.x/p.png) @a #3"  # for fields of at most 40 characters
+
+
+def _hostile_everywhere(results: dict) -> dict:
+    """Every free-text field and every key of every free-form map of the artifact set to KEY
+    (the fields the schema leaves open, whether or not a renderer shows them today)."""
+    p = results["problems"][0]
+    env = p["environment"]
+    env.update(torch=KEY, triton=KEY, cuda=KEY, driver=KEY, python=KEY, containment=KEY)
+    env["clocks"] = {KEY: {KEY: [KEY, 1]}, f"sm{IGNORABLE}": KEY}
+    p.update(stopped=KEY, problem_path=KEY, llm={KEY: {KEY: KEY}}, skipped=[{"transformation": KEY, "reason": KEY}])
+    p.update(skipped_distributions={"zeros": KEY}, implausible=[{"name": KEY, "evidence": KEY}])
+    results.update(created=SHORT)
+    results["trigger"].update(labels=[KEY], label=KEY, action=KEY)
+    contenders = [p["baseline"], *p["attempts"], p["best"]]
+    for c in contenders:
+        for shape in c["shapes"]:
+            shape.update(shape=f"{KEY}{IGNORABLE}", inputs=KEY, output_dtype=KEY)
+        c["origin"].update(detail=KEY, model=KEY)
+        c["path"] = KEY
+    for c in contenders[:-1]:
+        c.update(reasons=[KEY], checks=[{"name": KEY, "passed": True, "evidence": KEY, "details": {KEY: {KEY: KEY}}}])
+    for c in (p["attempts"][0], p["best"]):
+        c["name"] = f"fast{IGNORABLE}{KEY}"
+    p["attempts"][0]["reason"] = KEY
+    return results
+
+
+def test_every_free_text_field_and_map_key_is_inert_wherever_it_is_shown(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    publish(double, tmp_path, root, _hostile_everywhere(honest_results()), run_event(sha, pr.head_ref, (pr.number,)))
+    (follow,) = [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
+    shown = _texts(double)
+    assert "docs" in shown and "octocat" in shown  # the text is there, only inert
+    for bad in ("](https://evil", "![x]", "https://evil", "http://e.x", "Closes #3", "#3", "@octocat", "@a #"):
+        assert bad not in shown, bad
+    hidden = [f"U+{ord(c):04X}" for c in shown if unicodedata.category(c) == "Cf" or c in IGNORABLE]
+    assert not hidden, hidden
+    chart = double.git.git("show", f"{double.repo.branch_sha(follow.head_ref)}:docs/kernel-bot/speedups.png")
+    assert chart.startswith(b"\x89PNG")
+
+
 def test_nested_mathtext_in_a_chart_label_is_drawn_as_text(double, tmp_path, root):
     pr, sha = same_repo_pr(double)
     results = honest_results()
@@ -128,6 +182,26 @@ def test_nested_mathtext_in_a_chart_label_is_drawn_as_text(double, tmp_path, roo
     publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
     (comment,) = double.repo.comments.values()
     assert "a^{a^{" in comment.body
+
+
+def test_nested_mathtext_in_a_claimed_shapes_label_is_committed_as_a_plain_text_chart(double, tmp_path, root):
+    from bot.report.chart import _order, speedup_figure
+    from bot.report.data import chart_bars
+
+    pr, sha = same_repo_pr(double)
+    results = honest_results()
+    label = "$" + "a^{" * 70 + "b" + "}" * 70 + "$"  # RecursionError in mathtext's parser
+    p = results["problems"][0]
+    for c in (p["baseline"], *p["attempts"], p["best"]):
+        c["shapes"][0]["shape"] = label
+    publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
+    (follow,) = [x for x in double.repo.pulls.values() if x.head_ref.startswith("kernel-bot/")]
+    chart = double.git.git("show", f"{double.repo.branch_sha(follow.head_ref)}:docs/kernel-bot/speedups.png")
+    assert chart.startswith(b"\x89PNG")
+    fig = speedup_figure(_order(chart_bars(Results.from_json(results))), "title $x^{2}$")
+    texts = fig.findobj(lambda a: hasattr(a, "get_parse_math"))
+    assert texts and not [t for t in texts if t.get_parse_math()]
+    assert any(t.get_text().startswith("rmsnorm · $a^{a^{") for t in texts)
 
 
 # -- bounded cost ----------------------------------------------------------------------------
@@ -271,6 +345,7 @@ def test_retry_after_600_fails_clearly_without_waiting(double, tmp_path, root):
         "GITHUB_EVENT_PATH": str(tmp_path / "event.json"),
         "GITHUB_API_URL": double.url,
     }
+    before = snapshot(double)
     with pytest.raises(BotError) as err:
         publish_stage_two(art, root, lambda _: None, environ, client=client_for(double, retry=fast_retry(sleep=sleep)))
     assert str(err.value) == (
@@ -278,6 +353,7 @@ def test_retry_after_600_fails_clearly_without_waiting(double, tmp_path, root):
         "kernel-bot waits at once; nothing more is sent, run the publish job again later"
     )
     assert sleep.delays == []
+    assert snapshot(double) == before  # no branch, pull request, comment or check run
     assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") is None and not double.repo.comments
 
 
