@@ -89,6 +89,24 @@ def test_the_trusted_plausibility_bound_decides(double, tmp_path, root):
     assert "is above the 1.5x bound" in comment.body and "Not claimed." in comment.body
 
 
+@pytest.mark.parametrize("policy", ["kernelbench", None])
+def test_a_claim_verified_under_another_tolerance_policy_is_refused(double, tmp_path, root, policy):
+    """Which outputs count as correct is stage 2's policy (`strict` unless its own command line
+    says otherwise), as min-speedup and the plausibility bound are: the artifact's word on the
+    rule it was judged by decides nothing."""
+    pr, sha = same_repo_pr(double)
+    results = honest_results()
+    if policy is None:  # unstated: a document of an older stage 1 has no such field
+        del results["problems"][0]["tolerance"]
+    else:
+        results["problems"][0]["tolerance"] = policy
+    message = (
+        f"rmsnorm: its candidates were verified under the {policy or 'unstated'!s} tolerance policy, not "
+        "stage 2's strict one; nothing is published"
+    )
+    _refused_on(double, tmp_path, root, pr, sha, results, message)
+
+
 @pytest.mark.parametrize(
     "field,value,message",
     [
