@@ -89,6 +89,61 @@ def test_the_trusted_plausibility_bound_decides(double, tmp_path, root):
     assert "is above the 1.5x bound" in comment.body and "Not claimed." in comment.body
 
 
+def _every_shape(results: dict):
+    p = results["problems"][0]
+    return [s for c in (p["baseline"], *p["attempts"], p["best"]) for s in c["shapes"]]
+
+
+def test_a_speedup_on_a_gpu_of_known_peaks_without_its_byte_count_is_inconsistent(double, tmp_path, root):
+    """The floor a claim is held against is computed with stage 2's peaks: an artifact that
+    leaves out the counts (or the floor) cannot leave out the check."""
+    pr, sha = same_repo_pr(double)
+    results = honest_results()
+    for shape in _every_shape(results):
+        shape.pop("nbytes")
+        shape["floor_us"] = None
+    with pytest.raises(BotError) as err:
+        publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
+    assert str(err.value) == (
+        "nothing published: the results artifact is inconsistent (results.problems[0].attempts[0].shapes[0]: "
+        "a speedup on NVIDIA H100 80GB HBM3 without the byte count its roofline floor is computed from "
+        "(nbytes: a stage 1 older than this stage 2 writes none))"
+    )
+    assert writes(double) == ["checks/create"] and not double.repo.comments
+    assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") is None
+
+
+def test_a_floor_from_peaks_other_than_stage_twos_is_inconsistent(double, tmp_path, root):
+    """A stage 1 whose peak table was raised (pull-request code runs there) writes lower floors."""
+    pr, sha = same_repo_pr(double)
+    results = honest_results()
+    trusted = _every_shape(results)[0]["floor_us"]
+    for shape in _every_shape(results):
+        shape["floor_us"] = trusted / 100
+    with pytest.raises(BotError) as err:
+        publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
+    assert str(err.value) == (
+        "nothing published: the results artifact is inconsistent (results.problems[0].baseline.shapes[0].floor_us "
+        f"is {trusted / 100!r}, its byte and flop counts on NVIDIA H100 80GB HBM3 give {trusted!r})"
+    )
+    assert writes(double) == ["checks/create"]
+
+
+def test_a_candidate_under_stage_twos_roofline_floor_is_flagged_not_claimed(double, tmp_path, root):
+    pr, sha = same_repo_pr(double)
+    results = honest_results()
+    nbytes = int(3.35e12 * 60e-6)  # 60 us at the H100's 3.35 TB/s: the 2x candidate's 50 us is under it
+    for shape in _every_shape(results):
+        shape.update(nbytes=nbytes, floor_us=nbytes / 3.35e12 * 1e6)
+    publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
+    assert not [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
+    assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") is None
+    (run,) = double.repo.check_runs.values()
+    assert (run.conclusion, run.output["title"]) == ("neutral", "no significant improvement")
+    (comment,) = double.repo.comments.values()
+    assert "implausible; check the baseline" in comment.body and "is below the roofline floor of 60 us" in comment.body
+
+
 @pytest.mark.parametrize("policy", ["kernelbench", None])
 def test_a_claim_verified_under_another_tolerance_policy_is_refused(double, tmp_path, root, policy):
     """Which outputs count as correct is stage 2's policy (`strict` unless its own command line

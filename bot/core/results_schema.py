@@ -136,6 +136,9 @@ SHAPE = _obj(
         "pct_of_floor": _nullable(NUMBER),
         "max_abs_err": _nullable(NUMBER),
         "norm_rel_err": _nullable(NUMBER),
+        # What floor_us is computed from: stage 2 recomputes it with its own peaks.
+        "nbytes": {"type": "integer", "minimum": 0, "maximum": 10**18},
+        "flops": {"type": "integer", "minimum": 0, "maximum": 10**21},
     },
     ("shape",),
 )
