@@ -3,6 +3,7 @@ inert to the last key and character, bounded cost, TARGETs judged from the git t
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 import unicodedata
@@ -12,7 +13,7 @@ import pytest
 from github_double.records import CommentRecord, Identity, now
 from github_double.server import SECONDARY_RATE_LIMIT
 from github_double.session import SleepRecorder, client_for, fast_retry
-from stage_two_artifacts import PROBLEM_SOURCE, copied_candidates, honest_results
+from stage_two_artifacts import KERNEL_SOURCE, PROBLEM_SOURCE, copied_candidates, honest_results
 from test_publish_attacks import (
     REPO,
     _declaring,
@@ -535,6 +536,33 @@ def test_a_case_variant_of_the_problems_folder_is_refused(double, tmp_path, root
         "correct) live; nothing is published"
     )
     _refused_on(double, tmp_path, root, pr, sha, honest_results(target=target), message)
+
+
+def test_a_target_made_a_symlink_to_the_same_bytes_since_the_measurement_is_a_change(double, tmp_path, root):
+    """The contents API serves a symlink's file as if it were the file: the base's TARGET is
+    compared by its git tree entry, so a follow-up never turns the newer symlink back into a file."""
+    measured = double.repo.branch_sha("main")
+    git = double.git
+    impl = git.write_blob(KERNEL_SOURCE.encode())
+    link = git.write_blob(b"rmsnorm_impl.py")
+    tree = git.build_tree(
+        git.read_commit(measured).tree,
+        [("kernels/rmsnorm_impl.py", "100644", "blob", impl), ("kernels/rmsnorm.py", "120000", "blob", link)],
+    )
+    me = git.read_commit(measured).author
+    tip = git.commit_tree(tree, [measured], "Keep the kernel in rmsnorm_impl.py", me, me)
+    git.update_ref("refs/heads/main", tip)
+    nightly = copy.deepcopy(honest_results())
+    nightly["trigger"].update(kind="schedule", repo=REPO, default_branch="main")
+    refused(
+        double,
+        tmp_path,
+        root,
+        nightly,
+        run_event(measured, "main", event="schedule"),
+        f"main moved from {measured[:12]} (measured) to {tip[:12]}, and kernels/rmsnorm.py changed in between: "
+        f"the numbers are of {measured[:12]}, so nothing is published (the next run measures {tip[:12]})",
+    )
 
 
 def test_an_executable_kernel_module_is_still_a_regular_file(double, tmp_path, root):
