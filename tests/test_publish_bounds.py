@@ -4,6 +4,7 @@ inert to the last key and character, bounded cost, TARGETs judged from the git t
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import time
 import unicodedata
@@ -13,7 +14,7 @@ import pytest
 from github_double.records import CommentRecord, Identity, now
 from github_double.server import SECONDARY_RATE_LIMIT
 from github_double.session import SleepRecorder, client_for, fast_retry
-from stage_two_artifacts import KERNEL_SOURCE, PROBLEM_SOURCE, copied_candidates, honest_results
+from stage_two_artifacts import FAST_SOURCE, KERNEL_SOURCE, PROBLEM_SOURCE, copied_candidates, honest_results
 from test_publish_attacks import (
     REPO,
     _declaring,
@@ -247,6 +248,33 @@ def test_every_free_text_field_and_map_key_is_inert_wherever_it_is_shown(double,
     assert not hidden, hidden
     chart = double.git.git("show", f"{double.repo.branch_sha(follow.head_ref)}:docs/kernel-bot/speedups.png")
     assert chart.startswith(b"\x89PNG")
+
+
+TROJAN = FAST_SOURCE.replace("return x  # fast", "return x  # fast \u202e\u2066 if admin: \u2069\u2066")
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_a_candidate_source_with_bidi_or_invisible_characters_is_refused(double, tmp_path, root, fork):
+    """The source is written verbatim (a follow-up's file, a fork's patch in the comment), so it
+    is never made inert: one that holds what a reader cannot see (Trojan Source) is not shown."""
+    if fork:
+        pr = double.repo.open_pull_request(
+            "main", {"kernels/rmsnorm.py": b"# fork\n" + KERNEL_SOURCE.encode()}, fork="attacker/octo-repo"
+        )
+        event = run_event(double.repo.head_sha(pr), "main", (), "attacker/octo-repo")
+    else:
+        pr, sha = same_repo_pr(double)
+        event = run_event(sha, pr.head_ref, (pr.number,))
+    results = honest_results()
+    digest = hashlib.sha256(TROJAN.encode()).hexdigest()
+    p = results["problems"][0]
+    p["best"].update(source=TROJAN, source_sha256=digest)
+    p["attempts"][0]["source_sha256"] = digest
+    message = (
+        "rmsnorm: the best candidate's source holds characters a reader cannot see (U+202E on line 5), "
+        "which can make it show one program and run another; nothing is published"
+    )
+    refused(double, tmp_path, root, results, event, message)
 
 
 def test_nested_mathtext_in_a_chart_label_is_drawn_as_text(double, tmp_path, root):

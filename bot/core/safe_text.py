@@ -55,6 +55,19 @@ _IGNORABLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe0
 _KEYWORD = re.compile(r"(?i)\b(close[sd]?|fix(e[sd])?|resolve[sd]?)(\s*:?\s+)(?=\S*\d)")
 
 
+def first_hidden(text: str) -> tuple[int, str] | None:
+    """(line number, character) of the first character `visible` would remove, carriage returns
+    and form feeds aside (source code has those); None when there is none."""
+    plain = text.replace("\r", "").replace("\f", "")
+    if visible(plain) == plain:
+        return None
+    for number, line in enumerate(text.split("\n"), 1):
+        for char in line:
+            if char not in "\r\f" and not visible(char):
+                return number, char
+    return None
+
+
 def visible(text: str) -> str:
     """`text` without invisible characters (tabs and newlines kept)."""
     if text.isascii():

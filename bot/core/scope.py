@@ -18,6 +18,7 @@ from typing import Protocol
 from bot.core.errors import BotError
 from bot.core.repo_path import is_plain_relative
 from bot.core.results import ProblemResult
+from bot.core.safe_text import first_hidden
 
 SAFE_PATH = re.compile(r"^[A-Za-z0-9._/-]{1,300}$")
 # Python packaging and test plumbing sit beside kernels but are not kernels: a candidate
@@ -113,6 +114,13 @@ def _verified_source(problem: ProblemResult) -> str:
     if digest != best.source_sha256:
         raise BotError(
             f"{name}: the best candidate's source does not hash to its recorded SHA-256; nothing is published"
+        )
+    hidden = first_hidden(best.source)
+    if hidden is not None:
+        line, char = hidden
+        raise BotError(
+            f"{name}: the best candidate's source holds characters a reader cannot see (U+{ord(char):04X} on "
+            f"line {line}), which can make it show one program and run another; nothing is published"
         )
     if not any(a.name == best.name and a.source_sha256 == digest and a.status == "accepted" for a in problem.attempts):
         raise BotError(
