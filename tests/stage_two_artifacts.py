@@ -26,6 +26,7 @@ from bot.core.domain import (
 from bot.core.judge import Thresholds, significant
 from bot.core.measurement import Measurement
 from bot.core.outcomes import ContenderOutcome, ShapeOutcome
+from bot.core.roofline import floor_us, peaks_for
 from bot.core.settings import DEFAULTS
 from bot.core.time_split import TimeSplit
 from bot.engine.loop.attempts import Attempt
@@ -79,7 +80,9 @@ def honest_results(
     timed = [measurement(100.0 / f, 2 + k, batches, per_batch) for k, f in enumerate(factors)]
     spread = bench.worker_spread([base_m, *timed], trusted=base_m)
     shape = Shape("default")
-    base_shape = ShapeOutcome(shape.name, "float32[8, 8]", "float32", base_m, None, None, 0.0, 0.0)
+    nbytes = 2 * 8 * 8 * 4  # float32[8, 8] read and written: the floor on the device's peaks
+    floor = floor_us(nbytes, None, peaks_for(device_name))
+    base_shape = ShapeOutcome(shape.name, "float32[8, 8]", "float32", base_m, None, floor, 0.0, 0.0, nbytes)
     baseline = _outcome("eager-reference", KERNEL_SOURCE, "baseline", (base_shape,))
     outcomes = []
     for k, m in enumerate(timed):
@@ -90,7 +93,7 @@ def honest_results(
                 name,
                 source,
                 "candidate",
-                (ShapeOutcome(shape.name, "float32[8, 8]", "float32", m, sp, None, 0.0, 0.0),),
+                (ShapeOutcome(shape.name, "float32[8, 8]", "float32", m, sp, floor, 0.0, 0.0, nbytes),),
             )
         )
     problem = Problem(

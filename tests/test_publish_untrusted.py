@@ -4,6 +4,7 @@ malformed field before anything reads it (and before any request to GitHub)."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from stage_two_artifacts import honest_results
@@ -141,13 +142,77 @@ def test_size_cap_symlink_nan_deep_json_and_bad_json(tmp_path):
     assert load_results(tmp_path / "f", ALLOWED).schema_version == 2
 
 
-def test_many_speedups_are_re_derived_over_processes_to_the_same_bits():
+def _close(a, b) -> bool:
+    """Equal, numbers to 1e-12 (numpy's exp may round the last bit otherwise than math's)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-12)
+    return a == b
+
+
+def test_many_speedups_are_re_derived_to_the_numbers_stage_one_wrote():
     from bot.core.results import Results
     from bot.github.rederive import rederive
 
-    results = honest_results(slower_attempts=11)  # 12 speedups: the process pool's path
+    results = honest_results(slower_attempts=11)
     derived = rederive(Results.from_json(results), 1.05).to_json()
     claimed = [a["speedup_ci"] for a in results["problems"][0]["attempts"]]
-    assert [a["speedup_ci"] for a in derived["problems"][0]["attempts"]] == claimed
+    assert _close([a["speedup_ci"] for a in derived["problems"][0]["attempts"]], claimed)
     assert derived["problems"][0]["best"]["name"] == "fast-rmsnorm"
-    assert derived == {**results, "min_speedup": 1.05}  # an honest artifact's numbers are its own
+    assert _close(derived, {**results, "min_speedup": 1.05})  # an honest artifact's numbers are its own
+
+
+S0 = "problems[0].attempts[0].shapes[0].measurement"
+
+
+@pytest.mark.parametrize(
+    "field,values",
+    [
+        ("samples_us", [1.5, 0, 2]),
+        ("samples_us", [1.5, -3.0]),
+        ("samples_us", [2, True]),
+        ("samples_us", [2, "3"]),
+        ("samples_us", [2, 1e301]),
+        ("samples_us", [2, None]),
+        ("batch_sizes", [1, 0]),
+        ("batch_sizes", [1, 1.5]),
+        ("batch_sizes", [1, True]),
+        ("batch_sizes", [1, 20_001]),
+        ("batch_workers", [0, -1]),
+        ("batch_workers", [0, 1025]),
+    ],
+)
+def test_the_one_pass_check_of_long_arrays_refuses_what_the_schema_refuses(field, values):
+    """Samples, batch sizes and workers are checked in one pass; an array it does not accept is
+    validated item by item, so the item and the reason are those jsonschema alone names."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    from bot.core.results_schema import RESULTS, validate
+
+    data = honest_results()
+    measurement = data["problems"][0]["attempts"][0]["shapes"][0]["measurement"]
+    sizes = measurement["batch_sizes"]
+    measurement[field] = values + (measurement[field][len(values) :] if field != "samples_us" else [])
+    if field == "samples_us":
+        measurement.update(batch_sizes=[len(values)], batch_workers=[0])
+    plain = best_match(Draft202012Validator(RESULTS).iter_errors(data))
+    assert plain is not None and list(plain.absolute_path)[-2:] == [field, 1], (sizes, plain)
+    with pytest.raises(BotError) as err:
+        validate(data)
+    assert str(err.value).startswith(f"untrusted results rejected: results.{S0}.{field}[1]: {plain.validator}: ")
+
+
+def test_an_artifact_of_more_values_than_the_cap_is_refused_before_the_schema():
+    from bot.core.results_schema import MAX_VALUES
+
+    data = honest_results()
+    data["problems"][0]["llm"] = {f"k{i}": [0] * 60 for i in range(MAX_VALUES // 60 + 1)}  # also over maxProperties
+    with pytest.raises(BotError) as err:
+        validate_results(data, ALLOWED)
+    assert str(err.value) == (
+        "untrusted results rejected: results: more than 500,000 values (fewer samples, shapes or candidates)"
+    )

@@ -55,6 +55,17 @@ def test_invisible_and_bidi_characters_are_removed_and_keywords_stay_visible():
     assert inert(shown) == shown  # applying it twice changes nothing
 
 
+# Default-ignorable code points outside category Cf, which render as nothing: variation selectors
+# (U+FE00-FE0F, U+E0100-E01EF, which can carry a hidden byte each), the combining grapheme joiner,
+# Hangul fillers, Mongolian free variation selectors, Khmer inherent vowels.
+IGNORABLE = "\ufe0f\ufe00\U000e0100\U000e01ef\u034f\u115f\u1160\u3164\uffa0\u180b\u180f\u17b4\u17b5"
+
+
+def test_default_ignorable_characters_are_removed_too():
+    shown = inert(f"fast{IGNORABLE}-rmsnorm")
+    assert shown == "fast-rmsnorm", [f"U+{ord(c):04X}" for c in shown]
+
+
 def test_map_keys_are_prose_whatever_they_are_called():
     env = Environment(
         "cuda",

@@ -20,6 +20,10 @@ class ShapeOutcome:
     floor_us: float | None
     max_abs_err: float | None
     norm_rel_err: float | None
+    # What the floor is computed from with the device's peaks (bot.core.roofline): the problem's
+    # bytes moved and flops at this shape, so stage 2 recomputes it with its own peaks.
+    nbytes: int | None = None
+    flops: int | None = None
 
     @property
     def pct_of_floor(self) -> float | None:

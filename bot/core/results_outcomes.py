@@ -37,6 +37,8 @@ def shape_outcome(result: ShapeResult) -> ShapeOutcome:
         result.floor_us,
         result.max_abs_err,
         result.norm_rel_err,
+        result.nbytes,
+        result.flops,
     )
 
 

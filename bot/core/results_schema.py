@@ -7,6 +7,7 @@ with a write token. This module is the contract between them and imports nothing
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bot.core.distributions import DISTRIBUTIONS
@@ -27,6 +28,10 @@ MAX_SHAPES = 64
 MAX_SAMPLES = 20_000
 MAX_BATCHES = 2_000
 MAX_DEPTH = 12  # results -> problems -> attempt -> checks -> details -> value is 9 deep
+# Every value (number, string, list, map) of one document. Reading and re-deriving cost per value
+# whatever its width (a sample `1` is two bytes of JSON), so the byte cap alone admits two million
+# samples; a nightly sweep of every bundled problem has about 140,000 values.
+MAX_VALUES = 500_000
 # `$(?![\s\S])`: Python's `$` (which jsonschema uses) also matches before a final newline.
 END = r"$(?![\s\S])"
 NAME = r"^[^\x00-\x1f\x7f]{1,300}" + END  # candidate, shape and check names: one line (escaped when shown)
@@ -74,6 +79,8 @@ FLAT_MAP = {
 }
 INTERVAL = _array(POSITIVE, 2, 2)
 
+BATCH_SIZE = {"type": "integer", "minimum": 1, "maximum": MAX_SAMPLES}
+BATCH_WORKER = {"type": "integer", "minimum": 0, "maximum": 1024}
 SAMPLES = _obj(
     {
         "samples_us": {
@@ -82,8 +89,8 @@ SAMPLES = _obj(
             "span less the harness's calibrated work, over its calls; docs/benchmark.md), so the calls "
             "of one batch carry one value",
         },
-        "batch_sizes": _array({"type": "integer", "minimum": 1, "maximum": MAX_SAMPLES}, MAX_BATCHES),
-        "batch_workers": _array({"type": "integer", "minimum": 0, "maximum": 1024}, MAX_BATCHES),
+        "batch_sizes": _array(BATCH_SIZE, MAX_BATCHES),
+        "batch_workers": _array(BATCH_WORKER, MAX_BATCHES),
     },
     ("samples_us", "batch_sizes", "batch_workers"),
 )
@@ -129,6 +136,9 @@ SHAPE = _obj(
         "pct_of_floor": _nullable(NUMBER),
         "max_abs_err": _nullable(NUMBER),
         "norm_rel_err": _nullable(NUMBER),
+        # What floor_us is computed from: stage 2 recomputes it with its own peaks.
+        "nbytes": {"type": "integer", "minimum": 0, "maximum": 10**18},
+        "flops": {"type": "integer", "minimum": 0, "maximum": 10**21},
     },
     ("shape",),
 )
@@ -292,19 +302,56 @@ RESULTS = {
 }
 
 
-def depth(value: Any) -> int:
-    """Nesting depth of a parsed JSON value, without recursion (a 100k-deep array is one line)."""
-    deepest, stack = 0, [(value, 1)]
+def _extent(value: Any) -> tuple[int, int]:
+    """(nesting depth, values) of a parsed JSON value, without recursion (a 100k-deep array is
+    one line), stopping as soon as either passes its cap."""
+    deepest, count, stack = 0, 0, [(value, 1)]
     while stack:
         item, level = stack.pop()
-        deepest = max(deepest, level)
-        if level > MAX_DEPTH:
-            return level
+        deepest, count = max(deepest, level), count + 1
+        if level > MAX_DEPTH or count > MAX_VALUES:
+            break
         if isinstance(item, dict):
             stack.extend((v, level + 1) for v in item.values())
         elif isinstance(item, list):
             stack.extend((v, level + 1) for v in item)
-    return deepest
+    return deepest, count
+
+
+def depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value (up to the first level past MAX_DEPTH)."""
+    return _extent(value)[0]
+
+
+def _within(values: list[Any], kinds: frozenset[type], above: float, at_most: float) -> bool:
+    """Every value of one of `kinds` (bool is neither int nor float here), each > `above` and
+    <= `at_most`: one pass in C, where jsonschema takes some 15 us a value."""
+    return not values or (set(map(type, values)) <= kinds and min(values) > above and max(values) <= at_most)
+
+
+_NUMBERS, _INTS = frozenset({int, float}), frozenset({int})
+# Item schemas of the long arrays (samples, batch sizes and workers) -> a check that accepts only
+# what the schema accepts; an array it does not accept is validated item by item, for the message.
+_FAST_ITEMS: tuple[tuple[dict[str, Any], Callable[[list[Any]], bool]], ...] = (
+    (POSITIVE, lambda v: _within(v, _NUMBERS, 0, 1e300)),
+    (BATCH_SIZE, lambda v: _within(v, _INTS, 0, MAX_SAMPLES)),
+    (BATCH_WORKER, lambda v: _within(v, _INTS, -1, 1024)),
+)
+
+
+def _validator() -> Any:
+    """Draft 2020-12 with the long numeric arrays checked in one pass."""
+    from jsonschema import Draft202012Validator, validators
+
+    items: Any = Draft202012Validator.VALIDATORS["items"]
+
+    def fast_items(validator: Any, schema_items: Any, instance: Any, schema: Any) -> Any:
+        if type(instance) is list and any(schema_items == known and ok(instance) for known, ok in _FAST_ITEMS):
+            return
+        yield from items(validator, schema_items, instance, schema)
+
+    extend: Any = validators.extend  # untyped in jsonschema's stubs
+    return extend(Draft202012Validator, {"items": fast_items})(RESULTS)
 
 
 class InvalidResults(BotError):
@@ -320,7 +367,6 @@ def _where(path: Any) -> str:
 
 def validate(data: Any) -> None:
     """InvalidResults naming the first field of `data` the schema refuses (version first)."""
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
     def refuse(where: str, what: str) -> InvalidResults:
@@ -330,9 +376,15 @@ def validate(data: Any) -> None:
         raise refuse(
             "results.schema_version", f"expected {RESULTS_SCHEMA_VERSION}, got {str(data.get('schema_version'))[:40]!r}"
         )
-    if depth(data) > MAX_DEPTH:
+    deepest, values = _extent(data)  # before any per-value work
+    if deepest > MAX_DEPTH:
         raise refuse("results", f"nested deeper than {MAX_DEPTH} levels")
-    error = best_match(Draft202012Validator(RESULTS).iter_errors(data))
+    if values > MAX_VALUES:
+        raise refuse(
+            "results",
+            f"more than {MAX_VALUES:,} values (fewer samples, shapes or candidates)",
+        )
+    error = best_match(_validator().iter_errors(data))
     if error is not None:
         # The message quotes the offending value, which may be 500 KiB of forged text.
         message = error.message if len(error.message) <= 300 else error.message[:300] + "…"

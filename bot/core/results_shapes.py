@@ -129,6 +129,8 @@ class ShapeResult:
     pct_of_floor: float | None = None
     max_abs_err: float | None = None
     norm_rel_err: float | None = None
+    nbytes: int | None = None  # what floor_us is computed from (bot.core.roofline)
+    flops: int | None = None
 
     @classmethod
     def of(cls, s: ShapeOutcome) -> ShapeResult:
@@ -152,6 +154,8 @@ class ShapeResult:
             s.pct_of_floor,
             s.max_abs_err,
             s.norm_rel_err,
+            s.nbytes,
+            s.flops,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -170,10 +174,14 @@ class ShapeResult:
                 "pct_of_floor": self.pct_of_floor,
                 "max_abs_err": self.max_abs_err,
                 "norm_rel_err": self.norm_rel_err,
+                "nbytes": self.nbytes,
+                "flops": self.flops,
             },
             "level",
             "significance",
             "derivation",
+            "nbytes",
+            "flops",
         )
 
     @classmethod
@@ -193,4 +201,6 @@ class ShapeResult:
             d.get("pct_of_floor"),
             d.get("max_abs_err"),
             d.get("norm_rel_err"),
+            d.get("nbytes"),
+            d.get("flops"),
         )

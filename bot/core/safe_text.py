@@ -44,16 +44,35 @@ _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # Removed outright: controls, format characters (Cf: zero-width joiners and spaces, U+00AD soft
 # hyphen, U+2060 word joiner, U+FEFF, the bidi marks and overrides U+061C, U+200E/F,
 # U+202A-202E, U+2066-2069, the tag characters U+E0000-E007F), line and paragraph separators,
-# surrogates, private-use and unassigned code points: nothing a reader can see, so nothing a
-# reader can check.
+# surrogates, private-use and unassigned code points, and the default-ignorable marks and letters
+# below: nothing a reader can see, so nothing a reader can check.
 _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+# Unicode's other default-ignorable code points (DerivedCoreProperties.txt), which render as
+# nothing though their category is a mark or a letter: the combining grapheme joiner, Hangul
+# fillers, Khmer inherent vowels, Mongolian free variation selectors, the variation selectors
+# (one of the 256 can hide a byte after any character).
+_IGNORABLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]")
 _KEYWORD = re.compile(r"(?i)\b(close[sd]?|fix(e[sd])?|resolve[sd]?)(\s*:?\s+)(?=\S*\d)")
+
+
+def first_hidden(text: str) -> tuple[int, str] | None:
+    """(line number, character) of the first character `visible` would remove, carriage returns
+    and form feeds aside (source code has those); None when there is none."""
+    plain = text.replace("\r", "").replace("\f", "")
+    if visible(plain) == plain:
+        return None
+    for number, line in enumerate(text.split("\n"), 1):
+        for char in line:
+            if char not in "\r\f" and not visible(char):
+                return number, char
+    return None
 
 
 def visible(text: str) -> str:
     """`text` without invisible characters (tabs and newlines kept)."""
     if text.isascii():
         return _ASCII_CONTROL.sub("", text)
+    text = _IGNORABLE.sub("", text)
     return "".join(c for c in text if c in "\t\n" or unicodedata.category(c) not in _HIDDEN)
 
 

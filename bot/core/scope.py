@@ -18,6 +18,7 @@ from typing import Protocol
 from bot.core.errors import BotError
 from bot.core.repo_path import is_plain_relative
 from bot.core.results import ProblemResult
+from bot.core.safe_text import first_hidden
 
 SAFE_PATH = re.compile(r"^[A-Za-z0-9._/-]{1,300}$")
 # Python packaging and test plumbing sit beside kernels but are not kernels: a candidate
@@ -76,9 +77,10 @@ def target_refusal(path: str, problems_dir: str, chart_path: str, allowed: Calla
         return "has characters outside [A-Za-z0-9._/-]"
     if not is_plain_relative(path):
         return "is not a plain repository-relative path"
-    if parts[: len(problems_dir.strip("/").split("/"))] == problems_dir.strip("/").split("/"):
+    problems = problems_dir.strip("/").lower().split("/")
+    if [p.lower() for p in parts[: len(problems)]] == problems:  # `Problems/` too: one folder on macOS
         return f"is under {problems_dir}/, where the problems (the definition of correct) live"
-    if path == chart_path:
+    if path.lower() == chart_path.lower():
         return "is the chart's path"
     name = parts[-1].lower()
     if not name.endswith(".py") or name in NEVER_TARGETS or name.startswith("."):
@@ -112,6 +114,13 @@ def _verified_source(problem: ProblemResult) -> str:
     if digest != best.source_sha256:
         raise BotError(
             f"{name}: the best candidate's source does not hash to its recorded SHA-256; nothing is published"
+        )
+    hidden = first_hidden(best.source)
+    if hidden is not None:
+        line, char = hidden
+        raise BotError(
+            f"{name}: the best candidate's source holds characters a reader cannot see (U+{ord(char):04X} on "
+            f"line {line}), which can make it show one program and run another; nothing is published"
         )
     if not any(a.name == best.name and a.source_sha256 == digest and a.status == "accepted" for a in problem.attempts):
         raise BotError(

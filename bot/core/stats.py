@@ -1,8 +1,9 @@
 """Timing statistics: pure functions over raw samples (the protocol lives in bot.engine.timing.interleaved).
 
-Standard library only: the publishing stage re-derives every speedup and interval it
-publishes from the artifact's raw samples with `speedup` itself, on a runner without torch
-or numpy.
+Standard library only, so stage 1 needs nothing more on a bare GPU image. The publishing stage
+re-derives every speedup and interval it publishes from the artifact's raw samples with a
+vectorised twin of `speedup` (bot.github.bootstrap: the same draws, the same medians), held to
+this one by tests/test_rederive_speed.py.
 """
 
 from __future__ import annotations

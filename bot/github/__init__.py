@@ -10,7 +10,8 @@ point at (stage 1 reads both too).
 PyGithub's own top-level package is also named `github`: imports here are absolute, so
 `from github import Github` is PyGithub and this package is always `bot.github`.
 
-Stage 2 imports this package, bot.report, bot.core and bot.config: no torch, triton or numpy,
-nothing of bot.engine, bot.harness, bot.sandbox or bot.propose (enforced by the import
-contracts in pyproject.toml).
+Stage 2 imports this package, bot.report, bot.core and bot.config: no torch or triton (numpy
+only in bootstrap.py, the vectorised re-derivation; it comes with matplotlib), nothing of
+bot.engine, bot.harness, bot.sandbox or bot.propose (enforced by the import contracts in
+pyproject.toml).
 """

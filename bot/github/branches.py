@@ -15,6 +15,7 @@ from github.Repository import Repository
 from bot.core.domain import FileChange, PullRequestPlan
 from bot.core.errors import BotError
 from bot.github.ownership import Account, Parent, TipCommit, check_branch_is_ours, choose_parent, commit_message
+from bot.github.trees import tree_entry
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +30,10 @@ def ref_or_none(repo: Repository, branch: str) -> GitRef | None:
 
 
 def _blob_sha(repo: Repository, path: str, ref: str) -> str | None:
-    try:
-        found = repo.get_contents(path, ref=ref)
-    except UnknownObjectException:
-        return None
-    return None if isinstance(found, list) else f"{found.type}:{found.sha}"
+    """What `path` is at `ref`, from the git tree (modes on the way and the object): the
+    contents API serves a symlink's file as if it were the file."""
+    found = tree_entry(repo, path, ref)
+    return None if found is None else f"{'/'.join(found[0])}:{found[1]}"
 
 
 def _tip(commit: Commit) -> TipCommit:
@@ -62,7 +62,7 @@ class FollowUpBranch:
         tip, measured = base_ref.object.sha, plan.measured_sha or ""
         paths = plan.measured_paths or tuple(c.path for c in plan.files)
         blobs = {}
-        if tip != measured:  # only then: two reads a file
+        if tip != measured:  # only then: each file's tree entry at both
             blobs = {p: (_blob_sha(self._repo, p, measured), _blob_sha(self._repo, p, tip)) for p in paths}
         parent = choose_parent(plan, tip, blobs)
         current = ref_or_none(self._repo, plan.branch)

@@ -106,8 +106,9 @@ class Parent:
 
 def choose_parent(plan: PullRequestPlan, tip: str, blobs: Mapping[str, tuple[str | None, str | None]]) -> Parent:
     """The measured commit when `plan.base` still points there; else the base's new `tip`, if
-    every measured path has the same blob at both (`blobs`: path -> (measured, tip), None where
-    absent); else BotError: building there would revert or re-add what changed, under old numbers."""
+    every measured path has the same git tree entry at both (`blobs`: path -> (measured, tip),
+    None where absent); else BotError: building there would revert or re-add what changed,
+    under old numbers."""
     measured = plan.measured_sha or ""
     if tip == measured:
         return Parent(measured)

@@ -60,6 +60,14 @@ def stage_two_plan(
         derived = rederive(results, settings.min_speedup, settings.max_plausible_speedup)
     except InconsistentArtifact as exc:
         return StagePlan(None, inconsistent_check(trigger, exc), str(exc))
+    for problem in rd.improved(derived):
+        # What counts as correct is stage 2's policy too, as the bars above are; stage 2 cannot
+        # verify again, but it claims nothing judged by a looser (or unstated) rule.
+        if problem.tolerance != settings.tolerance:
+            raise BotError(
+                f"{problem.problem}: its candidates were verified under the {problem.tolerance or 'unstated'} "
+                f"tolerance policy, not stage 2's {settings.tolerance} one; nothing is published"
+            )
     if not trigger.head_sha:
         raise BotError("no head commit for this run: cannot tell which problem files to trust")
     changes = {

@@ -1,20 +1,19 @@
 """Every number stage 2 publishes, re-derived from the artifact's raw samples.
 
 The artifact's speedups and intervals are claims; its samples are the evidence. Each shape's
-ratio and interval are recomputed with `bot.core.stats.speedup` (the very function stage 1 used,
-seeded from its inputs, so honest artifacts agree to the last bit) at stage 2's own confidence
-level and resample count, significance and the choice of the best candidate are re-judged by
-stage 1's own judge (`bot.core.judge`) with the trusted `min-speedup` and plausibility bound (the
-default branch's, never the artifact's),
-and any claim that disagrees makes the whole artifact inconsistent: nothing of it is published.
+ratio and interval are recomputed as `bot.core.stats.speedup` (the function stage 1 used, seeded
+from its inputs) computes them, vectorised (bot.github.bootstrap: the same draws and medians, so
+honest artifacts agree to about 1e-15), at stage 2's own confidence level and resample count;
+significance and the choice of the best candidate are re-judged by stage 1's own judge
+(`bot.core.judge`) with the trusted `min-speedup` and plausibility bound (the default branch's,
+never the artifact's), and any claim that disagrees makes the whole artifact inconsistent:
+nothing of it is published.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -25,10 +24,11 @@ from bot.core.measurement import Speedup
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_shapes import MeasurementResult, ShapeResult
+from bot.core.roofline import Peaks, floor_us, peaks_for
 from bot.core.settings import DEFAULTS
+from bot.github import bootstrap
 from bot.github.rederive_cost import Cost, over_budget, total_cost
 
-PARALLEL_UNITS = 5_000_000  # about a third of a second of one core (bot.github.rederive_cost)
 REL_TOLERANCE = 1e-9  # JSON round-trips floats exactly; this only absorbs summation order
 # The interval's level and resample count stage 1 uses (bench.speedup's defaults): a claim is a
 # 95 % interval, so an artifact may not narrow it by naming a lower level or fewer resamples.
@@ -37,6 +37,7 @@ LEVEL: float = _SPEEDUP_DEFAULTS["level"].default
 RESAMPLES: int = _SPEEDUP_DEFAULTS["resamples"].default
 
 Contender = ContenderResult | BestResult
+Device = tuple[str, Peaks | None]  # its name, stage 2's peaks for it
 
 
 class InconsistentArtifact(Exception):
@@ -49,16 +50,48 @@ def _close(claimed: Any, derived: float | None) -> bool:
     return math.isclose(float(claimed), derived, rel_tol=REL_TOLERANCE, abs_tol=1e-12)
 
 
-def _shape_task(shape: ShapeResult, where: str, min_speedup: float) -> tuple[ShapeResult, tuple[Any, ...] | None]:
-    """The shape with its measurement checked and refreshed; the arguments that re-derive its speedup."""
+def _device(problem: ProblemResult) -> Device:
+    """Where the problem was measured, with stage 2's own peaks for it (None: no floor known)."""
+    env = problem.environment
+    name = (env.device_name if env else None) or "an unknown device"
+    return name, peaks_for(name) if env is not None and env.device == "cuda" else None
+
+
+def _trusted_floor(shape: ShapeResult, where: str, device: Device) -> float | None:
+    """The shape's roofline floor from its byte and flop counts and stage 2's peaks (the default
+    branch's bot.core.roofline, never a table stage 1 ran with); InconsistentArtifact where the
+    artifact states another floor, or claims a speedup on a device with known peaks without the
+    counts. A shape without counts or a speedup has no floor here."""
+    name, peaks = device
+    if shape.nbytes is None:
+        if peaks is not None and (shape.speedup, shape.speedup_ci) != (None, None):
+            raise InconsistentArtifact(
+                f"{where}: a speedup on {name} without the byte count its roofline floor is computed from "
+                "(nbytes: a stage 1 older than this stage 2 writes none)"
+            )
+        return None
+    floor = floor_us(shape.nbytes, shape.flops, peaks)
+    if not _close(shape.floor_us, floor):
+        raise InconsistentArtifact(
+            f"{where}.floor_us is {shape.floor_us!r}, its byte and flop counts on {name} give {floor!r}"
+        )
+    return floor
+
+
+def _shape_task(
+    shape: ShapeResult, where: str, min_speedup: float, device: Device
+) -> tuple[ShapeResult, tuple[Any, ...] | None]:
+    """The shape with its measurement and floor checked and refreshed; the arguments that
+    re-derive its speedup."""
     claimed = shape.measurement
     candidate = claimed.samples if claimed else None  # its batches add up: Results.from_json checked
+    floor = _trusted_floor(shape, where, device)
+    shape = replace(shape, floor_us=floor, pct_of_floor=None)
     if candidate is not None and claimed is not None:
         if not _close(claimed.median_us, candidate.median_us):
             raise InconsistentArtifact(
                 f"{where}.measurement.median_us is {claimed.median_us!r}, its samples give {candidate.median_us!r}"
             )
-        floor = shape.floor_us
         shape = replace(
             shape,
             measurement=MeasurementResult.of(candidate),
@@ -95,20 +128,15 @@ def _shape_task(shape: ShapeResult, where: str, min_speedup: float) -> tuple[Sha
 
 
 def _speedup(args: tuple[Any, ...]) -> Speedup:
+    """`bench.speedup` of one shape, vectorised (bot.github.bootstrap)."""
     baseline, candidate, min_speedup, level, resamples, spread = args
-    return bench.speedup(baseline, candidate, min_speedup, level=level, resamples=resamples, spread=spread)
+    return bootstrap.speedup(baseline, candidate, min_speedup, level=level, resamples=resamples, spread=spread)
 
 
 def _compute(tasks: list[tuple[Any, ...]]) -> list[Speedup]:
-    """Every speedup, over the machine's cores when there is more work than starting the pool
-    costs: ~0.25 s of CPU each for 1,000 samples a side (2,000 resamples), and the cost cap
-    admits up to about 12 s of CPU (bot.github.rederive_cost)."""
-    workers = min(os.cpu_count() or 1, 8)
-    units = total_cost([(t[0], t[1], t[4], t[5].df) for t in tasks]).units
-    if len(tasks) < 2 or workers < 2 or units < PARALLEL_UNITS:
-        return [_speedup(t) for t in tasks]
-    with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(_speedup, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
+    """Every speedup, in this process: vectorised, the costliest artifact the cost cap admits
+    takes about 2.5 s of CPU (bot.github.rederive_cost)."""
+    return [_speedup(t) for t in tasks]
 
 
 def _pair(ci: Any) -> tuple[Any, Any]:
@@ -159,15 +187,15 @@ def _contender(c: Contender, shapes: tuple[ShapeResult, ...], where: str) -> Con
     )
 
 
-def _contenders(results: Results) -> list[tuple[Contender, str]]:
-    out: list[tuple[Contender, str]] = []
+def _contenders(results: Results) -> list[tuple[Contender, str, Device]]:
+    out: list[tuple[Contender, str, Device]] = []
     for i, p in enumerate(results.problems):
-        where = f"results.problems[{i}]"
+        where, device = f"results.problems[{i}]", _device(p)
         if p.baseline:
-            out.append((p.baseline, f"{where}.baseline"))
-        out += [(a, f"{where}.attempts[{j}]") for j, a in enumerate(p.attempts)]
+            out.append((p.baseline, f"{where}.baseline", device))
+        out += [(a, f"{where}.attempts[{j}]", device) for j, a in enumerate(p.attempts)]
         if p.best:
-            out.append((p.best, f"{where}.best"))
+            out.append((p.best, f"{where}.best", device))
     return out
 
 
@@ -210,7 +238,7 @@ def cost_of(results: Results) -> Cost:
     return total_cost(
         [
             (s.derivation.baseline, s.measurement.samples, RESAMPLES, s.derivation.spread_df)
-            for c, _ in _contenders(results)
+            for c, *_ in _contenders(results)
             for s in c.shapes
             if s.derivation is not None and s.measurement is not None and (s.speedup, s.speedup_ci) != (None, None)
         ]
@@ -235,16 +263,16 @@ def rederive(
     contenders = _contenders(results)
     shapes: list[list[ShapeResult]] = []
     pending = []
-    for n, (c, where) in enumerate(contenders):
+    for n, (c, where, device) in enumerate(contenders):
         shapes.append([])
         for k, shape in enumerate(c.shapes):
-            refreshed, task = _shape_task(shape, f"{where}.shapes[{k}]", min_speedup)
+            refreshed, task = _shape_task(shape, f"{where}.shapes[{k}]", min_speedup, device)
             shapes[n].append(refreshed)
             if task is not None:
                 pending.append((n, k, f"{where}.shapes[{k}]", task))
     for (n, k, where, _), found in zip(pending, _compute([t for *_, t in pending])):
         shapes[n][k] = _apply(shapes[n][k], where, found)
-    derived = iter([_contender(c, tuple(s), where) for (c, where), s in zip(contenders, shapes)])
+    derived = iter([_contender(c, tuple(s), where) for (c, where, _), s in zip(contenders, shapes)])
     problems = []
     for i, p in enumerate(results.problems):
         baseline = next(derived) if p.baseline else None

@@ -4,11 +4,14 @@ Each speedup is a block bootstrap over both sides' samples (`bot.core.stats.spee
 cost follows from the artifact's sizes alone: per resample and side, one random draw per
 batch and a weighted median (a binary search over per-batch prefix counts, or one pass over
 the samples where those would be too large), plus the draws of Student's t for the spread
-between workers. The model below counts those steps in "units"; on the CI machine (2 vCPUs
-AMD EPYC, shared) one process does 21 to 38 million units a second, whatever the artifact's
-shape (benchmarks/rederive_cost.py, docs/security.md), so the cap keeps the worst artifact the
-schema admits to about 12 s of CPU, 6 s over the machine's two cores, and an artifact over it
-is refused before any bootstrap starts.
+between workers. The model below counts those steps in "units" as stage 1's pure-Python
+function takes them (21 to 38 million a second on the CI machine, 2 vCPUs AMD EPYC, shared):
+the caps admit every honest artifact seen (a nightly of twelve problems is 216 million) and an
+artifact over them is refused before any bootstrap starts. Stage 2 itself re-derives with the
+vectorised twin (bot.github.bootstrap), about four to eight times faster: the costliest
+artifacts the caps admit, values and bytes included (bot.core.results_schema.MAX_VALUES,
+bot.github.untrusted.MAX_RESULTS_BYTES), are read and re-derived in under 3 s there
+(tests/test_publish_bounds.py, docs/security.md).
 """
 
 from __future__ import annotations
@@ -18,21 +21,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-# Weights of one step of each kind, fitted so that every artifact shape at the cap costs at most
-# ~12 s of CPU (benchmarks/rederive_cost.py): a random draw weighs three steps of the median's
-# binary search, a step of the running sum over all samples two.
+# Weights of one step of each kind, fitted so that every artifact shape at the cap costs stage 1's
+# function at most ~12 s of CPU (benchmarks/rederive_cost.py): a random draw weighs three steps
+# of the median's binary search, a step of the running sum over all samples two.
 _DRAW_UNITS = 3
 _PREFIX_LIMIT = 400_000  # bench._bootstrap_medians keeps prefix counts up to n * batches of this
 _PASS_UNITS = 2
 _T_DRAW_UNITS = 4  # one normal draw (two uniforms, a log, a root and a cosine)
 _FIXED_UNITS = 250  # per resample of any speedup: the ratio, its spread draw, the sort
-# 250 million units: at most 11.5 s of CPU in one process, so under 10 s over the CI machine's
-# two cores (the speedups run in a process pool). An honest artifact of 30 timed candidates with
-# 1,000 samples a side in 100 batches is 185 million.
+# 250 million units: at most 11.5 s of CPU for stage 1's function, under 3 s for stage 2's. An
+# honest artifact of 30 timed candidates with 1,000 samples a side in 100 batches is 185 million.
 MAX_UNITS = 250_000_000
-# One speedup runs on one core: about half the budget at most, so two cores share the worst.
+# One speedup: about half the budget at most.
 MAX_UNITS_PER_SPEEDUP = 120_000_000
-MAX_SPEEDUPS = 2_000  # shapes with a speedup in one artifact: each also costs a process hand-off
+MAX_SPEEDUPS = 2_000  # shapes with a speedup in one artifact: each also costs its fixed set-up
 
 
 class Sides(Protocol):

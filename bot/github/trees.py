@@ -10,16 +10,24 @@ from __future__ import annotations
 from github.Repository import Repository
 
 
-def tree_modes(repo: Repository, path: str, ref: str) -> tuple[str, ...] | None:
+def tree_entry(repo: Repository, path: str, ref: str) -> tuple[tuple[str, ...], str] | None:
     """The mode of each component of `path` in commit `ref`'s tree, down to the first that is
-    not a folder; None when a component does not exist. One request per folder level."""
-    tree, modes = repo.get_git_commit(ref).tree.sha, []
+    not a folder, and that component's object SHA; None when a component does not exist. One
+    request per folder level."""
+    tree, modes, sha = repo.get_git_commit(ref).tree.sha, [], ""
     for part in path.split("/"):
         entry = next((e for e in repo.get_git_tree(tree).tree if e.path == part), None)
         if entry is None:
             return None
         modes.append(entry.mode)
+        sha = entry.sha
         if entry.type != "tree":
             break
         tree = entry.sha
-    return tuple(modes)
+    return tuple(modes), sha
+
+
+def tree_modes(repo: Repository, path: str, ref: str) -> tuple[str, ...] | None:
+    """`tree_entry`'s modes."""
+    found = tree_entry(repo, path, ref)
+    return None if found is None else found[0]

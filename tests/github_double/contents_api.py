@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import posixpath
 import subprocess
 from typing import Any
 
@@ -40,6 +41,17 @@ class ContentsAPI:
                     return mode, kind, sha
         return None
 
+    def _followed(self, commit: str, link: str, target: str) -> tuple[str, bytes] | None:
+        """(blob sha, bytes) of the regular file the symlink at `link` points to; None when it
+        points elsewhere (outside the repository, to a folder, another link, nothing)."""
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(link), target))
+        if target.startswith("/") or resolved == ".." or resolved.startswith("../"):
+            return None
+        entry = self._entry(commit, resolved)
+        if entry is None or entry[0] not in ("100644", "100755"):
+            return None
+        return entry[2], self.git.read_blob(entry[2])
+
     def _item(self, path: str, sha: str, kind: str, size: int, ref: str) -> dict[str, Any]:
         url = f"{self.api}/repos/{self.full_name}/contents/{path}?ref={ref}"
         git_url = f"{self.api}/repos/{self.full_name}/git/{'trees' if kind == 'dir' else 'blobs'}/{sha}"
@@ -74,7 +86,12 @@ class ContentsAPI:
             return Response(200, listing)
         data = self.git.read_blob(sha)
         if mode == "120000":
-            return Response(200, {**self._item(path, sha, "symlink", len(data), ref), "target": data.decode()})
+            # "If the content is a symlink and the symlink's target is a normal file in the
+            # repository, then the API responds with the content of the file" (GitHub's docs).
+            pointee = self._followed(commit, path, data.decode())
+            if pointee is None:
+                return Response(200, {**self._item(path, sha, "symlink", len(data), ref), "target": data.decode()})
+            sha, data = pointee
         return Response(
             200,
             {

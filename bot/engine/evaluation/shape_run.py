@@ -200,6 +200,8 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
                 floor,
                 st.max_abs_err if name in stats else None,
                 st.norm_rel_err if name in stats else None,
+                info.nbytes,
+                info.flops,
             )
         )
 
