@@ -21,11 +21,11 @@ bash tests/github_double/install_fixtures.sh
 [[ -f ci/install-lint-tools.sh ]] && PYTHON="$venv/bin/python" bash ci/install-lint-tools.sh
 [[ -f ci/start-dockerd.sh ]] && bash ci/start-dockerd.sh
 
-# Two processes for the tests that judge what code does (much of a test is waiting on workers,
-# containers and stall bounds, so two share the 2 cores well; a module stays in one process for
+# Three processes for the tests that judge what code does (much of a test is waiting on workers,
+# containers and stall bounds, so three share the 2 cores well; a module stays in one process for
 # its fixtures); then, alone, the tests that assert what real timing claims, which a busy
 # machine would make inconclusive. The slowest tests are named: what to look at when it grows.
 status=0
-"$venv/bin/python" -m pytest -q -n 2 --dist loadfile -m "not timing" --durations=15 "$@" || status=$?
+"$venv/bin/python" -m pytest -q -n 3 --dist loadfile -m "not timing" --durations=15 "$@" || status=$?
 "$venv/bin/python" -m pytest -q -m timing --durations=5 "$@" || status=$?
 exit "$status"
