@@ -57,6 +57,18 @@ def _texts(double) -> str:
     )
 
 
+def _published_no_claim(double, tmp_path, root, pr, sha: str, results: dict):
+    """Publish `results` for pull request `pr` at `sha`; assert no follow-up was made and the
+    check run says no improvement; the sticky comment."""
+    publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
+    assert not [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
+    assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") is None
+    (run,) = double.repo.check_runs.values()
+    assert (run.conclusion, run.output["title"]) == ("neutral", "no significant improvement")
+    (comment,) = double.repo.comments.values()
+    return comment
+
+
 # -- bounds: the default branch's, never the artifact's ------------------------------------
 
 
@@ -64,12 +76,7 @@ def test_a_499x_claim_with_the_artifacts_own_bound_is_flagged_not_published(doub
     pr, sha = same_repo_pr(double)
     results = honest_results(speedup_factor=499.55)
     results["problems"][0]["max_plausible_speedup"] = 1e6  # a compromised stage 1 raises its own bar
-    publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
-    assert not [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
-    assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") is None
-    (run,) = double.repo.check_runs.values()
-    assert (run.conclusion, run.output["title"]) == ("neutral", "no significant improvement")
-    (comment,) = double.repo.comments.values()
+    comment = _published_no_claim(double, tmp_path, root, pr, sha, results)
     best = results["problems"][0]["best"]
     low, high = best["speedup_ci"]
     shape = best["shapes"][0]
@@ -152,12 +159,7 @@ def test_a_candidate_under_stage_twos_roofline_floor_is_flagged_not_claimed(doub
     nbytes = int(3.35e12 * 60e-6)  # 60 us at the H100's 3.35 TB/s: the 2x candidate's 50 us is under it
     for shape in _every_shape(results):
         shape.update(nbytes=nbytes, floor_us=nbytes / 3.35e12 * 1e6)
-    publish(double, tmp_path, root, results, run_event(sha, pr.head_ref, (pr.number,)))
-    assert not [p for p in double.repo.pulls.values() if p.head_ref.startswith("kernel-bot/")]
-    assert double.repo.branch_sha(f"kernel-bot/pr-{pr.number}") is None
-    (run,) = double.repo.check_runs.values()
-    assert (run.conclusion, run.output["title"]) == ("neutral", "no significant improvement")
-    (comment,) = double.repo.comments.values()
+    comment = _published_no_claim(double, tmp_path, root, pr, sha, results)
     assert "implausible; check the baseline" in comment.body and "is below the roofline floor of 60 us" in comment.body
 
 

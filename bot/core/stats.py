@@ -264,18 +264,29 @@ def speedup(
         scale = spread.log_sd * math.sqrt(1 / baseline.workers + 1 / candidate.workers)
         boots = [b * math.exp(_capped(scale * _student_t(rng, spread.df))) for b in boots]
     boots.sort()
-    tail = (1 - level) / 2
-    low = boots[int(math.floor(tail * (resamples - 1)))]
-    high = boots[int(math.ceil((1 - tail) * (resamples - 1)))]
-    if min(baseline.n, candidate.n) < 2:
-        verdict = "no significant difference"  # one call on a side bounds nothing
-    elif low >= min_speedup:
-        verdict = "faster"
-    elif high <= 1 / min_speedup:
-        verdict = "slower"
-    else:
-        verdict = "no significant difference"
+    low, high = percentile_interval(boots, level)
+    verdict = significance(low, high, min_speedup, min(baseline.n, candidate.n))
     return Speedup(ratio, low, high, level, verdict, baseline, spread.log_sd, spread.df, resamples)
+
+
+def percentile_interval(sorted_boots: Sequence[float], level: float) -> tuple[float, float]:
+    """The `level` percentile interval of sorted bootstrap ratios (stage 2's vectorised twin,
+    bot.github.bootstrap, reads its interval here too)."""
+    last = len(sorted_boots) - 1
+    tail = (1 - level) / 2
+    return float(sorted_boots[int(math.floor(tail * last))]), float(sorted_boots[int(math.ceil((1 - tail) * last))])
+
+
+def significance(low: float, high: float, min_speedup: float, fewest_samples: int) -> str:
+    """ "faster" where the whole interval clears `min_speedup`, "slower" where it lies below
+    1/min_speedup, else "no significant difference" (always, with one call on a side)."""
+    if fewest_samples < 2:
+        return "no significant difference"  # one call on a side bounds nothing
+    if low >= min_speedup:
+        return "faster"
+    if high <= 1 / min_speedup:
+        return "slower"
+    return "no significant difference"
 
 
 def geomean(values: Sequence[float]) -> float | None:

@@ -127,15 +127,6 @@ def speedup(
         cap = bench._LOG_FACTOR_CAP  # stage 1's cap on t's Cauchy-like tails
         boots = boots * np.exp(np.clip(scale * student_t(rng, spread.df, resamples), -cap, cap))
     boots.sort()
-    tail = (1 - level) / 2
-    low = float(boots[int(math.floor(tail * (resamples - 1)))])
-    high = float(boots[int(math.ceil((1 - tail) * (resamples - 1)))])
-    if min(baseline.n, candidate.n) < 2:
-        verdict = "no significant difference"  # one call on a side bounds nothing
-    elif low >= min_speedup:
-        verdict = "faster"
-    elif high <= 1 / min_speedup:
-        verdict = "slower"
-    else:
-        verdict = "no significant difference"
+    low, high = bench.percentile_interval(boots, level)
+    verdict = bench.significance(low, high, min_speedup, min(baseline.n, candidate.n))
     return Speedup(ratio, low, high, level, verdict, baseline, spread.log_sd, spread.df, resamples)
