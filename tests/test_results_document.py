@@ -14,6 +14,7 @@ from bot.core.domain import Trigger
 from bot.core.measurement import Measurement
 from bot.core.results import ProblemResult, Results
 from bot.core.results_schema import RESULTS_SCHEMA_VERSION, InvalidResults
+from bot.core.settings import OWN_ERROR_MULTIPLE
 
 ROOT = Path(__file__).resolve().parent.parent
 PR = Trigger(
@@ -158,7 +159,7 @@ def test_the_tolerance_policy_that_judged_is_written_read_back_and_reported():
 
     doc = honest_results()
     assert doc["problems"][0]["tolerance"] == "strict"  # the default policy, said
-    assert "widened by twice the problem's own error" in verification(Results.from_json(doc))
+    assert f"widened by {OWN_ERROR_MULTIPLE:g} times the problem's own error" in verification(Results.from_json(doc))
     doc["problems"][0]["tolerance"] = "kernelbench"
     results = Results.from_json(doc)
     assert results.problems[0].tolerance == "kernelbench" and results.to_json() == doc

@@ -13,7 +13,7 @@ from bot.core.distributions import DESCRIPTIONS, DISTRIBUTIONS
 from bot.core.plausible import FLAG
 from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import ContenderResult
-from bot.core.settings import Device, TolerancePolicy
+from bot.core.settings import OWN_ERROR_MULTIPLE, Device, TolerancePolicy
 from bot.core.time_split import run_line
 from bot.report import data as rd
 
@@ -147,7 +147,8 @@ def verification(results: Results) -> str:
         + (
             "by KernelBench's rule (`torch.allclose`, atol = rtol = 1e-4 for float32, 1e-2 for half types)"
             if kernelbench
-            else "within the dtype's tolerance, widened by twice the problem's own error against the reference"
+            else f"within the dtype's tolerance, widened by {OWN_ERROR_MULTIPLE:g} times the problem's own error "
+            "against the reference"
         )
         + ", with NaN/Inf positions matching; inputs unchanged by the call; no new threads; outputs of the "
         "timed calls checked as well; worker-reported times cross-checked against the parent's wall clock.",

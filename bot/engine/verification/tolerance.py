@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from bot.core.settings import TolerancePolicy
+from bot.core.settings import OWN_ERROR_MULTIPLE, TolerancePolicy
 
 
 @dataclass(frozen=True)
@@ -60,14 +60,7 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "float8_e5m2": Tolerance(1.4e-1, 0.26, 4e-2),
 }
 
-# A candidate of the reference's own precision (another TF32 algorithm, another order of a
-# long float32 reduction) has errors of the same distribution. Over thousands of independent
-# elements its largest is within tens of percent of the reference's; but where one rounding
-# moves a whole row (a row's mean, on rows far off zero) there are as many draws as rows, and a
-# two-pass float32 LayerNorm's largest error over 64 such rows exceeded twice torch's in 2.6 %
-# of 2,000 draws, three times in 0.25 %, four times in none. One precision class worse is 8x
-# (bf16's unit roundoff 2^-8 against TF32's 2^-11) and still fails.
-OWN_ERROR_MULTIPLE = 4.0
+# The multiple of the problem's own error a bound is widened by: bot.core.settings says why.
 # However loose the reference, never looser than this: a zero, stale or skipped output is ~100 %
 # off normwise, so it still fails. A reference further from its oracle fails its own baseline.
 CEILING = Tolerance(norm_rel=0.05, elem_rtol=float("inf"), elem_atol_rel=0.1)
