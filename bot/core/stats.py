@@ -141,7 +141,7 @@ def _median_variance(values: list[float]) -> float:
     return math.pi / 2 * sd * sd / len(values)
 
 
-def _seed_of(baseline: Measurement, candidate: Measurement, spread: WorkerSpread) -> int:
+def seed_of(baseline: Measurement, candidate: Measurement, spread: WorkerSpread) -> int:
     """A seed that is a function of the inputs alone: anyone holding the raw samples (the
     publishing stage, a reviewer) re-derives the very same interval."""
     text = repr(
@@ -209,11 +209,11 @@ def _prefix_counts(batch_of: list[int], batches: int) -> list[tuple[int, ...]]:
 # With one or two degrees of freedom t's tails are Cauchy-like: among 2000 draws one of some
 # thousands comes up often, and exp() of it overflows. A factor of e^50 is past any interval's
 # meaning, and capping the few draws beyond it moves no percentile the interval reads.
-_LOG_FACTOR_CAP = 50.0
+LOG_FACTOR_CAP = 50.0
 
 
 def _capped(log_factor: float) -> float:
-    return max(-_LOG_FACTOR_CAP, min(_LOG_FACTOR_CAP, log_factor))
+    return max(-LOG_FACTOR_CAP, min(LOG_FACTOR_CAP, log_factor))
 
 
 def _student_t(rng: random.Random, df: int) -> float:
@@ -254,7 +254,7 @@ def speedup(
     `spread` measured between workers of the same code, with Student's t for its few
     degrees of freedom.
     """
-    rng = random.Random(_seed_of(baseline, candidate, spread))
+    rng = random.Random(seed_of(baseline, candidate, spread))
     ratio = baseline.median_us / candidate.median_us
     boots = [
         b / c

@@ -119,12 +119,12 @@ def speedup(
     spread: bench.WorkerSpread = bench.WorkerSpread(),  # noqa: B008 (frozen, as in bot.core.stats)
 ) -> Speedup:
     """`bot.core.stats.speedup`, step for step."""
-    rng = random.Random(bench._seed_of(baseline, candidate, spread))
+    rng = random.Random(bench.seed_of(baseline, candidate, spread))
     ratio = baseline.median_us / candidate.median_us
     boots = bootstrap_medians(baseline, rng, resamples) / bootstrap_medians(candidate, rng, resamples)
     if spread.df > 0 and spread.log_sd > 0:
         scale = spread.log_sd * math.sqrt(1 / baseline.workers + 1 / candidate.workers)
-        cap = bench._LOG_FACTOR_CAP  # stage 1's cap on t's Cauchy-like tails
+        cap = bench.LOG_FACTOR_CAP  # stage 1's cap on t's Cauchy-like tails
         boots = boots * np.exp(np.clip(scale * student_t(rng, spread.df, resamples), -cap, cap))
     boots.sort()
     low, high = bench.percentile_interval(boots, level)

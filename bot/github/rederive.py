@@ -133,12 +133,6 @@ def _speedup(args: tuple[Any, ...]) -> Speedup:
     return bootstrap.speedup(baseline, candidate, min_speedup, level=level, resamples=resamples, spread=spread)
 
 
-def _compute(tasks: list[tuple[Any, ...]]) -> list[Speedup]:
-    """Every speedup, in this process: vectorised, the costliest artifact the cost cap admits
-    takes about 2.5 s of CPU (bot.github.rederive_cost)."""
-    return [_speedup(t) for t in tasks]
-
-
 def _pair(ci: Any) -> tuple[Any, Any]:
     return (ci[0], ci[1]) if ci else (None, None)
 
@@ -270,7 +264,7 @@ def rederive(
             shapes[n].append(refreshed)
             if task is not None:
                 pending.append((n, k, f"{where}.shapes[{k}]", task))
-    for (n, k, where, _), found in zip(pending, _compute([t for *_, t in pending])):
+    for (n, k, where, _), found in zip(pending, (_speedup(t) for *_, t in pending)):
         shapes[n][k] = _apply(shapes[n][k], where, found)
     derived = iter([_contender(c, tuple(s), where) for (c, where, _), s in zip(contenders, shapes)])
     problems = []

