@@ -23,11 +23,12 @@ from bot.engine.verification.compare import (
     compare_values,
 )
 from bot.engine.verification.tolerance import (
-    CEILING,
     DEFAULT_TOLERANCES,
+    NORM_CEILING,
     OWN_ERROR_MULTIPLE,
     AllClose,
     Tolerance,
+    distribution_rules,
     shape_rules,
     widening_notes,
 )
@@ -112,15 +113,49 @@ def test_the_bound_is_the_default_plus_a_multiple_of_the_problems_own_error():
     assert tight == Tolerance(1e-6, base.elem_rtol, base.elem_atol_rel)
 
 
-def test_a_reference_far_from_its_oracle_widens_no_further_than_the_ceiling_and_says_so():
+def test_a_reference_far_from_its_oracle_widens_normwise_no_further_than_the_ceiling_and_says_so():
     (rule,) = shape_rules(FLOAT32, None, [[[0.3, 0.9]]], TolerancePolicy.STRICT)
-    assert (rule.norm_rel, rule.elem_atol_rel) == (CEILING.norm_rel, CEILING.elem_atol_rel)
+    assert rule.norm_rel == NORM_CEILING
+    # Elementwise there is no cap: a row that one rounding moves as a whole must still pass.
+    assert rule.elem_atol_rel == DEFAULT_TOLERANCES["float32"].elem_atol_rel + OWN_ERROR_MULTIPLE * 0.9
     notes = widening_notes(FLOAT32, None, (rule,))
     assert len(notes) == 2 and "its baseline may fail the values check" in notes[1]
     assert widening_notes(FLOAT32, None, shape_rules(FLOAT32, None, [None], TolerancePolicy.STRICT)) == []
+    # Only the normwise ceiling is worth the warning: a whole row off passes its own baseline.
+    (row_only,) = shape_rules(FLOAT32, None, [[[1e-4, 1.0]]], TolerancePolicy.STRICT)
+    assert len(widening_notes(FLOAT32, None, (row_only,))) == 1
     # Float rounding widens every bound a little: said only where it is more than the default.
     rounding = shape_rules(FLOAT32, None, [[[2e-6, 2e-6]]], TolerancePolicy.STRICT)
     assert rounding[0] != DEFAULT_TOLERANCES["float32"] and widening_notes(FLOAT32, None, rounding) == []
+
+
+def _cancelling(oracle: torch.Tensor, row: int) -> torch.Tensor:
+    """The float32 result of a problem that is exact but for one element, whose sum cancels
+    (a GEMM on inputs near the dtype's range): it is off by its row's whole max."""
+    native = oracle.float().clone()
+    native[row, 0] += float(oracle[row].abs().max())
+    return native
+
+
+def test_a_row_off_by_its_whole_max_passes_its_own_baseline_but_loosens_no_other_distribution():
+    standard, _ = _product(None, 0)
+    limits, _ = _product(None, 1)
+    on_limits = _cancelling(limits, 5)
+    own = [[own_error(standard.float(), standard)], [own_error(on_limits, limits)]]
+    rules = distribution_rules(FLOAT32, None, own, ["standard", "limits"], TolerancePolicy.STRICT)
+    # The problem as written passes by construction, on the trial that cancels too.
+    assert compare_values(limits, on_limits, "float32", rules["limits"][0], "x").passed
+    # A candidate wrong on one element of a standard draw, by 5 % of its row's max: the shape's
+    # rule (every distribution's own error) lets it through; its own distribution's does not.
+    cheat = standard.float().clone()
+    cheat[3, 7] += 0.05 * float(standard[3].abs().max())
+    (loosest,) = shape_rules(FLOAT32, None, own, TolerancePolicy.STRICT)
+    assert compare_values(standard, cheat, "float32", loosest, "x").passed
+    found = compare_values(standard, cheat, "float32", rules["standard"][0], "x")
+    assert not found.passed and "(3, 7)" in found.evidence
+    # Two trials of one distribution: the larger own error of the two widens its rule.
+    both = distribution_rules(FLOAT32, None, own, ["limits", "limits"], TolerancePolicy.STRICT)
+    assert both["limits"] == (loosest,)
 
 
 def test_integer_outputs_stay_exact_under_both_policies():
@@ -160,7 +195,7 @@ def test_zero_stale_and_skipped_results_fail_however_loose_the_reference():
     other, _ = _product(7, 1)
     assert not compare_values(oracle, torch.zeros(64, 96), "float32", rule, "x").passed
     assert not compare_values(oracle, other.float(), "float32", rule, "x").passed
-    # Even at the ceiling: a zero output is 100 % off normwise.
+    # Even at the normwise ceiling: a zero output is 100 % off normwise.
     (loosest,) = shape_rules(FLOAT32, None, [[[1.0, 1.0]]], TolerancePolicy.STRICT)
     assert not compare_values(oracle, torch.zeros(64, 96), "float32", loosest, "x").passed
     # The timed calls' fingerprints are held to the same widened bound.

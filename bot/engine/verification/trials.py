@@ -16,7 +16,7 @@ from bot.core.progress import Note, Progress, ReferenceTrial, TrialsStarted
 from bot.core.settings import DEFAULTS, Device, TolerancePolicy
 from bot.engine.verification import verify
 from bot.engine.verification.compare import compare_values
-from bot.engine.verification.tolerance import Rule, shape_rules, widening_notes
+from bot.engine.verification.tolerance import Rule, distribution_rules, shape_rules, widening_notes
 from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
 from bot.engine.workers.gpulock import GpuHandover
 from bot.engine.workers.phase_clock import current
@@ -31,8 +31,10 @@ class ReferenceInfo:
     nbytes: int = 0
     flops: int | None = None
     inputs: list[str] = field(default_factory=list)  # e.g. "bfloat16[8192, 4096]"
-    # The rule each output is held to on this shape, in trials and timed calls (bot.engine.verification.tolerance).
+    # The rule each output is held to on this shape's timed calls (bot.engine.verification.tolerance),
+    # and per input distribution, in its trials (as tight as the reference's own error there).
     rules: tuple[Rule | None, ...] = ()
+    trial_rules: dict[str, tuple[Rule | None, ...]] = field(default_factory=dict)
     # The footprint (bot.core.memory) on a GPU: the reference's peak device memory in its eager
     # model, and in all (the float64 copies too).
     native_peak_bytes: int | None = None
@@ -205,7 +207,8 @@ def run_trials(
                 for i, (expected, actual) in enumerate(zip(ref.outputs, got.outputs)):
                     out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
                     with clock.phase("verify"):
-                        result = compare_values(expected, actual, dtypes[i], info.rules[i], out_label)
+                        rule = info.trial_rules.get(dist, info.rules)[i]
+                        result = compare_values(expected, actual, dtypes[i], rule, out_label)
                     stats.add(result.details, dist == "standard")
                     results.append(result)
             found.extend(results)
@@ -227,7 +230,11 @@ def run_trials(
         info.native_peak_bytes = max((r.native_peak_bytes or 0 for r in refs), default=0) or None
         info.peak_bytes = max((r.peak_bytes or 0 for r in refs), default=0) or None
         dtypes = [m["dtype"] for m in info.meta]
-        info.rules = shape_rules(info.meta, trial.problem.tolerance, [r.own_error for r in refs], trial.policy)
+        own_errors = [r.own_error for r in refs]
+        info.rules = shape_rules(info.meta, trial.problem.tolerance, own_errors, trial.policy)
+        info.trial_rules = distribution_rules(
+            info.meta, trial.problem.tolerance, own_errors, [dist for dist, _ in plan], trial.policy
+        )
         for note in widening_notes(info.meta, trial.problem.tolerance, info.rules):
             progress(Note(note, trial.problem.name, trial.shape.name))
         release_cache(trial.reference, trial.timeouts[1])
