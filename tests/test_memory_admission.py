@@ -166,3 +166,39 @@ def test_the_gpu_budget_is_read_without_cuda_in_the_bot(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", no_cuda_here)
     budget = device_budget("cuda", 0)
     assert budget.where == "GPU 0" and budget.free_bytes == 81559 << 20
+
+
+def test_while_a_reference_measures_its_shape_no_other_problem_measures_or_grows_beside_it():
+    budget = _budget()  # 71 GiB usable
+    a, b, c = (budget.start(name, workers=4) for name in "abc")  # 2 GiB of contexts each
+    events = {name: threading.Event() for name in ("b sized", "b may finish", "c grew")}
+    grown: list[int] = []
+
+    def b_measures() -> None:
+        with budget.sizing(b):
+            events["b sized"].set()
+            events["b may finish"].wait(5)
+
+    def c_grows() -> None:
+        grown.append(budget.grow(c, 10 * GIB, 5 * GIB, wanted=4))
+        events["c grew"].set()
+
+    with budget.sizing(a):
+        # a may allocate everything no one holds; contexts still start beside it.
+        assert a.sizing_bytes == 71 * GIB - 6 * GIB
+        late = budget.start("late", workers=2)
+        threads = [threading.Thread(target=b_measures), threading.Thread(target=c_grows)]
+        for thread in threads:
+            thread.start()
+        assert not events["b sized"].wait(0.5) and not events["c grew"].is_set()
+    # a has measured: b measures next; c, which does not fit beside what b may allocate, waits.
+    assert a.sizing_bytes == 0 and events["b sized"].wait(5)
+    assert not events["c grew"].wait(0.5)
+    events["b may finish"].set()
+    assert events["c grew"].wait(5)
+    for thread in threads:
+        thread.join()
+    assert grown == [4] and b.sizing_bytes == 0
+    for reservation in (a, b, c, late):
+        budget.release(reservation)
+    assert budget.held_bytes(sizing=True) == 0

@@ -78,6 +78,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
                 run.options.parallel,
                 policy=run.options.tolerance,
                 admit=run.replicas.session.admit,
+                sizing=run.replicas.session.sizing,
             ),
             alive,
             run.progress,

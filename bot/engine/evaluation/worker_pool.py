@@ -135,6 +135,14 @@ class Session:
         contenders = max(1, len(self.workers) - 1)  # no more at once than there are
         return options.memory.grow(self.reservation, reference, each, min(options.parallel, contenders))
 
+    def sizing(self) -> contextlib.AbstractContextManager[None]:
+        """Held while the reference's trials measure a shape on a GPU: one problem's at a time
+        (bot.engine.workspace.memory_budget.MemoryBudget.sizing). On the host each worker's own
+        memory limit bounds it."""
+        if self.reservation is None or self.options.memory is None or self.options.device != Device.CUDA:
+            return contextlib.nullcontext()
+        return self.options.memory.sizing(self.reservation)
+
     def started(self, wall_s: float) -> WorkersStarted:
         """Where the workers' start-up went (medians over the workers)."""
         # Only workers whose import finished (the reference's always has, or the run stops).

@@ -132,6 +132,8 @@ class TrialRun:
     # Told the reference's figures before any contender's trial: waits until the problem's
     # memory is admitted (bot.engine.workspace.memory_budget) and says how many contenders run at once.
     admit: Callable[[ReferenceInfo], int] | None = None
+    # Held while the reference's trials measure the shape (MemoryBudget.sizing).
+    sizing: Hold = contextlib.nullcontext
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,7 @@ def run_trials(
 
     checks: dict[str, list[CheckResult]] = {}
     stats: dict[str, TrialStats] = {}
-    with holds.shared():
+    with trial.sizing(), holds.shared():
         refs = []
         for n, (dist, seed) in enumerate(plan, 1):
             progress(ReferenceTrial(trial.problem.name, trial.shape.name, n, len(plan), dist))

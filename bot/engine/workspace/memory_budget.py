@@ -5,14 +5,18 @@ A problem reserves its workers' CUDA contexts before it starts them (`start`), t
 reference trial has measured the footprint, what its reference and the contenders that run
 their trials at once need (`grow`): as many contenders as fit beside the others, at least one;
 where not even one fits now, it waits for a running problem to finish. A problem that does not
-fit even alone is refused with one line. docs/scale-out.md states the rule.
+fit even alone is refused with one line. While a reference measures a shape (`sizing`), it
+allocates what the shape needs before anyone knows how much: one problem at a time does that,
+and no other problem grows beside it. docs/scale-out.md states the rule.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +37,9 @@ class Reservation:
     name: str
     nbytes: int
     grown: bool = False  # holds its measured demand (it runs), not only its contexts
+    # While its reference measures a shape (MemoryBudget.sizing): all the memory no other
+    # problem holds, which no other problem may grow into; contexts may still start in it.
+    sizing_bytes: int = 0
 
 
 class MemoryBudget:
@@ -45,9 +52,33 @@ class MemoryBudget:
         self._held: list[Reservation] = []
         self._queue: list[Demand] = []
         self._changed = threading.Condition()
+        self._sizing: Reservation | None = None
 
-    def held_bytes(self, but: Reservation | None = None) -> int:
-        return sum(r.nbytes for r in self._held if r is not but)
+    def held_bytes(self, but: Reservation | None = None, sizing: bool = False) -> int:
+        """What the problems hold (but `but`); with `sizing`, the memory a sizing problem's
+        reference may yet allocate too."""
+        return sum(r.nbytes + (r.sizing_bytes if sizing else 0) for r in self._held if r is not but)
+
+    @contextlib.contextmanager
+    def sizing(self, reservation: Reservation) -> Iterator[None]:
+        """While `reservation`'s reference runs a shape's trials, which allocate the shape's
+        inputs, outputs and float64 copies before any figure of them exists: one problem at a
+        time (on the H100, five problems' first trials at once ran a 12 GiB one out of memory),
+        holding all the memory no other problem holds, so that no other problem grows into
+        it. Workers' contexts may still start: the margin is for them. A reference that needs
+        more than is left still runs out of memory, and its problem runs again alone."""
+        with self._changed:
+            while self._sizing is not None:
+                self._changed.wait()
+            self._sizing = reservation
+            reservation.sizing_bytes = max(0, self.usable - self.held_bytes())
+        try:
+            yield
+        finally:
+            with self._changed:
+                reservation.sizing_bytes = 0
+                self._sizing = None
+                self._changed.notify_all()
 
     def start(self, name: str, workers: int) -> Reservation:
         """A problem's `workers` contexts, in turn (first come, first admitted); blocks until
@@ -84,8 +115,9 @@ class MemoryBudget:
             )
         with self._changed:
             while True:
-                room = self.usable - self.held_bytes(but=reservation)
-                running = any(r.grown for r in self._held if r is not reservation)
+                room = self.usable - self.held_bytes(but=reservation, sizing=True)
+                # A problem measuring its shape runs: nothing goes on beside it that does not fit.
+                running = any(r.grown or r.sizing_bytes for r in self._held if r is not reservation)
                 if alone <= room or not running:
                     at_once = contenders_at_once(reference_bytes, contender_bytes, wanted, room, ctx)
                     need = problem_demand(reference_bytes, contender_bytes, at_once, ctx)
