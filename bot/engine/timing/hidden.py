@@ -118,9 +118,12 @@ def _per_batch_and_per_call(totals: Sequence[tuple[int, float]]) -> tuple[float,
     Theil-Sen line through (calls, total) where its batches differ in size (the parent draws
     them so), else all of it per batch. The part per batch (waking a worker on a busy host:
     2 to 3 ms a batch on 2 shared vCPUs) must not be charged per call to a contender timed in
-    batches of other sizes: per call it is 25x larger in a batch of 2 than in one of 50."""
+    batches of other sizes: per call it is 25x larger in a batch of 2 than in one of 50. The
+    part per call is never negative: time unexplained does not shrink as calls are added, and
+    a falling line (a replica's first, small batches carrying more of the parent's time, on the
+    H100) charged a twin timed in larger batches the fall, per call."""
     slopes = [(t2 - t1) / (n2 - n1) for i, (n1, t1) in enumerate(totals) for n2, t2 in totals[i + 1 :] if n2 != n1]
-    per_call = statistics.median(slopes) if slopes else 0.0
+    per_call = max(statistics.median(slopes), 0.0) if slopes else 0.0
     return statistics.median(t - per_call * n for n, t in totals), per_call
 
 
