@@ -20,6 +20,7 @@ from pathlib import Path
 from bot.cli.progress_view import PlainLines
 from bot.core.domain import CandidateSource, Origin
 from bot.core.progress import Note
+from bot.engine.evaluation import shape_run
 from bot.engine.evaluation.evaluate import evaluate
 from bot.engine.evaluation.options import EvalOptions
 from bot.engine.timing.records import TimingOptions
@@ -28,6 +29,27 @@ from bot.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 progress = PlainLines(sys.stderr, time.monotonic())  # where the time goes, on stderr
+# Per shape timed, in order: each contender's batches as the hidden-time check read them (its
+# sizes and, per call, the parent's time beyond the report and the harness's work), so that a
+# copy's counted time can be traced to the batches it came from.
+seen_batches: list[dict] = []
+
+
+def _recording(checks):  # type: ignore[no-untyped-def]
+    def recorded(records, baseline):  # type: ignore[no-untyped-def]
+        fields = ("batch_sizes", "batch_workers", "unexplained_us", "reported_us", "harness_us", "noise_us")
+        seen_batches.append(
+            {
+                "baseline": baseline,
+                "contenders": {n: {f: list(getattr(r, f)) for f in fields} for n, r in records.items()},
+            }
+        )
+        return checks(records, baseline)
+
+    return recorded
+
+
+shape_run.hidden_time_checks = _recording(shape_run.hidden_time_checks)
 
 
 def _hidden(outcome) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -63,6 +85,7 @@ def aa(
                 timing=TimingOptions(time_cap_s=cap_s, min_samples=20, mode=mode, replicas=replicas),
             )
             progress(Note(f"A/A run {repeat + 1}, {mode}", problem_name))
+            seen_batches.clear()
             result = evaluate(problem, same, ref, options, progress)
             for i, base in enumerate(result.baseline.shapes):
                 cands = [c.shapes[i] for c in result.candidates]
@@ -82,6 +105,7 @@ def aa(
                         "significance": [c.speedup.significance for c in cands],
                         # on CUDA hidden time is counted into the samples: what each counted
                         "hidden_time": [_hidden(o) for o in [result.baseline, *result.candidates]],
+                        "batches": seen_batches[i] if i < len(seen_batches) else None,
                     }
                 )
     summary = []
