@@ -138,3 +138,19 @@ def test_bundled_problems_all_load():
 
 def test_fixture_problem_two_shapes():
     assert [s.name for s in load_problem(PROBLEMS / "scale_add.py").gpu_shapes] == ["main", "wide"]
+
+
+@pytest.mark.parametrize(
+    "name,message",
+    [
+        # dropout in training mode (KernelBench level 2's 66 and 83): another random state, another answer
+        ("dropout_softmax.py", "it draws random numbers in forward (dropout in training mode?)"),
+        # a generator of its own: even from the same random state, another answer
+        ("own_generator.py", "its output is not a function of its inputs and seed"),
+    ],
+)
+def test_a_problem_whose_answer_changes_fails_for_its_own_fault_in_one_line(quick_options, name, message):
+    problem = load_problem(PROBLEMS / name)
+    with pytest.raises(ProblemError) as err:
+        evaluate(problem, [], None, quick_options())
+    assert message in str(err.value) and "\n" not in str(err.value).strip(), str(err.value)

@@ -11,6 +11,7 @@ harness supplies the models, their device and precision, the inputs drawn from a
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +19,7 @@ import torch
 
 from bot.core.settings import Device
 from bot.harness import shared, support
-from bot.harness.own_error import own_error
+from bot.harness.own_error import CHUNK_ELEMENTS, own_error
 from bot.harness.tuning_gate import TuningGate
 from bot.protocol.messages import Fingerprints, FingerprintsReply, Run, RunReply
 
@@ -75,15 +76,35 @@ class CheckedCalls:
         prints = self._fingerprints(values, int(msg.fp_seed)) if msg.want in ("fingerprint", "both") else None
         return replace(reply, fingerprints=prints, outputs=values if msg.want != "fingerprint" else None)
 
+    def _answers_only_its_inputs(self, native: list[Any], seed: int, cuda: bool) -> None:
+        """The problem's own Model called again on its inputs (drawn again: a Model may write to
+        its own; each answer freed before the next, and all before the oracle's copies): from the
+        same random state it must give the same answer (Nondeterministic), and from another one
+        too (DrawsInForward): a timed call's inputs are staged, and its call cannot start from the
+        random state a trial's does."""
+        _same_answer(native, shared.as_outputs(self.native_model(*self._inputs(seed))), Nondeterministic)
+        inputs = self._inputs(seed)
+        shared.seed_cpu(seed ^ OTHER_STATE)
+        if cuda:
+            shared.seed_cuda(seed ^ OTHER_STATE)
+        _same_answer(native, shared.as_outputs(self.native_model(*inputs)), DrawsInForward)
+
     def _reference_run(self, inputs: list[Any], before: list[str], msg: Run) -> dict:
         cuda = self.device == Device.CUDA
         try:
             oracle = self.precision != "native"
+            # The random state as drawing the inputs left it, which is where every contender's
+            # call of this seed starts too: the oracle starts there as well, so a problem that
+            # draws in forward (dropout in training mode) is held to the same draw.
+            drawn = _random_state(cuda)
             with torch.no_grad():
                 if cuda:  # the footprint, inputs included (no candidate code runs in this process)
                     torch.cuda.reset_peak_memory_stats()
                 native = shared.as_outputs(self.native_model(*inputs))
                 native_peak = torch.cuda.max_memory_allocated() if cuda else None
+                if msg.repeat:
+                    self._answers_only_its_inputs(native, msg.seed, cuda)
+                _restore_random_state(drawn, cuda)
                 exact = shared.as_outputs(self.model(*self._upcast(inputs))) if oracle else native
             metas = [support.meta(o) for o in native]
             if any(m["type"] != "Tensor" for m in metas):
@@ -151,3 +172,76 @@ class CheckedCalls:
                 self.weights[key] = w
             result.append(shared.fingerprint(out, w))
         return result
+
+
+# Two calls of the problem's own code on the same inputs, from the same random state (its
+# seed's), differ by more than this, normwise: its answer is not a function of its inputs and
+# seed. Atomic sums and a cuDNN algorithm's order move an answer by float rounding (1e-7 of a
+# float32 one, 1e-2 of some bfloat16 elements, far less normwise); a draw from a generator of
+# its own or from the clock moves it by tens of percent.
+REPEAT_NORM_REL = 1e-3
+
+
+class Nondeterministic(Exception):
+    """The problem's own output changes between calls on the same inputs and random state."""
+
+    def __str__(self) -> str:
+        return (
+            f"the problem's own Model answered the same inputs, from the same random state, "
+            f"differently on a second call ({self.args[0]}): its output is not a function of its "
+            "inputs and seed (a generator of its own, the clock?), so no candidate can be verified "
+            "against it"
+        )
+
+
+class DrawsInForward(Exception):
+    """The problem's own output depends on the random state its call starts from."""
+
+    def __str__(self) -> str:
+        return (
+            f"the problem's own Model answered the same inputs differently from another random "
+            f"state ({self.args[0]}): it draws random numbers in forward (dropout in training "
+            "mode?), and a timed call cannot start from the random state of the trial it is checked "
+            "against, so no candidate can be verified against it"
+        )
+
+
+# The seed of the other random state: any other than the call's own.
+OTHER_STATE = 0x5DEECE66D
+
+
+def _same_answer(first: list[torch.Tensor], second: list[torch.Tensor], fault: type[Exception]) -> None:
+    """Raise `fault` where `second` is another answer than `first`: no candidate can be verified
+    against an answer that changes, and without this the problem's own baseline fails the values
+    check with no word of why. In chunks (bot.harness.own_error.CHUNK_ELEMENTS): float64 copies
+    of a multi-GiB output would not fit beside it."""
+    for i, (a, b) in enumerate(zip(first, second)):
+        if not (shared.is_tensor(a) and shared.is_tensor(b)) or a.shape != b.shape:
+            continue
+        xs, ys = a.detach().reshape(-1), b.detach().reshape(-1)
+        diff_sq = ref_sq = 0.0
+        pattern = False
+        for start in range(0, xs.numel(), CHUNK_ELEMENTS):
+            x = xs[start : start + CHUNK_ELEMENTS].to(torch.float64)
+            y = ys[start : start + CHUNK_ELEMENTS].to(torch.float64)
+            both = torch.isfinite(x) & torch.isfinite(y)
+            pattern = pattern or bool((torch.isfinite(x) != torch.isfinite(y)).any())
+            zero = torch.zeros((), dtype=torch.float64, device=x.device)
+            diff_sq += float(torch.where(both, x - y, zero).square().sum())
+            ref_sq += float(torch.where(both, x, zero).square().sum())
+        diff, scale = math.sqrt(diff_sq), max(math.sqrt(ref_sq), 1e-300)
+        if pattern or diff > REPEAT_NORM_REL * scale:
+            raise fault(
+                f"output {i}: normwise difference {diff / scale:.3g}"
+                + (", other non-finite positions" if pattern else "")
+            )
+
+
+def _random_state(cuda: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return torch.get_rng_state(), torch.cuda.get_rng_state() if cuda else None
+
+
+def _restore_random_state(state: tuple[torch.Tensor, torch.Tensor | None], cuda: bool) -> None:
+    torch.set_rng_state(state[0])
+    if cuda and state[1] is not None:
+        torch.cuda.set_rng_state(state[1])

@@ -128,6 +128,9 @@ class Run(Request):
     gate: bool = wire(bool_, False)  # a gated trial: timing of kernel variants asks for the GPU
     want: str | None = wire(one_of(*WANTS), None)  # None: a full trial (inputs hashed too)
     fp_seed: int | None = wire(optional(int_), None)
+    # The reference's: call the problem's own Model a second time on the same inputs, and fail
+    # the problem where the answers differ (bot.harness.checked, Checked._reference_run).
+    repeat: bool = wire(bool_, False)
 
     def validate(self) -> None:
         expect(
