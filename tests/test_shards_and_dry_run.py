@@ -70,6 +70,7 @@ def test_dry_run_says_when_nothing_relevant_changed(tmp_path):
     assert "Nothing relevant changed" in result.stdout
 
 
+@pytest.mark.timing  # it asserts a claim: alone, after the rest (ci/test.sh)
 def test_dry_run_optimises_the_changed_operator_and_prints_the_pr(tmp_path):
     repo, git = _repo(tmp_path)
     git("checkout", "-q", "-b", "feature")
