@@ -93,10 +93,6 @@ class CheckedCalls:
         cuda = self.device == Device.CUDA
         try:
             oracle = self.precision != "native"
-            # The random state as drawing the inputs left it, which is where every contender's
-            # call of this seed starts too: the oracle starts there as well, so a problem that
-            # draws in forward (dropout in training mode) is held to the same draw.
-            drawn = _random_state(cuda)
             with torch.no_grad():
                 if cuda:  # the footprint, inputs included (no candidate code runs in this process)
                     torch.cuda.reset_peak_memory_stats()
@@ -104,7 +100,6 @@ class CheckedCalls:
                 native_peak = torch.cuda.max_memory_allocated() if cuda else None
                 if msg.repeat:
                     self._answers_only_its_inputs(native, msg.seed, cuda)
-                _restore_random_state(drawn, cuda)
                 exact = shared.as_outputs(self.model(*self._upcast(inputs))) if oracle else native
             metas = [support.meta(o) for o in native]
             if any(m["type"] != "Tensor" for m in metas):
@@ -235,13 +230,3 @@ def _same_answer(first: list[torch.Tensor], second: list[torch.Tensor], fault: t
                 f"output {i}: normwise difference {diff / scale:.3g}"
                 + (", other non-finite positions" if pattern else "")
             )
-
-
-def _random_state(cuda: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    return torch.get_rng_state(), torch.cuda.get_rng_state() if cuda else None
-
-
-def _restore_random_state(state: tuple[torch.Tensor, torch.Tensor | None], cuda: bool) -> None:
-    torch.set_rng_state(state[0])
-    if cuda and state[1] is not None:
-        torch.cuda.set_rng_state(state[1])

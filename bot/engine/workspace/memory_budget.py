@@ -117,7 +117,7 @@ class MemoryBudget:
             while True:
                 room = self.usable - self.held_bytes(but=reservation, sizing=True)
                 # A problem measuring its shape runs: nothing goes on beside it that does not fit.
-                running = any(r.grown or r.sizing_bytes for r in self._held if r is not reservation)
+                running = any(r.grown or r is self._sizing for r in self._held if r is not reservation)
                 if alone <= room or not running:
                     at_once = contenders_at_once(reference_bytes, contender_bytes, wanted, room, ctx)
                     need = problem_demand(reference_bytes, contender_bytes, at_once, ctx)
