@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 PROBLEM = FIXTURES / "problems" / "scale_add.py"
 CANDIDATES = FIXTURES / "candidates"
-WORKER_LABEL = "kernel-bot.worker=1"
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +46,12 @@ def engine():
             pytest.fail(f"CI is set but the Docker engine is unusable: {exc}", pytrace=False)
         pytest.skip(f"no Docker engine: {exc}")
     yield client
-    left = client.containers.list(all=True, filters={"label": WORKER_LABEL})
-    for container in left:
-        container.remove(force=True)
+    # This process's workers only: other test processes run containers of their own meanwhile,
+    # and removing one of theirs fails their test (or conflicts with its own removal: 409).
+    from bot.sandbox.containers import RUN_ID, RUN_LABEL, remove_leftover_workers
+
+    left = client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={RUN_ID}"})
+    remove_leftover_workers(client)
     assert not left, f"kernel-bot worker containers left behind: {[c.name for c in left]}"
 
 
