@@ -30,14 +30,24 @@ from bot.sandbox import Limits
 ROOT = Path(__file__).resolve().parents[1]
 progress = PlainLines(sys.stderr, time.monotonic())  # where the time goes, on stderr
 # Per shape timed, in order: each contender's batches as the hidden-time check read them (its
-# sizes and, per call, the parent's time beyond the report and the harness's work), so that a
+# sizes and, per call, the parent's time beyond the report and the harness's work; per batch,
+# the parent's wall time of the exchange and the worker's own time for its op), so that a
 # copy's counted time can be traced to the batches it came from.
 seen_batches: list[dict] = []
 
 
 def _recording(checks):  # type: ignore[no-untyped-def]
     def recorded(records, baseline):  # type: ignore[no-untyped-def]
-        fields = ("batch_sizes", "batch_workers", "unexplained_us", "reported_us", "harness_us", "noise_us")
+        fields = (
+            "batch_sizes",
+            "batch_workers",
+            "unexplained_us",
+            "reported_us",
+            "harness_us",
+            "noise_us",
+            "wall_us",
+            "op_us",
+        )
         seen_batches.append(
             {
                 "baseline": baseline,

@@ -61,6 +61,13 @@ class TimedCalls:
         serving engine that replays its decode step as a graph pays it. With "stub", the
         reference's calibration: the same work around calls that do nothing (bot.engine.timing.interleaved).
         """
+        started = shared.perf_ns()
+        reply = self._timed_calls(msg)
+        if "host_us" in reply:
+            reply["op_us"] = (shared.perf_ns() - started) / 1e3
+        return reply
+
+    def _timed_calls(self, msg: Time) -> dict:
         cuda = self.device == Device.CUDA
         if self.staged is None:
             return Failure("protocol", "no staged inputs to time").to_wire()

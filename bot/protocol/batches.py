@@ -92,6 +92,9 @@ class TimeReply(Reply):
     # With `outside`: per call, per output, [address, bytes spanned] and its strides.
     regions: list | None = wire(optional(regions), None)
     strides: list | None = wire(optional(list_of(list_of(ints))), None)
+    # The worker's own time for the whole op, from its request to its reply: where the parent's
+    # window goes (a diagnostic, the candidate's word: never a time or a verdict).
+    op_us: float | None = wire(optional(duration), None)
 
     @property
     def samples(self) -> list[float]:

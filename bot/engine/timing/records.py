@@ -53,6 +53,10 @@ class TimingRecord:
     harness_us: list[float] = field(default_factory=list)  # per kept batch, per call: HarnessCost's median
     noise_us: list[float] = field(default_factory=list)  # and its spread
     checks: list[CheckResult] = field(default_factory=list)
+    # Per kept batch: the parent's wall time of the timed exchange, and the worker's own time for
+    # its op (TimeReply.op_us): where a window's unexplained time went, for diagnosis only.
+    wall_us: list[float] = field(default_factory=list)
+    op_us: list[float] = field(default_factory=list)
     # Per kept batch, the parent's sample, which sizes the next batch (next_batch_size).
     sizing_us: list[float] = field(default_factory=list)
     # On CUDA, set once timing is done: hidden time per call counted into the samples.

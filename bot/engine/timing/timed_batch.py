@@ -113,6 +113,9 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
             usual_staging, staging_noise = run.harness.staging_of(len(seeds))
             unexplained += staged.drawn_us - usual_staging
             noise = math.hypot(noise, staging_noise)
+        record.wall_us.append(wall_us)
+        if reply.op_us is not None:
+            record.op_us.append(reply.op_us)
         record.reported_us.append(reported / len(seeds))
         record.unexplained_us.append(unexplained / len(seeds))
         # The allowance grows with the window's harness work only, never with input generation.
