@@ -138,8 +138,12 @@ class HarnessCost:
         return found
 
     def _look_against_idle(self) -> tuple[float, float, list[float]]:
+        """A look, against the quickest look so far: work a contender left running (its trials'
+        or a batch's) can make a look slower, never quicker, so looks made while such work ran
+        cannot set the idle time that later looks are held to."""
         wall_us, gaps = self._look()
-        return wall_us, self._idle_quiet_us or wall_us, gaps
+        self._idle_quiet_us = min(self._idle_quiet_us or wall_us, wall_us)
+        return wall_us, self._idle_quiet_us, gaps
 
     def _look(self) -> tuple[float, list[float]]:
         reply = ask(
