@@ -207,3 +207,81 @@ def test_rmsnorm_without_eps_is_caught_on_tiny_rows():
     tiny = (scale < 2e-2) & (scale > 1e-4)  # the 2^-10 rows
     rel = ((no_eps.double() - ref).abs().amax(-1) / ref.abs().amax(-1))[tiny]
     assert float(rel.min()) > 0.4, rel  # each of them is off by far more than bfloat16 allows
+
+
+def _in_chunks_and_whole(monkeypatch, ref, out, dtype, rule=None):
+    """compare_values of the same output in chunks of a few rows and as one chunk."""
+    from bot.engine.verification import compare
+
+    whole = compare_values(ref, out, dtype, rule, "x")
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 3 * 64)
+    chunked = compare_values(ref, out, dtype, rule, "x")
+    monkeypatch.undo()
+    return whole, chunked
+
+
+def _same(whole, chunked):
+    assert (chunked.passed, chunked.evidence) == (whole.passed, whole.evidence)
+    for key in ("max_abs_err", "norm_rel_err", "mismatches"):
+        if key in whole.details:
+            assert abs(chunked.details[key] - whole.details[key]) <= 1e-6 * abs(whole.details[key]), (
+                key
+            )  # float32 sums: rounding
+
+
+def test_an_output_compared_in_chunks_of_rows_gets_the_verdict_and_evidence_of_one_compared_whole(monkeypatch):
+    from bot.engine.verification.tolerance import AllClose
+
+    torch.manual_seed(3)
+    ref = torch.randn(40, 64) * torch.logspace(-6, 2, 40)[:, None]
+    honest = (ref + 1e-7 * ref.abs().amax(1, keepdim=True) * torch.randn(40, 64)).float()
+    off_in_a_late_row = honest.clone()
+    off_in_a_late_row[31, 7] += 1e-3 * ref[31].abs().max()
+    coarse = (ref * (1 + 1e-3 * torch.randn(40, 64))).float()  # every element within bounds, not the norm
+    nan_late = honest.clone()
+    nan_late[37, 1] = float("nan")
+    ref_nan = ref.clone()
+    ref_nan[[2, 33], [5, 9]] = float("nan")
+    nan_both = honest.clone()
+    nan_both[[2, 33], [5, 9]] = float("nan")
+    nan_both[33, 10] += 1e-3 * ref[33].abs().max()
+    cases = [
+        (ref, honest, "float32", None),
+        (ref, off_in_a_late_row, "float32", None),
+        (ref, coarse, "float32", {"elem_rtol": 1.0, "elem_atol_rel": 1.0}),
+        (ref, nan_late, "float32", None),
+        (ref_nan, nan_both, "float32", None),
+        (ref.reshape(-1), off_in_a_late_row.reshape(-1), "float32", None),  # no rows: the output's scale
+        (ref.float(), off_in_a_late_row, "float32", AllClose(atol=1e-4, rtol=1e-4, norm_abs=1e-4 * 64)),
+        (torch.arange(40 * 64).reshape(40, 64), torch.arange(40 * 64).reshape(40, 64) % 2000, "int64", None),
+    ]
+    outcomes = []
+    for ref_i, out_i, dtype, rule in cases:
+        whole, chunked = _in_chunks_and_whole(monkeypatch, ref_i, out_i, dtype, rule)
+        _same(whole, chunked)
+        outcomes.append(whole.passed)
+    assert outcomes == [True, False, False, False, False, False, False, False]
+
+
+def test_a_large_output_is_compared_in_bounded_memory():
+    # 32 M elements held to a tight float32 rule (worked in float64): whole-output buffers cost
+    # a gigabyte beside the two 128 MiB tensors compared (1,023 MiB grown); in chunks of 4 M elements, 152 to 188 MiB.
+    script = (
+        "import resource, torch\n"
+        "from bot.engine.verification.compare import compare_values\n"
+        "ref = torch.randn(8192, 4096); out = ref + 1e-9 * ref.abs()\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "assert compare_values(ref, out, 'float32', None, 'x').passed\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    grown_mib = int(
+        subprocess.run(
+            [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    assert grown_mib < 512, grown_mib
