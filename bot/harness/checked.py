@@ -219,8 +219,9 @@ def _same_answer(first: list[torch.Tensor], second: list[torch.Tensor], fault: t
         for start in range(0, xs.numel(), CHUNK_ELEMENTS):
             x = xs[start : start + CHUNK_ELEMENTS].to(torch.float64)
             y = ys[start : start + CHUNK_ELEMENTS].to(torch.float64)
-            both = torch.isfinite(x) & torch.isfinite(y)
-            pattern = pattern or bool((torch.isfinite(x) != torch.isfinite(y)).any())
+            fx, fy = torch.isfinite(x), torch.isfinite(y)
+            both = fx & fy
+            pattern = pattern or bool((fx != fy).any())
             zero = torch.zeros((), dtype=torch.float64, device=x.device)
             diff_sq += float(torch.where(both, x - y, zero).square().sum())
             ref_sq += float(torch.where(both, x, zero).square().sum())
