@@ -285,3 +285,21 @@ def test_a_large_output_is_compared_in_bounded_memory():
         ).stdout.strip()
     )
     assert grown_mib < 512, grown_mib
+
+
+def test_a_rule_past_the_dtypes_range_leaves_the_normwise_bound_to_decide():
+    # A rule held to the problem's own error can ask for an elementwise multiple that float32
+    # cannot hold (KernelBench's 4_Conv2d_Mish_Mish asked for 8e46 of a row's maximum): the
+    # elementwise bound is then inf, and the normwise one decides; before, the comparison raised.
+    from bot.engine.verification.tolerance import Tolerance
+
+    rule = Tolerance(norm_rel=1e-3, elem_rtol=1e-4, elem_atol_rel=8e46)
+    ref = torch.randn(16, 64, dtype=torch.float64)
+    with_nan = ref.clone()
+    with_nan[3, 5] = float("nan")  # the masked path: a non-finite reference element
+    for expected in (ref, with_nan):
+        close = expected * (1 + 1e-5)
+        assert compare_values(expected, close.float(), "float32", rule, "x").passed
+        far = expected + 0.01 * expected.nan_to_num().norm() / expected.numel() ** 0.5
+        result = compare_values(expected, far.float(), "float32", rule, "x")
+        assert not result.passed and "norm" in result.evidence, result.evidence
