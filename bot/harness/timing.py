@@ -30,6 +30,7 @@ FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBenc
 # most GRAPH_SETS_MAX.
 GRAPH_SETS_MAX = 32
 GRAPH_SETS_BYTES = 64 << 20
+LAUNCHES_KEPT = 64  # mode "graph": the replays whose launch times set the spin before each
 
 
 class TimedCalls:
@@ -41,6 +42,7 @@ class TimedCalls:
     captured: Rotation | None  # mode "graph": this shape's captured calls
     replays: int  # mode "graph": which captured copy replays next
     cycles_per_us: float | None  # the GPU spin kernel's clock, measured once
+    launch_us: list[float]  # mode "graph": the host's latest times to record and launch a replay
 
     def op_time(self, msg: Time) -> dict:
         """Timed calls on the inputs staged by op "stage", L2 flushed before each on CUDA.
@@ -177,10 +179,14 @@ class TimedCalls:
             cycles_per_us = self._gpu_cycles_per_us()
         except BaseException as exc:
             return shared.failure("call", exc)
-        cover_us = 50.0  # the host's time to record and launch, measured below, doubled
+        # The spin before each replay covers the host's time to record and launch it: twice its
+        # median over the latest replays, fixed for the batch. Not the batch's slowest launch so
+        # far: one hiccup of the host (a page fault, a preempted vCPU) would lengthen every later
+        # call's spin, by a different amount in each batch and worker, and that spin is in the
+        # parent's window (hidden time), not in the sample.
+        cover_us = _launch_cover_us(self.launch_us)
 
         def replay(inputs: list[Any]) -> tuple:
-            nonlocal cover_us
             captured = rotation.sets[self.replays % len(rotation.sets)]
             self.replays += 1
             for static, fresh in zip(captured.inputs, inputs):
@@ -194,7 +200,7 @@ class TimedCalls:
             shared.graph_replay(captured.graph)
             shared.ev_record(e1)
             enqueue_us = (shared.perf_ns() - h0) / 1e3
-            cover_us = min(max(cover_us, 2 * enqueue_us), 5000.0)
+            self.launch_us = [*self.launch_us[-(LAUNCHES_KEPT - 1) :], enqueue_us]
             # The captured copy's outputs are overwritten when it replays again: a copy is kept.
             return (e0, e1), [shared.clone(o) for o in captured.outputs], enqueue_us
 
@@ -282,6 +288,10 @@ class TimedCalls:
         outputs = shared.as_outputs(result)
         if (wrong := shared.not_tensors(outputs)) is not None:
             raise TypeError(wrong["error"])
+        # The first launch of a graph uploads it to the device (several times a launch's host
+        # time): done here, so that no timed replay pays it and no spin is sized by it.
+        shared.graph_replay(graph)
+        shared.cuda_sync()
         return Captured(graph, static, outputs)
 
     def op_quiet(self, msg: Quiet) -> dict:
@@ -328,6 +338,14 @@ class Captured:
 class Rotation:
     signature: tuple  # the input shapes and dtypes these copies were captured for
     sets: tuple[Captured, ...]  # replayed in turn
+
+
+def _launch_cover_us(launches: list[float]) -> float:
+    """The spin before each replay: twice the median launch, 50 us to 5 ms."""
+    if not launches:
+        return 50.0
+    ordered = sorted(launches)
+    return min(max(2 * ordered[len(ordered) // 2], 50.0), 5000.0)
 
 
 def _tensor_bytes(values: list[Any]) -> int:

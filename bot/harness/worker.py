@@ -65,6 +65,7 @@ class Harness(CheckedCalls, TimedCalls):
         self.replays = 0  # mode "graph": which captured copy replays next
         self.gate: TuningGate | None = None  # set up by op_gate, for code that tunes by timing
         self.cycles_per_us: float | None = None
+        self.launch_us: list[float] = []
         self.weights: dict[tuple, torch.Tensor] = {}
         # One batch at a time (ops "stage", "time", "outputs"): its inputs, drawn before the
         # parent's clock starts, and every call's outputs, kept until the parent has picked
