@@ -98,21 +98,28 @@ def aa(
             seen_batches.clear()
             result = evaluate(problem, same, ref, options, progress)
             for i, base in enumerate(result.baseline.shapes):
-                cands = [c.shapes[i] for c in result.candidates]
+                cands = [c.shapes[i] if i < len(c.shapes) else None for c in result.candidates]
+                timed = [c for c in cands if c is not None and c.measurement is not None]
                 runs.append(
                     {
                         "mode": mode,
                         "repeat": repeat,
                         "shape": base.shape,
                         "baseline_median_us": base.measurement.median_us,
-                        "median_us": [c.measurement.median_us for c in cands],
+                        "median_us": [c.measurement.median_us for c in timed],
                         # each worker process's own median: the baseline's, then each copy's
-                        "worker_medians_us": [list(x.measurement.worker_medians) for x in [base, *cands]],
+                        "worker_medians_us": [list(x.measurement.worker_medians) for x in [base, *timed]],
                         # every sample, for estimators other than the median (summarize_aa.py)
-                        "measurements": [x.measurement.to_json() for x in [base, *cands]],
-                        "ratios": [c.speedup.ratio for c in cands],
-                        "ci": [[c.speedup.ci_low, c.speedup.ci_high] for c in cands],
-                        "significance": [c.speedup.significance for c in cands],
+                        "measurements": [x.measurement.to_json() for x in [base, *timed]],
+                        "ratios": [c.speedup.ratio for c in timed],
+                        "ci": [[c.speedup.ci_low, c.speedup.ci_high] for c in timed],
+                        "significance": [c.speedup.significance for c in timed],
+                        # an identical copy must never be rejected: which were, and why
+                        "rejected": [
+                            {"copy": o.candidate.name, "reasons": list(o.verdict.reasons)}
+                            for o, c in zip(result.candidates, cands)
+                            if c is None or c.measurement is None
+                        ],
                         # on CUDA hidden time is counted into the samples: what each counted
                         "hidden_time": [_hidden(o) for o in [result.baseline, *result.candidates]],
                         "batches": seen_batches[i] if i < len(seen_batches) else None,
@@ -131,7 +138,8 @@ def aa(
                     # the same kernel's median from run to run
                     "spread_across_runs": (max(base) - min(base)) / statistics.median(base),
                     # within a run: the A/A ratios of the copies against the baseline
-                    "max_ratio_dev_within_run": max(abs(x - 1) for r in mine for x in r["ratios"]),
+                    "max_ratio_dev_within_run": max((abs(x - 1) for r in mine for x in r["ratios"]), default=None),
+                    "copies_rejected": sum(len(r["rejected"]) for r in mine),
                     "verdicts": sorted({v for r in mine for v in r["significance"]}),
                     # an identical copy's interval should hold 1
                     "intervals_holding_1": sum(lo <= 1 <= hi for r in mine for lo, hi in r["ci"]),
@@ -172,14 +180,19 @@ def main() -> None:
         results.append(r)
         for row in r["summary"]:
             meds = row["baseline_medians_us"]
+            largest = row["max_ratio_dev_within_run"]
             print(
                 f"A/A {name:18s} {row['mode']:10s} {row['shape']:12s} medians {min(meds):9.2f}..{max(meds):9.2f} us "
                 f"spread across runs {row['spread_across_runs']:6.2%}  largest |A/A ratio - 1| within a run "
-                f"{row['max_ratio_dev_within_run']:6.2%}  intervals holding 1: {row['intervals_holding_1']}"
-                f"/{row['intervals']}  verdicts {row['verdicts']}",
+                f"{'n/a' if largest is None else format(largest, '6.2%')}  intervals holding 1: "
+                f"{row['intervals_holding_1']}/{row['intervals']}  verdicts {row['verdicts']}  "
+                f"copies rejected: {row['copies_rejected']}",
                 flush=True,
             )
         (out / "aa.json").write_text(json.dumps(results, indent=1))  # after each problem
+        for run in r["runs"]:
+            for rejected in run["rejected"]:  # an identical copy must never be: say why it was
+                print(f"  rejected: {rejected['copy']} ({run['shape']}): {'; '.join(rejected['reasons'])}", flush=True)
 
 
 if __name__ == "__main__":
