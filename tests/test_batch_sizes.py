@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from bot.engine.timing.outside_clock import FLOOR_US, batch_sample_us, next_batch_size, per_call_estimate
 
 
@@ -39,5 +41,23 @@ def test_what_is_subtracted_from_samples_is_the_fastest_calibration_not_a_busy_m
         calibration.set_fixed([100.0, 5_000.0, 110.0])  # one busy single
         for measured in (300.0, 20_100.0, 400.0):  # one busy round of 10 calls
             calibration.add_round(10, measured)
-    assert low.of(10)[0] == 100.0 + 10 * 20.0
-    assert usual.of(10)[0] == 110.0 + 10 * 29.0
+    # A batch the size of the rounds is expected to cost what the chosen round cost.
+    assert low.of(10)[0] == 300.0
+    assert usual.of(10)[0] == 400.0
+
+
+def test_a_batch_of_a_few_slow_calls_is_expected_to_cost_what_its_rounds_cost():
+    # tall_matmul on an H100: the harness's work was 1,600 us around one call and 6,100 us
+    # around four. Batches of one to four calls must be expected at those costs, or a contender's
+    # hidden time drowns under the difference (the part per call was divided by n, not n - 1).
+    from bot.engine.timing.harness_cost import Calibration
+
+    calibration = Calibration()
+    calibration.set_fixed([1_600.0, 1_610.0, 1_590.0])
+    for measured in (6_100.0, 6_070.0, 6_130.0):
+        calibration.add_round(4, measured)
+    assert calibration.of(1)[0] == 1_600.0
+    assert calibration.of(4)[0] == 6_100.0
+    assert calibration.of(2)[0] == 3_100.0
+    with pytest.raises(ValueError):
+        calibration.add_round(1, 2_230.0)  # one call measures the fixed part again, not a slope

@@ -48,8 +48,13 @@ _DTYPE_BYTES = {
 
 class Calibration:
     """The expected time of one harness phase around n calls, from batches of calls that do
-    nothing: a fixed part (median of one-call batches) and a part per call, measured once in
-    every round so that a machine that slows down or speeds up moves it too."""
+    nothing: the time of one call's (median of one-call batches) and a part per further call,
+    measured once in every round so that a machine that slows down or speeds up moves it too.
+
+    A one-call batch already holds one call's work: a round of n calls adds n - 1 of them to it.
+    Divided by n instead, the part per call came out (n - 1) / n of the truth, and a batch of a
+    few slow calls was expected to cost up to twice what it did (on tall_matmul's 2.8 ms GPU
+    call, 867 us a call too much: the time a contender hid vanished under it)."""
 
     ROUNDS_KEPT = 3  # the per-call part is the median of the latest rounds' measurements
 
@@ -60,24 +65,27 @@ class Calibration:
         # sample below its real time, a ratio out of bounds; too little subtracted only moves
         # every contender's samples up alike, and a ratio towards 1.
         self.low = low
-        self.fixed_us: float | None = None
+        self.fixed_us: float | None = None  # a one-call batch
         self.fixed_spread_us = 0.0
-        self.per_call_us: list[float] = []
+        self.per_call_us: list[float] = []  # each round's time per call beyond the first
 
     def set_fixed(self, singles: Sequence[float]) -> None:
         self.fixed_us = min(singles) if self.low else statistics.median(singles)
         self.fixed_spread_us = spread(singles)
 
     def add_round(self, n: int, measured_us: float) -> None:
-        self.per_call_us.append(max(measured_us - (self.fixed_us or 0.0), 0.0) / n)
+        if n < 2:
+            raise ValueError("a calibration round needs two calls at least: one call is the fixed part")
+        self.per_call_us.append(max(measured_us - (self.fixed_us or 0.0), 0.0) / (n - 1))
 
     def of(self, n: int) -> tuple[float, float]:
         """(expected, spread) in us around n calls: as measured in the latest rounds, and how
         much one batch's measurement scatters over the whole run."""
         recent = self.per_call_us[-self.ROUNDS_KEPT :] or [0.0]
+        more = max(n - 1, 0)
         return (
-            (self.fixed_us or 0.0) + n * (min(recent) if self.low else statistics.median(recent)),
-            self.fixed_spread_us + n * spread(self.per_call_us or [0.0]),
+            (self.fixed_us or 0.0) + more * (min(recent) if self.low else statistics.median(recent)),
+            self.fixed_spread_us + more * spread(self.per_call_us or [0.0]),
         )
 
 
@@ -173,8 +181,10 @@ class HarnessCost:
         return self.span.of(n)
 
     def measure_round(self, n: int) -> None:
-        """One batch of n calls that do nothing: the harness's per-call work in this round."""
+        """One batch of n calls that do nothing (two at least): the harness's per-call work in
+        this round."""
         self._calibrate_fixed()
+        n = max(n, 2)
         window_us, staging_us, span_us = self._stub_batch(n)
         self.window.add_round(n, window_us)
         self.staging.add_round(n, staging_us)
