@@ -114,16 +114,19 @@ def _graph_harness(monkeypatch):
     monkeypatch.setattr(shared, "current_stream", _Stream)
     monkeypatch.setattr(shared, "gpu_sleep", lambda cycles: None)
 
-    replayed = []
+    replayed, uploaded = [], []
 
     def replay(graph):
+        if h.captured is None or all(c.graph is not graph for c in h.captured.sets):
+            uploaded.append(graph)  # the replay at capture, which uploads a real graph
+            return
         copy = next(c for c in h.captured.sets if c.graph is graph)
         replayed.append(graph)
         for static, fresh in zip(copy.outputs, shared.as_outputs(h.model(*copy.inputs))):
             static.copy_(fresh)
 
     monkeypatch.setattr(shared, "graph_replay", replay)
-    h.replayed = replayed
+    h.replayed, h.uploaded = replayed, uploaded
     return h, captures
 
 
@@ -149,8 +152,10 @@ def test_graph_replays_rotate_over_copies_with_tensors_of_their_own(monkeypatch)
     reply = _graph(h, {"seeds": list(range(100, 100 + n)), "fp_seed": 7})
     assert reply["ok"], reply
     copies = h.captured.sets
-    # Each copy replays in turn, so a run's times cover every copy's placement.
+    # Each copy replays in turn, so a run's times cover every copy's placement; each was
+    # replayed once when captured, so no timed replay pays a graph's upload.
     assert h.replayed == [copies[i % len(copies)].graph for i in range(n)]
+    assert h.uploaded == [c.graph for c in copies]
     pointers = {t.data_ptr() for c in copies for t in (*c.inputs, *c.outputs)}
     assert len(pointers) == 2 * len(copies)  # no copy shares an input or output tensor
 
@@ -195,3 +200,12 @@ def test_every_timed_call_reads_the_whole_flush_buffer_even_with_tensor_methods_
     assert reply["ok"], reply
     assert [r is h.flush_buf for r in reads] == [True] * 3
     assert int(shared.flush_l2(h.flush_buf)) == (1 << 12) * ((1 << 12) - 1) // 2
+
+
+def test_the_spin_before_a_replay_follows_the_median_launch_not_one_hiccup():
+    # The spin is in the parent's window: sized by a batch's slowest launch, one host hiccup
+    # lengthened every later call's spin by a different amount in each batch and worker.
+    assert worker_timing._launch_cover_us([]) == 50.0
+    assert worker_timing._launch_cover_us([30.0] * 63 + [3_000.0]) == 60.0
+    assert worker_timing._launch_cover_us([12.0, 9.0, 10.0]) == 50.0  # never under 50 us
+    assert worker_timing._launch_cover_us([9_000.0] * 5) == 5_000.0  # nor over 5 ms
