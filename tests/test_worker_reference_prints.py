@@ -116,11 +116,53 @@ def test_each_worker_gives_its_gpu_cache_back_as_soon_as_its_trials_are_done():
     assert all(c.passed for found in checks.values() for c in found)
     first_contender_call = min(i for i, (who, _) in enumerate(log) if who != "reference")
     assert ("reference", "release") in log[:first_contender_call]
-    for name in contenders:
-        mine = [op for who, op in log if who == name]
-        assert mine.count("run") == len(DISTRIBUTIONS) and mine[-1] == "release"  # a trial each
-        # With one contender at a time (parallel=1), the first has let go before the second starts.
-    assert log.index(("a", "release")) < log.index(("b", "run"))
+    # Trial by trial, each call followed by its worker's release: with one contender at a time
+    # (parallel=1) no contender holds a cache while the other calls.
+    calls = [entry for entry in log[first_contender_call:]]
+    assert calls == [(name, op) for _ in DISTRIBUTIONS for name in ("a", "b") for op in ("run", "release")]
+
+
+def test_references_too_large_to_hold_are_asked_for_again_once_a_trial_with_the_same_verdicts(monkeypatch):
+    # KernelBench's 19_ReLU: 12 GiB of float64 reference outputs a trial, held for all eight
+    # trials, ran the host out of memory. Past the bound, the bot's process holds one trial's.
+    import random
+
+    from conftest import CANDIDATES
+
+    from bot.engine.verification import trials
+    from bot.engine.workspace.problems import load_problem
+
+    problem = load_problem(PROBLEMS / "scale_add.py")
+
+    def verdicts(hold_bytes: int) -> tuple[dict, list]:
+        monkeypatch.setattr(trials, "REFERENCE_HOLD_BYTES", hold_bytes)
+        log: list[tuple[str, str]] = []
+        files = {"honest": "honest", "wrong": "cheat_distribution"}  # wrong beyond standard inputs
+        contenders = {
+            n: _LoggedWorker(n, log, str(CANDIDATES / f"{f}.py"), "ModelNew", "native") for n, f in files.items()
+        }
+        _, checks, _ = trials.run_trials(
+            trials.TrialRun(
+                problem,
+                problem.shapes_for("cpu")[0],
+                _LoggedWorker("reference", log),
+                random.Random(0),
+                1,
+                (20.0, 20.0),
+                1,  # these workers share one process and its random generator: a call at a time
+            ),
+            contenders,
+            lambda _: None,
+        )
+        return {n: [(c.name, c.passed) for c in found] for n, found in checks.items()}, log
+
+    held, held_log = verdicts(1 << 40)
+    asked, asked_log = verdicts(0)
+    assert held == asked and not all(p for _, p in held["wrong"]) and all(p for _, p in held["honest"])
+    reference_runs = [op for who, op in held_log if who == "reference" and op == "run"]
+    again = [op for who, op in asked_log if who == "reference" and op == "run"]
+    # "wrong" fails a later trial, "honest" none: one more reference call a trial, not one a contender.
+    assert len(again) == len(reference_runs) + len(DISTRIBUTIONS)
 
 
 def test_evaluate_gives_each_timed_workers_gpu_cache_back_when_the_shape_is_timed(monkeypatch, quick_options):
@@ -200,15 +242,16 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
     assert who[: len(head)] == head
     assert who[len(head)] == "tuned2"  # both asked to hook their timing first ("gate"), in vain
     parallel = who[len(head) + 1 : who.index("exclusive taken")]
-    assert parallel == (
-        ["shared taken", "a", "shared given back"] * n + ["a"] + ["shared taken", "b", "shared given back"] * n + ["b"]
+    # Trial by trial, each call under its hold and followed by its worker's release.
+    assert (
+        parallel == ["shared taken", "a", "shared given back", "a", "shared taken", "b", "shared given back", "b"] * n
     )
     assert who[len(parallel) + len(head) + 1 :] == (
         ["exclusive taken"]
-        + ["tuned1"] * (n + 1)
+        + ["tuned1"] * (2 * n)
         + ["exclusive given back"]
         + ["exclusive taken"]
-        + ["tuned2"] * (n + 1)
+        + ["tuned2"] * (2 * n)
         + ["exclusive given back"]
     )
     assert any("2 contender(s) that tune by timing" in line for line in seen)

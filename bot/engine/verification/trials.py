@@ -146,6 +146,38 @@ class DeviceHolds:
     exclusive: Hold = contextlib.nullcontext
 
 
+# The reference's outputs of every trial of a shape are held in the bot's process while they
+# take no more than this; larger ones (KernelBench's 19_ReLU: 12 GiB of float64 a trial, eight
+# trials) are asked for again, once a trial, and only one trial's are held at a time: held all at
+# once they ran a 128 GiB host out of memory, and the run was killed with every problem in it.
+REFERENCE_HOLD_BYTES = 4 << 30
+
+
+class ExpectedOutputs:
+    """The reference's outputs of each trial, for the contenders' to be compared with: those of
+    the sizing trials where all fit REFERENCE_HOLD_BYTES, else each trial's asked for again when
+    the contenders reach it (the reference answers a seed alike every time: a problem that does
+    not fails at its first trial, bot.harness.checked)."""
+
+    def __init__(self, trial: TrialRun, plan: list[tuple[str, int]], refs: list[Any], hold: Hold) -> None:
+        self.trial, self.plan, self.hold = trial, plan, hold
+        sizes = [sum(t.numel() * t.element_size() for t in r.outputs or []) for r in refs]
+        self.held: list[list[Any] | None] = (
+            [list(r.outputs) for r in refs] if sum(sizes) <= REFERENCE_HOLD_BYTES else [None] * len(refs)
+        )
+        self.asked_again = 0
+
+    def of(self, n: int) -> list[Any]:
+        if self.held[n] is not None:
+            return self.held[n]  # type: ignore[return-value]
+        self.asked_again += 1
+        with self.hold():
+            reply = ask(
+                self.trial.reference, Run(seed=self.plan[n][1], want="outputs"), self.trial.timeouts[1] * 20, "problem"
+            )
+        return list(reply.outputs)
+
+
 def run_trials(
     trial: TrialRun,
     contenders: Mapping[str, WorkerClient],
@@ -154,9 +186,13 @@ def run_trials(
 ) -> tuple[ReferenceInfo, dict[str, list[CheckResult]], dict[str, TrialStats]]:
     """Run every trial on every contender; a contender stops at its first failed check.
 
-    References are computed first (one process); then contenders run their trials in
-    parallel, each in its own worker, so compilation (torch.compile, Triton, nvcc) at the
-    first call of many candidates overlaps; each call holds the device `shared`. Those named
+    References are computed first (one process); then the contenders take the trials in turn,
+    each trial's calls in parallel, each in its own worker, so compilation (torch.compile,
+    Triton, nvcc) at the first call of many candidates overlaps; each call holds the device
+    `shared`, and on a GPU each worker gives its cached memory back after each call, so that
+    between calls no contender holds what another's call needs. Trial by trial, the bot's
+    process holds one trial's reference outputs at a time where all would not fit
+    (ExpectedOutputs). Those named
     in `alone` tune by timing at their first call: where their worker can hook that timing
     (bot.harness.tuning_gate), they run beside the others too, and from a call's first timing of
     kernel variants to its end the device is held `exclusive`ly, as for a measurement; the
@@ -170,56 +206,59 @@ def run_trials(
     clock = current()  # contenders' trials run on other threads
     for note in skip_notes(trial.problem):
         progress(Note(f"{note} (shape {trial.shape.name})"))
-
-    def trials_of(
-        worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
-    ) -> tuple[list[CheckResult], TrialStats]:
-        try:
-            return checked(worker, hold)
-        finally:
-            release_cache(worker, trial.timeouts[1])
-
-    def checked(
-        worker: WorkerClient, hold: Callable[[], contextlib.AbstractContextManager]
-    ) -> tuple[list[CheckResult], TrialStats]:
-        found: list[CheckResult] = []
-        stats = TrialStats()
-        for n, ((dist, seed), ref) in enumerate(zip(plan, refs)):
-            label = f"shape {trial.shape.name}, {dist} inputs"
-            held = hold()
-            gate = held if isinstance(held, GpuHandover) else None
-            try:
-                # The first call builds what the contender compiles (torch.compile, Triton JIT).
-                with held, clock.phase("compile" if n == 0 else "verify"):
-                    got = ask(
-                        worker,
-                        Run(seed=seed, gate=gate is not None),
-                        trial.timeouts[0] if n == 0 else trial.timeouts[1],
-                        "call",
-                        gate=gate,
-                    )
-            except WorkerFailure as exc:
-                return found + [failure_check(exc)], stats
-            results = [
-                verify.check_output_meta(ref.meta, got.meta),
-                verify.check_inputs_unchanged(ref.inputs_before, got.inputs_before, got.inputs_after, label),
-                verify.check_threads(got.new_threads, "a call"),
-            ]
-            if all(r.passed for r in results):
-                for i, (expected, actual) in enumerate(zip(ref.outputs, got.outputs)):
-                    out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
-                    with clock.phase("verify"):
-                        rule = info.trial_rules[dist][i]
-                        result = compare_values(expected, actual, dtypes[i], rule, out_label)
-                    stats.add(result.details, dist == "standard")
-                    results.append(result)
-            found.extend(results)
-            if not all(r.passed for r in results):
-                break
-        return found, stats
-
     checks: dict[str, list[CheckResult]] = {}
     stats: dict[str, TrialStats] = {}
+
+    def call(name: str, n: int, expected: list[Any], hold: Hold) -> list[CheckResult]:
+        """Contender `name`'s trial n, checked; on a GPU its cache given back after it."""
+        worker, (dist, seed) = contenders[name], plan[n]
+        label = f"shape {trial.shape.name}, {dist} inputs"
+        held = hold()
+        gate = held if isinstance(held, GpuHandover) else None
+        try:
+            # The first call builds what the contender compiles (torch.compile, Triton JIT).
+            with held, clock.phase("compile" if n == 0 else "verify"):
+                got = ask(
+                    worker,
+                    Run(seed=seed, gate=gate is not None),
+                    trial.timeouts[0] if n == 0 else trial.timeouts[1],
+                    "call",
+                    gate=gate,
+                )
+        except WorkerFailure as exc:
+            return [failure_check(exc)]
+        finally:
+            release_cache(worker, trial.timeouts[1])
+        results = [
+            verify.check_output_meta(info.meta, got.meta),
+            verify.check_inputs_unchanged(inputs_before[n], got.inputs_before, got.inputs_after, label),
+            verify.check_threads(got.new_threads, "a call"),
+        ]
+        if all(r.passed for r in results):
+            for i, (want, actual) in enumerate(zip(expected, got.outputs)):
+                out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
+                with clock.phase("verify"):
+                    result = compare_values(want, actual, dtypes[i], info.trial_rules[dist][i], out_label)
+                stats[name].add(result.details, dist == "standard")
+                results.append(result)
+        return results
+
+    def in_turn(names: list[str], hold_of: Callable[[str], Hold], at_once: int) -> None:
+        """The trials of `names`, one trial after another, `at_once` contenders' calls at a time."""
+        alive = list(names)
+        for name in names:
+            checks[name], stats[name] = [], TrialStats()
+        with ThreadPoolExecutor(max_workers=max(1, at_once)) as pool:
+            for n in range(len(plan)):
+                if not alive:
+                    break
+                expected = outputs.of(n)
+                found = list(pool.map(call, alive, [n] * len(alive), [expected] * len(alive), map(hold_of, alive)))
+                expected = []  # where asked again, this trial's outputs go before the next's come
+                for name, results in zip(alive, found):
+                    checks[name].extend(results)
+                alive = [name for name, results in zip(alive, found) if all(r.passed for r in results)]
+
     with trial.sizing(), holds.shared():
         refs = []
         for n, (dist, seed) in enumerate(plan, 1):
@@ -242,6 +281,9 @@ def run_trials(
         for note in widening_notes(info.meta, trial.problem.tolerance, info.rules):
             progress(Note(note, trial.problem.name, trial.shape.name))
         release_cache(trial.reference, trial.timeouts[1])
+    inputs_before = [r.inputs_before for r in refs]
+    outputs = ExpectedOutputs(trial, plan, refs, holds.shared)
+    del refs  # where they do not fit, their outputs go now
     if trial.admit is not None:
         parallel = trial.admit(info)
     gated: set[str] = set()
@@ -253,17 +295,11 @@ def run_trials(
             checks[name], stats[name] = [failure_check(exc)], TrialStats()
     beside = [name for name in contenders if (name not in holds.alone or name in gated) and name not in checks]
     progress(TrialsStarted(trial.problem.name, trial.shape.name, len(plan), len(beside), len(gated)))
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        futures = {
-            name: pool.submit(
-                trials_of,
-                contenders[name],
-                (lambda: GpuHandover(holds.shared, holds.exclusive)) if name in gated else holds.shared,
-            )
-            for name in beside
-        }
-        for name, future in futures.items():
-            checks[name], stats[name] = future.result()
+    in_turn(
+        beside,
+        lambda name: (lambda: GpuHandover(holds.shared, holds.exclusive)) if name in gated else holds.shared,
+        parallel,
+    )
     tuning = [name for name in contenders if name not in checks]
     if tuning:
         progress(
@@ -275,7 +311,7 @@ def run_trials(
         )
     for name in tuning:
         with holds.exclusive():
-            checks[name], stats[name] = trials_of(contenders[name], contextlib.nullcontext)
+            in_turn([name], lambda _: contextlib.nullcontext, 1)
     return info, {name: checks[name] for name in contenders}, {name: stats[name] for name in contenders}
 
 
