@@ -238,3 +238,26 @@ def test_the_tuning_gates_exchange_is_typed_too():
     assert m.GateAnswer.from_wire(m.GateAnswer(m.GateAnswer.GRANTED).to_wire()).gate == "granted"
     with pytest.raises(t.ProtocolError, match="GateAsk.gate: expected a string"):
         m.GateAsk.from_wire({"gate": {"want": True}})
+
+
+def test_a_tensor_hashed_in_chunks_has_the_digest_of_its_whole_bytes(monkeypatch):
+    # The digest a timed call commits to on the CPU is checked by the parent against the bytes it
+    # reads from outside (measures.digest): hashing in chunks must not change it.
+    from bot.protocol import measures
+
+    cases = [
+        torch.randn(37, 129),
+        torch.randn(64, 32).t(),  # not contiguous: its values in row-major order
+        torch.arange(1000) % 3 == 0,
+        torch.randn(5, 7, dtype=torch.float64).to(torch.bfloat16),
+        torch.tensor(2.5),
+        torch.empty(0, 4),
+    ]
+    whole = [
+        measures.digest(t.dtype, tuple(t.shape), t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        for t in cases
+    ]
+    for chunk in (1, 7, 4096, 1 << 30):
+        monkeypatch.setattr(measures, "HASH_CHUNK_BYTES", chunk)
+        assert [measures.hash_tensor(t) for t in cases] == whole, chunk
+    assert measures.hash_tensor(cases[0]) != measures.hash_tensor(cases[0] + 1e-6)

@@ -26,6 +26,12 @@ _reshape = torch.Tensor.reshape
 _view = torch.Tensor.view
 _to = torch.Tensor.to
 _numel = torch.Tensor.numel
+_narrow = torch.Tensor.narrow
+_numpy = torch.Tensor.numpy
+# A tensor's bytes go to the hash this many at a time: a whole-tensor copy to the host (and the
+# bytes object made of it) was two more copies of a 6 GiB KernelBench input in host memory, in
+# every worker hashing one.
+HASH_CHUNK_BYTES = 64 << 20
 
 MIN_ROW_WIDTH = 8  # narrower last dimensions ([T, 1] scales) are judged against the whole output
 # Below float32's smallest normal (1.2e-38, bfloat16's too) a kernel that flushes subnormals to
@@ -45,10 +51,16 @@ def digest(dtype: torch.dtype, shape: tuple[int, ...], data: bytes | bytearray |
 
 
 def hash_tensor(t: torch.Tensor) -> str:
-    """The digest of a tensor's values, its dtype and its shape."""
+    """The digest of a tensor's values, its dtype and its shape: `digest` of its dense bytes,
+    read HASH_CHUNK_BYTES at a time (from a GPU, each chunk copied to the host on its own)."""
     flat = _contiguous(_reshape(_detach(t), -1))
-    data = _view(_to(flat, "cpu"), torch.uint8).numpy().tobytes() if _numel(flat) else b""
-    return digest(t.dtype, tuple(t.shape), data)
+    h = _sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    if _numel(flat):
+        raw = _view(flat, torch.uint8)
+        total = _numel(raw)
+        for start in range(0, total, HASH_CHUNK_BYTES):
+            h.update(_numpy(_to(_narrow(raw, 0, start, min(HASH_CHUNK_BYTES, total - start)), "cpu")))
+    return h.hexdigest()[:24]
 
 
 def fingerprint_weights(shape: tuple[int, ...], device: Any, seed: int) -> torch.Tensor:
