@@ -9,7 +9,8 @@ the inputs drawn from a seed (`_inputs`), the fingerprints (`_fingerprints`,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,7 +43,7 @@ class TimedCalls:
     captured: Rotation | None  # mode "graph": this shape's captured calls
     replays: int  # mode "graph": which captured copy replays next
     cycles_per_us: float | None  # the GPU spin kernel's clock, measured once
-    launch_us: list[float]  # mode "graph": the host's latest times to record and launch a replay
+    launch_us: deque[float]  # mode "graph": the host's latest times to record and launch a replay
 
     def op_time(self, msg: Time) -> dict:
         """Timed calls on the inputs staged by op "stage", L2 flushed before each on CUDA.
@@ -200,7 +201,7 @@ class TimedCalls:
             shared.graph_replay(captured.graph)
             shared.ev_record(e1)
             enqueue_us = (shared.perf_ns() - h0) / 1e3
-            self.launch_us = [*self.launch_us[-(LAUNCHES_KEPT - 1) :], enqueue_us]
+            self.launch_us.append(enqueue_us)
             # The captured copy's outputs are overwritten when it replays again: a copy is kept.
             return (e0, e1), [shared.clone(o) for o in captured.outputs], enqueue_us
 
@@ -340,7 +341,7 @@ class Rotation:
     sets: tuple[Captured, ...]  # replayed in turn
 
 
-def _launch_cover_us(launches: list[float]) -> float:
+def _launch_cover_us(launches: Sequence[float]) -> float:
     """The spin before each replay: twice the median launch, 50 us to 5 ms."""
     if not launches:
         return 50.0

@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 import threading
+from collections import deque
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ from bot.harness import shared, staging, support, triton_interp
 from bot.harness.checked import CheckedCalls
 from bot.harness.env import describe_environment, timer_overhead_us
 from bot.harness.held import Held
-from bot.harness.timing import Rotation, TimedCalls
+from bot.harness.timing import LAUNCHES_KEPT, Rotation, TimedCalls
 from bot.harness.tuning_gate import TuningGate
 from bot.protocol.batches import Outputs, OutputsReply, Stage, StageInto, StageReply
 from bot.protocol.channel import Channel, ChannelClosed
@@ -65,7 +66,7 @@ class Harness(CheckedCalls, TimedCalls):
         self.replays = 0  # mode "graph": which captured copy replays next
         self.gate: TuningGate | None = None  # set up by op_gate, for code that tunes by timing
         self.cycles_per_us: float | None = None
-        self.launch_us: list[float] = []
+        self.launch_us: deque[float] = deque(maxlen=LAUNCHES_KEPT)
         self.weights: dict[tuple, torch.Tensor] = {}
         # One batch at a time (ops "stage", "time", "outputs"): its inputs, drawn before the
         # parent's clock starts, and every call's outputs, kept until the parent has picked

@@ -14,7 +14,7 @@ against what it computes here from the outputs it reads or is shown.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -43,24 +43,29 @@ MIN_ROW_WIDTH = 8  # narrower last dimensions ([T, 1] scales) are judged against
 UNDERFLOW_RESIDUE = 2.0**-100
 
 
+def _digest_of(dtype: torch.dtype, shape: tuple[int, ...], parts: Iterable[Any]) -> str:
+    """The digest of an output of `dtype` and `shape` whose dense bytes are `parts`, in order."""
+    h = _sha256(f"{dtype}{shape}".encode())
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()[:24]
+
+
 def digest(dtype: torch.dtype, shape: tuple[int, ...], data: bytes | bytearray | memoryview) -> str:
     """The digest of an output of `dtype` and `shape` whose dense bytes are `data`."""
-    h = _sha256(f"{dtype}{shape}".encode())
-    h.update(data)
-    return h.hexdigest()[:24]
+    return _digest_of(dtype, shape, (data,))
 
 
 def hash_tensor(t: torch.Tensor) -> str:
     """The digest of a tensor's values, its dtype and its shape: `digest` of its dense bytes,
     read HASH_CHUNK_BYTES at a time (from a GPU, each chunk copied to the host on its own)."""
-    flat = _contiguous(_reshape(_detach(t), -1))
-    h = _sha256(f"{t.dtype}{tuple(t.shape)}".encode())
-    if _numel(flat):
-        raw = _view(flat, torch.uint8)
-        total = _numel(raw)
-        for start in range(0, total, HASH_CHUNK_BYTES):
-            h.update(_numpy(_to(_narrow(raw, 0, start, min(HASH_CHUNK_BYTES, total - start)), "cpu")))
-    return h.hexdigest()[:24]
+    raw = _view(_contiguous(_reshape(_detach(t), -1)), torch.uint8)
+    total = _numel(raw)
+    chunks = (
+        _numpy(_to(_narrow(raw, 0, start, min(HASH_CHUNK_BYTES, total - start)), "cpu"))
+        for start in range(0, total, HASH_CHUNK_BYTES)
+    )
+    return _digest_of(t.dtype, tuple(t.shape), chunks)
 
 
 def fingerprint_weights(shape: tuple[int, ...], device: Any, seed: int) -> torch.Tensor:

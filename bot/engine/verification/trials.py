@@ -161,16 +161,14 @@ class ExpectedOutputs:
 
     def __init__(self, trial: TrialRun, plan: list[tuple[str, int]], refs: list[Any], hold: Hold) -> None:
         self.trial, self.plan, self.hold = trial, plan, hold
-        sizes = [sum(t.numel() * t.element_size() for t in r.outputs or []) for r in refs]
+        size = sum(t.numel() * t.element_size() for r in refs for t in r.outputs or [])
         self.held: list[list[Any] | None] = (
-            [list(r.outputs) for r in refs] if sum(sizes) <= REFERENCE_HOLD_BYTES else [None] * len(refs)
+            [list(r.outputs) for r in refs] if size <= REFERENCE_HOLD_BYTES else [None] * len(refs)
         )
-        self.asked_again = 0
 
     def of(self, n: int) -> list[Any]:
         if self.held[n] is not None:
             return self.held[n]  # type: ignore[return-value]
-        self.asked_again += 1
         with self.hold():
             reply = ask(
                 self.trial.reference, Run(seed=self.plan[n][1], want="outputs"), self.trial.timeouts[1] * 20, "problem"
