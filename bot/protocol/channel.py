@@ -13,6 +13,10 @@ key that travels over the channel itself (never argv or the environment), so a c
 that writes into inherited file descriptors or prints "passed" is detected as tampering.
 A determined candidate in the same process could still find the key in memory; that buys
 it nothing, because the verdict is computed in the parent from outputs it cannot predict.
+
+A message may carry file descriptors (SCM_RIGHTS, with its first frame's header): the shared
+output blocks of bot.harness.blocks. Only an end that makes room for them (`fd_room`) takes
+them; elsewhere the kernel closes whatever a peer attached, unread.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ CHUNK_BYTES = 64 << 20  # one frame's bytes at most: a message of 12 GiB goes in
 # Beyond its tensors' bytes a message carries a JSON header (shapes, hashes, fingerprints):
 # a trial's is a few KiB; this leaves room for any honest one.
 CONTROL_BYTES = 16 << 20
+# Descriptors one message may bring, at most: the blocks of one call's outputs.
+FDS_PER_MESSAGE = 64
 _HEADER = struct.Struct("!QQQ32s")  # message length, offset, this frame's length, MAC
 
 # Tensors travel as raw bytes; dtypes are named, never evaluated.
@@ -192,6 +198,8 @@ class Channel:
         self.key = key
         self.max_message_bytes = machine_memory_bytes() if max_message_bytes is None else max_message_bytes
         self.chunk_bytes = chunk_bytes
+        self.fd_room = 0  # descriptors one frame may bring (0: none are taken)
+        self.fds: list[int] = []  # those received and not yet taken (`take_fds`)
 
     def _mac(self, previous: bytes, total: int, offset: int, pieces: Sequence[memoryview | bytearray]) -> bytes:
         mac = hmac.new(self.key or b"", previous, hashlib.sha256)
@@ -200,14 +208,19 @@ class Channel:
             mac.update(piece)
         return mac.digest()
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+        """Send one message; `fds` travel with its first frame's header (the peer takes them
+        only where it has `fd_room`)."""
         parts = _encode_parts(message)
         total = sum(len(memoryview(p).cast("B")) for p in parts)
         offset, previous = 0, b""
         for pieces in _chunks(parts, self.chunk_bytes):
             length = sum(len(p) for p in pieces)
             previous = self._mac(previous, total, offset, pieces)
-            self.sock.sendall(_HEADER.pack(total, offset, length, previous))
+            header = _HEADER.pack(total, offset, length, previous)
+            sent = socket.send_fds(self.sock, [header], list(fds)) if fds else 0
+            fds = ()
+            self.sock.sendall(header[sent:])
             for piece in pieces:
                 self.sock.sendall(piece)
             offset += length
@@ -222,9 +235,23 @@ class Channel:
 
     def _frame_header(self) -> tuple[int, int, int, bytes]:
         head = bytearray(_HEADER.size)
-        self._read_into(memoryview(head))
+        got = 0
+        if self.fd_room:  # descriptors come with a header's first byte
+            data, fds, flags, _ = socket.recv_fds(self.sock, _HEADER.size, self.fd_room)
+            self.fds.extend(fds)
+            if not data:
+                raise ChannelClosed("channel closed")
+            if flags & socket.MSG_CTRUNC:
+                raise ChannelTampered(f"more than {self.fd_room} descriptors sent with one frame")
+            head[: len(data)], got = data, len(data)
+        self._read_into(memoryview(head)[got:])
         total, offset, length, digest = _HEADER.unpack(head)
         return total, offset, length, digest
+
+    def take_fds(self) -> list[int]:
+        """The descriptors received so far (the caller owns them now)."""
+        fds, self.fds = self.fds, []
+        return fds
 
     def recv(self) -> dict[str, Any]:
         """Block until one message arrives (use socket timeouts or select to bound it)."""
