@@ -129,13 +129,13 @@ def test_references_too_large_to_hold_are_asked_for_again_once_a_trial_with_the_
 
     from conftest import CANDIDATES
 
-    from bot.engine.verification import trials
+    from bot.engine.verification import expected, trials
     from bot.engine.workspace.problems import load_problem
 
     problem = load_problem(PROBLEMS / "scale_add.py")
 
     def verdicts(hold_bytes: int) -> tuple[dict, list]:
-        monkeypatch.setattr(trials, "REFERENCE_HOLD_BYTES", hold_bytes)
+        monkeypatch.setattr(expected, "REFERENCE_HOLD_BYTES", hold_bytes)
         log: list[tuple[str, str]] = []
         files = {"honest": "honest", "wrong": "cheat_distribution"}  # wrong beyond standard inputs
         contenders = {

@@ -19,6 +19,7 @@ import torch
 
 from bot.core.settings import Device
 from bot.harness import shared, support
+from bot.harness.judge import close_all, write_into
 from bot.harness.own_error import CHUNK_ELEMENTS, own_error
 from bot.harness.tuning_gate import TuningGate
 from bot.protocol.messages import Fingerprints, FingerprintsReply, Run, RunReply
@@ -35,17 +36,28 @@ class CheckedCalls:
     roofline_flops: Any  # the problem's roofline_flops(*inputs), if it defines one
     gate: TuningGate | None
     weights: dict[tuple, torch.Tensor]  # the fingerprints' random vectors, a few at a time
+    ch: Any  # the channel (bot.protocol.channel.Channel): descriptors that came with a request
+    forget: Any  # bot.harness.judge.JudgedCalls.forget
+    keep: Any  # bot.harness.judge.JudgedCalls.keep
 
     def op_run(self, msg: Run) -> dict:
-        """One checked call: full outputs (or fingerprints) for the parent to compare."""
+        """One checked call: full outputs (or fingerprints) for the parent to compare, or its
+        outputs written into blocks the reference lent (`msg.into`)."""
+        # With `into`: the blocks' descriptors (a harness in the bot's own process has no channel).
+        lent = self.ch.take_fds() if self.ch is not None else []
+        if msg.into is None:
+            close_all(lent)
         try:
             inputs = self._inputs(msg.seed)
         except Exception as exc:
+            close_all(lent)
             return shared.failure("problem", exc)
         # Checks of timed calls (requests that say what they want) compare outputs only. Hashing the inputs
         # goes through host memory: for 2 GB of logits it cost seconds per timed batch.
         before = [] if msg.want else [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
         if self.is_reference:  # values from the upcast model, where its precision is not native
+            close_all(lent)
+            self.forget()  # a kept trial's outputs go before this one's are computed
             return self._reference_run(inputs, before, msg)
         if self.device == Device.CUDA:
             support.poison_free_cuda_memory()
@@ -59,6 +71,7 @@ class CheckedCalls:
                 shared.cuda_sync() if self.device == Device.CUDA else None
                 host_us = (shared.perf_ns() - t0) / 1e3
         except BaseException as exc:
+            close_all(lent)
             return shared.failure("call", exc)
         outputs = shared.as_outputs(result)
         metas = [support.meta(o) for o in outputs]
@@ -66,7 +79,13 @@ class CheckedCalls:
         reply = RunReply(
             meta=metas, inputs_before=before, inputs_after=after, host_us=host_us, new_threads=self._new_threads()
         )
-        if all(m["type"] == "Tensor" for m in metas):
+        if msg.into is not None:
+            tensors = all(m["type"] == "Tensor" for m in metas)
+            try:
+                write_into(self.device, lent, msg.into, [shared.detach(o) for o in outputs] if tensors else [])
+            except Exception as exc:
+                return shared.failure("call", exc)
+        elif all(m["type"] == "Tensor" for m in metas):
             reply = self._answer(reply, [shared.detach(o) for o in outputs], msg)
         return reply.to_wire()
 
@@ -122,9 +141,13 @@ class CheckedCalls:
                 flops = int(self.roofline_flops(*inputs))
             except Exception as exc:
                 return shared.failure("problem", exc)
+        kept = msg.send_up_to is not None and sum(v.numel() * v.element_size() for v in values) > msg.send_up_to
+        if kept:  # compared where they lie (bot.harness.judge), never sent
+            self.keep(values, metas)
         reply = RunReply(
             meta=metas,
             inputs_before=before,
+            kept=kept,
             bytes=nbytes,
             flops=flops,
             native_peak_bytes=native_peak,
@@ -135,7 +158,7 @@ class CheckedCalls:
             ],
             own_error=errors,
         )
-        return self._answer(reply, values, msg).to_wire()
+        return (reply if kept else self._answer(reply, values, msg)).to_wire()
 
     def op_fingerprints(self, msg: Fingerprints) -> dict:
         """Reference fingerprints and full outputs for a list of seeds: the checks of the calls

@@ -28,13 +28,15 @@ from bot.core.distributions import distribution_of
 from bot.core.settings import Device
 from bot.harness import inputs as worker_inputs
 from bot.harness import shared, staging, support, triton_interp
+from bot.harness.blocks import Block
 from bot.harness.checked import CheckedCalls
 from bot.harness.env import describe_environment, timer_overhead_us
 from bot.harness.held import Held
+from bot.harness.judge import JudgedCalls, close_all
 from bot.harness.timing import LAUNCHES_KEPT, Rotation, TimedCalls
 from bot.harness.tuning_gate import TuningGate
 from bot.protocol.batches import Outputs, OutputsReply, Stage, StageInto, StageReply
-from bot.protocol.channel import Channel, ChannelClosed
+from bot.protocol.channel import FDS_PER_MESSAGE, Channel, ChannelClosed
 from bot.protocol.dispatch import parse_request, serve
 from bot.protocol.messages import (
     Construct,
@@ -48,7 +50,7 @@ from bot.protocol.messages import (
 from bot.protocol.typed import Done, Message, ProtocolError
 
 
-class Harness(CheckedCalls, TimedCalls):
+class Harness(CheckedCalls, JudgedCalls, TimedCalls):
     def __init__(self, channel: Channel, device: str, threads: int | None):
         self.ch = channel
         self.device = device
@@ -75,6 +77,11 @@ class Harness(CheckedCalls, TimedCalls):
         self.kept: list[list[torch.Tensor]] = []
         self.held = Held()  # the latest timed calls' outputs, across batches (bot.harness.held)
         self.stub_outputs: list[torch.Tensor] | None = None  # the reference's calibration stub
+        # Outputs compared where they lie (bot.harness.judge).
+        self.expected: list[torch.Tensor] | None = None
+        self.expected_meta: list[dict[str, Any]] = []
+        self.lent: dict[str, list[Block]] = {}
+        self.outgoing_fds: list[int] = []
         if threads:
             torch.set_num_threads(threads)
         self._warm_up()
@@ -253,6 +260,7 @@ class Harness(CheckedCalls, TimedCalls):
         8192x8192 output, up to four kept); they are drawn again from their seed on demand."""
         self.weights.clear()
         self.captured = None  # a CUDA graph's private memory pool goes with it
+        self.forget()  # the reference's kept outputs and lent blocks
         if self.device == Device.CUDA:
             shared.cuda_sync()
             torch.cuda.empty_cache()
@@ -270,6 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--channel", required=True)
     args = parser.parse_args(argv)
     channel = Channel(support.connect(args.channel))
+    channel.fd_room = FDS_PER_MESSAGE
     hello = parse_request(channel.recv())  # the only unsigned frame: it carries the run key
     if not isinstance(hello, Hello):
         raise ProtocolError(f"expected a hello, got op {hello.op!r}")
@@ -295,6 +304,8 @@ def main(argv: list[str] | None = None) -> None:
         "quiet": harness.op_quiet,
         "release": harness.op_release,
         "gate": harness.op_gate,
+        "lend": harness.op_lend,
+        "judge": harness.op_judge,
     }
     while True:
         try:
@@ -303,7 +314,12 @@ def main(argv: list[str] | None = None) -> None:
             return
         if msg.get("op") == "exit":
             return
-        channel.send(serve(ops, msg))
+        reply = serve(ops, msg)
+        fds = harness.take_outgoing()
+        try:
+            channel.send(reply, fds=fds)
+        finally:
+            close_all(fds)  # the bot holds its own copies now
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bot.protocol.batches import Outputs, Quiet, Stage, StageInto, Time
-from bot.protocol.messages import Construct, Exit, Fingerprints, Gate, Hello, Load, Release, Run
+from bot.protocol.messages import Construct, Exit, Fingerprints, Gate, Hello, Judge, Lend, Load, Release, Run
 from bot.protocol.typed import Failure, Message, ProtocolError, Request
 
 REQUESTS: dict[str, type[Request]] = {
-    r.op: r for r in (Hello, Exit, Load, Construct, Run, Fingerprints, Stage, Time, Outputs, Quiet, Gate, Release)
+    r.op: r
+    for r in (Hello, Exit, Load, Construct, Run, Fingerprints, Stage, Time, Outputs, Quiet, Gate, Release, Lend, Judge)
 }
 
 

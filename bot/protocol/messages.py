@@ -119,6 +119,8 @@ class RunReply(Reply):
     # model's peak, and its own with the float64 copies; the scheduler sizes the problem by them.
     native_peak_bytes: int | None = wire(optional(int_), None)
     peak_bytes: int | None = wire(optional(int_), None)
+    # The reference's outputs kept in its process for `Judge`, not sent (`Run.send_up_to`).
+    kept: bool = wire(bool_, False)
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,12 @@ class Run(Request):
     # The reference's: call the problem's own Model a second time on the same inputs, and fail
     # the problem where the answers differ (bot.harness.checked, Checked._reference_run).
     repeat: bool = wire(bool_, False)
+    # The reference's: send its outputs where they take at most this many bytes, else keep them
+    # for `Judge` (None: always send).
+    send_up_to: int | None = wire(optional(int_), None)
+    # A contender's: write the outputs into the blocks lent with this request (their sizes, in
+    # order; the descriptors travel with it) instead of sending them (bot.harness.blocks).
+    into: list[int] | None = wire(optional(ints), None)
 
     def validate(self) -> None:
         expect(
@@ -142,7 +150,7 @@ class Run(Request):
         answered = all(m["type"] == "Tensor" for m in reply.meta)  # else the parent fails its structure
         if self.want in ("fingerprint", "both") and answered:
             count("fingerprints", reply.fingerprints, len(reply.meta))
-        if self.want != "fingerprint" and answered:
+        if self.want != "fingerprint" and answered and self.into is None and not reply.kept:
             count("outputs", reply.outputs, len(reply.meta))
         if self.want is None:
             expect(reply.inputs_after is not None, "missing field 'inputs_after'")
@@ -155,7 +163,8 @@ class ReferenceRun(Run):
     """A full trial of the reference: its reply also sizes the shape."""
 
     def check_reply(self, reply: RunReply) -> None:
-        count("outputs", reply.outputs, len(reply.meta))
+        if not reply.kept:
+            count("outputs", reply.outputs, len(reply.meta))
         expect(reply.bytes is not None, "missing field 'bytes'")
         expect(reply.input_meta is not None, "missing field 'input_meta'")
         if reply.own_error is not None:
@@ -185,6 +194,45 @@ class Fingerprints(Request):
             expect(None not in reply.fingerprints, "fingerprints: one is missing")
         if self.want != "fingerprint":
             expect(None not in reply.outputs, "outputs: one is missing")
+
+
+# Outputs compared where they lie: blocks the reference lends for one contender call, and its
+# verdict on what the contender wrote there (bot.harness.blocks, bot.harness.judge).
+@dataclass(frozen=True)
+class LendReply(Reply):
+    token: str = wire(str_)
+    sizes: list[int] = wire(ints)  # bytes of each output's block; their descriptors come with it
+
+
+@dataclass(frozen=True)
+class Lend(Request):
+    """Blocks for the outputs the reference keeps (its latest `Run` that kept them)."""
+
+    op, Reply = "lend", LendReply
+
+
+@dataclass(frozen=True)
+class JudgeReply(Reply):
+    results: list[dict] = wire(list_of(dict_))  # per output compared: a CheckResult's to_json()
+
+
+@dataclass(frozen=True)
+class Judge(Request):
+    """Compare the blocks lent as `token` with the kept outputs, each by its rule (None: the
+    dtype's default; bot.engine.verification.tolerance.rule_to_wire), then free them; with
+    `compare` False only free them."""
+
+    op, Reply = "judge", JudgeReply
+    token: str = wire(str_)
+    rules: list = wire(list_of(optional(dict_)), default_factory=list)
+    labels: list[str] = wire(strs, default_factory=list)
+    compare: bool = wire(bool_, True)
+
+    def validate(self) -> None:
+        expect(len(self.rules) == len(self.labels), "Judge: one label per rule")
+
+    def check_reply(self, reply: JudgeReply) -> None:
+        count("results", reply.results, len(self.rules) if self.compare else 0)
 
 
 # Housekeeping.
@@ -234,6 +282,10 @@ __all__ = [
     "GateReply",
     "Hello",
     "HelloReply",
+    "Judge",
+    "JudgeReply",
+    "Lend",
+    "LendReply",
     "Load",
     "LoadReply",
     "ReferenceRun",

@@ -18,7 +18,7 @@ from bot.engine.timing.futility import Futility, bar
 from bot.engine.timing.hidden import check_hidden_time, hidden_time_checks
 from bot.engine.timing.interleaved import TimedShape, TimingHooks, time_interleaved
 from bot.engine.timing.records import TimingRecord
-from bot.engine.verification import verify
+from bot.engine.verification import trials, verify
 from bot.engine.verification.trials import (
     DeviceHolds,
     ReferenceInfo,
@@ -79,6 +79,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
                 policy=run.options.tolerance,
                 admit=run.replicas.session.admit,
                 sizing=run.replicas.session.sizing,
+                lend_over=trials.LEND_OVER_BYTES,  # read here, so that tests can lower it
             ),
             alive,
             run.progress,

@@ -133,6 +133,9 @@ class Session:
             options.device, info.nbytes, info.native_peak_bytes, info.peak_bytes, host_peak
         )
         contenders = max(1, len(self.workers) - 1)  # no more at once than there are
+        # Where outputs are compared in the reference, each contender's call borrows a block
+        # of them from it (bot.engine.verification.expected.ExpectedOutputs).
+        each += info.lent_bytes
         return options.memory.grow(self.reservation, reference, each, min(options.parallel, contenders))
 
     def sizing(self) -> contextlib.AbstractContextManager[None]:

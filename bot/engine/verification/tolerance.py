@@ -197,3 +197,20 @@ def widening_notes(
 
 def _figures(tol: Tolerance) -> str:
     return ", ".join(f"{f.name} {getattr(tol, f.name):.3g}" for f in fields(tol) if f.name != "elem_rtol")
+
+
+def rule_to_wire(rule: Rule | None) -> dict[str, float] | None:
+    """A rule as a request carries it to the reference that compares outputs where they lie
+    (bot.protocol.messages.Judge); its fields name its kind."""
+    return None if rule is None else {f.name: float(getattr(rule, f.name)) for f in fields(rule)}
+
+
+def rule_from_wire(wire: Mapping[str, Any] | None) -> Rule | None:
+    """The rule `rule_to_wire` wrote (ValueError on anything else)."""
+    if wire is None:
+        return None
+    for kind in (Tolerance, AllClose):
+        names = {f.name for f in fields(kind)}
+        if set(wire) == names:
+            return kind(**{name: float(wire[name]) for name in names})
+    raise ValueError(f"not a rule: {sorted(wire)}")

@@ -16,10 +16,12 @@ from bot.core.progress import Note, Progress, ReferenceTrial, TrialsStarted
 from bot.core.settings import DEFAULTS, Device, TolerancePolicy
 from bot.engine.verification import verify
 from bot.engine.verification.compare import compare_values
+from bot.engine.verification.expected import ExpectedOutputs
 from bot.engine.verification.tolerance import Rule, distribution_rules, shape_rules, widening_notes
 from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
 from bot.engine.workers.gpulock import GpuHandover
 from bot.engine.workers.phase_clock import current
+from bot.harness.judge import close_all, nbytes_of
 from bot.protocol.messages import Gate, ReferenceRun, Release, Run
 
 
@@ -39,6 +41,9 @@ class ReferenceInfo:
     # model, and in all (the float64 copies too).
     native_peak_bytes: int | None = None
     peak_bytes: int | None = None
+    # Where outputs are compared in the reference (ExpectedOutputs.lent): the blocks one
+    # contender's call borrows from it, the outputs' bytes in their own dtypes.
+    lent_bytes: int = 0
 
 
 @dataclass
@@ -116,6 +121,11 @@ def tunes_on_first_call(source: str) -> bool:
 
 Hold = Callable[[], contextlib.AbstractContextManager[Any]]
 
+# One trial's reference outputs over this (as sent: 12 GiB of float64 for KernelBench's 19_ReLU)
+# stay in the reference and are compared there (bot.harness.judge): through the channel and the
+# bot's process they took tens of seconds a call.
+LEND_OVER_BYTES = 1 << 30
+
 
 @dataclass(frozen=True)
 class TrialRun:
@@ -134,6 +144,9 @@ class TrialRun:
     admit: Callable[[ReferenceInfo], int] | None = None
     # Held while the reference's trials measure the shape (MemoryBudget.sizing).
     sizing: Hold = contextlib.nullcontext
+    # A trial's reference outputs (as sent: float64 for float32) over this many bytes are kept
+    # in the reference and compared there, in blocks it lends each contender's call (ExpectedOutputs).
+    lend_over: int | None = None  # None: outputs always travel to the bot
 
 
 @dataclass(frozen=True)
@@ -144,36 +157,6 @@ class DeviceHolds:
     alone: frozenset[str] = frozenset()
     shared: Hold = contextlib.nullcontext
     exclusive: Hold = contextlib.nullcontext
-
-
-# The reference's outputs of every trial of a shape are held in the bot's process while they
-# take no more than this; larger ones (KernelBench's 19_ReLU: 12 GiB of float64 a trial, eight
-# trials) are asked for again, once a trial, and only one trial's are held at a time: held all at
-# once they ran a 128 GiB host out of memory, and the run was killed with every problem in it.
-REFERENCE_HOLD_BYTES = 4 << 30
-
-
-class ExpectedOutputs:
-    """The reference's outputs of each trial, for the contenders' to be compared with: those of
-    the sizing trials where all fit REFERENCE_HOLD_BYTES, else each trial's asked for again when
-    the contenders reach it (the reference answers a seed alike every time: a problem that does
-    not fails at its first trial, bot.harness.checked)."""
-
-    def __init__(self, trial: TrialRun, plan: list[tuple[str, int]], refs: list[Any], hold: Hold) -> None:
-        self.trial, self.plan, self.hold = trial, plan, hold
-        size = sum(t.numel() * t.element_size() for r in refs for t in r.outputs or [])
-        self.held: list[list[Any] | None] = (
-            [list(r.outputs) for r in refs] if size <= REFERENCE_HOLD_BYTES else [None] * len(refs)
-        )
-
-    def of(self, n: int) -> list[Any]:
-        if self.held[n] is not None:
-            return self.held[n]  # type: ignore[return-value]
-        with self.hold():
-            reply = ask(
-                self.trial.reference, Run(seed=self.plan[n][1], want="outputs"), self.trial.timeouts[1] * 20, "problem"
-            )
-        return list(reply.outputs)
 
 
 def run_trials(
@@ -207,36 +190,49 @@ def run_trials(
     checks: dict[str, list[CheckResult]] = {}
     stats: dict[str, TrialStats] = {}
 
-    def call(name: str, n: int, expected: list[Any], hold: Hold) -> list[CheckResult]:
-        """Contender `name`'s trial n, checked; on a GPU its cache given back after it."""
+    def call(name: str, n: int, expected: list[Any] | None, hold: Hold) -> list[CheckResult]:
+        """Contender `name`'s trial n, checked; on a GPU its cache given back after it. Where
+        `expected` is None its outputs go into blocks the reference lends and are judged there."""
         worker, (dist, seed) = contenders[name], plan[n]
         label = f"shape {trial.shape.name}, {dist} inputs"
         held = hold()
         gate = held if isinstance(held, GpuHandover) else None
+        lent = outputs.lend() if expected is None else None  # the reference's failure is the problem's
         try:
             # The first call builds what the contender compiles (torch.compile, Triton JIT).
             with held, clock.phase("compile" if n == 0 else "verify"):
                 got = ask(
                     worker,
-                    Run(seed=seed, gate=gate is not None),
+                    Run(seed=seed, gate=gate is not None, into=lent.sizes if lent else None),
                     trial.timeouts[0] if n == 0 else trial.timeouts[1],
                     "call",
                     gate=gate,
+                    fds=lent.fds if lent else (),
                 )
         except WorkerFailure as exc:
+            if lent is not None:
+                outputs.judge(lent, None)
             return [failure_check(exc)]
         finally:
+            close_all(lent.fds if lent else [])
             release_cache(worker, trial.timeouts[1])
         results = [
             verify.check_output_meta(info.meta, got.meta),
             verify.check_inputs_unchanged(inputs_before[n], got.inputs_before, got.inputs_after, label),
             verify.check_threads(got.new_threads, "a call"),
         ]
-        if all(r.passed for r in results):
-            for i, (want, actual) in enumerate(zip(expected, got.outputs)):
-                out_label = label if len(dtypes) == 1 else f"{label}, output {i}"
+        passed = all(r.passed for r in results)
+        labels = [label if len(dtypes) == 1 else f"{label}, output {i}" for i in range(len(dtypes))]
+        if lent is not None:
+            with clock.phase("verify"):
+                judged = outputs.judge(lent, list(zip(info.trial_rules[dist], labels)) if passed else None)
+            for result in judged:
+                stats[name].add(result.details, dist == "standard")
+            results.extend(judged)
+        elif passed:
+            for i, (want, actual) in enumerate(zip(expected or [], got.outputs)):
                 with clock.phase("verify"):
-                    result = compare_values(want, actual, dtypes[i], info.trial_rules[dist][i], out_label)
+                    result = compare_values(want, actual, dtypes[i], info.trial_rules[dist][i], labels[i])
                 stats[name].add(result.details, dist == "standard")
                 results.append(result)
         return results
@@ -264,7 +260,12 @@ def run_trials(
             refs.append(
                 # The first trial of a shape asks for a second answer: a nondeterministic problem
                 # fails there, saying so, not later as its own baseline's mismatch.
-                ask(trial.reference, ReferenceRun(seed=seed, repeat=n == 1), trial.timeouts[1] * 20, "problem")
+                ask(
+                    trial.reference,
+                    ReferenceRun(seed=seed, repeat=n == 1, send_up_to=trial.lend_over),
+                    trial.timeouts[1] * 20,
+                    "problem",
+                )
             )  # float64 runs are slower
         info.meta, info.nbytes, info.flops = refs[0].meta, refs[0].bytes, refs[0].flops
         info.inputs = refs[0].input_meta
@@ -280,8 +281,12 @@ def run_trials(
             progress(Note(note, trial.problem.name, trial.shape.name))
         release_cache(trial.reference, trial.timeouts[1])
     inputs_before = [r.inputs_before for r in refs]
-    outputs = ExpectedOutputs(trial, plan, refs, holds.shared)
+    outputs = ExpectedOutputs(
+        trial, plan, refs, holds.shared, lambda text: progress(Note(text, trial.problem.name, trial.shape.name))
+    )
     del refs  # where they do not fit, their outputs go now
+    if outputs.lent:
+        info.lent_bytes = sum(nbytes_of(m) for m in info.meta)
     if trial.admit is not None:
         parallel = trial.admit(info)
     gated: set[str] = set()

@@ -12,13 +12,13 @@ import secrets
 import select
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from bot.core.settings import Device
 from bot.engine.workers.phase_clock import current, part_of
-from bot.protocol.channel import Channel, ChannelClosed, ChannelError, ChannelTampered
+from bot.protocol.channel import FDS_PER_MESSAGE, Channel, ChannelClosed, ChannelError, ChannelTampered
 from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply
 from bot.protocol.typed import Failure, ProtocolError, Request
 from bot.sandbox import freezer
@@ -63,6 +63,9 @@ class WorkerClient:
         freezer.register(self)
         spawned = time.monotonic()
         self.channel = Channel(self.running.sock)
+        # Only the trusted reference hands the bot descriptors (blocks it lends: bot.harness.judge);
+        # whatever a contender attaches, the kernel closes unread.
+        self.channel.fd_room = FDS_PER_MESSAGE if self.trusted else 0
         key = secrets.token_bytes(32)
         try:
             # Only one worker per run needs to describe the machine (the reference's is the
@@ -85,17 +88,23 @@ class WorkerClient:
         self.start_threads: int | None = hello.threads  # before the candidate's import
 
     def request(
-        self, message: dict[str, Any], timeout_s: float, phase: str, gate: Callable[[str], str] | None = None
+        self,
+        message: dict[str, Any],
+        timeout_s: float,
+        phase: str,
+        gate: Callable[[str], str] | None = None,
+        fds: Sequence[int] = (),
     ) -> dict[str, Any]:
         """Send one op and wait for its reply, as it came: the transport under `ask`, which
         checks the reply against its typed request before anything reads it. A reply that says
         the op failed raises WorkerFailure, read as a typed `Failure`. With `gate`, the worker
         may ask for the GPU on the way (bot.harness.tuning_gate): `gate` turns what it said
-        into the answer, and the time that took does not count against `timeout_s`."""
+        into the answer, and the time that took does not count against `timeout_s`. `fds` go
+        with the request (the caller still owns them)."""
         if self.running.frozen:
             self.running.thaw()  # asked to work: it must run (the next `only()` freezes it again)
         try:
-            self.channel.send(message)
+            self.channel.send(message, fds=fds)
         except OSError:
             raise self._dead(phase) from None
         deadline = time.monotonic() + timeout_s
@@ -258,18 +267,21 @@ class WorkerClient:
 
 
 def ask(
-    worker: WorkerClient, request: Request, timeout_s: float, phase: str, gate: Callable[[str], str] | None = None
+    worker: WorkerClient,
+    request: Request,
+    timeout_s: float,
+    phase: str,
+    gate: Callable[[str], str] | None = None,
+    fds: Sequence[int] = (),
 ) -> Any:
     """Send a typed request (bot.protocol.messages, .batches) and return its reply, checked field by
     field and against the request. The reply is the candidate's process's word: a malformed
     one fails the contender (phase "protocol"), never the bot."""
     wire = request.to_wire()
     with current().phase(part_of(worker, request)):  # where the problem's time goes
-        reply = (
-            worker.request(wire, timeout_s, phase)
-            if gate is None
-            else worker.request(wire, timeout_s, phase, gate=gate)
-        )
+        # Only what was given: stand-ins of `request` take neither.
+        given = {k: v for k, v in (("gate", gate), ("fds", fds)) if v}
+        reply = worker.request(wire, timeout_s, phase, **given)
     return parse_reply(worker, request, reply)
 
 

@@ -1,0 +1,102 @@
+"""The reference's outputs each trial's contender calls are compared with: held in the bot's
+process, asked of the reference again trial by trial, or kept in the reference and compared
+there, in blocks it lends each call (bot.harness.judge)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bot.core.domain import CheckResult
+from bot.engine.verification.tolerance import Rule, rule_to_wire
+from bot.engine.workers.client import WorkerFailure, ask
+from bot.harness.judge import close_all
+from bot.protocol.messages import Judge, Lend, Run
+
+if TYPE_CHECKING:
+    from bot.engine.verification.trials import Hold, TrialRun
+
+# The reference's outputs of every trial of a shape are held in the bot's process while they
+# take no more than this; larger ones (KernelBench's 19_ReLU: 12 GiB of float64 a trial, eight
+# trials) are asked for again, once a trial, and only one trial's are held at a time: held all at
+# once they ran a 128 GiB host out of memory, and the run was killed with every problem in it.
+REFERENCE_HOLD_BYTES = 4 << 30
+
+
+@dataclass(frozen=True)
+class Lent:
+    """Blocks the reference lent for one contender call: their token, sizes and descriptors
+    (the bot's copies, closed once sent)."""
+
+    token: str
+    sizes: list[int]
+    fds: list[int]
+
+
+class ExpectedOutputs:
+    """The reference's outputs of each trial, for the contenders' to be compared with: those of
+    the sizing trials where all fit REFERENCE_HOLD_BYTES, else each trial's asked for again when
+    the contenders reach it (the reference answers a seed alike every time: a problem that does
+    not fails at its first trial, bot.harness.checked). Where the reference kept them
+    (`lent`), it keeps each trial's in turn, lends each contender's call blocks to write its
+    outputs into, and judges them there: `of` is None, and `lend` and `judge` serve each call."""
+
+    def __init__(
+        self, trial: TrialRun, plan: list[tuple[str, int]], refs: list[Any], hold: Hold, note: Callable[[str], None]
+    ) -> None:
+        self.trial, self.plan, self.hold, self.note = trial, plan, hold, note
+        self.lent = any(r.kept for r in refs)
+        self.tried = False  # whether the reference has lent blocks yet
+        self.lock = threading.Lock()  # contenders' calls run on several threads; the reference is one
+        size = sum(t.numel() * t.element_size() for r in refs for t in r.outputs or [])
+        self.held: list[list[Any] | None] = (
+            [list(r.outputs) for r in refs] if not self.lent and size <= REFERENCE_HOLD_BYTES else [None] * len(refs)
+        )
+
+    def _ask(self, request: Any) -> Any:
+        with self.hold(), self.lock:
+            return ask(self.trial.reference, request, self.trial.timeouts[1] * 20, "problem")
+
+    def of(self, n: int) -> list[Any] | None:
+        if self.held[n] is not None:
+            return self.held[n]
+        seed = self.plan[n][1]
+        if self.lent:
+            self._ask(Run(seed=seed, want="outputs", send_up_to=-1))
+            if self.tried:
+                return None
+            self.tried = True
+            try:  # once: where the reference cannot lend (no CUDA VMM, say), outputs travel
+                self.judge(self.lend(), None)
+                self.note("outputs compared in the reference, where they lie")
+                return None
+            except WorkerFailure as exc:
+                self.lent = False
+                self.note(
+                    f"outputs compared in the bot's process: the reference could not lend them memory ({exc.reason})"
+                )
+        return list(self._ask(Run(seed=seed, want="outputs")).outputs)
+
+    def lend(self) -> Lent:
+        with self.hold(), self.lock:
+            reply = ask(self.trial.reference, Lend(), self.trial.timeouts[1] * 20, "problem")
+            fds = self.trial.reference.channel.take_fds()
+        if len(fds) != len(reply.sizes):
+            close_all(fds)
+            raise WorkerFailure("problem", f"the reference lent {len(reply.sizes)} blocks with {len(fds)} descriptors")
+        return Lent(reply.token, reply.sizes, fds)
+
+    def judge(self, lent: Lent, wanted: list[tuple[Rule | None, str]] | None) -> list[CheckResult]:
+        """The reference's verdict on what was written into `lent` (each output by its rule,
+        with its label); with `wanted` None the blocks are only freed."""
+        rules = [rule_to_wire(rule) for rule, _ in wanted or []]
+        labels = [label for _, label in wanted or []]
+        reply = self._ask(Judge(token=lent.token, rules=rules, labels=labels, compare=wanted is not None))
+        return [
+            CheckResult(
+                str(r.get("name")), r.get("passed") is True, str(r.get("evidence", "")), dict(r.get("details", {}))
+            )
+            for r in reply.results
+        ]

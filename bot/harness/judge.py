@@ -1,0 +1,142 @@
+"""Outputs compared where they lie (ops "lend" and "judge", and a contender's trial written into
+lent blocks): for shapes whose outputs would take too long through the channel and the bot's
+memory (KernelBench's 19_ReLU: 6 GiB a call, 12 GiB of float64 reference).
+
+The reference keeps its latest trial's outputs (`Run.send_up_to`), lends a contender fresh
+poisoned blocks for one call (bot.harness.blocks), and compares what the contender wrote there
+with the bot's own comparison (bot.engine.verification.compare), by the rule the bot sends. Only
+the reference's process, which runs no candidate code, decides; the contender's process only
+writes bytes into memory it was lent, as it would send them over the channel.
+
+A part of bot.harness.worker.Harness, kept apart for size as bot/harness/checked.py is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from typing import Any
+
+import torch
+
+from bot.harness import shared
+from bot.harness.blocks import Block, borrow, lend
+from bot.protocol.channel import Channel
+from bot.protocol.messages import Judge, JudgeReply, Lend, LendReply
+from bot.protocol.typed import Failure
+
+
+def nbytes_of(meta: dict[str, Any]) -> int:
+    """Bytes of an output as its metadata describes it (bot.harness.support.meta)."""
+    count = 1
+    for s in meta["shape"]:
+        count *= int(s)
+    return count * torch.empty((), dtype=getattr(torch, meta["dtype"])).element_size()
+
+
+class JudgedCalls:
+    """The reference's ops "lend" and "judge"; a contender's side is `write_into`."""
+
+    device: str
+    ch: Channel
+    # The reference's: its latest kept outputs (as it would have sent them) and their metadata
+    # in the problem's own dtypes; the blocks it has lent, by token; descriptors for the reply.
+    expected: list[torch.Tensor] | None
+    expected_meta: list[dict[str, Any]]
+    lent: dict[str, list[Block]]
+    outgoing_fds: list[int]
+
+    def keep(self, values: list[torch.Tensor], metas: list[dict[str, Any]]) -> None:
+        self.expected, self.expected_meta = values, metas
+
+    def forget(self) -> None:
+        """Kept outputs and lent blocks go (before the next trial's are computed, and on release)."""
+        self.expected, self.expected_meta = None, []
+        for blocks in self.lent.values():
+            for block in blocks:
+                block.close()
+        self.lent.clear()
+
+    def op_lend(self, msg: Lend) -> dict:
+        if self.expected is None:
+            return Failure("protocol", "lend: no outputs kept to compare with").to_wire()
+        sizes = [nbytes_of(m) for m in self.expected_meta]
+        blocks: list[Block] = []
+        try:
+            for size in sizes:
+                block, fd = lend(size, self.device)
+                blocks.append(block)
+                self.outgoing_fds.append(fd)
+        except Exception as exc:
+            for block in blocks:
+                block.close()
+            close_all(self.take_outgoing())
+            return shared.failure("problem", exc)
+        token = secrets.token_hex(8)
+        self.lent[token] = blocks
+        return LendReply(token=token, sizes=sizes).to_wire()
+
+    def op_judge(self, msg: Judge) -> dict:
+        # Imported here: only the reference compares, and the comparison is the bot's own.
+        from bot.engine.verification.compare import compare_values
+        from bot.engine.verification.tolerance import rule_from_wire
+
+        blocks = self.lent.pop(msg.token, None)
+        if blocks is None:
+            return Failure("protocol", f"judge: no blocks lent as {msg.token!r}").to_wire()
+        try:
+            results = []
+            if msg.compare:
+                assert self.expected is not None
+                for i, (rule, label) in enumerate(zip(msg.rules, msg.labels)):
+                    meta = self.expected_meta[i]
+                    got = blocks[i].view(getattr(torch, meta["dtype"]), meta["shape"])
+                    result = compare_values(self.expected[i], got, meta["dtype"], rule_from_wire(rule), label)
+                    results.append(result.to_json())
+        except Exception as exc:
+            return shared.failure("problem", exc)
+        finally:
+            for block in blocks:
+                block.close()
+        return JudgeReply(results=results).to_wire()
+
+    def take_outgoing(self) -> list[int]:
+        fds, self.outgoing_fds = self.outgoing_fds, []
+        return fds
+
+
+def write_into(device: str, fds: list[int], sizes: list[int], outputs: list[torch.Tensor]) -> bool:
+    """A contender's outputs copied into the blocks lent for them, where each fits its block as
+    the reference's output does (else nothing is written, and the bot fails the call on its
+    structure). The descriptors are closed and the blocks unmapped after."""
+    if len(fds) != len(sizes):
+        close_all(fds)
+        raise ValueError(f"{len(sizes)} blocks named, {len(fds)} descriptors came")
+    blocks: list[Block] = []
+    try:
+        for n, (fd, size) in enumerate(zip(fds, sizes)):
+            try:
+                blocks.append(borrow(fd, size, device))
+            except Exception:
+                close_all(fds[n + 1 :])
+                raise
+        fits = len(outputs) == len(blocks) and all(
+            out.numel() * out.element_size() == block.nbytes for out, block in zip(outputs, blocks)
+        )
+        if fits:
+            for out, block in zip(outputs, blocks):
+                block.view(out.dtype, list(out.shape)).copy_(out)
+            if device == "cuda":
+                shared.cuda_sync()
+        return fits
+    finally:
+        for block in blocks:
+            block.close()
+
+
+def close_all(fds: list[int]) -> None:
+    """Close descriptors this process no longer needs (one already closed is no error)."""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)

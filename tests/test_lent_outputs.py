@@ -1,0 +1,184 @@
+"""Outputs compared where they lie: the reference keeps a trial's outputs, lends each contender's
+call fresh poisoned blocks (file descriptors over the channel) and judges what was written there
+(bot.harness.judge). On a CPU the blocks are sealed memfds; the same protocol carries CUDA VMM
+allocations on a GPU (tests/test_gpu_lent.py)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+
+import pytest
+import torch
+from conftest import CANDIDATES, PROBLEMS
+
+from bot.harness.blocks import POISON, borrow, lend
+from bot.protocol.channel import Channel
+
+KEY = b"k" * 32
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _pair(receiver_room: int) -> tuple[Channel, Channel]:
+    a, b = socket.socketpair()
+    sender, receiver = Channel(a, KEY), Channel(b, KEY)
+    receiver.fd_room = receiver_room
+    return sender, receiver
+
+
+def test_descriptors_travel_with_a_message_to_an_end_that_takes_them():
+    sender, receiver = _pair(4)
+    block, fd = lend(64, "cpu")
+    sender.send({"op": "x", "t": torch.arange(3)}, fds=[fd])
+    os.close(fd)
+    message = receiver.recv()
+    (got,) = receiver.take_fds()
+    assert message["op"] == "x" and message["t"].tolist() == [0, 1, 2]
+    theirs = borrow(got, 64, "cpu")  # the same memory: a write there shows here
+    theirs.view(torch.float32, [16]).fill_(2.0)
+    assert block.view(torch.float32, [16]).eq(2.0).all()
+    assert receiver.take_fds() == []
+
+
+def test_an_end_without_room_takes_no_descriptor_and_the_message_still_arrives():
+    # The bot's channels to contenders: whatever a candidate attaches is closed by the kernel.
+    sender, receiver = _pair(0)
+    _, fd = lend(64, "cpu")
+    before = _open_fds()
+    sender.send({"op": "y"}, fds=[fd, fd, fd])
+    os.close(fd)
+    assert receiver.recv() == {"op": "y"}
+    assert receiver.take_fds() == [] and _open_fds() == before - 1
+
+
+def test_too_many_descriptors_are_tampering():
+    from bot.protocol.channel import ChannelTampered
+
+    sender, receiver = _pair(1)
+    _, fd = lend(8, "cpu")
+    sender.send({"op": "z"}, fds=[fd, fd])
+    with pytest.raises(ChannelTampered, match="descriptors"):
+        receiver.recv()
+    for got in receiver.take_fds():
+        os.close(got)
+    os.close(fd)
+
+
+def test_a_lent_block_is_poisoned_and_cannot_be_shrunk_under_the_reference():
+    block, fd = lend(4096, "cpu")
+    assert block.view(torch.uint8, [4096]).eq(POISON).all()
+    assert torch.isnan(block.view(torch.float32, [1024])).all()
+    with pytest.raises(OSError) as raised:  # a contender truncating it would SIGBUS the reference
+        os.ftruncate(fd, 0)
+    assert raised.value.errno == errno.EPERM
+    with pytest.raises(ValueError, match="takes"):
+        block.view(torch.float64, [1024])
+    os.close(fd)
+
+
+# Every cheat of the regression suite that a trial rejects, with its outputs judged in the
+# reference, and the cheat aimed at the lending itself.
+REJECTED = {
+    "cheat_empty": "values",
+    "cheat_mutate_input": "inputs unchanged",
+    "cheat_subclass": "output structure",
+    "cheat_low_precision": "values",
+    "cheat_zero_shortcut": "values",
+    "cheat_patch_checks": "values",
+    "cheat_patch_reference": "values",
+    "cheat_gc_scan": "values",
+    "cheat_background_thread": "no new threads",
+    "cheat_skip_lent_write": "values",
+}
+ACCEPTED = ["honest", "honest_fresh_outputs"]
+
+
+@pytest.fixture(scope="module")
+def lent_outcomes():
+    import bot.engine.verification.trials as trials
+    from bot.core.progress import Note
+    from bot.engine.evaluation.evaluate import evaluate
+    from bot.engine.evaluation.options import EvalOptions
+    from bot.engine.timing.records import TimingOptions
+    from bot.engine.workspace.candidates import load_candidate
+    from bot.engine.workspace.problems import load_problem
+    from bot.sandbox import Limits
+
+    notes: list[str] = []
+    saved, trials.LEND_OVER_BYTES = trials.LEND_OVER_BYTES, 0  # every shape's outputs lent
+    try:
+        result = evaluate(
+            load_problem(PROBLEMS / "scale_add.py"),
+            [load_candidate(CANDIDATES / f"{n}.py") for n in [*REJECTED, *ACCEPTED]],
+            None,
+            EvalOptions(
+                device="cpu",
+                use_cache=False,
+                limits=Limits(memory_mb=4096, call_timeout_s=20),
+                timing=TimingOptions(time_cap_s=0.3, min_samples=5),
+            ),
+            lambda event: notes.append(event.text) if isinstance(event, Note) else None,
+        )
+    finally:
+        trials.LEND_OVER_BYTES = saved
+    return {o.candidate.name: o for o in result.candidates}, notes
+
+
+def test_every_shape_was_compared_in_the_reference(lent_outcomes):
+    _, notes = lent_outcomes
+    assert sum("outputs compared in the reference, where they lie" in n for n in notes) == 2, notes
+    assert not [n for n in notes if "could not lend" in n]
+
+
+@pytest.mark.parametrize("name,check", sorted(REJECTED.items()))
+def test_a_cheat_judged_in_the_reference_is_rejected_by_the_named_check(lent_outcomes, name, check):
+    verdict = lent_outcomes[0][name].verdict
+    failed = [c.name for c in verdict.checks if not c.passed]
+    assert not verdict.accepted and check in failed, verdict.reasons
+
+
+@pytest.mark.parametrize("name", ACCEPTED)
+def test_honest_code_judged_in_the_reference_is_accepted_with_its_errors(lent_outcomes, name):
+    outcome = lent_outcomes[0][name]
+    assert outcome.verdict.accepted, outcome.verdict.reasons
+    values = [c for c in outcome.verdict.checks if c.name == "values"]
+    assert values and all(c.passed and "norm_rel_err" in c.details for c in values)
+
+
+def test_what_was_not_written_is_seen_as_poison(lent_outcomes):
+    check = next(c for c in lent_outcomes[0]["cheat_skip_lent_write"].verdict.checks if not c.passed)
+    assert "NaN" in check.evidence, check.evidence
+
+
+def test_a_rule_travels_to_the_reference_as_it_is():
+    import math
+
+    from bot.engine.verification.tolerance import AllClose, Tolerance, rule_from_wire, rule_to_wire
+
+    for rule in (Tolerance(1e-5, 1e-4, math.inf), AllClose(1e-4, 1e-4, 0.02), None):
+        assert rule_from_wire(rule_to_wire(rule)) == rule
+    with pytest.raises(ValueError, match="not a rule"):
+        rule_from_wire({"norm_rel": 1.0})
+
+
+def test_the_reference_refuses_to_judge_blocks_it_did_not_lend_or_with_nothing_kept():
+    import bot.harness.worker as worker
+    from bot.protocol.messages import Construct, Judge, Lend, Load
+
+    h = worker.Harness(None, "cpu", 1)
+    assert h.op_load(Load(problem=str(PROBLEMS / "scale_add.py"), precision="float64"))["ok"]
+    assert h.op_construct(Construct(seed=3))["ok"]
+    assert "no outputs kept" in h.op_lend(Lend())["error"]
+    from bot.protocol.messages import Run
+
+    assert h.op_run(Run(seed=5, want="outputs", send_up_to=-1))["kept"] is True
+    lent = h.op_lend(Lend())
+    assert lent["ok"] and len(h.take_outgoing()) == len(lent["sizes"]) == 1
+    assert "no blocks lent" in h.op_judge(Judge(token="elsewhere"))["error"]
+    judged = h.op_judge(Judge(token=lent["token"], rules=[None], labels=["x"]))  # still poison
+    assert judged["ok"] and judged["results"][0]["passed"] is False
+    assert h.lent == {}
