@@ -377,3 +377,14 @@ def test_a_containers_memory_limit_moves_to_the_problems(engine, tmp_path):
         assert host["Memory"] == host["MemorySwap"] == 3 << 30
     finally:
         worker.kill()
+
+
+def test_outputs_lent_across_containers_are_judged_in_the_reference(engine, tmp_path, monkeypatch):
+    # The blocks travel as descriptors over the channel's unix socket from one container to
+    # the bot and on to another: a right answer written there passes, nothing written is poison.
+    import bot.engine.verification.trials as trials
+
+    monkeypatch.setattr(trials, "LEND_OVER_BYTES", 0)
+    assert verify("honest.py", tmp_path).accepted
+    skipped = verify("cheat_skip_lent_write.py", tmp_path)
+    assert not skipped.accepted and any("NaN" in r for r in skipped.reasons), skipped.reasons
