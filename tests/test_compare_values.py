@@ -6,7 +6,7 @@ import re
 
 import torch
 
-from bot.engine.verification.compare import compare_values
+from bot.protocol.values import compare_values
 
 
 def _float64_errors(ref: torch.Tensor, out: torch.Tensor) -> tuple[float, float]:
@@ -211,7 +211,7 @@ def test_rmsnorm_without_eps_is_caught_on_tiny_rows():
 
 def _in_chunks_and_whole(monkeypatch, ref, out, dtype, rule=None):
     """compare_values of the same output in chunks of a few rows and as one chunk."""
-    from bot.engine.verification import compare
+    from bot.protocol import values as compare
 
     whole = compare_values(ref, out, dtype, rule, "x")
     monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 3 * 64)
@@ -230,7 +230,7 @@ def _same(whole, chunked):
 
 
 def test_an_output_compared_in_chunks_of_rows_gets_the_verdict_and_evidence_of_one_compared_whole(monkeypatch):
-    from bot.engine.verification.tolerance import AllClose
+    from bot.core.tolerance import AllClose
 
     torch.manual_seed(3)
     ref = torch.randn(40, 64) * torch.logspace(-6, 2, 40)[:, None]
@@ -268,7 +268,7 @@ def test_a_large_output_is_compared_in_bounded_memory():
     # a gigabyte beside the two 128 MiB tensors compared (1,023 MiB grown); in chunks of 4 M elements, 152 to 188 MiB.
     script = (
         "import resource, torch\n"
-        "from bot.engine.verification.compare import compare_values\n"
+        "from bot.protocol.values import compare_values\n"
         "ref = torch.randn(8192, 4096); out = ref + 1e-9 * ref.abs()\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "assert compare_values(ref, out, 'float32', None, 'x').passed\n"
@@ -291,7 +291,7 @@ def test_a_rule_past_the_dtypes_range_leaves_the_normwise_bound_to_decide():
     # A rule held to the problem's own error can ask for an elementwise multiple that float32
     # cannot hold (KernelBench's 4_Conv2d_Mish_Mish asked for 8e46 of a row's maximum): the
     # elementwise bound is then inf, and the normwise one decides; before, the comparison raised.
-    from bot.engine.verification.tolerance import Tolerance
+    from bot.core.tolerance import Tolerance
 
     rule = Tolerance(norm_rel=1e-3, elem_rtol=1e-4, elem_atol_rel=8e46)
     ref = torch.randn(16, 64, dtype=torch.float64)

@@ -157,7 +157,7 @@ def test_what_was_not_written_is_seen_as_poison(lent_outcomes):
 def test_a_rule_travels_to_the_reference_as_it_is():
     import math
 
-    from bot.engine.verification.tolerance import AllClose, Tolerance, rule_from_wire, rule_to_wire
+    from bot.core.tolerance import AllClose, Tolerance, rule_from_wire, rule_to_wire
 
     for rule in (Tolerance(1e-5, 1e-4, math.inf), AllClose(1e-4, 1e-4, 0.02), None):
         assert rule_from_wire(rule_to_wire(rule)) == rule

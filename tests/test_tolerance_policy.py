@@ -15,14 +15,7 @@ from conftest import CANDIDATES, PROBLEMS
 
 from bot.core.domain import CheckResult
 from bot.core.settings import TolerancePolicy
-from bot.engine.verification.compare import (
-    REUSED_OUTPUT,
-    check_commitment,
-    compare_fingerprints,
-    compare_outputs,
-    compare_values,
-)
-from bot.engine.verification.tolerance import (
+from bot.core.tolerance import (
     DEFAULT_TOLERANCES,
     NORM_CEILING,
     OWN_ERROR_MULTIPLE,
@@ -32,9 +25,16 @@ from bot.engine.verification.tolerance import (
     shape_rules,
     widening_notes,
 )
+from bot.engine.verification.compare import (
+    REUSED_OUTPUT,
+    check_commitment,
+    compare_fingerprints,
+    compare_outputs,
+)
 from bot.harness import own_error as own_error_module
 from bot.harness.own_error import own_error
 from bot.protocol.measures import hash_tensor
+from bot.protocol.values import compare_values
 
 FLOAT32 = [{"dtype": "float32", "shape": [64, 96]}]
 

@@ -232,13 +232,15 @@ def test_contenders_that_tune_by_timing_run_their_trials_alone_after_the_others(
     )
     assert list(checks) == list(contenders)  # every contender judged, in the order given
     assert all(c.passed for found in checks.values() for c in found)
-    # The reference under a shared hold, each other trial call under one of its own; the
+    # The reference under a shared hold (its first trial, which sizes the shape, under one of
+    # its own), each other trial call under one of its own; the
     # self-tuning contenders' workers cannot hook their timing (no channel here), so each
     # one's trials (a call per distribution and its release) run afterwards under an exclusive
     # hold of its own.
     n = len(DISTRIBUTIONS)
     who = [w if w != "lock" else op for w, op in log]
-    head = ["shared taken"] + ["reference"] * (n + 1) + ["shared given back"] + ["tuned1"]
+    sized = ["shared taken", "reference", "shared given back"]
+    head = sized + ["shared taken"] + ["reference"] * n + ["shared given back"] + ["tuned1"]
     assert who[: len(head)] == head
     assert who[len(head)] == "tuned2"  # both asked to hook their timing first ("gate"), in vain
     parallel = who[len(head) + 1 : who.index("exclusive taken")]
@@ -300,3 +302,51 @@ def test_a_trial_reply_missing_a_field_fails_that_contender_and_the_others_carry
     assert [c.name for c in failed] == ["protocol"]
     assert "malformed reply to op 'run'" in failed[0].evidence and "inputs_after" in failed[0].evidence
     assert checks["honest"] and all(c.passed for c in checks["honest"])
+
+
+def test_only_the_first_reference_trial_holds_the_sizing_and_the_problem_is_admitted_on_it():
+    # While one problem's reference held the sizing through all eight trials (KernelBench's
+    # 19_ReLU: 42 s each), every other problem waited to grow: two showed no progress for minutes.
+    import contextlib
+    import random
+
+    from conftest import CANDIDATES
+
+    from bot.engine.verification.trials import TrialRun, run_trials
+    from bot.engine.workspace.problems import load_problem
+
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    log: list[tuple[str, str]] = []
+
+    @contextlib.contextmanager
+    def sizing():
+        log.append(("budget", "sizing"))
+        yield
+        log.append(("budget", "sized"))
+
+    def admit(info):
+        assert info.peak_bytes is None and info.meta  # on a CPU: no device peak, the outputs known
+        log.append(("budget", "admit"))
+        return 1
+
+    reference = _LoggedWorker("reference", log)
+    contender = _LoggedWorker("a", log, str(CANDIDATES / "honest.py"), "ModelNew", "native")
+    run_trials(
+        TrialRun(
+            problem,
+            problem.shapes_for("cpu")[0],
+            reference,
+            random.Random(0),
+            1,
+            (20.0, 20.0),
+            1,
+            admit=admit,
+            sizing=sizing,
+        ),
+        {"a": contender},
+        lambda _: None,
+    )
+    runs = [i for i, entry in enumerate(log) if entry == ("reference", "run")]
+    assert len(runs) > 2
+    assert log.index(("budget", "sizing")) < runs[0] < log.index(("budget", "sized")) < runs[1]
+    assert log.index(("budget", "sized")) < log.index(("budget", "admit")) < runs[1]

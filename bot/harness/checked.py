@@ -19,9 +19,10 @@ import torch
 
 from bot.core.settings import Device
 from bot.harness import shared, support
-from bot.harness.judge import close_all, write_into
+from bot.harness.judge import write_into
 from bot.harness.own_error import CHUNK_ELEMENTS, own_error
 from bot.harness.tuning_gate import TuningGate
+from bot.protocol.channel import close_fds
 from bot.protocol.messages import Fingerprints, FingerprintsReply, Run, RunReply
 
 
@@ -46,17 +47,17 @@ class CheckedCalls:
         # With `into`: the blocks' descriptors (a harness in the bot's own process has no channel).
         lent = self.ch.take_fds() if self.ch is not None else []
         if msg.into is None:
-            close_all(lent)
+            close_fds(lent)
         try:
             inputs = self._inputs(msg.seed)
         except Exception as exc:
-            close_all(lent)
+            close_fds(lent)
             return shared.failure("problem", exc)
         # Checks of timed calls (requests that say what they want) compare outputs only. Hashing the inputs
         # goes through host memory: for 2 GB of logits it cost seconds per timed batch.
         before = [] if msg.want else [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
         if self.is_reference:  # values from the upcast model, where its precision is not native
-            close_all(lent)
+            close_fds(lent)
             self.forget()  # a kept trial's outputs go before this one's are computed
             return self._reference_run(inputs, before, msg)
         if self.device == Device.CUDA:
@@ -71,7 +72,7 @@ class CheckedCalls:
                 shared.cuda_sync() if self.device == Device.CUDA else None
                 host_us = (shared.perf_ns() - t0) / 1e3
         except BaseException as exc:
-            close_all(lent)
+            close_fds(lent)
             return shared.failure("call", exc)
         outputs = shared.as_outputs(result)
         metas = [support.meta(o) for o in outputs]

@@ -13,26 +13,19 @@ A part of bot.harness.worker.Harness, kept apart for size as bot/harness/checked
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
 from typing import Any
 
 import torch
 
+from bot.core.tolerance import rule_from_wire
 from bot.harness import shared
 from bot.harness.blocks import Block, borrow, lend
-from bot.protocol.channel import Channel
+from bot.protocol.channel import Channel, close_fds
+from bot.protocol.measures import output_nbytes
 from bot.protocol.messages import Judge, JudgeReply, Lend, LendReply
 from bot.protocol.typed import Failure
-
-
-def nbytes_of(meta: dict[str, Any]) -> int:
-    """Bytes of an output as its metadata describes it (bot.harness.support.meta)."""
-    count = 1
-    for s in meta["shape"]:
-        count *= int(s)
-    return count * torch.empty((), dtype=getattr(torch, meta["dtype"])).element_size()
+from bot.protocol.values import compare_values
 
 
 class JudgedCalls:
@@ -61,7 +54,7 @@ class JudgedCalls:
     def op_lend(self, msg: Lend) -> dict:
         if self.expected is None:
             return Failure("protocol", "lend: no outputs kept to compare with").to_wire()
-        sizes = [nbytes_of(m) for m in self.expected_meta]
+        sizes = [output_nbytes(m) for m in self.expected_meta]
         blocks: list[Block] = []
         try:
             for size in sizes:
@@ -71,17 +64,13 @@ class JudgedCalls:
         except Exception as exc:
             for block in blocks:
                 block.close()
-            close_all(self.take_outgoing())
+            close_fds(self.take_outgoing())
             return shared.failure("problem", exc)
         token = secrets.token_hex(8)
         self.lent[token] = blocks
         return LendReply(token=token, sizes=sizes).to_wire()
 
     def op_judge(self, msg: Judge) -> dict:
-        # Imported here: only the reference compares, and the comparison is the bot's own.
-        from bot.engine.verification.compare import compare_values
-        from bot.engine.verification.tolerance import rule_from_wire
-
         blocks = self.lent.pop(msg.token, None)
         if blocks is None:
             return Failure("protocol", f"judge: no blocks lent as {msg.token!r}").to_wire()
@@ -111,7 +100,7 @@ def write_into(device: str, fds: list[int], sizes: list[int], outputs: list[torc
     the reference's output does (else nothing is written, and the bot fails the call on its
     structure). The descriptors are closed and the blocks unmapped after."""
     if len(fds) != len(sizes):
-        close_all(fds)
+        close_fds(fds)
         raise ValueError(f"{len(sizes)} blocks named, {len(fds)} descriptors came")
     blocks: list[Block] = []
     try:
@@ -119,7 +108,7 @@ def write_into(device: str, fds: list[int], sizes: list[int], outputs: list[torc
             try:
                 blocks.append(borrow(fd, size, device))
             except Exception:
-                close_all(fds[n + 1 :])
+                close_fds(fds[n + 1 :])
                 raise
         fits = len(outputs) == len(blocks) and all(
             out.numel() * out.element_size() == block.nbytes for out, block in zip(outputs, blocks)
@@ -133,10 +122,3 @@ def write_into(device: str, fds: list[int], sizes: list[int], outputs: list[torc
     finally:
         for block in blocks:
             block.close()
-
-
-def close_all(fds: list[int]) -> None:
-    """Close descriptors this process no longer needs (one already closed is no error)."""
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)

@@ -3,7 +3,7 @@
 The reference worker runs the problem's `Model` as written (its dtype, this device: TF32
 convolutions under cuDNN's defaults, long float32 reductions) beside the upcast oracle, and
 reports this error in the two measures the parent's tolerance has (bot.engine.verification.compare), so the
-bound can account for it (bot.engine.verification.tolerance). Only figures travel: the native outputs stay here.
+bound can account for it (bot.core.tolerance). Only figures travel: the native outputs stay here.
 """
 
 from __future__ import annotations

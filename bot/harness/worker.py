@@ -32,11 +32,11 @@ from bot.harness.blocks import Block
 from bot.harness.checked import CheckedCalls
 from bot.harness.env import describe_environment, timer_overhead_us
 from bot.harness.held import Held
-from bot.harness.judge import JudgedCalls, close_all
+from bot.harness.judge import JudgedCalls
 from bot.harness.timing import LAUNCHES_KEPT, Rotation, TimedCalls
 from bot.harness.tuning_gate import TuningGate
 from bot.protocol.batches import Outputs, OutputsReply, Stage, StageInto, StageReply
-from bot.protocol.channel import FDS_PER_MESSAGE, Channel, ChannelClosed
+from bot.protocol.channel import FDS_PER_MESSAGE, Channel, ChannelClosed, close_fds
 from bot.protocol.dispatch import parse_request, serve
 from bot.protocol.messages import (
     Construct,
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             channel.send(reply, fds=fds)
         finally:
-            close_all(fds)  # the bot holds its own copies now
+            close_fds(fds)  # the bot holds its own copies now
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ them; elsewhere the kernel closes whatever a peer attached, unread.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -77,6 +78,13 @@ def outputs_bound(metas: Sequence[Mapping[str, Any]], copies: int) -> int:
     CONTROL_BYTES. The one size bound of the channel; a larger message is tampering."""
     elements = sum(math.prod(int(s) for s in m.get("shape", ())) for m in metas if m.get("type") == "Tensor")
     return max(1, copies) * elements * _WIDEST + CONTROL_BYTES
+
+
+def close_fds(fds: Sequence[int]) -> None:
+    """Close descriptors this process no longer needs (one already closed is no error)."""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 class ChannelError(Exception):

@@ -14,7 +14,8 @@ against what it computes here from the outputs it reads or is shown.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -54,6 +55,13 @@ def _digest_of(dtype: torch.dtype, shape: tuple[int, ...], parts: Iterable[Any])
 def digest(dtype: torch.dtype, shape: tuple[int, ...], data: bytes | bytearray | memoryview) -> str:
     """The digest of an output of `dtype` and `shape` whose dense bytes are `data`."""
     return _digest_of(dtype, shape, (data,))
+
+
+def output_nbytes(meta: Mapping[str, Any]) -> int:
+    """Bytes of an output as its metadata describes it (dtype and shape)."""
+    return (
+        math.prod(int(s) for s in meta["shape"]) * torch.empty((), dtype=getattr(torch, meta["dtype"])).element_size()
+    )
 
 
 def hash_tensor(t: torch.Tensor) -> str:
@@ -108,5 +116,6 @@ __all__ = [
     "fingerprint",
     "fingerprint_weights",
     "hash_tensor",
+    "output_nbytes",
     "row_width",
 ]

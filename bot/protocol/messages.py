@@ -219,7 +219,7 @@ class JudgeReply(Reply):
 @dataclass(frozen=True)
 class Judge(Request):
     """Compare the blocks lent as `token` with the kept outputs, each by its rule (None: the
-    dtype's default; bot.engine.verification.tolerance.rule_to_wire), then free them; with
+    dtype's default; bot.core.tolerance.rule_to_wire), then free them; with
     `compare` False only free them."""
 
     op, Reply = "judge", JudgeReply

@@ -48,7 +48,7 @@ class EvalOptions:
     # Reuse conclusive verdicts and timings of candidates judged before (bot.engine.evaluation.cache). No
     # default: the settings' (on) would let a test or script read and fill the user's cache unasked.
     use_cache: bool = field(kw_only=True)
-    # What outputs are compared with (bot.engine.verification.tolerance).
+    # What outputs are compared with (bot.core.tolerance).
     tolerance: TolerancePolicy = DEFAULTS.tolerance
     # The process sandbox runs candidates even where it cannot contain them.
     allow_uncontained: bool = DEFAULTS.allow_uncontained

@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bot.core.domain import Problem, Shape
+from bot.core.tolerance import Rule
 from bot.engine.timing.harness_cost import HarnessCost
 from bot.engine.timing.outside_checks import OutsideChecks
 from bot.engine.timing.records import TimingOptions
-from bot.engine.verification.tolerance import Rule
 from bot.engine.workers.client import WorkerClient
 
 # Called right before each timed batch with its worker: the sandbox freezes every other

@@ -15,11 +15,11 @@ from bot.core import stats as bench
 from bot.core.domain import Problem, Shape
 from bot.core.progress import Note, Progress, Screened, TimingRound, silent
 from bot.core.settings import Device
+from bot.core.tolerance import rules_of
 from bot.engine.timing.batch_run import Run, Window, no_window
 from bot.engine.timing.harness_cost import HarnessCost
 from bot.engine.timing.records import TimingOptions, TimingRecord
 from bot.engine.timing.timed_batch import one_batch
-from bot.engine.verification.tolerance import rules_of
 from bot.engine.verification.trials import ReferenceInfo
 from bot.engine.workers.client import WorkerClient
 

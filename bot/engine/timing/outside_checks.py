@@ -36,9 +36,9 @@ from typing import Protocol
 import torch
 
 from bot.core.domain import CheckResult
+from bot.core.tolerance import Rule
 from bot.engine.timing.harness_cost import HarnessCost
 from bot.engine.verification.compare import REUSED_OUTPUT, compare_fingerprints, compare_outputs
-from bot.engine.verification.tolerance import Rule
 from bot.engine.workers.client import WorkerClient, ask
 from bot.protocol import measures
 from bot.protocol.batches import TimeReply

@@ -4,19 +4,20 @@ there, in blocks it lends each call (bot.harness.judge)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.core.domain import CheckResult
-from bot.engine.verification.tolerance import Rule, rule_to_wire
-from bot.engine.workers.client import WorkerFailure, ask
-from bot.harness.judge import close_all
+from bot.core.tolerance import Rule, rule_to_wire
+from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
+from bot.protocol.channel import close_fds
 from bot.protocol.messages import Judge, Lend, Run
 
-if TYPE_CHECKING:
-    from bot.engine.verification.trials import Hold, TrialRun
+# A hold on the device, taken around the reference's work (bot.engine.verification.trials.DeviceHolds).
+Hold = Callable[[], contextlib.AbstractContextManager[Any]]
 
 # The reference's outputs of every trial of a shape are held in the bot's process while they
 # take no more than this; larger ones (KernelBench's 19_ReLU: 12 GiB of float64 a trial, eight
@@ -44,9 +45,15 @@ class ExpectedOutputs:
     outputs into, and judges them there: `of` is None, and `lend` and `judge` serve each call."""
 
     def __init__(
-        self, trial: TrialRun, plan: list[tuple[str, int]], refs: list[Any], hold: Hold, note: Callable[[str], None]
+        self,
+        reference: WorkerClient,
+        timeout_s: float,
+        plan: list[tuple[str, int]],
+        refs: list[Any],
+        hold: Hold,
+        note: Callable[[str], None],
     ) -> None:
-        self.trial, self.plan, self.hold, self.note = trial, plan, hold, note
+        self.reference, self.timeout_s, self.plan, self.hold, self.note = reference, timeout_s, plan, hold, note
         self.lent = any(r.kept for r in refs)
         self.tried = False  # whether the reference has lent blocks yet
         self.lock = threading.Lock()  # contenders' calls run on several threads; the reference is one
@@ -57,7 +64,7 @@ class ExpectedOutputs:
 
     def _ask(self, request: Any) -> Any:
         with self.hold(), self.lock:
-            return ask(self.trial.reference, request, self.trial.timeouts[1] * 20, "problem")
+            return ask(self.reference, request, self.timeout_s, "problem")
 
     def of(self, n: int) -> list[Any] | None:
         if self.held[n] is not None:
@@ -81,10 +88,10 @@ class ExpectedOutputs:
 
     def lend(self) -> Lent:
         with self.hold(), self.lock:
-            reply = ask(self.trial.reference, Lend(), self.trial.timeouts[1] * 20, "problem")
-            fds = self.trial.reference.channel.take_fds()
+            reply = ask(self.reference, Lend(), self.timeout_s, "problem")
+            fds = self.reference.channel.take_fds()
         if len(fds) != len(reply.sizes):
-            close_all(fds)
+            close_fds(fds)
             raise WorkerFailure("problem", f"the reference lent {len(reply.sizes)} blocks with {len(fds)} descriptors")
         return Lent(reply.token, reply.sizes, fds)
 

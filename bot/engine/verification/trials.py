@@ -14,15 +14,16 @@ from bot.core.distributions import seed_for, timed_mix
 from bot.core.domain import CheckResult, Problem, Shape
 from bot.core.progress import Note, Progress, ReferenceTrial, TrialsStarted
 from bot.core.settings import DEFAULTS, Device, TolerancePolicy
+from bot.core.tolerance import Rule, distribution_rules, shape_rules, widening_notes
 from bot.engine.verification import verify
-from bot.engine.verification.compare import compare_values
-from bot.engine.verification.expected import ExpectedOutputs
-from bot.engine.verification.tolerance import Rule, distribution_rules, shape_rules, widening_notes
+from bot.engine.verification.expected import ExpectedOutputs, Hold
 from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
 from bot.engine.workers.gpulock import GpuHandover
 from bot.engine.workers.phase_clock import current
-from bot.harness.judge import close_all, nbytes_of
+from bot.protocol.channel import close_fds
+from bot.protocol.measures import output_nbytes
 from bot.protocol.messages import Gate, ReferenceRun, Release, Run
+from bot.protocol.values import compare_values
 
 
 @dataclass
@@ -33,7 +34,7 @@ class ReferenceInfo:
     nbytes: int = 0
     flops: int | None = None
     inputs: list[str] = field(default_factory=list)  # e.g. "bfloat16[8192, 4096]"
-    # The rule each output is held to on this shape's timed calls (bot.engine.verification.tolerance),
+    # The rule each output is held to on this shape's timed calls (bot.core.tolerance),
     # and per input distribution, in its trials (as tight as the reference's own error there).
     rules: tuple[Rule | None, ...] = ()
     trial_rules: dict[str, tuple[Rule | None, ...]] = field(default_factory=dict)
@@ -118,8 +119,6 @@ def tunes_on_first_call(source: str) -> bool:
     faster (docs/verifier.md)."""
     return bool(SELF_TUNING.search(source))
 
-
-Hold = Callable[[], contextlib.AbstractContextManager[Any]]
 
 # One trial's reference outputs over this (as sent: 12 GiB of float64 for KernelBench's 19_ReLU)
 # stay in the reference and are compared there (bot.harness.judge): through the channel and the
@@ -214,7 +213,7 @@ def run_trials(
                 outputs.judge(lent, None)
             return [failure_check(exc)]
         finally:
-            close_all(lent.fds if lent else [])
+            close_fds(lent.fds if lent else [])
             release_cache(worker, trial.timeouts[1])
         results = [
             verify.check_output_meta(info.meta, got.meta),
@@ -253,24 +252,29 @@ def run_trials(
                     checks[name].extend(results)
                 alive = [name for name, results in zip(alive, found) if all(r.passed for r in results)]
 
+    def reference_trial(n: int) -> Any:
+        dist, seed = plan[n - 1]
+        progress(ReferenceTrial(trial.problem.name, trial.shape.name, n, len(plan), dist))
+        # The first trial of a shape asks for a second answer: a nondeterministic problem fails
+        # there, saying so, not later as its own baseline's mismatch. float64 runs are slower.
+        request = ReferenceRun(seed=seed, repeat=n == 1, send_up_to=trial.lend_over)
+        return ask(trial.reference, request, trial.timeouts[1] * 20, "problem")
+
+    # The first trial measures the shape (its footprint, with the repeat's answers, the
+    # largest): only it holds the memory no other problem may grow into, and the problem is
+    # admitted on its figures. Holding that for every trial kept other problems waiting for
+    # minutes behind a slow reference (KernelBench's 19_ReLU: 42 s a trial, eight trials).
     with trial.sizing(), holds.shared():
-        refs = []
-        for n, (dist, seed) in enumerate(plan, 1):
-            progress(ReferenceTrial(trial.problem.name, trial.shape.name, n, len(plan), dist))
-            refs.append(
-                # The first trial of a shape asks for a second answer: a nondeterministic problem
-                # fails there, saying so, not later as its own baseline's mismatch.
-                ask(
-                    trial.reference,
-                    ReferenceRun(seed=seed, repeat=n == 1, send_up_to=trial.lend_over),
-                    trial.timeouts[1] * 20,
-                    "problem",
-                )
-            )  # float64 runs are slower
-        info.meta, info.nbytes, info.flops = refs[0].meta, refs[0].bytes, refs[0].flops
-        info.inputs = refs[0].input_meta
-        info.native_peak_bytes = max((r.native_peak_bytes or 0 for r in refs), default=0) or None
-        info.peak_bytes = max((r.peak_bytes or 0 for r in refs), default=0) or None
+        refs = [reference_trial(1)]
+    info.meta, info.nbytes, info.flops = refs[0].meta, refs[0].bytes, refs[0].flops
+    info.inputs = refs[0].input_meta
+    info.native_peak_bytes, info.peak_bytes = refs[0].native_peak_bytes, refs[0].peak_bytes
+    if refs[0].kept:
+        info.lent_bytes = sum(output_nbytes(m) for m in info.meta)
+    if trial.admit is not None:
+        parallel = trial.admit(info)
+    with holds.shared():
+        refs.extend(reference_trial(n) for n in range(2, len(plan) + 1))
         dtypes = [m["dtype"] for m in info.meta]
         own_errors = [r.own_error for r in refs]
         info.rules = shape_rules(info.meta, trial.problem.tolerance, own_errors, trial.policy)
@@ -282,13 +286,14 @@ def run_trials(
         release_cache(trial.reference, trial.timeouts[1])
     inputs_before = [r.inputs_before for r in refs]
     outputs = ExpectedOutputs(
-        trial, plan, refs, holds.shared, lambda text: progress(Note(text, trial.problem.name, trial.shape.name))
+        trial.reference,
+        trial.timeouts[1] * 20,  # float64 runs are slower
+        plan,
+        refs,
+        holds.shared,
+        lambda text: progress(Note(text, trial.problem.name, trial.shape.name)),
     )
     del refs  # where they do not fit, their outputs go now
-    if outputs.lent:
-        info.lent_bytes = sum(nbytes_of(m) for m in info.meta)
-    if trial.admit is not None:
-        parallel = trial.admit(info)
     gated: set[str] = set()
     for name in (n for n in contenders if n in holds.alone):
         try:
