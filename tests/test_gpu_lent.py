@@ -63,3 +63,18 @@ def test_cheats_and_honest_code_judged_in_the_reference_on_cuda():
     assert out["big_add_triton"].accepted, out["big_add_triton"].reasons
     for name in ("cuda_empty", "cheat_skip_lent_write_add"):
         assert not out[name].accepted and any(r.startswith("values:") for r in out[name].reasons), out[name].reasons
+
+
+def test_a_gpu_tensors_digest_is_summed_there_as_the_cpu_sums_it():
+    import time
+
+    from bot.protocol.measures import hash_tensor, summed_digest
+
+    x = torch.randn(3 << 20, device="cuda")  # 12 MiB: three chunks
+    assert hash_tensor(x) == summed_digest(x.cpu())
+    big = torch.randn(1 << 30, device="cuda")  # 4 GiB, as KernelBench's large inputs
+    hash_tensor(big)
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    hash_tensor(big)
+    print(f"summed digest of 4 GiB on the GPU: {time.perf_counter() - began:.3f} s")

@@ -261,3 +261,26 @@ def test_a_tensor_hashed_in_chunks_has_the_digest_of_its_whole_bytes(monkeypatch
         monkeypatch.setattr(measures, "HASH_CHUNK_BYTES", chunk)
         assert [measures.hash_tensor(t) for t in cases] == whole, chunk
     assert measures.hash_tensor(cases[0]) != measures.hash_tensor(cases[0] + 1e-6)
+
+
+def test_a_gpu_tensors_summed_digest_sees_any_byte_changed_or_moved(monkeypatch):
+    # On a GPU a tensor's digest is summed where it lies (SHA-256 through the host took seconds
+    # for KernelBench's 6 GiB inputs); exact integer sums, so it is checked here on the CPU.
+    from bot.protocol import measures
+
+    monkeypatch.setattr(measures, "SUM_CHUNK_BYTES", 64)
+    x = torch.randn(40, 33)  # 5280 bytes: 83 chunks, the last one short
+    base = measures.summed_digest(x)
+    assert measures.summed_digest(x.clone()) == base
+    assert measures.summed_digest(x.t().contiguous().t()) == base  # values, not layout
+    flipped = x.clone()
+    flipped.view(torch.uint8).view(-1)[1234] ^= 1  # one bit
+    swapped = x.clone()
+    swapped[3, 4], swapped[3, 5] = x[3, 5], x[3, 4]  # two values within a chunk
+    chunks = x.clone().view(-1)
+    chunks[:16], chunks[16:32] = x.view(-1)[16:32].clone(), x.view(-1)[:16].clone()  # two whole chunks
+    for changed in (flipped, swapped, chunks.view(40, 33), x.view(33, 40), x.view(torch.int32)):
+        assert measures.summed_digest(changed) != base
+    monkeypatch.setattr(measures, "SUM_CHUNK_BYTES", 4 << 20)
+    assert measures.summed_digest(x) != base  # the chunking is part of the digest: one size, everywhere
+    assert measures.hash_tensor(x) != measures.summed_digest(x)  # the CPU keeps SHA-256 of the bytes
