@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CANDIDATES, PROBLEMS
 
 pytestmark = pytest.mark.gpu
 
@@ -30,35 +29,22 @@ def test_a_vmm_block_lent_is_poisoned_and_what_a_borrower_writes_is_seen_by_the_
 
 
 def test_cheats_and_honest_code_judged_in_the_reference_on_cuda():
-    import bot.engine.verification.trials as trials
-    from bot.core.progress import Note
-    from bot.engine.evaluation.evaluate import evaluate
+    from test_lent_outputs import judged_in_the_reference
+
     from bot.engine.evaluation.options import EvalOptions
     from bot.engine.timing.records import TimingOptions
-    from bot.engine.workspace.candidates import load_candidate
-    from bot.engine.workspace.problems import load_problem
     from bot.sandbox import Limits
 
+    options = EvalOptions(
+        device="cuda",
+        use_cache=False,
+        limits=Limits(memory_mb=32768, call_timeout_s=60),
+        timing=TimingOptions(time_cap_s=0.5, min_samples=10),
+        cache_root=Path("/tmp/kernel-bot-gpu-cache"),
+    )
     names = ["big_add_triton", "cuda_empty", "cheat_skip_lent_write_add"]
-    notes: list[str] = []
-    saved, trials.LEND_OVER_BYTES = trials.LEND_OVER_BYTES, 0
-    try:
-        result = evaluate(
-            load_problem(PROBLEMS / "big_add.py"),
-            [load_candidate(CANDIDATES / f"{n}.py") for n in names],
-            None,
-            EvalOptions(
-                device="cuda",
-                use_cache=False,
-                limits=Limits(memory_mb=32768, call_timeout_s=60),
-                timing=TimingOptions(time_cap_s=0.5, min_samples=10),
-                cache_root=Path("/tmp/kernel-bot-gpu-cache"),
-            ),
-            lambda event: notes.append(event.text) if isinstance(event, Note) else None,
-        )
-    finally:
-        trials.LEND_OVER_BYTES = saved
-    out = {o.candidate.name: o.verdict for o in result.candidates}
+    outcomes, notes = judged_in_the_reference("big_add.py", names, options)
+    out = {name: o.verdict for name, o in outcomes.items()}
     assert any("outputs compared in the reference, where they lie" in n for n in notes), notes
     assert out["big_add_triton"].accepted, out["big_add_triton"].reasons
     for name in ("cuda_empty", "cheat_skip_lent_write_add"):

@@ -97,35 +97,43 @@ REJECTED = {
 ACCEPTED = ["honest", "honest_fresh_outputs"]
 
 
-@pytest.fixture(scope="module")
-def lent_outcomes():
+def judged_in_the_reference(problem: str, names: list[str], options) -> tuple[dict, list[str]]:
+    """Evaluate `names` on `problem` with every shape's outputs lent (LEND_OVER_BYTES 0): the
+    outcomes by name and the run's notes."""
     import bot.engine.verification.trials as trials
     from bot.core.progress import Note
     from bot.engine.evaluation.evaluate import evaluate
-    from bot.engine.evaluation.options import EvalOptions
-    from bot.engine.timing.records import TimingOptions
     from bot.engine.workspace.candidates import load_candidate
     from bot.engine.workspace.problems import load_problem
-    from bot.sandbox import Limits
 
     notes: list[str] = []
-    saved, trials.LEND_OVER_BYTES = trials.LEND_OVER_BYTES, 0  # every shape's outputs lent
+    saved, trials.LEND_OVER_BYTES = trials.LEND_OVER_BYTES, 0
     try:
         result = evaluate(
-            load_problem(PROBLEMS / "scale_add.py"),
-            [load_candidate(CANDIDATES / f"{n}.py") for n in [*REJECTED, *ACCEPTED]],
+            load_problem(PROBLEMS / problem),
+            [load_candidate(CANDIDATES / f"{n}.py") for n in names],
             None,
-            EvalOptions(
-                device="cpu",
-                use_cache=False,
-                limits=Limits(memory_mb=4096, call_timeout_s=20),
-                timing=TimingOptions(time_cap_s=0.3, min_samples=5),
-            ),
+            options,
             lambda event: notes.append(event.text) if isinstance(event, Note) else None,
         )
     finally:
         trials.LEND_OVER_BYTES = saved
     return {o.candidate.name: o for o in result.candidates}, notes
+
+
+@pytest.fixture(scope="module")
+def lent_outcomes():
+    from bot.engine.evaluation.options import EvalOptions
+    from bot.engine.timing.records import TimingOptions
+    from bot.sandbox import Limits
+
+    options = EvalOptions(
+        device="cpu",
+        use_cache=False,
+        limits=Limits(memory_mb=4096, call_timeout_s=20),
+        timing=TimingOptions(time_cap_s=0.3, min_samples=5),
+    )
+    return judged_in_the_reference("scale_add.py", [*REJECTED, *ACCEPTED], options)
 
 
 def test_every_shape_was_compared_in_the_reference(lent_outcomes):
