@@ -350,3 +350,46 @@ def test_only_the_first_reference_trial_holds_the_sizing_and_the_problem_is_admi
     assert len(runs) > 2
     assert log.index(("budget", "sizing")) < runs[0] < log.index(("budget", "sized")) < runs[1]
     assert log.index(("budget", "sized")) < log.index(("budget", "admit")) < runs[1]
+
+
+def test_references_asked_again_for_a_contender_that_tunes_alone_do_not_wait_on_its_own_hold(monkeypatch):
+    # The contenders that tune by timing take their trials under the device's exclusive hold;
+    # asking the reference again under a shared hold inside it would wait on that hold forever.
+    import random
+    import threading
+
+    from conftest import CANDIDATES
+
+    from bot.engine.verification import expected
+    from bot.engine.verification.trials import DeviceHolds, TrialRun, run_trials
+    from bot.engine.workers.gpulock import _RWLock
+    from bot.engine.workspace.problems import load_problem
+
+    monkeypatch.setattr(expected, "REFERENCE_HOLD_BYTES", 0)  # every trial's outputs asked again
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    log: list[tuple[str, str]] = []
+    contenders = {n: _LoggedWorker(n, log, str(CANDIDATES / "honest.py"), "ModelNew", "native") for n in ("a", "tuned")}
+    lock = _RWLock()
+    found: dict = {}
+
+    def run() -> None:
+        _, found["checks"], _ = run_trials(
+            TrialRun(
+                problem,
+                problem.shapes_for("cpu")[0],
+                _LoggedWorker("reference", log),
+                random.Random(0),
+                1,
+                (20.0, 20.0),
+                1,
+            ),
+            contenders,
+            lambda _: None,
+            DeviceHolds(alone=frozenset({"tuned"}), shared=lock.shared, exclusive=lock.exclusive),
+        )
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the trials waited on their own hold"
+    assert all(c.passed for checks in found["checks"].values() for c in checks)

@@ -317,6 +317,9 @@ def run_trials(
                 trial.shape.name,
             )
         )
+    # Under the exclusive hold the reference is asked with no hold of its own: a shared one
+    # would wait on the exclusive hold this thread holds, forever.
+    outputs.hold = contextlib.nullcontext
     for name in tuning:
         with holds.exclusive():
             in_turn([name], lambda _: contextlib.nullcontext, 1)
