@@ -19,7 +19,7 @@ def test_a_vmm_block_lent_is_poisoned_and_what_a_borrower_writes_is_seen_by_the_
 
     block, fd = lend(3 << 20, "cuda")
     assert block.view(torch.uint8, [3 << 20]).eq(POISON).all()
-    theirs = borrow(os.dup(fd), 3 << 20, "cuda")  # this process stands in for the contender
+    theirs = borrow(fd, 3 << 20, "cuda")  # this process stands in for the contender
     theirs.view(torch.float32, [3 << 18]).copy_(torch.arange(3 << 18, device="cuda", dtype=torch.float32))
     torch.cuda.synchronize()
     theirs.close()

@@ -39,6 +39,7 @@ def test_descriptors_travel_with_a_message_to_an_end_that_takes_them():
     (got,) = receiver.take_fds()
     assert message["op"] == "x" and message["t"].tolist() == [0, 1, 2]
     theirs = borrow(got, 64, "cpu")  # the same memory: a write there shows here
+    os.close(got)  # the mapping does not need it
     theirs.view(torch.float32, [16]).fill_(2.0)
     assert block.view(torch.float32, [16]).eq(2.0).all()
     assert receiver.take_fds() == []

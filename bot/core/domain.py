@@ -110,6 +110,11 @@ class CheckResult:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "passed": self.passed, "evidence": self.evidence, "details": dict(self.details)}
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CheckResult:
+        """The check `to_json` wrote."""
+        return cls(d["name"], d["passed"], d.get("evidence", ""), dict(d.get("details") or {}))
+
 
 @dataclass(frozen=True)
 class Verdict:

@@ -23,10 +23,6 @@ def _origin(d: Mapping[str, Any] | None) -> Origin | None:
     return Origin(d.get("strategy", ""), d.get("detail", ""), d.get("model"), d.get("round"), d.get("parent"))
 
 
-def _check(d: Mapping[str, Any]) -> CheckResult:
-    return CheckResult(d["name"], d["passed"], d.get("evidence", ""), dict(d.get("details") or {}))
-
-
 @dataclass(frozen=True)
 class ContenderResult:
     """The baseline or one attempt (`round`, `reason` and `significant` only for attempts)."""
@@ -131,7 +127,7 @@ class ContenderResult:
             d.get("accepted"),
             d.get("status"),
             tuple(d.get("reasons") or ()),
-            tuple(_check(c) for c in d.get("checks") or ()),
+            tuple(CheckResult.from_json(c) for c in d.get("checks") or ()),
             d.get("speedup"),
             read_interval(d.get("speedup_ci")),
             d.get("median_us"),

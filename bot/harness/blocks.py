@@ -13,6 +13,7 @@ cannot shrink a CPU block under the reference (the memfd is sealed).
 from __future__ import annotations
 
 import fcntl
+import math
 import mmap
 import os
 from collections.abc import Callable
@@ -38,10 +39,7 @@ class Block:
     def view(self, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
         """The block's first bytes as a tensor of `dtype` and `shape` (which must fit)."""
         assert self.data is not None, "block closed"
-        count = 1
-        for s in shape:
-            count *= int(s)
-        nbytes = count * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(int(s) for s in shape) * torch.empty((), dtype=dtype).element_size()
         if nbytes > self.nbytes:
             raise ValueError(f"{dtype}{list(shape)} takes {nbytes} bytes, the block {self.nbytes}")
         return self.data[:nbytes].view(dtype).view(shape)
@@ -75,16 +73,14 @@ def lend(nbytes: int, device: str) -> tuple[Block, int]:
 
 
 def borrow(fd: int, nbytes: int, device: str) -> Block:
-    """Map a block lent by the reference (the descriptor is closed here)."""
-    try:
-        if device == Device.CUDA:
-            mapping = vmm.open_fd(fd, nbytes)
-            return Block(nbytes, vmm.as_tensor(mapping, nbytes), lambda: vmm.close(mapping))
-        if os.fstat(fd).st_size < nbytes:
-            raise ValueError(f"a block of {os.fstat(fd).st_size} bytes lent for {nbytes}")
-        return _mapped(fd, nbytes)
-    finally:
-        os.close(fd)
+    """Map a block lent by the reference (the caller still closes the descriptor: the mapping
+    does not need it)."""
+    if device == Device.CUDA:
+        mapping = vmm.open_fd(fd, nbytes)
+        return Block(nbytes, vmm.as_tensor(mapping, nbytes), lambda: vmm.close(mapping))
+    if os.fstat(fd).st_size < nbytes:
+        raise ValueError(f"a block of {os.fstat(fd).st_size} bytes lent for {nbytes}")
+    return _mapped(fd, nbytes)
 
 
 def _mapped(fd: int, nbytes: int) -> Block:

@@ -43,21 +43,23 @@ class CheckedCalls:
 
     def op_run(self, msg: Run) -> dict:
         """One checked call: full outputs (or fingerprints) for the parent to compare, or its
-        outputs written into blocks the reference lent (`msg.into`)."""
-        # With `into`: the blocks' descriptors (a harness in the bot's own process has no channel).
+        outputs written into blocks the reference lent (`msg.into`), whose descriptors came with
+        the request (a harness in the bot's own process has no channel)."""
         lent = self.ch.take_fds() if self.ch is not None else []
-        if msg.into is None:
+        try:
+            return self._run(msg, lent)
+        finally:
             close_fds(lent)
+
+    def _run(self, msg: Run, lent: list[int]) -> dict:
         try:
             inputs = self._inputs(msg.seed)
         except Exception as exc:
-            close_fds(lent)
             return shared.failure("problem", exc)
         # Checks of timed calls (requests that say what they want) compare outputs only. Hashing the inputs
         # goes through host memory: for 2 GB of logits it cost seconds per timed batch.
         before = [] if msg.want else [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
         if self.is_reference:  # values from the upcast model, where its precision is not native
-            close_fds(lent)
             self.forget()  # a kept trial's outputs go before this one's are computed
             return self._reference_run(inputs, before, msg)
         if self.device == Device.CUDA:
@@ -72,7 +74,6 @@ class CheckedCalls:
                 shared.cuda_sync() if self.device == Device.CUDA else None
                 host_us = (shared.perf_ns() - t0) / 1e3
         except BaseException as exc:
-            close_fds(lent)
             return shared.failure("call", exc)
         outputs = shared.as_outputs(result)
         metas = [support.meta(o) for o in outputs]

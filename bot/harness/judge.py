@@ -98,18 +98,13 @@ class JudgedCalls:
 def write_into(device: str, fds: list[int], sizes: list[int], outputs: list[torch.Tensor]) -> bool:
     """A contender's outputs copied into the blocks lent for them, where each fits its block as
     the reference's output does (else nothing is written, and the bot fails the call on its
-    structure). The descriptors are closed and the blocks unmapped after."""
+    structure). The blocks are unmapped after; the caller closes the descriptors."""
     if len(fds) != len(sizes):
-        close_fds(fds)
         raise ValueError(f"{len(sizes)} blocks named, {len(fds)} descriptors came")
     blocks: list[Block] = []
     try:
-        for n, (fd, size) in enumerate(zip(fds, sizes)):
-            try:
-                blocks.append(borrow(fd, size, device))
-            except Exception:
-                close_fds(fds[n + 1 :])
-                raise
+        for fd, size in zip(fds, sizes):
+            blocks.append(borrow(fd, size, device))
         fits = len(outputs) == len(blocks) and all(
             out.numel() * out.element_size() == block.nbytes for out, block in zip(outputs, blocks)
         )

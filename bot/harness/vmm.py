@@ -113,11 +113,17 @@ def _map(handle: ctypes.c_uint64, size: int) -> Mapping:
     return Mapping(address.value, size, handle.value)
 
 
+def _allocation_size(nbytes: int) -> int:
+    """`nbytes` rounded up to the allocation granularity, one granule at least: the size the
+    lender allocates and the borrower maps alike."""
+    step = granularity()
+    return max(step, -(-nbytes // step) * step)
+
+
 def create(nbytes: int) -> tuple[Mapping, int]:
     """A new allocation of at least `nbytes`, mapped here, and a descriptor another process can
     map it by (the caller owns the descriptor)."""
-    step = granularity()
-    size = max(step, -(-nbytes // step) * step)
+    size = _allocation_size(nbytes)
     handle = ctypes.c_uint64()
     _check(
         _driver().cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(_prop()), _NO_FLAGS), "create"
@@ -136,9 +142,8 @@ def open_fd(fd: int, nbytes: int) -> Mapping:
     """Map another process's allocation by its descriptor (at least `nbytes` long)."""
     handle = ctypes.c_uint64()
     _check(_driver().cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), _POSIX_FD), "import")
-    step = granularity()
     try:
-        return _map(handle, max(step, -(-nbytes // step) * step))
+        return _map(handle, _allocation_size(nbytes))
     except VmmError:
         _driver().cuMemRelease(handle)
         raise

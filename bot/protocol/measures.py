@@ -96,9 +96,9 @@ def summed_digest(t: torch.Tensor) -> str:
     raw = _view(_contiguous(_reshape(_detach(t), -1)), torch.uint8)
     total = _numel(raw)
     figures = []
+    weights = _chunk_weights(raw.device, SUM_CHUNK_BYTES) if total else []
     for start in range(0, total, SUM_CHUNK_BYTES):
         chunk = _narrow(raw, 0, start, min(SUM_CHUNK_BYTES, total - start))
-        weights = _chunk_weights(raw.device, SUM_CHUNK_BYTES)
         n = _numel(chunk)
         figures.append(chunk.sum(dtype=torch.int64))
         figures.extend((chunk * w[:n]).sum(dtype=torch.int64) for w in weights)

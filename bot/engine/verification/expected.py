@@ -101,9 +101,4 @@ class ExpectedOutputs:
         rules = [rule_to_wire(rule) for rule, _ in wanted or []]
         labels = [label for _, label in wanted or []]
         reply = self._ask(Judge(token=lent.token, rules=rules, labels=labels, compare=wanted is not None))
-        return [
-            CheckResult(
-                str(r.get("name")), r.get("passed") is True, str(r.get("evidence", "")), dict(r.get("details", {}))
-            )
-            for r in reply.results
-        ]
+        return [CheckResult.from_json(r) for r in reply.results]
