@@ -160,7 +160,9 @@ class CheckedCalls:
             ],
             own_error=errors,
         )
-        return (reply if kept else self._answer(reply, values, msg)).to_wire()
+        # Kept: never sent, but fingerprinted where asked (a picked timed call's commitment).
+        answered = self._answer(reply, values, msg)
+        return (replace(answered, outputs=None) if kept else answered).to_wire()
 
     def op_fingerprints(self, msg: Fingerprints) -> dict:
         """Reference fingerprints and full outputs for a list of seeds: the checks of the calls

@@ -2,9 +2,10 @@
 lent blocks): for shapes whose outputs would take too long through the channel and the bot's
 memory (KernelBench's 19_ReLU: 6 GiB a call, 12 GiB of float64 reference).
 
-The reference keeps its latest trial's outputs (`Run.send_up_to`), lends a contender fresh
-poisoned blocks for one call (bot.harness.blocks), and compares what the contender wrote there
-with the bot's own comparison (bot.engine.verification.compare), by the rule the bot sends. Only
+The reference keeps its latest call's outputs (`Run.send_up_to`: a trial's, or a timed call's the
+parent picked), lends a contender fresh poisoned blocks for one call (bot.harness.blocks), bound
+to those outputs, and compares what the contender wrote there with the bot's own comparison
+(bot.protocol.values), by the rule the bot sends. Only
 the reference's process, which runs no candidate code, decides; the contender's process only
 writes bytes into memory it was lent, as it would send them over the channel.
 
@@ -14,6 +15,7 @@ A part of bot.harness.worker.Harness, kept apart for size as bot/harness/checked
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,27 +30,46 @@ from bot.protocol.typed import Failure
 from bot.protocol.values import compare_values
 
 
+@dataclass(frozen=True)
+class Loan:
+    """Blocks lent for one call's outputs, and the reference's outputs they are compared with."""
+
+    blocks: list[Block]
+    expected: list[torch.Tensor]
+    meta: list[dict[str, Any]]
+
+    def close(self) -> None:
+        for block in self.blocks:
+            block.close()
+
+
 class JudgedCalls:
     """The reference's ops "lend" and "judge"; a contender's side is `write_into`."""
 
     device: str
     ch: Channel
     # The reference's: its latest kept outputs (as it would have sent them) and their metadata
-    # in the problem's own dtypes; the blocks it has lent, by token; descriptors for the reply.
+    # in the problem's own dtypes; by token, the blocks it has lent and the outputs they are
+    # compared with (a later call's kept outputs replace the latest, never a token's: the
+    # parent lends for several picked timed calls before it judges); descriptors for the reply.
     expected: list[torch.Tensor] | None
     expected_meta: list[dict[str, Any]]
-    lent: dict[str, list[Block]]
+    lent: dict[str, Loan]
     outgoing_fds: list[int]
 
     def keep(self, values: list[torch.Tensor], metas: list[dict[str, Any]]) -> None:
         self.expected, self.expected_meta = values, metas
 
     def forget(self) -> None:
-        """Kept outputs and lent blocks go (before the next trial's are computed, and on release)."""
+        """The latest kept outputs go (before the next call's are computed); a token's stay
+        until it is judged."""
         self.expected, self.expected_meta = None, []
-        for blocks in self.lent.values():
-            for block in blocks:
-                block.close()
+
+    def forget_lent(self) -> None:
+        """Every lent block and the outputs bound to it go (on release)."""
+        self.forget()
+        for loan in self.lent.values():
+            loan.close()
         self.lent.clear()
 
     def op_lend(self, msg: Lend) -> dict:
@@ -67,27 +88,25 @@ class JudgedCalls:
             close_fds(self.take_outgoing())
             return shared.failure("problem", exc)
         token = secrets.token_hex(8)
-        self.lent[token] = blocks
+        self.lent[token] = Loan(blocks, self.expected, self.expected_meta)
         return LendReply(token=token, sizes=sizes).to_wire()
 
     def op_judge(self, msg: Judge) -> dict:
-        blocks = self.lent.pop(msg.token, None)
-        if blocks is None:
+        loan = self.lent.pop(msg.token, None)
+        if loan is None:
             return Failure("protocol", f"judge: no blocks lent as {msg.token!r}").to_wire()
         try:
             results = []
             if msg.compare:
-                assert self.expected is not None
                 for i, (rule, label) in enumerate(zip(msg.rules, msg.labels)):
-                    meta = self.expected_meta[i]
-                    got = blocks[i].view(getattr(torch, meta["dtype"]), meta["shape"])
-                    result = compare_values(self.expected[i], got, meta["dtype"], rule_from_wire(rule), label)
+                    meta = loan.meta[i]
+                    got = loan.blocks[i].view(getattr(torch, meta["dtype"]), meta["shape"])
+                    result = compare_values(loan.expected[i], got, meta["dtype"], rule_from_wire(rule), label)
                     results.append(result.to_json())
         except Exception as exc:
             return shared.failure("problem", exc)
         finally:
-            for block in blocks:
-                block.close()
+            loan.close()
         return JudgeReply(results=results).to_wire()
 
     def take_outgoing(self) -> list[int]:

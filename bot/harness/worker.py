@@ -28,11 +28,10 @@ from bot.core.distributions import distribution_of
 from bot.core.settings import Device
 from bot.harness import inputs as worker_inputs
 from bot.harness import shared, staging, support, triton_interp
-from bot.harness.blocks import Block
 from bot.harness.checked import CheckedCalls
 from bot.harness.env import describe_environment, timer_overhead_us
 from bot.harness.held import Held
-from bot.harness.judge import JudgedCalls
+from bot.harness.judge import JudgedCalls, Loan, write_into
 from bot.harness.timing import LAUNCHES_KEPT, Rotation, TimedCalls
 from bot.harness.tuning_gate import TuningGate
 from bot.protocol.batches import Outputs, OutputsReply, Stage, StageInto, StageReply
@@ -80,7 +79,7 @@ class Harness(CheckedCalls, JudgedCalls, TimedCalls):
         # Outputs compared where they lie (bot.harness.judge).
         self.expected: list[torch.Tensor] | None = None
         self.expected_meta: list[dict[str, Any]] = []
-        self.lent: dict[str, list[Block]] = {}
+        self.lent: dict[str, Loan] = {}
         self.outgoing_fds: list[int] = []
         if threads:
             torch.set_num_threads(threads)
@@ -225,14 +224,31 @@ class Harness(CheckedCalls, JudgedCalls, TimedCalls):
     def op_outputs(self, msg: Outputs) -> dict:
         """The full outputs of the batch's calls the parent picked after the batch, then the
         batch is dropped; its outputs join those held (the parent's `hold_calls`)."""
+        lent = self.ch.take_fds() if self.ch is not None else []
         self.held.keep(self.kept, msg.hold_calls)
         try:
             outputs = [[shared.detach(o) for o in self.kept[i]] for i in msg.picks]
+            if msg.into is not None:
+                outputs = self._write_picks(outputs, lent, msg.into)
         except (IndexError, ValueError) as exc:
             return shared.failure("protocol", exc)
+        except Exception as exc:
+            return shared.failure("call", exc)
         finally:
+            close_fds(lent)
             self.staged, self.kept = None, []
         return OutputsReply(outputs=outputs).to_wire()
+
+    def _write_picks(self, outputs: list[list[torch.Tensor]], fds: list[int], sizes: list[int]) -> list[list]:
+        """Each picked call's outputs written into its blocks (as many per call as it has
+        outputs, pick after pick); nothing is sent."""
+        per_call = len(sizes) // max(len(outputs), 1)
+        if per_call * len(outputs) != len(sizes) or len(fds) != len(sizes):
+            raise ValueError(f"{len(sizes)} blocks named, {len(fds)} descriptors, for {len(outputs)} picked calls")
+        for n, call in enumerate(outputs):
+            part = slice(n * per_call, (n + 1) * per_call)
+            write_into(self.device, fds[part], sizes[part], call)
+        return [[] for _ in outputs]
 
     def _make_stub(self, metas: list[dict]) -> None:
         """The reference's stand-in for a contender in the calibration batches: a call that does
@@ -260,7 +276,7 @@ class Harness(CheckedCalls, JudgedCalls, TimedCalls):
         8192x8192 output, up to four kept); they are drawn again from their seed on demand."""
         self.weights.clear()
         self.captured = None  # a CUDA graph's private memory pool goes with it
-        self.forget()  # the reference's kept outputs and lent blocks
+        self.forget_lent()  # the reference's kept outputs and lent blocks
         if self.device == Device.CUDA:
             shared.cuda_sync()
             torch.cuda.empty_cache()

@@ -116,9 +116,11 @@ class Time(Request):
     mode: str = wire(one_of("latency", "throughput", "graph"), "latency")
     stub: bool = wire(bool_, False)
     outside: bool = wire(bool_, False)
+    # The calls commit by digest (the CPU) or by fingerprint (CUDA); None: as the worker's
+    # device has it (the reference's calibration batches).
+    digests: bool | None = wire(optional(bool_), None)
     calls: int | None = local()
     outputs: int | None = local()  # per call: as many commitments
-    digests: bool | None = local()  # the calls commit by digest (CPU) or by fingerprint (CUDA)
 
     def check_reply(self, reply: TimeReply) -> None:
         if self.calls is not None:
@@ -147,14 +149,20 @@ class OutputsReply(Reply):
 @dataclass(frozen=True)
 class Outputs(Request):
     """The full outputs of the batch's calls the parent picked, after the batch; then the
-    worker holds the outputs of its last `hold_calls` timed calls (bot.harness.held)."""
+    worker holds the outputs of its last `hold_calls` timed calls (bot.harness.held). With
+    `into`, each pick's outputs are written into blocks the reference lent instead of sent
+    (their sizes, pick after pick; the descriptors travel with the request): their replies
+    are empty."""
 
     op, Reply = "outputs", OutputsReply
     picks: list[int] = wire(ints)
     hold_calls: int = wire(int_, 0)
+    into: list[int] | None = wire(optional(ints), None)
 
     def check_reply(self, reply: OutputsReply) -> None:
         count("outputs", reply.outputs, len(self.picks))
+        if self.into is not None:
+            expect(all(not call for call in reply.outputs), "outputs: written into lent blocks, yet sent")
 
 
 @dataclass(frozen=True)
