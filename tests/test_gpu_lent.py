@@ -51,6 +51,22 @@ def test_cheats_and_honest_code_judged_in_the_reference_on_cuda():
         assert not out[name].accepted and any(r.startswith("values:") for r in out[name].reasons), out[name].reasons
 
 
+def test_picked_timed_calls_too_large_to_reveal_are_judged_in_the_reference_on_cuda(monkeypatch):
+    """Every timed shape's picks lent for (no output revealed over the channel): a timed call
+    off in one element by less than a fingerprint shows is rejected; honest code is not."""
+    from test_lent_timed_picks import _evaluate
+
+    from bot.engine.timing.harness_cost import HarnessCost
+
+    monkeypatch.setattr(HarnessCost, "FULL_CHECK_BYTES", 0)
+    result = _evaluate(["honest", "cheat_nudge_timed"], checks_per_batch=2, device="cuda")
+    out = {o.candidate.name: o.verdict for o in result.candidates}
+    honest = [c for c in out["honest"].checks if c.name == "timed-call outputs"]
+    assert honest and all(c.passed for c in honest), out["honest"].reasons
+    failed = [c for c in out["cheat_nudge_timed"].checks if c.name == "timed-call outputs" and not c.passed]
+    assert failed and all("element" in c.evidence for c in failed), out["cheat_nudge_timed"].reasons
+
+
 def test_a_gpu_tensors_digest_is_summed_there_as_the_cpu_sums_it():
     import time
 

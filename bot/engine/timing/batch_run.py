@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from bot.core.domain import Problem, Shape
 from bot.core.tolerance import Rule
 from bot.engine.timing.harness_cost import HarnessCost
+from bot.engine.timing.lent_picks import PickLending
 from bot.engine.timing.outside_checks import OutsideChecks
 from bot.engine.timing.records import TimingOptions
 from bot.engine.workers.client import WorkerClient
@@ -37,3 +38,5 @@ class Run:
     window: Window
     rules: Sequence[Rule | None]  # per output, the shape's (ReferenceInfo.rules)
     outside: OutsideChecks = field(default_factory=OutsideChecks)  # CPU: the batch read from outside
+    # CUDA: picks too large to reveal, compared where they lie (bot.engine.timing.lent_picks)
+    picks: PickLending = field(default_factory=lambda: PickLending(on=True))

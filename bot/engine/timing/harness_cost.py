@@ -119,6 +119,9 @@ class HarnessCost:
         self.max_batch = max(1, self.STAGE_BYTES // max(per_call_bytes, 1))
         out_bytes = sum(math.prod(m["shape"]) * _DTYPE_BYTES.get(m["dtype"], 8) for m in meta)
         self.reveals_in_full = reference.device != Device.CUDA or out_bytes <= self.FULL_CHECK_BYTES
+        # What a timed call commits to inside the window: its outputs' SHA-256 on the CPU; on
+        # CUDA, whose outputs are hashed only through host memory, a fingerprint on the device.
+        self.commits_by_digest = reference.device != Device.CUDA
         # The window alone and the staging alone (hidden time), and the whole batch (each sample).
         self.window, self.staging, self.span = Calibration(), Calibration(), Calibration(low=True)
         self._idle_quiet_us: float | None = None

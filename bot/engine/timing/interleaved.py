@@ -122,6 +122,8 @@ def time_interleaved(
     let_go({})
     if timed.reference.device == Device.CPU and not harness.fills_from_outside:
         hooks.progress(Note(harness.staging_note, timed.problem.name, timed.shape.name))
+    if run.picks.note:
+        hooks.progress(Note(run.picks.note, timed.problem.name, timed.shape.name))
     return records
 
 

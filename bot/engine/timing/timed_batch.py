@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 from bot.core.domain import CheckResult
 from bot.core.settings import Device
 from bot.engine.timing.batch_run import Run, no_window
 from bot.engine.timing.harness_cost import timed_exchange
+from bot.engine.timing.lent_picks import LentPick, judged, sizes_and_fds
 from bot.engine.timing.outside_clock import FLOOR_US, batch_sample_us, next_batch_size, per_call_estimate
 from bot.engine.timing.records import TimingRecord
 from bot.engine.timing.staging import StagingRefused, stage
@@ -18,7 +20,19 @@ from bot.engine.verification.compare import check_commitment, compare_outputs
 from bot.engine.verification.trials import failure_check, timed_seeds
 from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
 from bot.protocol.batches import Outputs, Time, TimeReply
+from bot.protocol.channel import close_fds
 from bot.protocol.messages import Fingerprints
+
+
+@dataclass(frozen=True)
+class Picked:
+    """The calls the parent picked after a batch, and how their full outputs came: revealed
+    over the channel, written into blocks the reference lent, or neither (their fingerprints
+    alone)."""
+
+    calls: list[int]
+    revealed: list | None
+    lending: list[LentPick]
 
 
 def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord, keep: bool) -> None:
@@ -43,7 +57,7 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
                 outside=bool(filled),
                 calls=len(seeds),
                 outputs=len(run.dtypes),
-                digests=run.reference.device != Device.CUDA,
+                digests=run.harness.commits_by_digest,
             ),
             run.call_timeout_s * len(seeds),
             "call",
@@ -54,13 +68,6 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         # the window: what it returns now cannot change what it computed then.
         picked = run.rng.sample(range(len(seeds)), min(run.options.checks_per_batch, len(seeds)))
         read = run.outside.read(run, worker, reply, filled[0]) if filled else None
-        full = run.harness.reveals_in_full and read is None
-        hold = run.outside.hold_calls(run.harness.meta) if read is not None else 0
-        got = ask(worker, Outputs(picks=picked if full else [], hold_calls=hold), run.call_timeout_s * 20, "call")
-        if run.window is not no_window:
-            # Frozen from its last reply until its next window (which thaws it): work it would
-            # do for its next batch between batches, off every clock, never runs.
-            worker.running.freeze()
     except WorkerFailure as exc:
         record.checks.append(failure_check(exc))
         record.failed = True
@@ -75,6 +82,38 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         )
         record.failed = True
         return
+    full = run.harness.reveals_in_full and read is None
+    # Too large to reveal on CUDA: compared in full where they lie (bot.engine.timing.lent_picks).
+    # The reference's failure here is the problem's, as its fingerprints' are below.
+    timeout_s = run.call_timeout_s * 20
+    lending = (
+        run.picks.lend(run.reference, [seeds[i] for i in picked], fp_seed, timeout_s)
+        if read is None and not full and run.picks.on
+        else []
+    )
+    into, fds = sizes_and_fds(lending)
+    try:
+        hold = run.outside.hold_calls(run.harness.meta) if read is not None else 0
+        got = ask(
+            worker,
+            Outputs(picks=picked if full or into else [], hold_calls=hold, into=into),
+            timeout_s,
+            "call",
+            fds=fds,
+        )
+        if run.window is not no_window:
+            # Frozen from its last reply until its next window (which thaws it): work it would
+            # do for its next batch between batches, off every clock, never runs.
+            worker.running.freeze()
+    except WorkerFailure as exc:
+        run.picks.free(run.reference, lending, timeout_s)
+        record.checks.append(failure_check(exc))
+        record.failed = True
+        return
+    finally:
+        close_fds(fds)
+    if into is None:  # some pick could not be lent for: every pick by its fingerprint alone
+        run.picks.free(run.reference, lending, timeout_s)
     samples = reply.samples
     results = [verify.check_wall_clock(sum(samples), wall_us), verify.check_threads(reply.new_threads, "timed calls")]
     if read is not None:  # every call's outputs and inputs, from outside (bot.engine.timing.outside_checks)
@@ -82,9 +121,8 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
             read.failed or run.outside.against_reference(run, seeds, picked, read, f"shape {run.shape.name}")
         )
     else:
-        results.extend(
-            _picked_against_reference(run, seeds, picked, fp_seed, reply, got.outputs if full else None, record)
-        )
+        picks = Picked(picked, got.outputs if full else None, lending if into else [])
+        results.extend(_picked_against_reference(run, seeds, picks, fp_seed, reply, record))
     record.checks.extend(results)
     if not all(r.passed for r in results):
         record.failed = True
@@ -133,36 +171,35 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
 def _picked_against_reference(
     run: Run,
     seeds: list[int],
-    picked: list[int],
+    picks: Picked,
     fp_seed: int,
     reply: TimeReply,
-    revealed: list | None,
     record: TimingRecord,
 ) -> list[CheckResult]:
     """Where the parent cannot read the batch from outside (CUDA, inputs staged by the worker):
-    the picked calls' commitments, and their outputs revealed in full (`revealed`, None where
-    too large), against the reference's. On the CPU calls commit by digest: the reference's
-    fingerprints are not needed."""
-    cuda = run.reference.device == Device.CUDA
-    ref = ask(
-        run.reference,
-        Fingerprints(
-            seeds=[seeds[i] for i in picked],
-            fp_seed=fp_seed,
-            want=("both" if revealed is not None else "fingerprint") if cuda else "outputs",
-        ),
-        run.call_timeout_s * 20 * max(len(picked), 1),
-        "problem",
-    )
+    the picked calls' commitments, and their full outputs where they came, against the
+    reference's. On the CPU calls commit by digest: the reference's fingerprints are not needed."""
+    picked, revealed, lending = picks.calls, picks.revealed, picks.lending
+    timeout_s = run.call_timeout_s * 20 * max(len(picked), 1)
+    if lending:
+        prints = [pick.prints for pick in lending]
+    else:
+        fingerprinted = not run.harness.commits_by_digest
+        want = ("both" if revealed is not None else "fingerprint") if fingerprinted else "outputs"
+        request = Fingerprints(seeds=[seeds[i] for i in picked], fp_seed=fp_seed, want=want)
+        ref = ask(run.reference, request, timeout_s, "problem")
+        prints = ref.fingerprints
     results = []
     dtypes, rules = run.dtypes, run.rules
     for n, i in enumerate(picked):
         label = f"shape {run.shape.name}, timed call {len(record.samples_us) + i + 1}"
         shown = revealed[n] if revealed is not None else []
         later = reply.fingerprints[i + 1 :]  # a reused output buffer holds one of these
-        committed = check_commitment(reply.fingerprints[i], shown, ref.fingerprints[n], dtypes, rules, label, later)
+        committed = check_commitment(reply.fingerprints[i], shown, prints[n], dtypes, rules, label, later)
         results.append(committed)
-        if revealed is not None:
+        if lending:
+            results.extend(judged(run.reference, lending[n], committed, dtypes, rules, label, timeout_s))
+        elif revealed is not None:
             results.extend(compare_outputs(ref.outputs[n], shown, dtypes, rules, label, committed))
     return results
 

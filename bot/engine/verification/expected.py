@@ -88,17 +88,30 @@ class ExpectedOutputs:
 
     def lend(self) -> Lent:
         with self.hold(), self.lock:
-            reply = ask(self.reference, Lend(), self.timeout_s, "problem")
-            fds = self.reference.channel.take_fds()
-        if len(fds) != len(reply.sizes):
-            close_fds(fds)
-            raise WorkerFailure("problem", f"the reference lent {len(reply.sizes)} blocks with {len(fds)} descriptors")
-        return Lent(reply.token, reply.sizes, fds)
+            return lend(self.reference, self.timeout_s)
 
     def judge(self, lent: Lent, wanted: list[tuple[Rule | None, str]] | None) -> list[CheckResult]:
-        """The reference's verdict on what was written into `lent` (each output by its rule,
-        with its label); with `wanted` None the blocks are only freed."""
-        rules = [rule_to_wire(rule) for rule, _ in wanted or []]
-        labels = [label for _, label in wanted or []]
-        reply = self._ask(Judge(token=lent.token, rules=rules, labels=labels, compare=wanted is not None))
-        return [CheckResult.from_json(r) for r in reply.results]
+        with self.hold(), self.lock:
+            return judge(self.reference, lent, wanted, self.timeout_s)
+
+
+def lend(reference: WorkerClient, timeout_s: float) -> Lent:
+    """Blocks the reference lends for one call's outputs, bound to the outputs it kept last."""
+    reply = ask(reference, Lend(), timeout_s, "problem")
+    fds = reference.channel.take_fds()
+    if len(fds) != len(reply.sizes):
+        close_fds(fds)
+        raise WorkerFailure("problem", f"the reference lent {len(reply.sizes)} blocks with {len(fds)} descriptors")
+    return Lent(reply.token, reply.sizes, fds)
+
+
+def judge(
+    reference: WorkerClient, lent: Lent, wanted: list[tuple[Rule | None, str]] | None, timeout_s: float
+) -> list[CheckResult]:
+    """The reference's verdict on what was written into `lent` (each output by its rule, with
+    its label); with `wanted` None the blocks are only freed."""
+    rules = [rule_to_wire(rule) for rule, _ in wanted or []]
+    labels = [label for _, label in wanted or []]
+    request = Judge(token=lent.token, rules=rules, labels=labels, compare=wanted is not None)
+    reply = ask(reference, request, timeout_s, "problem")
+    return [CheckResult.from_json(r) for r in reply.results]
