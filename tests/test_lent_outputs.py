@@ -191,3 +191,36 @@ def test_the_reference_refuses_to_judge_blocks_it_did_not_lend_or_with_nothing_k
     judged = h.op_judge(Judge(token=lent["token"], rules=[None], labels=["x"]))  # still poison
     assert judged["ok"] and judged["results"][0]["passed"] is False
     assert h.lent == {}
+
+
+def test_a_token_keeps_its_outputs_when_the_reference_computes_the_next_call():
+    """Blocks lent for a picked timed call stay bound to that call's outputs while the reference
+    computes the next pick's (and `alone` frees the kept outputs with the blocks); a contender
+    writes a picked call's outputs into them."""
+    import os
+
+    import bot.harness.worker as worker
+    from bot.protocol.messages import Construct, Judge, Lend, Load, Run
+
+    h = worker.Harness(None, "cpu", 1)
+    assert h.op_load(Load(problem=str(PROBLEMS / "scale_add.py"), precision="float64"))["ok"]
+    assert h.op_construct(Construct(seed=3))["ok"]
+    tokens = {}
+    for seed in (5, 6):
+        reply = h.op_run(Run(seed=seed, want="fingerprint", fp_seed=1, send_up_to=-1))
+        assert reply["kept"] is True and reply.get("outputs") is None and len(reply["fingerprints"]) == 1
+        tokens[seed] = h.op_lend(Lend(alone=True))
+        assert h.expected is None  # alone: held by the token only
+    fds = h.take_outgoing()
+    try:
+        for seed, fd in zip((5, 6), fds):
+            # The contender's answer for the call: the problem's own, in its float32.
+            got = [t.float() for t in h.op_run(Run(seed=seed, want="outputs"))["outputs"]]
+            assert worker.write_into("cpu", [fd], tokens[seed]["sizes"], got) is True
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for seed in (6, 5):
+        judged = h.op_judge(Judge(token=tokens[seed]["token"], rules=[None], labels=[f"seed {seed}"]))
+        assert judged["ok"] and judged["results"][0]["passed"] is True, judged
+    assert h.lent == {}

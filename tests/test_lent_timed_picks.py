@@ -81,7 +81,7 @@ def test_without_lending_the_nudge_passes_the_fingerprint_alone(as_on_cuda, monk
     from bot.engine.timing import lent_picks
     from bot.engine.workers.client import WorkerFailure
 
-    def refuse(reference, timeout_s):
+    def refuse(reference, timeout_s, alone=False):
         raise WorkerFailure("problem", "no blocks to lend here")
 
     monkeypatch.setattr(lent_picks, "lend", refuse)

@@ -89,6 +89,8 @@ class JudgedCalls:
             return shared.failure("problem", exc)
         token = secrets.token_hex(8)
         self.lent[token] = Loan(blocks, self.expected, self.expected_meta)
+        if msg.alone:
+            self.forget()
         return LendReply(token=token, sizes=sizes).to_wire()
 
     def op_judge(self, msg: Judge) -> dict:

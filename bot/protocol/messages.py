@@ -206,9 +206,12 @@ class LendReply(Reply):
 
 @dataclass(frozen=True)
 class Lend(Request):
-    """Blocks for the outputs the reference keeps (its latest `Run` that kept them)."""
+    """Blocks for the outputs the reference keeps (its latest `Run` that kept them); with
+    `alone`, those outputs are kept for these blocks only (a timed call's: no other contender
+    call is compared with them), and go once they are judged."""
 
     op, Reply = "lend", LendReply
+    alone: bool = wire(bool_, False)
 
 
 @dataclass(frozen=True)

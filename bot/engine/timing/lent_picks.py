@@ -52,7 +52,7 @@ class PickLending:
                 lent = None
                 if self.on:
                     try:
-                        lent = lend(reference, timeout_s)
+                        lent = lend(reference, timeout_s, alone=True)  # held no longer than judged
                     except WorkerFailure as exc:
                         self.on, self.note = False, f"timed calls' outputs checked by fingerprint alone: {exc.reason}"
                 picks.append(LentPick(lent, ran.fingerprints))

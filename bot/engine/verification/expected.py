@@ -95,9 +95,10 @@ class ExpectedOutputs:
             return judge(self.reference, lent, wanted, self.timeout_s)
 
 
-def lend(reference: WorkerClient, timeout_s: float) -> Lent:
-    """Blocks the reference lends for one call's outputs, bound to the outputs it kept last."""
-    reply = ask(reference, Lend(), timeout_s, "problem")
+def lend(reference: WorkerClient, timeout_s: float, alone: bool = False) -> Lent:
+    """Blocks the reference lends for one call's outputs, bound to the outputs it kept last
+    (`alone`: for these blocks only, freed with them)."""
+    reply = ask(reference, Lend(alone=alone), timeout_s, "problem")
     fds = reference.channel.take_fds()
     if len(fds) != len(reply.sizes):
         close_fds(fds)
