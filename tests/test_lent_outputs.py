@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -224,3 +225,37 @@ def test_a_token_keeps_its_outputs_when_the_reference_computes_the_next_call():
         judged = h.op_judge(Judge(token=tokens[seed]["token"], rules=[None], labels=[f"seed {seed}"]))
         assert judged["ok"] and judged["results"][0]["passed"] is True, judged
     assert h.lent == {}
+
+
+def test_no_room_to_lend_is_the_contenders_shortage_of_memory_not_the_problems(monkeypatch):
+    """The reference cannot lend one contender's call its blocks (the GPU full beside the other
+    contenders' calls: KernelBench's 19_ReLU, 6 GiB a block, on the H100): that contender ran
+    out of GPU memory (on a GPU it runs again alone), the problem does not fail, the others pass."""
+    from bot.engine.evaluation.options import EvalOptions
+    from bot.engine.timing.records import TimingOptions
+    from bot.engine.verification.expected import ExpectedOutputs
+    from bot.engine.workers.client import WorkerFailure
+    from bot.engine.workers.failures import ran_out_of_gpu_memory
+    from bot.sandbox import Limits
+
+    lend, calls = ExpectedOutputs.lend, []
+
+    def short_once(self):
+        calls.append(1)
+        if len(calls) == 2:  # the first contender call's (the first is the reference's probe)
+            raise WorkerFailure("problem", "VmmError: create: CUDA error 2 (CUDA out of memory)")
+        return lend(self)
+
+    monkeypatch.setattr(ExpectedOutputs, "lend", short_once)
+    options = EvalOptions(
+        device="cpu",
+        use_cache=False,
+        parallel=1,
+        limits=Limits(memory_mb=4096, call_timeout_s=20),
+        timing=TimingOptions(time_cap_s=0.3, min_samples=5),
+        cache_root=Path("/tmp/kernel-bot-test-cache"),
+    )
+    outcomes, _ = judged_in_the_reference("scale_add.py", ["honest", "honest_fresh_outputs"], options)
+    short = [o for o in outcomes.values() if ran_out_of_gpu_memory(o)]
+    assert len(short) == 1 and "no room for its outputs" in short[0].verdict.reasons[0], short
+    assert all(o.verdict.accepted for o in outcomes.values() if o not in short)

@@ -59,11 +59,17 @@ def _driver() -> ctypes.CDLL:
     return ctypes.CDLL("libcuda.so.1")
 
 
+# CUDA_ERROR_OUT_OF_MEMORY: said as torch says it, so that the bot reads it as the GPU being
+# full beside other work (bot.engine.workers.failures), not as the problem's fault.
+_OUT_OF_MEMORY = 2
+
+
 def _check(result: int, call: str) -> None:
     if result != 0:
         text = ctypes.c_char_p()
         _driver().cuGetErrorString(result, ctypes.byref(text))
-        raise VmmError(f"{call}: CUDA error {result} ({(text.value or b'?').decode()})")
+        said = "CUDA out of memory" if result == _OUT_OF_MEMORY else (text.value or b"?").decode()
+        raise VmmError(f"{call}: CUDA error {result} ({said})")
 
 
 def _here() -> _Location:

@@ -18,6 +18,7 @@ from bot.core.tolerance import Rule, distribution_rules, shape_rules, widening_n
 from bot.engine.verification import verify
 from bot.engine.verification.expected import ExpectedOutputs, Hold
 from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
+from bot.engine.workers.failures import says_out_of_memory
 from bot.engine.workers.gpulock import GpuHandover
 from bot.engine.workers.phase_clock import current
 from bot.protocol.channel import close_fds
@@ -196,7 +197,14 @@ def run_trials(
         label = f"shape {trial.shape.name}, {dist} inputs"
         held = hold()
         gate = held if isinstance(held, GpuHandover) else None
-        lent = outputs.lend() if expected is None else None  # the reference's failure is the problem's
+        try:
+            lent = outputs.lend() if expected is None else None  # the reference's failure is the problem's
+        except WorkerFailure as exc:
+            if not says_out_of_memory(exc.reason):
+                raise
+            # The GPU full beside the other contenders' calls: this one runs again alone
+            # (bot.engine.evaluation.evaluate), as one whose own call ran out of memory does.
+            return [failure_check(WorkerFailure("call", f"no room for its outputs: {exc.reason}"))]
         try:
             # The first call builds what the contender compiles (torch.compile, Triton JIT).
             with held, clock.phase("compile" if n == 0 else "verify"):
