@@ -86,11 +86,14 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
     # Too large to reveal on CUDA: compared in full where they lie (bot.engine.timing.lent_picks).
     # The reference's failure here is the problem's, as its fingerprints' are below.
     timeout_s = run.call_timeout_s * 20
-    lending = (
-        run.picks.lend(run.reference, [seeds[i] for i in picked], fp_seed, timeout_s)
-        if read is None and not full and run.picks.on
-        else []
-    )
+    lends = read is None and not full and run.picks.on
+    if lends and run.window is not no_window:
+        # Unmapping the lent blocks waits for all of the contender's GPU work (as a free does):
+        # work it left running after its batch would drain there, before the look at the GPU
+        # that the next window opens with. The look comes first, the contender frozen.
+        worker.running.freeze()
+        _blame_work_left_running(run)
+    lending = run.picks.lend(run.reference, [seeds[i] for i in picked], fp_seed, timeout_s) if lends else []
     into, fds = sizes_and_fds(lending)
     try:
         hold = run.outside.hold_calls(run.harness.meta) if read is not None else 0
