@@ -41,8 +41,9 @@ class PickLending:
     note: str = ""
 
     def lend(self, reference: WorkerClient, seeds: Sequence[int], fp_seed: int, timeout_s: float) -> list[LentPick]:
-        """Blocks for each picked call's outputs. A failure of the problem's own code is the
-        problem's (WorkerFailure, raised); a failure to lend turns lending off."""
+        """Blocks for each picked call's outputs, for every pick or (once lending fails, and
+        lending turns off) for none: the reference's fingerprints of each either way. A
+        failure of the problem's own code is the problem's (WorkerFailure, raised)."""
         picks: list[LentPick] = []
         try:
             for seed in seeds:
@@ -59,6 +60,9 @@ class PickLending:
         except BaseException:
             self.free(reference, picks, timeout_s)
             raise
+        if not self.on:
+            self.free(reference, picks, timeout_s)
+            picks = [LentPick(None, p.prints) for p in picks]
         return picks
 
     @staticmethod
@@ -71,9 +75,10 @@ class PickLending:
 def sizes_and_fds(picks: Sequence[LentPick]) -> tuple[list[int] | None, list[int]]:
     """What the contender's `Outputs` names and carries: every lent block, pick after pick
     (None where nothing was lent)."""
-    if not picks or any(p.lent is None for p in picks):
+    lent = [p.lent for p in picks if p.lent is not None]
+    if not lent:
         return None, []
-    return [s for p in picks for s in p.lent.sizes], [fd for p in picks for fd in p.lent.fds]  # type: ignore[union-attr]
+    return [s for blocks in lent for s in blocks.sizes], [fd for blocks in lent for fd in blocks.fds]
 
 
 def judged(

@@ -28,7 +28,7 @@ from bot.protocol.messages import Fingerprints
 class Picked:
     """The calls the parent picked after a batch, and how their full outputs came: revealed
     over the channel, written into blocks the reference lent, or neither (their fingerprints
-    alone)."""
+    alone; `lending` holds the reference's wherever it was asked to lend)."""
 
     calls: list[int]
     revealed: list | None
@@ -115,8 +115,6 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
         return
     finally:
         close_fds(fds)
-    if into is None:  # some pick could not be lent for: every pick by its fingerprint alone
-        run.picks.free(run.reference, lending, timeout_s)
     samples = reply.samples
     results = [verify.check_wall_clock(sum(samples), wall_us), verify.check_threads(reply.new_threads, "timed calls")]
     if read is not None:  # every call's outputs and inputs, from outside (bot.engine.timing.outside_checks)
@@ -124,7 +122,7 @@ def one_batch(run: Run, worker: WorkerClient, replica: int, record: TimingRecord
             read.failed or run.outside.against_reference(run, seeds, picked, read, f"shape {run.shape.name}")
         )
     else:
-        picks = Picked(picked, got.outputs if full else None, lending if into else [])
+        picks = Picked(picked, got.outputs if full else None, lending)
         results.extend(_picked_against_reference(run, seeds, picks, fp_seed, reply, record))
     record.checks.extend(results)
     if not all(r.passed for r in results):
@@ -200,7 +198,7 @@ def _picked_against_reference(
         later = reply.fingerprints[i + 1 :]  # a reused output buffer holds one of these
         committed = check_commitment(reply.fingerprints[i], shown, prints[n], dtypes, rules, label, later)
         results.append(committed)
-        if lending:
+        if lending and lending[n].lent is not None:
             results.extend(judged(run.reference, lending[n], committed, dtypes, rules, label, timeout_s))
         elif revealed is not None:
             results.extend(compare_outputs(ref.outputs[n], shown, dtypes, rules, label, committed))
