@@ -7,7 +7,8 @@ For each pick the reference computes the call's outputs from its seed, keeps the
 blocks bound to them; the contender writes the picked call's outputs, as it kept them from the
 batch, into the blocks; the reference compares them with the rule the parent sends. The call's
 commitment inside the window (its fingerprint, against the reference's of the same outputs)
-still binds what it writes after the batch to what it computed in the window."""
+still binds what it writes after the batch to what it computed in the window, to the normwise
+bound a fingerprint holds (docs/verifier.md, "Timed calls")."""
 
 from __future__ import annotations
 
