@@ -61,3 +61,32 @@ def test_a_batch_of_a_few_slow_calls_is_expected_to_cost_what_its_rounds_cost():
     assert calibration.of(2)[0] == 3_100.0
     with pytest.raises(ValueError):
         calibration.add_round(1, 2_230.0)  # one call measures the fixed part again, not a slope
+
+
+class _Reference:
+    device = "cpu"
+
+
+def test_no_batch_is_costed_before_the_harness_has_measured_its_part_per_call():
+    # Rounds come among the contenders' batches in random order: a batch costed before the
+    # first one was charged one call's harness work whatever its calls (scale_add on 2 vCPUs:
+    # 30 us a call where the rounds said 140), its sample nearly twice its call.
+    from bot.engine.timing.harness_cost import HarnessCost
+
+    class Stubbed(HarnessCost):
+        asked: list[int] = []
+
+        def _stub_batch(self, n: int) -> tuple[float, float, float]:
+            self.asked.append(n)
+            cost = 100.0 + 50.0 * (n - 1)
+            return cost, 10.0 * n, cost + 10.0 * n
+
+    meta = [{"shape": [4], "dtype": "float32"}]
+    harness = Stubbed(_Reference(), meta, 16, "latency", random.Random(1), 10.0)
+    assert harness.span_of(4)[0] == pytest.approx(110.0 + 3 * 60.0)  # a single, and three calls more
+    assert harness.of(4)[0] == pytest.approx(250.0)
+    assert harness.staging_of(4)[0] == pytest.approx(40.0)
+    assert harness.asked == [1] * HarnessCost.REPEATS + [4]  # the singles, then one round
+    harness.measure_round(8)  # later rounds come as the timing visits them, not per batch
+    harness.of(8)
+    assert harness.asked[-1] == 8 and len(harness.asked) == HarnessCost.REPEATS + 2
