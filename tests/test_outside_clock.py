@@ -4,6 +4,8 @@ reference's do-nothing calls, and full outputs of calls the parent picks after t
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
@@ -107,3 +109,22 @@ def test_inputs_the_parent_cannot_lay_out_are_staged_in_the_worker_and_said_so(t
     assert result.baseline.verdict.status == "accepted", result.baseline.verdict.reasons
     assert all(s.measurement is not None for s in result.baseline.shapes), "timed all the same"
     assert any("inputs staged in each worker: an input of type dtype" in line for line in lines), lines
+
+
+def test_bot_v_logs_each_contenders_hidden_time_batch_by_batch(caplog):
+    # What a count or a rejection of hidden time rested on must be readable after a run
+    # (`bot -v`): per contender, every kept batch's calls, replica, the parent's wall time, the
+    # worker's report and the time left unexplained, which the check's medians cannot show.
+    with caplog.at_level(logging.DEBUG, logger="bot.engine.evaluation.shape_run"):
+        baseline, by_name = _bench("scale_add.py", ["honest"], cap_s=1.0)
+    logged = {(r.args[1], r.args[2]): r for r in caplog.records if "hidden time" in r.getMessage()}
+    for outcome in (baseline, by_name["honest"]):
+        shape = outcome.shapes[0]
+        record = logged[(shape.shape, outcome.candidate.name)]
+        hidden, figures = record.args[3], record.args[4]
+        sizes = shape.measurement.batch_sizes
+        assert [f[0] for f in figures] == list(sizes)  # one entry per kept batch, in order
+        for calls, _, wall_us, _, reported_us, unexplained_us, harness_us in figures:
+            # the parent's wall time holds the calls' report, the harness's work and the rest
+            assert wall_us == pytest.approx(calls * (reported_us + unexplained_us + harness_us), abs=0.2 * calls)
+        assert hidden["claimed_us"] > 0

@@ -3,6 +3,7 @@ trials, time those that pass against each other, and add the checks the times ca
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, replace
 
@@ -33,6 +34,8 @@ from bot.engine.workers.gpulock import device_key, gpu_exclusive, gpu_shared
 from bot.engine.workers.phase_clock import current
 from bot.protocol.messages import Construct, Run
 from bot.sandbox import freezer
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,17 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         run.checks[name].append(check_hidden_time(found, rejects=events))
         if events:
             records[name].counted_us = found.counted_us
+        # Where a contender's hidden time came from, batch by batch: the figures behind a
+        # count or a rejection, which the check's summary (medians) cannot show.
+        _log.debug(
+            "%s [%s] %s: hidden time %s; per batch (calls, replica, wall us, worker's op us, "
+            "reported, unexplained and harness us a call): %s",
+            run.problem.name,
+            shape.name,
+            run.replicas.modules[name][1].name if name in run.replicas.modules else name,
+            {k: round(v, 1) for k, v in found.details().items()},
+            records[name].window_figures(),
+        )
     for name, rec in records.items():
         run.checks[name].extend(rec.checks)
         m = rec.measurement()

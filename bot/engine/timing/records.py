@@ -64,6 +64,35 @@ class TimingRecord:
     batch: int = 1  # calls in the next batch, drawn by the parent (next_batch_size)
     failed: bool = False
 
+    def window_figures(self) -> list[tuple[int, int, float, float | None, float, float, float]]:
+        """Per kept batch, what the hidden-time check weighed (for diagnosis, `bot -v`): its
+        calls, its replica, the parent's wall time of the timed exchange, the worker's own time
+        for its op (None where it sent none), and per call the worker's report, the time left
+        unexplained and the harness's measured work, in us."""
+        ops: list[float | None] = (
+            list(self.op_us) if len(self.op_us) == len(self.wall_us) else [None] * len(self.wall_us)
+        )
+        return [
+            (
+                n,
+                replica,
+                round(wall, 1),
+                None if op is None else round(op, 1),
+                round(rep, 1),
+                round(une, 1),
+                round(har, 1),
+            )
+            for n, replica, wall, op, rep, une, har in zip(
+                self.batch_sizes,
+                self.batch_workers,
+                self.wall_us,
+                ops,
+                self.reported_us,
+                self.unexplained_us,
+                self.harness_us,
+            )
+        ]
+
     def measurement(self) -> Measurement | None:
         """The samples, each with `counted_us` added (on CUDA: the time per call the parent's clock
         saw and the worker's events left out, bot.engine.timing.hidden; 0 on the CPU, whose samples are
