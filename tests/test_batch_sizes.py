@@ -70,7 +70,7 @@ class _Reference:
 def test_no_batch_is_costed_before_the_harness_has_measured_its_part_per_call():
     # Rounds come among the contenders' batches in random order: a batch costed before the
     # first one was charged one call's harness work whatever its calls (scale_add on 2 vCPUs:
-    # 30 us a call where the rounds said 140), its sample nearly twice its call.
+    # 30 us a call where the rounds said 140), and its sample rose by as much.
     from bot.engine.timing.harness_cost import HarnessCost
 
     class Stubbed(HarnessCost):

@@ -184,12 +184,9 @@ class HarnessCost:
         return self.span.of(n)
 
     def _calibrated(self, n: int) -> None:
-        """The fixed part, and the part per call from one round at least. A batch costed before
-        the first round (rounds come among the contenders' batches, in random order) would be
-        charged one call's harness work whatever its calls: on a 2-vCPU CPU scale_add's first
-        batches were charged 30 us a call where the rounds said 140, a CPU sample nearly twice
-        the call, and on CUDA the time left unexplained rose alike (tall_matmul: about 1.3 ms a
-        call in a batch of three), which hidden time counts into a contender's samples."""
+        """The fixed part, and the part per call from one round at least: rounds come among the
+        contenders' batches in random order, and a batch costed before the first would be
+        charged one call's harness work whatever its calls (docs/verifier.md, "Hidden time")."""
         self._calibrate_fixed()
         if not self.window.per_call_us:
             self.measure_round(n)

@@ -64,33 +64,16 @@ class TimingRecord:
     batch: int = 1  # calls in the next batch, drawn by the parent (next_batch_size)
     failed: bool = False
 
-    def window_figures(self) -> list[tuple[int, int, float, float | None, float, float, float]]:
+    def window_figures(self) -> list[tuple[float | None, ...]]:
         """Per kept batch, what the hidden-time check weighed (for diagnosis, `bot -v`): its
         calls, its replica, the parent's wall time of the timed exchange, the worker's own time
         for its op (None where it sent none), and per call the worker's report, the time left
         unexplained and the harness's measured work, in us."""
-        ops: list[float | None] = (
-            list(self.op_us) if len(self.op_us) == len(self.wall_us) else [None] * len(self.wall_us)
-        )
+        ops = self.op_us if len(self.op_us) == len(self.wall_us) else [None] * len(self.wall_us)
+        per_batch = zip(self.wall_us, ops, self.reported_us, self.unexplained_us, self.harness_us)
         return [
-            (
-                n,
-                replica,
-                round(wall, 1),
-                None if op is None else round(op, 1),
-                round(rep, 1),
-                round(une, 1),
-                round(har, 1),
-            )
-            for n, replica, wall, op, rep, une, har in zip(
-                self.batch_sizes,
-                self.batch_workers,
-                self.wall_us,
-                ops,
-                self.reported_us,
-                self.unexplained_us,
-                self.harness_us,
-            )
+            (n, replica, *(None if x is None else round(x, 1) for x in figures))
+            for n, replica, figures in zip(self.batch_sizes, self.batch_workers, per_batch)
         ]
 
     def measurement(self) -> Measurement | None:
