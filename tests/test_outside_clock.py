@@ -124,7 +124,7 @@ def test_bot_v_logs_each_contenders_hidden_time_batch_by_batch(caplog):
         hidden, figures = record.args[3], record.args[4]
         sizes = shape.measurement.batch_sizes
         assert [f[0] for f in figures] == list(sizes)  # one entry per kept batch, in order
-        for calls, _, wall_us, _, reported_us, unexplained_us, harness_us in figures:
+        for calls, _, wall_us, _, reported_us, unexplained_us, harness_us, _ in figures:
             # the parent's wall time holds the calls' report, the harness's work and the rest
             assert wall_us == pytest.approx(calls * (reported_us + unexplained_us + harness_us), abs=0.2 * calls)
         assert hidden["claimed_us"] > 0

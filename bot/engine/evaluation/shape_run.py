@@ -170,7 +170,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         # count or a rejection, which the check's summary (medians) cannot show.
         _log.debug(
             "%s [%s] %s: hidden time %s; per batch (calls, replica, wall us, worker's op us, "
-            "reported, unexplained and harness us a call): %s",
+            "reported, unexplained, harness and staging us a call): %s",
             run.problem.name,
             shape.name,
             run.replicas.modules[name][1].name if name in run.replicas.modules else name,

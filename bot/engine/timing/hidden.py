@@ -36,7 +36,8 @@ class HiddenTime:
     harness_us: float
     noise_us: float  # of `hidden_us`, for rejection: calibration and batch-to-batch scatter
     allowed_us: float
-    counted_us: float  # `hidden_us` out of the calibration's noise: on CUDA added to the samples (the CPU's hold it)
+    counted_us: float  # each part of `hidden_us` out of its noise: on CUDA added to the samples (the CPU's hold it)
+    staging_us: float = 0.0  # of `hidden_us`: the part from inputs the worker drew itself
 
     def details(self) -> dict[str, float]:
         return {
@@ -46,7 +47,22 @@ class HiddenTime:
             "harness_us": self.harness_us,
             "noise_us": self.noise_us,
             "counted_us": self.counted_us,
+            "staging_us_per_call": self.staging_us,
         }
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One part of the parent's time beyond a worker's report (the window's, or the staging's
+    where the worker drew its inputs): its median, its noise for rejection, and what of it is
+    counted."""
+
+    hidden_us: float
+    noise_us: float
+    counted_us: float
+
+
+_NOTHING = _Part(0.0, 0.0, 0.0)
 
 
 def spread(values: Sequence[float]) -> float:
@@ -60,29 +76,52 @@ def _scatter(values: Sequence[float]) -> float:
     return spread(values) / math.sqrt(len(values))
 
 
+def _part(values: Sequence[float], noise_us: Sequence[float], yardstick_us: Sequence[float]) -> _Part:
+    """The median of `values` beyond the yardstick's, its noise (the calibration's spread, the
+    batches' own scatter and the yardstick's, each of a median), and that median counted where
+    it stands out of the noise the contender cannot touch: the calibration's and what the
+    yardstick's scatter would give two medians of the same code (root 2 of it). The contender's
+    own scatter widens the rejection bound, never what is counted: scattering its batches on
+    purpose would otherwise let it hide more. Held to the yardstick's scatter, honest copies are
+    not charged what a few noisy batches put between two medians (on an H100 a worker's drawing
+    of its inputs scattered by 0.7 to 2.3 ms a call, docs/verifier.md)."""
+    if not values:
+        return _NOTHING
+    usual = statistics.median(yardstick_us) if yardstick_us else 0.0
+    hidden = statistics.median(values) - usual
+    calibration = statistics.median(noise_us) / math.sqrt(len(noise_us)) if noise_us else 0.0
+    yardstick = _scatter(yardstick_us) if yardstick_us else 0.0
+    noise = math.hypot(calibration, _scatter(values), yardstick)
+    counted = hidden if hidden > 3 * math.hypot(calibration, math.sqrt(2) * yardstick) else 0.0
+    return _Part(hidden, noise, counted)
+
+
 def hidden_time(
     unexplained_us: Sequence[float],
     reported_us: Sequence[float],
     harness_us: Sequence[float],
     noise_us: Sequence[float],
     yardstick_us: Sequence[float] = (),
+    staging: tuple[Sequence[float], Sequence[float], Sequence[float]] = ((), (), ()),
 ) -> HiddenTime:
     """Per kept batch, per call: the window's wall time less the calls' reported time less the
     harness's own work for such a batch, as measured on the reference with calls that do nothing
     (`unexplained_us`), that work (`harness_us`) and its measurement's spread (`noise_us`). The
     baseline's own `unexplained_us` is the yardstick for the other contenders: real calls in worker
     processes timed in turn with them (on a loaded 2-vCPU machine such processes sat up to 60 us
-    a call above the calibration's). The contender's own scatter widens the rejection bound,
-    never what is counted."""
-    usual = statistics.median(yardstick_us) if yardstick_us else 0.0
-    hidden = statistics.median(unexplained_us) - usual
+    a call above the calibration's). Where the worker drew its own inputs, `staging` holds the
+    same for that step (its time beyond the reference's drawing of as many, that drawing's
+    spread, and the yardstick's), judged apart: its scatter is its own, and summed with the
+    window's it would hide a window's shave under a staging's noise."""
+    window = _part(unexplained_us, noise_us, yardstick_us)
+    drawn = _part(*staging)
+    hidden = window.hidden_us + drawn.hidden_us
     claimed = statistics.median(reported_us)
     harness = statistics.median(harness_us) if harness_us else 0.0
-    calibration = statistics.median(noise_us) / math.sqrt(len(noise_us)) if noise_us else 0.0
-    noise = math.hypot(calibration, _scatter(unexplained_us), _scatter(yardstick_us) if yardstick_us else 0.0)
+    noise = math.hypot(window.noise_us, drawn.noise_us)
     allowed = HIDDEN_SHARE * claimed + HARNESS_SHARE * harness + 3 * noise
-    counted = hidden if hidden > 3 * calibration else 0.0
-    return HiddenTime(hidden, claimed, harness, noise, allowed, max(counted, 0.0))
+    counted = max(window.counted_us + drawn.counted_us, 0.0)
+    return HiddenTime(hidden, claimed, harness, noise, allowed, counted, drawn.hidden_us)
 
 
 def check_hidden_time(found: HiddenTime, rejects: bool) -> CheckResult:
@@ -107,10 +146,9 @@ def check_hidden_time(found: HiddenTime, rejects: bool) -> CheckResult:
     return CheckResult(name, False, f"{seen}: the worker's clocks were tampered with?", found.details())
 
 
-def _batch_totals(record: Any) -> list[tuple[int, float]]:
-    """Per kept batch: its calls and the unexplained time of the whole batch."""
-    sizes = getattr(record, "batch_sizes", None) or [1] * len(record.unexplained_us)
-    return [(n, u * n) for n, u in zip(sizes, record.unexplained_us)]
+def _batch_totals(sizes: Sequence[int], per_call_us: Sequence[float]) -> list[tuple[int, float]]:
+    """Per kept batch: its calls and its time of one part (per call in `per_call_us`) in all."""
+    return [(n, u * n) for n, u in zip(sizes, per_call_us)]
 
 
 def _per_batch_and_per_call(totals: Sequence[tuple[int, float]]) -> tuple[float, float]:
@@ -127,24 +165,44 @@ def _per_batch_and_per_call(totals: Sequence[tuple[int, float]]) -> tuple[float,
     return statistics.median(t - per_call * n for n, t in totals), per_call
 
 
+def _against(base: Sequence[tuple[int, float]], totals: Sequence[tuple[int, float]]) -> list[float]:
+    """Per batch of `totals`, per call: its time beyond the baseline's line at its size."""
+    if not base:
+        return [t / n for n, t in totals]
+    fixed, per_call = _per_batch_and_per_call(base)
+    return [(t - fixed - per_call * n) / n for n, t in totals]
+
+
+def _parts(record: Any) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """A record's window and staging totals per kept batch (the staging's empty where the
+    parent filled the inputs from outside)."""
+    sizes = getattr(record, "batch_sizes", None) or [1] * len(record.unexplained_us)
+    staging = getattr(record, "staging_us", None) or []
+    return _batch_totals(sizes, record.unexplained_us), _batch_totals(sizes, staging)
+
+
 def hidden_time_checks(records: Mapping[str, Any], baseline: str | None) -> dict[str, HiddenTime]:
     """`hidden_time` of every contender with kept batches (TimingRecord-like objects), each but
-    the baseline against what the baseline's unexplained time would be in batches of its sizes
-    (`_per_batch_and_per_call`), where the baseline was timed; the baseline against the
-    calibration alone."""
+    the baseline against what the baseline's time would be in batches of its sizes
+    (`_per_batch_and_per_call`), window and staging apart, where the baseline was timed; the
+    baseline against the calibration alone."""
     timed = {n: r for n, r in records.items() if r.unexplained_us}
-    if baseline not in timed:
-        return {n: hidden_time(r.unexplained_us, r.reported_us, r.harness_us, r.noise_us) for n, r in timed.items()}
-    base_totals = _batch_totals(timed[baseline])
-    fixed, per_call = _per_batch_and_per_call(base_totals)
-    residuals = [(t - fixed - per_call * n) / n for n, t in base_totals]
+    base = _parts(timed[baseline]) if baseline in timed else ([], [])
+    yardstick = [_against(part, part) for part in base]
     found = {}
     for name, r in timed.items():
-        if name == baseline:
-            found[name] = hidden_time(r.unexplained_us, r.reported_us, r.harness_us, r.noise_us)
-            continue
-        beyond = [(t - fixed - per_call * n) / n for n, t in _batch_totals(r)]
-        found[name] = hidden_time(beyond, r.reported_us, r.harness_us, r.noise_us, residuals)
+        mine = name == baseline or baseline not in timed
+        window, staging = ([], []) if mine else yardstick
+        own_window, own_staging = _parts(r)
+        staging_noise = getattr(r, "staging_noise_us", None) or []
+        found[name] = hidden_time(
+            _against([] if mine else base[0], own_window),
+            r.reported_us,
+            r.harness_us,
+            r.noise_us,
+            window,
+            (_against([] if mine else base[1], own_staging), staging_noise, staging),
+        )
     if baseline in found:  # the yardstick counts nothing into its own times: what it hides makes
         # it faster, which no candidate's claim can gain from
         found[baseline] = replace(found[baseline], counted_us=0.0)

@@ -52,6 +52,11 @@ class TimingRecord:
     unexplained_us: list[float] = field(default_factory=list)
     harness_us: list[float] = field(default_factory=list)  # per kept batch, per call: HarnessCost's median
     noise_us: list[float] = field(default_factory=list)  # and its spread
+    # Per kept batch, per call: where the worker drew its own inputs, the parent's time of that
+    # beyond the reference's drawing of as many, and that drawing's spread (0 where the parent
+    # filled them from outside).
+    staging_us: list[float] = field(default_factory=list)
+    staging_noise_us: list[float] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
     # Per kept batch: the parent's wall time of the timed exchange, and the worker's own time for
     # its op (TimeReply.op_us): where a window's unexplained time went, for diagnosis only.
@@ -68,9 +73,10 @@ class TimingRecord:
         """Per kept batch, what the hidden-time check weighed (for diagnosis, `bot -v`): its
         calls, its replica, the parent's wall time of the timed exchange, the worker's own time
         for its op (None where it sent none), and per call the worker's report, the time left
-        unexplained and the harness's measured work, in us."""
+        unexplained, the harness's measured work and the staging's time beyond the reference's,
+        in us."""
         ops = self.op_us if len(self.op_us) == len(self.wall_us) else [None] * len(self.wall_us)
-        per_batch = zip(self.wall_us, ops, self.reported_us, self.unexplained_us, self.harness_us)
+        per_batch = zip(self.wall_us, ops, self.reported_us, self.unexplained_us, self.harness_us, self.staging_us)
         return [
             (n, replica, *(None if x is None else round(x, 1) for x in figures))
             for n, replica, figures in zip(self.batch_sizes, self.batch_workers, per_batch)
