@@ -259,3 +259,44 @@ def test_no_room_to_lend_is_the_contenders_shortage_of_memory_not_the_problems(m
     short = [o for o in outcomes.values() if ran_out_of_gpu_memory(o)]
     assert len(short) == 1 and "no room for its outputs" in short[0].verdict.reasons[0], short
     assert all(o.verdict.accepted for o in outcomes.values() if o not in short)
+
+
+def test_a_cuda_lend_refused_for_memory_gives_the_allocators_cache_back_and_tries_once_more(monkeypatch):
+    # The reference's caching allocator holds what its float64 temporaries freed, out of the
+    # driver's reach; a block the driver refuses for want of memory is asked for again once that
+    # cache is given back, and any other refusal is not retried.
+    from types import SimpleNamespace
+
+    from bot.harness import vmm
+
+    monkeypatch.setattr(vmm, "_driver", lambda: SimpleNamespace(cuGetErrorString=lambda result, text: 0))
+    with pytest.raises(vmm.VmmOutOfMemory, match="CUDA out of memory"):
+        vmm._check(2, "create")
+    with pytest.raises(vmm.VmmError) as refused:
+        vmm._check(1, "map")
+    assert not isinstance(refused.value, vmm.VmmOutOfMemory)
+
+    calls: list[str] = []
+    answers: list[Exception | None] = [vmm.VmmOutOfMemory("create: CUDA error 2 (CUDA out of memory)"), None]
+
+    def create(nbytes):
+        calls.append("create")
+        failure = answers.pop(0)
+        if failure is not None:
+            raise failure
+        return SimpleNamespace(size=nbytes), 7
+
+    monkeypatch.setattr(vmm, "create", create)
+    monkeypatch.setattr(vmm, "as_tensor", lambda mapping, nbytes: torch.zeros(nbytes, dtype=torch.uint8))
+    monkeypatch.setattr(vmm, "close", lambda mapping: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    block, fd = lend(64, "cuda")
+    assert calls == ["create", "empty_cache", "create"] and fd == 7
+    assert bool((block.data == POISON).all())
+
+    calls.clear()
+    answers[:] = [vmm.VmmError("create: CUDA error 1 (invalid argument)")]
+    with pytest.raises(vmm.VmmError, match="invalid argument"):
+        lend(64, "cuda")
+    assert calls == ["create"]

@@ -54,6 +54,10 @@ class VmmError(RuntimeError):
     """A driver call refused (its name and CUDA's error string)."""
 
 
+class VmmOutOfMemory(VmmError):
+    """A driver call refused for want of device memory."""
+
+
 @functools.cache
 def _driver() -> ctypes.CDLL:
     return ctypes.CDLL("libcuda.so.1")
@@ -69,7 +73,7 @@ def _check(result: int, call: str) -> None:
         text = ctypes.c_char_p()
         _driver().cuGetErrorString(result, ctypes.byref(text))
         said = "CUDA out of memory" if result == _OUT_OF_MEMORY else (text.value or b"?").decode()
-        raise VmmError(f"{call}: CUDA error {result} ({said})")
+        raise (VmmOutOfMemory if result == _OUT_OF_MEMORY else VmmError)(f"{call}: CUDA error {result} ({said})")
 
 
 def _here() -> _Location:
