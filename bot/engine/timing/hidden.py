@@ -191,17 +191,18 @@ def hidden_time_checks(records: Mapping[str, Any], baseline: str | None) -> dict
     yardstick = [_against(part, part) for part in base]
     found = {}
     for name, r in timed.items():
-        mine = name == baseline or baseline not in timed
-        window, staging = ([], []) if mine else yardstick
-        own_window, own_staging = _parts(r)
+        # the baseline, or any contender where no baseline was timed: against the calibration alone
+        on_its_own = name == baseline or baseline not in timed
+        line, held_to = (([], []), ([], [])) if on_its_own else (base, yardstick)
+        window, staging = _parts(r)
         staging_noise = getattr(r, "staging_noise_us", None) or []
         found[name] = hidden_time(
-            _against([] if mine else base[0], own_window),
+            _against(line[0], window),
             r.reported_us,
             r.harness_us,
             r.noise_us,
-            window,
-            (_against([] if mine else base[1], own_staging), staging_noise, staging),
+            held_to[0],
+            (_against(line[1], staging), staging_noise, held_to[1]),
         )
     if baseline in found:  # the yardstick counts nothing into its own times: what it hides makes
         # it faster, which no candidate's claim can gain from
