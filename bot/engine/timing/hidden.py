@@ -165,11 +165,14 @@ def _per_batch_and_per_call(totals: Sequence[tuple[int, float]]) -> tuple[float,
     return statistics.median(t - per_call * n for n, t in totals), per_call
 
 
-def _against(base: Sequence[tuple[int, float]], totals: Sequence[tuple[int, float]]) -> list[float]:
-    """Per batch of `totals`, per call: its time beyond the baseline's line at its size."""
-    if not base:
-        return [t / n for n, t in totals]
-    fixed, per_call = _per_batch_and_per_call(base)
+def _line(base: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """The baseline's (part per batch, part per call) of one part; nothing where it has none."""
+    return _per_batch_and_per_call(base) if base else (0.0, 0.0)
+
+
+def _against(line: tuple[float, float], totals: Sequence[tuple[int, float]]) -> list[float]:
+    """Per batch of `totals`, per call: its time beyond `line` at its size."""
+    fixed, per_call = line
     return [(t - fixed - per_call * n) / n for n, t in totals]
 
 
@@ -188,21 +191,22 @@ def hidden_time_checks(records: Mapping[str, Any], baseline: str | None) -> dict
     baseline against the calibration alone."""
     timed = {n: r for n, r in records.items() if r.unexplained_us}
     base = _parts(timed[baseline]) if baseline in timed else ([], [])
-    yardstick = [_against(part, part) for part in base]
+    lines = [_line(part) for part in base]  # fitted once, for every contender
+    yardstick = [_against(line, part) for line, part in zip(lines, base)]
     found = {}
     for name, r in timed.items():
         # the baseline, or any contender where no baseline was timed: against the calibration alone
         on_its_own = name == baseline or baseline not in timed
-        line, held_to = (([], []), ([], [])) if on_its_own else (base, yardstick)
+        fits, held_to = ([(0.0, 0.0)] * 2, ([], [])) if on_its_own else (lines, yardstick)
         window, staging = _parts(r)
         staging_noise = getattr(r, "staging_noise_us", None) or []
         found[name] = hidden_time(
-            _against(line[0], window),
+            _against(fits[0], window),
             r.reported_us,
             r.harness_us,
             r.noise_us,
             held_to[0],
-            (_against(line[1], staging), staging_noise, held_to[1]),
+            (_against(fits[1], staging), staging_noise, held_to[1]),
         )
     if baseline in found:  # the yardstick counts nothing into its own times: what it hides makes
         # it faster, which no candidate's claim can gain from
