@@ -5,6 +5,7 @@ allocations on a GPU (tests/test_gpu_lent.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -187,7 +188,10 @@ def test_the_reference_refuses_to_judge_blocks_it_did_not_lend_or_with_nothing_k
 
     assert h.op_run(Run(seed=5, want="outputs", send_up_to=-1))["kept"] is True
     lent = h.op_lend(Lend())
-    assert lent["ok"] and len(h.take_outgoing()) == len(lent["sizes"]) == 1
+    outgoing = h.take_outgoing()
+    for fd in outgoing:
+        os.close(fd)
+    assert lent["ok"] and len(outgoing) == len(lent["sizes"]) == 1
     assert "no blocks lent" in h.op_judge(Judge(token="elsewhere"))["error"]
     judged = h.op_judge(Judge(token=lent["token"], rules=[None], labels=["x"]))  # still poison
     assert judged["ok"] and judged["results"][0]["passed"] is False
@@ -300,3 +304,51 @@ def test_a_cuda_lend_refused_for_memory_gives_the_allocators_cache_back_and_trie
     with pytest.raises(vmm.VmmError, match="invalid argument"):
         lend(64, "cuda")
     assert calls == ["create"]
+
+
+def _blocks_held_here() -> list[str]:
+    """The lent blocks this process still holds a descriptor of: each keeps its memory (on a
+    GPU, a whole call's outputs) alive after the reference and the contender are gone."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if "kernel-bot-block" in (target := os.readlink(f"/proc/self/fd/{fd}")):
+                held.append(target)
+    return held
+
+
+def test_the_bot_keeps_no_descriptor_of_a_block_once_its_evaluation_ends(lent_outcomes):
+    # A descriptor left open keeps its block's memory, for the rest of the bot's run: on the
+    # H100, 6 GiB for each of KernelBench's 19_ReLU calls it was lent for, until no problem fit.
+    assert _blocks_held_here() == []
+
+
+def test_blocks_lent_for_timed_picks_that_are_never_sent_leave_no_descriptor_here(monkeypatch):
+    # The reference lends the first pick its block, then cannot lend the second: picks go on
+    # checked by fingerprint alone, and the first block, never sent, is freed with no
+    # descriptor of it left in the bot.
+    from types import SimpleNamespace
+
+    import bot.engine.timing.lent_picks as lent_picks
+    from bot.engine.verification.expected import Lent
+    from bot.engine.workers.client import WorkerFailure
+
+    _, fd = lend(64, "cpu")
+    lends = [Lent("t1", [64], [fd]), WorkerFailure("problem", "VmmError: create: CUDA error 2")]
+    freed: list[str] = []
+
+    def next_lend(reference, timeout_s, alone=False):
+        answer = lends.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(lent_picks, "ask", lambda *a, **k: SimpleNamespace(fingerprints=[[1.0]]))
+    monkeypatch.setattr(lent_picks, "lend", next_lend)
+    monkeypatch.setattr(lent_picks, "judge", lambda reference, lent, wanted, t: freed.append(lent.token) or [])
+    picking = lent_picks.PickLending(on=True)
+    picks = picking.lend(None, [5, 6], fp_seed=1, timeout_s=1.0)
+    assert [p.lent for p in picks] == [None, None] and not picking.on and "fingerprint alone" in picking.note
+    assert freed == ["t1"]
+    with pytest.raises(OSError):
+        os.fstat(fd)

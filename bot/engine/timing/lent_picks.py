@@ -21,6 +21,7 @@ from bot.core.tolerance import Rule, rules_of
 from bot.engine.verification.compare import as_timed_call
 from bot.engine.verification.expected import Lent, judge, lend
 from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
+from bot.protocol.channel import close_fds
 from bot.protocol.messages import Run
 
 
@@ -59,10 +60,10 @@ class PickLending:
                         self.on, self.note = False, f"timed calls' outputs checked by fingerprint alone: {exc.reason}"
                 picks.append(LentPick(lent, ran.fingerprints))
         except BaseException:
-            self.free(reference, picks, timeout_s)
+            _unsent(reference, picks, timeout_s)
             raise
         if not self.on:
-            self.free(reference, picks, timeout_s)
+            _unsent(reference, picks, timeout_s)
             picks = [LentPick(None, p.prints) for p in picks]
         return picks
 
@@ -71,6 +72,13 @@ class PickLending:
         for pick in picks:
             if pick.lent is not None:
                 judge(reference, pick.lent, None, timeout_s)
+
+
+def _unsent(reference: WorkerClient, picks: Sequence[LentPick], timeout_s: float) -> None:
+    """Blocks lent for picks that will not be sent: the bot's descriptors closed (each would keep
+    its block's memory for the bot's whole run), then the reference frees them."""
+    close_fds([fd for pick in picks if pick.lent is not None for fd in pick.lent.fds])
+    PickLending.free(reference, picks, timeout_s)
 
 
 def sizes_and_fds(picks: Sequence[LentPick]) -> tuple[list[int] | None, list[int]]:
