@@ -141,3 +141,25 @@ def test_a_baseline_rejected_after_a_round_that_accepted_it_keeps_the_rounds_bef
     accepted = Evaluation(problem, ENV, _outcome(base, True, "baseline"), (_outcome(a, True),))
     refuse_rejected_baseline(problem, accepted, True, lambda event: said.append(event.line()))
     assert len(said) == 1
+
+
+@pytest.mark.parametrize("nbytes,given_back", [(4096, True), (1024, False)])
+def test_a_large_timed_batch_gives_its_cached_memory_back_when_dropped(monkeypatch, nbytes, given_back):
+    # A worker waits frozen between its batches: where the batch was large, what the allocator
+    # cached for it goes back to the GPU as the batch is dropped, not when the worker ends.
+    import torch
+
+    import bot.harness.worker as worker
+    from bot.protocol.batches import Outputs
+
+    emptied: list[int] = []
+    monkeypatch.setattr(worker, "RELEASE_OVER_BYTES", 4096)
+    monkeypatch.setattr(worker.shared, "cuda_sync", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    h = worker.Harness(None, "cpu", 1)
+    h.device = "cuda"  # after start-up, which would make a CUDA context
+    half = torch.zeros(nbytes // 8, dtype=torch.float32)  # an input and an output, half each
+    h.staged, h.kept = [[half]], [[half.clone()]]
+    assert h.op_outputs(Outputs(picks=[]))["ok"]
+    assert h.staged is None and h.kept == []
+    assert emptied == ([1] if given_back else [])

@@ -32,7 +32,7 @@ from bot.harness.checked import CheckedCalls
 from bot.harness.env import describe_environment, timer_overhead_us
 from bot.harness.held import Held
 from bot.harness.judge import JudgedCalls, Loan, write_into
-from bot.harness.timing import LAUNCHES_KEPT, Rotation, TimedCalls
+from bot.harness.timing import LAUNCHES_KEPT, Rotation, TimedCalls, tensor_bytes
 from bot.harness.tuning_gate import TuningGate
 from bot.protocol.batches import Outputs, OutputsReply, Stage, StageInto, StageReply
 from bot.protocol.channel import FDS_PER_MESSAGE, Channel, ChannelClosed, close_fds
@@ -47,6 +47,10 @@ from bot.protocol.messages import (
     LoadReply,
 )
 from bot.protocol.typed import Done, Message, ProtocolError
+
+# A batch that held this much (its inputs and outputs) gives the allocator's cache back when
+# it is dropped; smaller ones keep it, so that small shapes' staging allocates nothing anew.
+RELEASE_OVER_BYTES = 1 << 30
 
 
 class Harness(CheckedCalls, JudgedCalls, TimedCalls):
@@ -236,7 +240,15 @@ class Harness(CheckedCalls, JudgedCalls, TimedCalls):
             return shared.failure("call", exc)
         finally:
             close_fds(lent)
+            batch_bytes = tensor_bytes([x for call in [*(self.staged or []), *self.kept] for x in call])
             self.staged, self.kept = None, []
+            if self.device == Device.CUDA and batch_bytes >= RELEASE_OVER_BYTES:
+                # Every contender's workers wait between their batches, each with its last
+                # batch's memory cached: on KernelBench's 47_Sum (an 8 GiB input) six of them
+                # left the reference no room on the H100. Given back here, the next batch
+                # allocates it again in its staging, as every contender's next batch does.
+                shared.cuda_sync()
+                torch.cuda.empty_cache()
         return OutputsReply(outputs=outputs).to_wire()
 
     def _write_picks(self, outputs: list[list[torch.Tensor]], fds: list[int], sizes: list[int]) -> list[list]:
