@@ -83,7 +83,16 @@ class Session:
             limits=limits,
             gpu_index=self.options.gpu_index,
         )
-        worker = WorkerClient(self.sandbox, label, launch, self.worker_threads, describe=label == "reference")
+        # Named for people where GPU memory is accounted for: the problem, and the candidate's file.
+        serves = module.stem.removesuffix(f"-{source_hash}") if module else ""
+        worker = WorkerClient(
+            self.sandbox,
+            label,
+            launch,
+            self.worker_threads,
+            describe=label == "reference",
+            owner=f"{self.problem.name} {serves}".strip(),
+        )
         self.workers.append(worker)
         self._bound(worker)
         began = time.monotonic()

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from bot.core.settings import Device
+from bot.engine.workers.gpu_memory import Holder, gpu_process_memory, holders_line, says_out_of_memory
 from bot.engine.workers.phase_clock import current, part_of
 from bot.protocol.channel import FDS_PER_MESSAGE, Channel, ChannelClosed, ChannelError, ChannelTampered
 from bot.protocol.messages import Exit, GateAnswer, GateAsk, Hello, HelloReply
@@ -44,9 +45,16 @@ class WorkerFailure(Exception):
 
 class WorkerClient:
     def __init__(
-        self, sandbox: Sandbox, label: str, launch: WorkerLaunch, threads: int | None = None, describe: bool = True
+        self,
+        sandbox: Sandbox,
+        label: str,
+        launch: WorkerLaunch,
+        threads: int | None = None,
+        describe: bool = True,
+        owner: str = "",
     ):
         self.label = label
+        self.owner = owner  # what the worker serves, for people: the problem and candidate
         # The bot's own secrets, looked up once: every reply is scrubbed of them, and a scan of
         # the environment per reply took 0.45 ms, thousands of times a timing phase.
         self._secrets = secret_values()
@@ -144,7 +152,15 @@ class WorkerClient:
             failed = Failure.from_wire(reply)
         except ProtocolError as exc:
             return WorkerFailure("protocol", f"malformed failure reply: {exc}", _tail(self.running.log_tail()))
-        return WorkerFailure(failed.phase, failed.error, _tail(failed.traceback + "\n" + self.running.log_tail()))
+        error = failed.error
+        if self.device == Device.CUDA and says_out_of_memory(error):
+            error = f"{error} ({_gpu_holders(self.gpu_index)})"
+        return WorkerFailure(failed.phase, error, _tail(failed.traceback + "\n" + self.running.log_tail()))
+
+    def holder(self) -> Holder:
+        """This worker as named where GPU memory is accounted for, with its unit's processes."""
+        pids = self.running.processes() or ([self.running.pid] if self.running.pid is not None else [])
+        return Holder(f"{self.owner} {self.label}".strip(), tuple(pids))
 
     def _processes_seen_from_outside(self) -> list[str]:
         """Processes in the worker's unit besides the worker itself (a child it left running,
@@ -327,6 +343,15 @@ class _Progress:
     def cpu_total(self) -> float:
         cpu = self.running.cpu_seconds()
         return 0.0 if cpu is None or self.first is None else cpu - self.first
+
+
+def _gpu_holders(gpu_index: int | None) -> str:
+    """Who held the GPU's memory right after a worker ran out of it: the bot's live workers by
+    name, and processes that are none of them."""
+    used = gpu_process_memory(gpu_index)
+    if used is None:
+        return "nvidia-smi could not say who held the GPU's memory"
+    return holders_line(used, (c.holder() for c in freezer.live() if isinstance(c, WorkerClient)))
 
 
 def _command(pid: int) -> str:

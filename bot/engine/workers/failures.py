@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from bot.core.domain import Problem
 from bot.core.errors import BotError, GpuOutOfMemory, HarnessError, ProblemError
 from bot.core.outcomes import ContenderOutcome
 from bot.engine.workers.client import WorkerFailure
-
-# The last alternative: when an allocation fails, torch's caching allocator asks NVML which
-# processes hold the GPU's memory, for the OutOfMemoryError's message (reportProcessMemoryInfo).
-# Where NVML does not start in the worker, an assertion in that report is what the caller sees
-# instead (tests/test_gpu_memory_retry.py has the message an H200 printed).
-OUT_OF_MEMORY = re.compile(
-    r"OutOfMemoryError|CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED"
-    r'|nvml\w*\(\) INTERNAL ASSERT FAILED at "[^"]*CUDACachingAllocator\.cpp"'
-)
-
-
-def says_out_of_memory(text: str) -> bool:
-    return OUT_OF_MEMORY.search(text) is not None
+from bot.engine.workers.gpu_memory import says_out_of_memory
 
 
 def problem_failure(problem: Problem, exc: WorkerFailure) -> BotError:

@@ -8,21 +8,17 @@ import os
 import platform
 import subprocess
 
-from bot.core.settings import Device
+from bot.core.settings import Device, smi_id
 
 
-def _smi_id(gpu_index: int | None) -> str:
-    """nvidia-smi's name for torch's device `gpu_index`: nvidia-smi ignores CUDA_VISIBLE_DEVICES,
-    whose entries (indices or UUIDs) it accepts as `--id`."""
-    index = gpu_index or 0
-    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    return visible[index] if index < len(visible) else str(index)
+def _device_id(gpu_index: int | None) -> str:
+    return smi_id(gpu_index, os.environ.get("CUDA_VISIBLE_DEVICES", ""))
 
 
 def _query(fields: str, gpu_index: int | None) -> str | None:
     try:
         out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", f"--id={_smi_id(gpu_index)}"],
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", f"--id={_device_id(gpu_index)}"],
             capture_output=True,
             text=True,
             timeout=20,
