@@ -50,6 +50,24 @@ def test_a_candidate_short_of_memory_beside_others_is_evaluated_again_alone(setu
     assert [o.verdict.accepted for o in result.candidates] == [True, True]
 
 
+def test_candidates_short_of_memory_are_evaluated_again_each_beside_the_baseline_alone(setup):
+    # Fewer at once is not enough where every waiting contender's worker holds memory (its
+    # CUDA graphs' buffers): each short candidate runs with the reference and the baseline only.
+    problem, base, a, b, calls, scripted = setup
+    scripted += [{"a", "b"}, set(), {"b"}]
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, parallel=8))
+    assert calls == [(["a", "b"], 8), (["a"], 1), (["b"], 1)]
+    assert [o.verdict.accepted for o in result.candidates] == [True, False]
+
+
+def test_a_baseline_short_of_memory_is_taken_from_a_rerun_where_it_fit(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [{"base"}, {"base"}, set()]
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False))
+    assert calls[1:] == [(["a"], 1), (["b"], 1)]
+    assert result.baseline.verdict.accepted
+
+
 def test_one_that_needs_more_than_the_gpu_fails_again_alone(setup):
     problem, base, a, b, calls, scripted = setup
     scripted += [{"b"}, {"b"}]
@@ -60,9 +78,9 @@ def test_one_that_needs_more_than_the_gpu_fails_again_alone(setup):
 
 def test_a_baseline_short_of_memory_means_everything_again(setup):
     problem, base, a, b, calls, scripted = setup
-    scripted += [{"base", "a"}, set()]
+    scripted += [{"base", "a"}, set(), set()]
     result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, parallel=4))
-    assert calls == [(["a", "b"], 4), (["a", "b"], 1)]
+    assert calls == [(["a", "b"], 4), (["a"], 1), (["b"], 1)]  # each beside the baseline alone
     assert result.baseline.verdict.accepted
 
 
@@ -86,14 +104,14 @@ def test_still_short_beside_other_problems_hands_the_problem_back_to_run_alone(s
 
 def test_a_baseline_still_short_beside_other_problems_hands_it_back_too(setup):
     problem, base, a, b, calls, scripted = setup
-    scripted += [{"base"}, {"base"}]
+    scripted += [{"base"}, {"base"}, {"base"}]
     with pytest.raises(GpuOutOfMemory, match=r"\(base\)"):
         ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, beside_others=True))
 
 
 def test_beside_other_problems_a_rerun_that_fits_is_kept(setup):
     problem, base, a, b, calls, scripted = setup
-    scripted += [{"a", "b"}, set()]
+    scripted += [{"a", "b"}, set(), set()]
     result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, beside_others=True))
     assert [o.verdict.accepted for o in result.candidates] == [True, True]
 
@@ -143,23 +161,33 @@ def test_a_baseline_rejected_after_a_round_that_accepted_it_keeps_the_rounds_bef
     assert len(said) == 1
 
 
-@pytest.mark.parametrize("nbytes,given_back", [(4096, True), (1024, False)])
-def test_a_large_timed_batch_gives_its_cached_memory_back_when_dropped(monkeypatch, nbytes, given_back):
-    # A worker waits frozen between its batches: where the batch was large, what the allocator
-    # cached for it goes back to the GPU as the batch is dropped, not when the worker ends.
+@pytest.mark.parametrize("cached,given_back", [(8192, True), (1024, False)])
+def test_a_worker_gives_back_what_its_allocator_holds_unused_past_the_threshold(monkeypatch, cached, given_back):
+    # A worker waits between its ops while other processes need the GPU: what its allocator
+    # caches unused (a dropped batch, the reference's float64 temporaries) goes back, past
+    # RELEASE_OVER_BYTES; less stays, so that small shapes allocate nothing anew.
     import torch
 
     import bot.harness.worker as worker
-    from bot.protocol.batches import Outputs
 
     emptied: list[int] = []
     monkeypatch.setattr(worker, "RELEASE_OVER_BYTES", 4096)
     monkeypatch.setattr(worker.shared, "cuda_sync", lambda: None)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: cached + 512)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 512)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
     h = worker.Harness(None, "cpu", 1)
+    h.give_back_cache()
+    assert emptied == []  # nothing cached by a CPU worker
     h.device = "cuda"  # after start-up, which would make a CUDA context
-    half = torch.zeros(nbytes // 8, dtype=torch.float32)  # an input and an output, half each
-    h.staged, h.kept = [[half]], [[half.clone()]]
-    assert h.op_outputs(Outputs(picks=[]))["ok"]
-    assert h.staged is None and h.kept == []
+    h.give_back_cache()
     assert emptied == ([1] if given_back else [])
+
+
+def test_no_cache_is_given_back_inside_an_op_the_parents_clock_measures():
+    # Staging, the timed calls and the reference's look at the GPU are on the parent's clock:
+    # giving memory back there would move time into one contender's sample and not another's.
+    import bot.harness.worker as worker
+
+    assert {"stage", "time", "quiet"} <= worker.ON_THE_PARENTS_CLOCK
+    assert not {"run", "outputs", "judge", "lend", "release", "fingerprints"} & worker.ON_THE_PARENTS_CLOCK

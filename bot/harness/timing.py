@@ -266,7 +266,7 @@ class TimedCalls:
         torch.cuda.empty_cache()
         reserved = _memory_reserved()
         first = self._capture_copy(inputs, model, warm_ups=3)
-        footprint = max(tensor_bytes([*first.inputs, *first.outputs]), _memory_reserved() - reserved, 1)
+        footprint = max(_tensor_bytes([*first.inputs, *first.outputs]), _memory_reserved() - reserved, 1)
         copies = [first]
         while len(copies) < min(GRAPH_SETS_MAX, GRAPH_SETS_BYTES // footprint):
             copies.append(self._capture_copy(inputs, model, warm_ups=1))
@@ -350,7 +350,7 @@ def _launch_cover_us(launches: Sequence[float]) -> float:
     return min(max(2 * ordered[len(ordered) // 2], 50.0), 5000.0)
 
 
-def tensor_bytes(values: list[Any]) -> int:
+def _tensor_bytes(values: list[Any]) -> int:
     return sum(shared.numel(x) * x.element_size() for x in values if shared.is_tensor(x))
 
 

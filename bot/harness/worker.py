@@ -32,7 +32,7 @@ from bot.harness.checked import CheckedCalls
 from bot.harness.env import describe_environment, timer_overhead_us
 from bot.harness.held import Held
 from bot.harness.judge import JudgedCalls, Loan, write_into
-from bot.harness.timing import LAUNCHES_KEPT, Rotation, TimedCalls, tensor_bytes
+from bot.harness.timing import LAUNCHES_KEPT, Rotation, TimedCalls
 from bot.harness.tuning_gate import TuningGate
 from bot.protocol.batches import Outputs, OutputsReply, Stage, StageInto, StageReply
 from bot.protocol.channel import FDS_PER_MESSAGE, Channel, ChannelClosed, close_fds
@@ -48,9 +48,12 @@ from bot.protocol.messages import (
 )
 from bot.protocol.typed import Done, Message, ProtocolError
 
-# A batch that held this much (its inputs and outputs) gives the allocator's cache back when
-# it is dropped; smaller ones keep it, so that small shapes' staging allocates nothing anew.
+# Cached and unused, this much goes back to the GPU after an op (Harness.give_back_cache);
+# less stays, so that small shapes' staging and calls allocate nothing anew.
 RELEASE_OVER_BYTES = 1 << 30
+# Ops whose span the parent's clock measures (a batch's staging and calls, the reference's look
+# at the GPU before a window): no cache is given back inside them.
+ON_THE_PARENTS_CLOCK = frozenset({"stage", "time", "quiet"})
 
 
 class Harness(CheckedCalls, JudgedCalls, TimedCalls):
@@ -240,16 +243,22 @@ class Harness(CheckedCalls, JudgedCalls, TimedCalls):
             return shared.failure("call", exc)
         finally:
             close_fds(lent)
-            batch_bytes = tensor_bytes([x for call in [*(self.staged or []), *self.kept] for x in call])
             self.staged, self.kept = None, []
-            if self.device == Device.CUDA and batch_bytes >= RELEASE_OVER_BYTES:
-                # Every contender's workers wait between their batches, each with its last
-                # batch's memory cached: on KernelBench's 47_Sum (an 8 GiB input) six of them
-                # left the reference no room on the H100. Given back here, the next batch
-                # allocates it again in its staging, as every contender's next batch does.
-                shared.cuda_sync()
-                torch.cuda.empty_cache()
         return OutputsReply(outputs=outputs).to_wire()
+
+    def give_back_cache(self) -> None:
+        """After each op: where the allocator holds RELEASE_OVER_BYTES or more that no tensor
+        uses, it goes back to the GPU. Workers wait between their ops (a contender frozen
+        between its batches, the reference between contenders' calls) while other processes
+        need that memory: on KernelBench's 19_ReLU on the H100 the reference's float64
+        temporaries of earlier ops, cached, held most of its 54.7 GiB, and contenders' last
+        batches of 47_Sum (an 8 GiB input) held theirs. The next op that needs it allocates
+        it again, as every worker's does alike for such a shape."""
+        if self.device != Device.CUDA:
+            return
+        if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() >= RELEASE_OVER_BYTES:
+            shared.cuda_sync()
+            torch.cuda.empty_cache()
 
     def _write_picks(self, outputs: list[list[torch.Tensor]], fds: list[int], sizes: list[int]) -> list[list]:
         """Each picked call's outputs written into its blocks (as many per call as it has
@@ -343,6 +352,8 @@ def main(argv: list[str] | None = None) -> None:
         if msg.get("op") == "exit":
             return
         reply = serve(ops, msg)
+        if msg.get("op") not in ON_THE_PARENTS_CLOCK:
+            harness.give_back_cache()  # before the reply: frozen after it, the worker could not
         fds = harness.take_outgoing()
         try:
             channel.send(reply, fds=fds)
