@@ -8,7 +8,7 @@ import time
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
-from bot.core.errors import BotError, GpuOutOfMemory, ProblemError
+from bot.core.errors import BotError, GpuOutOfMemory, HarnessError, ProblemError
 from bot.engine.evaluation.evaluate import evaluate
 from bot.engine.loop.lanes import Lanes, run_problems
 from bot.engine.workers.client import WorkerFailure
@@ -158,6 +158,21 @@ def test_a_reference_out_of_gpu_memory_is_not_called_a_broken_problem():
     assert isinstance(oom, GpuOutOfMemory) and "ran out of GPU memory" in str(oom)
     broken = problem_failure(problem, WorkerFailure("problem", "TypeError: get_inputs() returned a dict"))
     assert isinstance(broken, ProblemError) and not isinstance(broken, GpuOutOfMemory)
+
+
+def test_a_reference_that_died_says_its_last_words_and_its_out_of_memory_is_seen_there():
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    tail = "loading\nTraceback (most recent call last):\n  x = conv(y)\nRuntimeError: CUDA error: out of memory\n"
+    died = problem_failure(problem, WorkerFailure("problem", "worker exited with code 1 without a result", tail))
+    assert isinstance(died, GpuOutOfMemory), died  # said only in what the worker wrote
+    assert str(died).endswith(
+        "without a result (its last words: Traceback (most recent call last): | x = conv(y) | "
+        "RuntimeError: CUDA error: out of memory)"
+    )
+    said = problem_failure(problem, WorkerFailure("call", "ValueError: bad", "Traceback\nValueError: bad"))
+    assert isinstance(said, HarnessError) and str(said).endswith(
+        "reference worker failed: ValueError: bad (its last words: Traceback)"
+    )
 
 
 def test_jobs_auto_is_one_problem_per_core_on_a_cpu_and_half_the_cores_on_a_gpu():

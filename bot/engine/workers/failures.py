@@ -8,15 +8,26 @@ from bot.core.outcomes import ContenderOutcome
 from bot.engine.workers.client import WorkerFailure
 from bot.engine.workers.gpu_memory import says_out_of_memory
 
+LAST_WORDS = 3  # lines of a dead reference's own output quoted in its problem's failure
+
 
 def problem_failure(problem: Problem, exc: WorkerFailure) -> BotError:
-    if says_out_of_memory(exc.reason):
+    said = exc.reason + last_words(exc)
+    if says_out_of_memory(said):
         # Before the phase: a reference can run out of memory while building its inputs beside
         # other workers; that is not a broken problem file.
-        return GpuOutOfMemory(f"{problem.path}: reference worker ran out of GPU memory: {exc.reason}")
+        return GpuOutOfMemory(f"{problem.path}: reference worker ran out of GPU memory: {said}")
     if exc.phase in ("problem", "import", "construct"):
-        return ProblemError(f"{problem.path}: {exc.reason}")
-    return HarnessError(f"{problem.path}: reference worker failed: {exc.reason}")
+        return ProblemError(f"{problem.path}: {said}")
+    return HarnessError(f"{problem.path}: reference worker failed: {said}")
+
+
+def last_words(exc: WorkerFailure) -> str:
+    """The last lines the worker wrote (its stderr, a traceback) that its reason does not
+    already say: a reference that died "with code 1 without a result" left its cause there
+    (KernelBench's 1_Conv2D_ReLU_BiasAdd on the H100 said nothing more)."""
+    lines = [line.strip() for line in exc.log_tail.splitlines() if line.strip() and line.strip() not in exc.reason]
+    return f" (its last words: {' | '.join(lines[-LAST_WORDS:])})" if lines else ""
 
 
 def ran_out_of_gpu_memory(outcome: ContenderOutcome) -> bool:

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 
 from bot.core.settings import smi_id
 
-# The last alternative: when an allocation fails, torch's caching allocator asks NVML which
-# processes hold the GPU's memory, for the OutOfMemoryError's message (reportProcessMemoryInfo).
-# Where NVML does not start in the worker, an assertion in that report is what the caller sees
-# instead (tests/test_gpu_memory_retry.py has the message an H200 printed).
+# cudaErrorMemoryAllocation outside the caching allocator (a launch, a library's workspace)
+# reads "CUDA error: out of memory". The last alternative: when an allocation fails, torch's
+# caching allocator asks NVML which processes hold the GPU's memory, for the OutOfMemoryError's
+# message (reportProcessMemoryInfo). Where NVML does not start in the worker, an assertion in
+# that report is what the caller sees instead (tests/test_gpu_memory_retry.py has the message an
+# H200 printed).
 OUT_OF_MEMORY = re.compile(
-    r"OutOfMemoryError|CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED"
+    r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED"
     r'|nvml\w*\(\) INTERNAL ASSERT FAILED at "[^"]*CUDACachingAllocator\.cpp"'
 )
 NAMED_AT_MOST = 8  # holders named in a line; the rest summed
