@@ -13,6 +13,7 @@ from bot.engine.evaluation.options import EvalOptions
 from bot.engine.workers.failures import ran_out_of_gpu_memory
 from bot.engine.workspace.problems import load_problem
 
+REFERENCE_SHORT = {"the reference"}  # scripted: the reference itself runs out of memory
 OOM = CheckResult("call", False, "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB.")
 ENV = Environment("cuda", "H200", "2.11", None, None, None, "3.12")
 
@@ -30,6 +31,8 @@ def setup(monkeypatch):
     def fake(problem_, cands, baseline, options, progress):
         calls.append(([c.name for c in cands], options.parallel))
         short = scripted.pop(0)
+        if short == REFERENCE_SHORT:
+            raise GpuOutOfMemory(f"{problem_.path}: reference worker ran out of GPU memory: OutOfMemoryError")
         return Evaluation(
             problem_,
             ENV,
@@ -191,3 +194,38 @@ def test_no_cache_is_given_back_inside_an_op_the_parents_clock_measures():
 
     assert {"stage", "time", "quiet"} <= worker.ON_THE_PARENTS_CLOCK
     assert not {"run", "outputs", "judge", "lend", "release", "fingerprints"} & worker.ON_THE_PARENTS_CLOCK
+
+
+def test_a_reference_short_of_memory_beside_many_contenders_evaluates_each_beside_the_baseline(setup):
+    # KernelBench's 19_ReLU on the H100: three contenders' CUDA graphs held 12.8 GiB each while
+    # the reference needed 12 GiB for a trial; each candidate beside the baseline alone fits.
+    problem, base, a, b, calls, scripted = setup
+    scripted += [REFERENCE_SHORT, set(), set()]
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, parallel=8))
+    assert calls == [(["a", "b"], 8), (["a"], 1), (["b"], 1)]
+    assert [o.verdict.accepted for o in result.candidates] == [True, True] and result.baseline.verdict.accepted
+
+
+def test_a_candidate_beside_which_the_reference_still_runs_out_is_rejected_for_memory(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [REFERENCE_SHORT, set(), REFERENCE_SHORT]
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False))
+    assert [o.candidate.name for o in result.candidates] == ["a", "b"]
+    assert result.candidates[0].verdict.accepted and ran_out_of_gpu_memory(result.candidates[1])
+    assert "beside the baseline alone, the reference ran out" in result.candidates[1].verdict.reasons[0]
+
+
+def test_a_reference_that_runs_out_beside_every_candidate_alone_fails_the_problem(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [REFERENCE_SHORT] * 3
+    with pytest.raises(GpuOutOfMemory, match="beside every candidate alone"):
+        ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False))
+
+
+def test_a_reference_short_beside_other_problems_is_handed_back_at_once(setup):
+    # bot.engine.loop.lanes runs the problem again after the others, alone on the GPU.
+    problem, base, a, b, calls, scripted = setup
+    scripted += [REFERENCE_SHORT]
+    with pytest.raises(GpuOutOfMemory):
+        ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, beside_others=True))
+    assert len(calls) == 1

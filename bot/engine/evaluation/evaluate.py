@@ -9,7 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, source_hash
+from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Verdict, source_hash
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
 from bot.core.progress import EvaluationStarted, Note, Progress, silent
@@ -106,8 +106,22 @@ def _evaluate_fresh(
 ) -> Evaluation:
     """One evaluation; on a GPU, contenders that ran out of memory beside the others are
     evaluated again, each beside the baseline alone, before that counts against them (a
-    candidate that needs more than the GPU has fails again alone)."""
-    first = _evaluate_once(problem, candidates, baseline, options, progress)
+    candidate that needs more than the GPU has fails again alone). Where the reference itself
+    ran out beside them (and no other problem shares the GPU), every candidate is."""
+    try:
+        first = _evaluate_once(problem, candidates, baseline, options, progress)
+    except GpuOutOfMemory:
+        # Beside other problems the problem runs again after them, alone (bot.engine.loop.lanes).
+        if options.device != Device.CUDA or options.beside_others or len(candidates) < 2:
+            raise
+        progress(
+            Note(
+                f"its reference ran out of GPU memory beside {len(candidates) + (baseline is not None)} "
+                "contenders; evaluating each candidate again beside the baseline alone",
+                problem.name,
+            )
+        )
+        return _unless_still_short(_one_by_one(problem, candidates, baseline, options, progress), options)
     if options.device != Device.CUDA or len(candidates) + (baseline is not None) < 2:
         return first
     short = _short_of_memory(first)
@@ -122,20 +136,46 @@ def _evaluate_fresh(
             problem.name,
         )
     )
-    # One at a time: each candidate with the reference and the baseline only. Fewer at once is
-    # not enough: every contender's worker holds memory while it waits (its CUDA graphs' static
-    # buffers, 6.8 GiB each on KernelBench's 19_ReLU on the H100, its replicas' as much again).
-    alone = replace(options, parallel=1)
-    runs = [_evaluate_once(problem, [c], baseline, alone, progress) for c in again]
-    # Each re-run's speedups are against its own timing of the baseline, as every speedup is.
-    redone = {id(o.candidate): o for run in runs for o in run.candidates}
-    merged = tuple(redone.get(id(o.candidate), o) for o in first.candidates)
-    base = first.baseline
-    if base is not None and base in short:
-        base = next(
-            (r.baseline for r in runs if r.baseline and not ran_out_of_gpu_memory(r.baseline)), runs[0].baseline
-        )
+    redone = _one_by_one(problem, again, baseline, options, progress)
+    by_candidate = {id(o.candidate): o for o in redone.candidates}
+    merged = tuple(by_candidate.get(id(o.candidate), o) for o in first.candidates)
+    base = redone.baseline if any(o is first.baseline for o in short) else first.baseline
     return _unless_still_short(Evaluation(problem, first.environment, base, merged), options)
+
+
+def _one_by_one(
+    problem: Problem,
+    candidates: list[CandidateSource],
+    baseline: CandidateSource | None,
+    options: EvalOptions,
+    progress: Progress,
+) -> Evaluation:
+    """Each candidate evaluated with the reference and the baseline only, its speedups against
+    that run's own timing of the baseline (as every speedup is). Fewer at once is not enough:
+    every contender's worker holds memory while it waits (its CUDA graphs' static buffers,
+    12.8 GiB each on KernelBench's 19_ReLU on the H100). A candidate whose run still ran the
+    reference out of memory is rejected for it; the baseline's outcome is from a run where it
+    fit, if any did."""
+    alone = replace(options, parallel=1)
+    runs: list[Evaluation] = []
+    outcomes: list[ContenderOutcome] = []
+    for candidate in candidates:
+        try:
+            run = _evaluate_once(problem, [candidate], baseline, alone, progress)
+        except GpuOutOfMemory as exc:
+            failed = CheckResult("call", False, f"beside the baseline alone, the reference ran out: {exc}")
+            outcomes.append(ContenderOutcome(candidate, "candidate", Verdict("rejected", (failed,)), ()))
+            continue
+        runs.append(run)
+        outcomes.extend(run.candidates)
+    if not runs:  # not one candidate fits beside the reference: the problem's own failure
+        raise GpuOutOfMemory(
+            f"{problem.path}: its reference ran out of GPU memory beside every candidate alone "
+            f"({outcomes[0].verdict.checks[0].evidence})"
+        )
+    fits = [r.baseline for r in runs if r.baseline is not None and not ran_out_of_gpu_memory(r.baseline)]
+    base = fits[0] if fits else runs[0].baseline
+    return Evaluation(problem, runs[0].environment, base, tuple(outcomes))
 
 
 def _unless_still_short(evaluation: Evaluation, options: EvalOptions) -> Evaluation:
