@@ -120,22 +120,47 @@ def hash_tensor(t: torch.Tensor) -> str:
     return _digest_of(t.dtype, tuple(t.shape), chunks)
 
 
+# An output's elements projected at a time: a chunk's float64 copy takes 256 MiB. Whole, a 6 GiB
+# float32 output (KernelBench's 19_ReLU) took a float64 copy, its masked copy, the product and the
+# vector, 12 GiB each: 30 GiB of a contender's GPU memory, and the reference ran out in it.
+FP_CHUNK = 1 << 25
+
+
 def fingerprint_weights(shape: tuple[int, ...], device: Any, seed: int) -> torch.Tensor:
     """The secret random vector an output of `shape` is projected on, drawn from `seed`: the
     same in the reference's worker and in the parent, which checks timed outputs it read from
-    outside (bot.engine.timing.outside_checks)."""
+    outside (bot.engine.timing.outside_checks). Flat, as long as the output up to FP_CHUNK
+    elements: a longer output's chunks are each projected on it with a sign of their own
+    (`fingerprint`)."""
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
-    return torch.randn(shape, generator=gen, dtype=torch.float64, device=device)
+    return torch.randn(min(math.prod(shape), FP_CHUNK), generator=gen, dtype=torch.float64, device=device)
 
 
 def fingerprint(out: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """(projection on `w`, 2-norm, non-finite count) of one output, float64 on its device."""
-    x = _to(_detach(out), torch.float64)
-    finite = torch.isfinite(x)
-    nonfinite = (~finite).sum()
-    x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
-    return torch.stack([(x * w).sum(), x.norm(), _to(nonfinite, torch.float64)])
+    """(projection on `w`, 2-norm, non-finite count) of one output, float64 on its device, the
+    non-finite values counted and left out of the other two. An output longer than `w` is taken
+    FP_CHUNK elements at a time, chunk k projected on `w` times the sign of w[k]: per element the
+    weights stay N(0, 1), and an error in any chunk moves the projection. No host
+    synchronisation: back-to-back timed calls stay back to back."""
+    flat = _reshape(_detach(out), -1)
+    size = w.numel()
+    if _numel(flat) <= size:
+        x = _to(flat, torch.float64)
+        finite = torch.isfinite(x)
+        nonfinite = (~finite).sum()
+        x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
+        return torch.stack([(x * w[: x.numel()]).sum(), x.norm(), _to(nonfinite, torch.float64)])
+    projection = torch.zeros((), dtype=torch.float64, device=w.device)
+    squares, nonfinite = projection.clone(), projection.clone()
+    for k, start in enumerate(range(0, _numel(flat), size)):
+        x = _to(_narrow(flat, 0, start, min(size, _numel(flat) - start)), torch.float64)
+        finite = torch.isfinite(x)
+        nonfinite += (~finite).sum()
+        x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
+        projection += torch.sign(w[k]) * (x * w[: x.numel()]).sum()
+        squares += (x * x).sum()
+    return torch.stack([projection, squares.sqrt(), nonfinite])
 
 
 def error_floor(dtype: torch.dtype) -> float:
@@ -153,6 +178,7 @@ def row_width(shape: Sequence[int]) -> int:
 
 
 __all__ = [
+    "FP_CHUNK",
     "MIN_ROW_WIDTH",
     "UNDERFLOW_RESIDUE",
     "digest",

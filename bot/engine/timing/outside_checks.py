@@ -218,6 +218,10 @@ class OutsideChecks:
         for j in range(len(calls[0]) if calls else 0):
             column = [call[j] for call in calls]
             w = self._weights(j, tuple(column[0].shape))
+            if column[0].numel() > w.numel():  # projected chunk by chunk (measures.FP_CHUNK)
+                for n, t in enumerate(column):
+                    prints[n].append([float(v) for v in measures.fingerprint(t, w).tolist()])
+                continue
             step = max(1, STACK_BYTES // max(8 * column[0].numel(), 1))
             for k in range(0, len(column), step):
                 part = column[k : k + step]
