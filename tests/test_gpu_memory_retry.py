@@ -176,8 +176,8 @@ def test_a_worker_gives_back_what_its_allocator_holds_unused_past_the_threshold(
     emptied: list[int] = []
     monkeypatch.setattr(worker, "RELEASE_OVER_BYTES", 4096)
     monkeypatch.setattr(worker.shared, "cuda_sync", lambda: None)
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: cached + 512)
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 512)
+    monkeypatch.setattr(worker.shared, "cuda_reserved", lambda: cached + 512)
+    monkeypatch.setattr(worker.shared, "cuda_allocated", lambda: 512)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
     h = worker.Harness(None, "cpu", 1)
     h.give_back_cache()

@@ -71,14 +71,6 @@ class Device(StrEnum):
     CUDA = "cuda"
 
 
-def smi_id(gpu_index: int | None, visible_devices: str) -> str:
-    """nvidia-smi's name for torch's device `gpu_index` under CUDA_VISIBLE_DEVICES=`visible_devices`:
-    nvidia-smi ignores that variable, whose entries (indices or UUIDs) it accepts as `--id`."""
-    index = gpu_index or 0
-    visible = [v.strip() for v in visible_devices.split(",") if v.strip()]
-    return visible[index] if index < len(visible) else str(index)
-
-
 def choices(kind: type[StrEnum]) -> list[str]:
     """The strings a user may write for `kind`, in declaration order."""
     return [member.value for member in kind]

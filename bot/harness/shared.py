@@ -51,6 +51,7 @@ stream_ctx = torch.cuda.stream
 current_stream = torch.cuda.current_stream
 gpu_sleep = torch.cuda._sleep  # spins one GPU thread for a number of clock cycles
 cuda_reserved = torch.cuda.memory_reserved
+cuda_allocated = torch.cuda.memory_allocated
 cuda_available = torch.cuda.is_available
 # What a call commits to, computed alike by the parent (bot.protocol.measures): the harness's
 # own references, taken here with the others.

@@ -256,7 +256,7 @@ class Harness(CheckedCalls, JudgedCalls, TimedCalls):
         it again, as every worker's does alike for such a shape."""
         if self.device != Device.CUDA:
             return
-        if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() >= RELEASE_OVER_BYTES:
+        if shared.cuda_reserved() - shared.cuda_allocated() >= RELEASE_OVER_BYTES:
             shared.cuda_sync()
             torch.cuda.empty_cache()
 

@@ -144,23 +144,26 @@ def fingerprint(out: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     weights stay N(0, 1), and an error in any chunk moves the projection. No host
     synchronisation: back-to-back timed calls stay back to back."""
     flat = _reshape(_detach(out), -1)
-    size = w.numel()
-    if _numel(flat) <= size:
-        x = _to(flat, torch.float64)
-        finite = torch.isfinite(x)
-        nonfinite = (~finite).sum()
-        x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
-        return torch.stack([(x * w[: x.numel()]).sum(), x.norm(), _to(nonfinite, torch.float64)])
+    length, size = _numel(flat), w.numel()
+    if length <= size:
+        x, nonfinite = _finite_part(flat)
+        return torch.stack([(x * w[:length]).sum(), x.norm(), nonfinite])
     projection = torch.zeros((), dtype=torch.float64, device=w.device)
     squares, nonfinite = projection.clone(), projection.clone()
-    for k, start in enumerate(range(0, _numel(flat), size)):
-        x = _to(_narrow(flat, 0, start, min(size, _numel(flat) - start)), torch.float64)
-        finite = torch.isfinite(x)
-        nonfinite += (~finite).sum()
-        x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    for k, start in enumerate(range(0, length, size)):
+        x, uncounted = _finite_part(_narrow(flat, 0, start, min(size, length - start)))
+        nonfinite += uncounted
         projection += torch.sign(w[k]) * (x * w[: x.numel()]).sum()
         squares += (x * x).sum()
     return torch.stack([projection, squares.sqrt(), nonfinite])
+
+
+def _finite_part(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`values` in float64 with their non-finite elements zeroed, and how many those were."""
+    x = _to(values, torch.float64)
+    finite = torch.isfinite(x)
+    x = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return x, _to((~finite).sum(), torch.float64)
 
 
 def error_floor(dtype: torch.dtype) -> float:

@@ -5,13 +5,11 @@ large shapes left open whether the reference, another contender or a leak held t
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from bot.core.settings import smi_id
+from bot.sandbox import nvidia_smi
 
 # cudaErrorMemoryAllocation outside the caching allocator (a launch, a library's workspace)
 # reads "CUDA error: out of memory". The last alternative: when an allocation fails, torch's
@@ -68,21 +66,8 @@ def gpu_process_memory(gpu_index: int | None) -> dict[int, int] | None:
     """Each process's use of the GPU's memory (pid: bytes) as its driver counts it, or None
     where nvidia-smi cannot say. The pids are as this machine's process table has them, where
     the bot and its workers share one; in another pid namespace none of them match."""
-    try:
-        out = subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-compute-apps=pid,used_memory",
-                "--format=csv,noheader,nounits",
-                f"--id={smi_id(gpu_index, os.environ.get('CUDA_VISIBLE_DEVICES', ''))}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return process_memory(out.stdout) if out.returncode == 0 else None
+    listing = nvidia_smi.query(["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"], gpu_index)
+    return None if listing is None else process_memory(listing)
 
 
 def process_memory(listing: str) -> dict[int, int]:

@@ -1,31 +1,15 @@
-"""Facts about the device a job runs on, read through nvidia-smi (a subprocess), so that the
-bot's own process never starts CUDA: no context of ~500 MiB held for the whole run, nothing a
-later fork would inherit."""
+"""Facts about the device a job runs on, read through nvidia-smi (bot.sandbox.nvidia_smi)."""
 
 from __future__ import annotations
 
-import os
 import platform
-import subprocess
 
-from bot.core.settings import Device, smi_id
-
-
-def _device_id(gpu_index: int | None) -> str:
-    return smi_id(gpu_index, os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+from bot.core.settings import Device
+from bot.sandbox import nvidia_smi
 
 
 def _query(fields: str, gpu_index: int | None) -> str | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", f"--id={_device_id(gpu_index)}"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+    return nvidia_smi.query([f"--query-gpu={fields}", "--format=csv,noheader,nounits"], gpu_index) or None
 
 
 def device_name(device: str, gpu_index: int | None) -> str:
