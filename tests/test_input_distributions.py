@@ -183,3 +183,25 @@ def test_results_with_the_new_distributions_pass_the_schema_and_unknown_names_do
     doc["problems"][0]["skipped_distributions"] = {"offsets": "a name no distribution has"}
     with pytest.raises(BotError):
         validate(doc)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(6, 40), (3, 4, 8), (37,)])
+def test_broadcast_transforms_give_the_bits_of_their_per_element_definitions(dtype, shape):
+    """The transforms broadcast a row's scale or shift rather than write one per element (a
+    third copy of KernelBench's 8 GiB inputs ran the reference out of memory): the values are
+    those of the per-element definitions, bit for bit, so every worker's inputs still agree."""
+    from bot.harness import inputs as inp
+
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(dtype)
+    rows, width = inp._rows(x)
+    values = torch.linspace(-8, 8, rows, dtype=torch.float32)
+    flat = x.reshape(-1).to(torch.float32)
+    per_row = (flat + values.repeat_interleave(width)[: flat.numel()]).to(dtype).reshape(shape)
+    assert torch.equal(inp._plus_per_row(x, values, width), per_row)
+    order = torch.randperm(width, generator=torch.Generator().manual_seed(9))
+    scales = torch.tensor(MIXED_SCALES, dtype=torch.float64)[order % len(MIXED_SCALES)].to(torch.float32)
+    repeats = math.ceil(flat.numel() / width)
+    per_column = (flat * scales.repeat(repeats)[: flat.numel()]).to(dtype).reshape(shape)
+    assert torch.equal(inp._mixed(x, torch.Generator().manual_seed(9)), per_column)
+    assert torch.equal(transform([x], "shifted", 1)[0], x * 2.5 + 1.5)

@@ -64,8 +64,8 @@ def _floating(x: Any) -> bool:
 
 
 def _one(x: torch.Tensor, distribution: str, gen: torch.Generator, patterns: dict[int, torch.Tensor]) -> torch.Tensor:
-    if distribution == "shifted":
-        return x * 2.5 + 1.5
+    if distribution == "shifted":  # in place: no third copy of a multi-GiB input
+        return (x * 2.5).add_(1.5)
     if distribution == "large":
         return x * 100.0
     if distribution == "zeros":
@@ -117,6 +117,8 @@ def _mixed(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     pattern = torch.tensor(MIXED_SCALES, dtype=torch.float64)[order % len(MIXED_SCALES)]
     scales = pattern.to(device=x.device, dtype=_work(x.dtype))
     flat = x.reshape(-1).to(scales.dtype)
+    if flat.numel() % width == 0:  # broadcast, not a per-element copy of the scales
+        return (flat.reshape(-1, width) * scales).to(x.dtype).reshape(x.shape)
     repeats = math.ceil(flat.numel() / width)
     return (flat * scales.repeat(repeats)[: flat.numel()]).to(x.dtype).reshape(x.shape)
 
@@ -124,6 +126,8 @@ def _mixed(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def _plus_per_row(x: torch.Tensor, values: torch.Tensor, width: int) -> torch.Tensor:
     """Every row (block) of x plus its value, added in values' dtype and rounded once to x's."""
     flat = x.reshape(-1).to(values.dtype)
+    if flat.numel() == len(values) * width:  # broadcast, not a per-element copy of the values
+        return (flat.reshape(-1, width) + values[:, None]).to(x.dtype).reshape(x.shape)
     per_element = values.repeat_interleave(width)[: flat.numel()]
     return (flat + per_element).to(x.dtype).reshape(x.shape)
 
