@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from conftest import PROBLEMS
 
@@ -9,11 +11,14 @@ import bot.engine.evaluation.evaluate as ev
 from bot.core.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation
+from bot.core.progress import Note
 from bot.engine.evaluation.options import EvalOptions
+from bot.engine.evaluation.worker_pool import TooLargeTogether
 from bot.engine.workers.failures import ran_out_of_gpu_memory
 from bot.engine.workspace.problems import load_problem
 
 REFERENCE_SHORT = {"the reference"}  # scripted: the reference itself runs out of memory
+TOO_LARGE = {"all together"}  # scripted: the shape's contenders cannot all be held at once
 OOM = CheckResult("call", False, "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB.")
 ENV = Environment("cuda", "H200", "2.11", None, None, None, "3.12")
 
@@ -31,6 +36,8 @@ def setup(monkeypatch):
     def fake(problem_, cands, baseline, options, progress):
         calls.append(([c.name for c in cands], options.parallel))
         short = scripted.pop(0)
+        if short == TOO_LARGE:
+            raise TooLargeTogether("its 3 contenders together would hold up to 168.0 GiB of GPU 0's 71.0 GiB")
         if short == REFERENCE_SHORT:
             raise GpuOutOfMemory(f"{problem_.path}: reference worker ran out of GPU memory: OutOfMemoryError")
         return Evaluation(
@@ -229,3 +236,59 @@ def test_a_reference_short_beside_other_problems_is_handed_back_at_once(setup):
     with pytest.raises(GpuOutOfMemory):
         ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False, beside_others=True))
     assert len(calls) == 1
+
+
+def test_a_shape_too_large_together_goes_one_at_a_time_even_beside_other_problems(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [TOO_LARGE, set(), set()]
+    notes = []
+    options = EvalOptions(device="cuda", use_cache=False, parallel=8, beside_others=True)
+    result = ev.evaluate(problem, [a, b], base, options, notes.append)
+    assert calls == [(["a", "b"], 8), (["a"], 1), (["b"], 1)]
+    assert [o.verdict.accepted for o in result.candidates] == [True, True]
+    texts = [n.text for n in notes if isinstance(n, Note)]
+    assert any("168.0 GiB" in t and "each candidate beside the baseline alone" in t for t in texts), texts
+
+
+def test_one_at_a_time_the_budget_stops_new_candidates_after_the_first(setup):
+    problem, base, a, b, calls, scripted = setup
+    c = CandidateSource("c", "# c", Origin("search"))
+    scripted += [TOO_LARGE, set(), set(), set()]
+    past = time.monotonic() - 1
+    options = EvalOptions(device="cuda", use_cache=False, deadline=past)
+    result = ev.evaluate(problem, [a, b, c], base, options)
+    assert [names for names, _ in calls] == [["a", "b", "c"], ["a"]]  # at least one is evaluated
+    assert [o.candidate.name for o in result.candidates] == ["a"]
+    assert [x.name for x in result.not_evaluated] == ["b", "c"]
+
+
+def test_candidates_not_evaluated_are_not_cached_and_stay_named(setup, tmp_path):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [TOO_LARGE, set()]
+    options = EvalOptions(device="cuda", use_cache=True, cache_root=tmp_path, deadline=time.monotonic() - 1)
+    result = ev.evaluate(problem, [a, b], base, options)
+    assert [o.candidate.name for o in result.candidates] == ["a"]
+    assert [x.name for x in result.not_evaluated] == ["b"]
+
+
+def test_a_candidate_the_budget_left_out_is_reported_as_skipped_with_why(monkeypatch):
+    import bot.engine.loop.optimize as optimize_module
+    from bot.engine.loop.attempts import OptimizeOptions
+
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    baseline = CandidateSource("reference", problem.source, Origin("reference"), problem.path, "Model")
+    deadlines = []
+
+    def fake_evaluate(problem_, cands, baseline_, options, progress=None):
+        deadlines.append(options.deadline)
+        first = _outcome(cands[0], True)
+        return Evaluation(problem_, ENV, _outcome(baseline_, True, "baseline"), (first,), tuple(cands[1:]))
+
+    monkeypatch.setattr(optimize_module, "evaluate", fake_evaluate)
+    options = OptimizeOptions(budget_s=60, evaluation=EvalOptions(device="cuda", use_cache=False))
+    began = time.monotonic()
+    run = optimize_module.optimize(problem, baseline, options)
+    assert deadlines and all(began + 59 < d < time.monotonic() + 61 for d in deadlines)
+    left = [s for s in run.result.skipped if s.reason == optimize_module.NOT_EVALUATED]
+    attempted = {a.name for a in run.result.attempts}
+    assert left and attempted.isdisjoint(s.transformation for s in left)

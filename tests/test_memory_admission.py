@@ -205,3 +205,36 @@ def test_while_a_reference_measures_its_shape_no_other_problem_measures_or_grows
     for reservation in (a, b, c, late):
         budget.release(reservation)
     assert budget.held_bytes(sizing=True) == 0
+
+
+def _session(split, budget):
+    from types import SimpleNamespace
+
+    from bot.engine.evaluation.worker_pool import Session
+
+    session = SimpleNamespace(split=split, options=SimpleNamespace(memory=budget))
+    return lambda peak, nbytes, contenders: Session._unless_too_large_together(session, peak, nbytes, contenders)
+
+
+def test_a_shape_too_large_for_all_its_contenders_at_once_is_split_before_any_trial():
+    """KernelBench's 19_ReLU on an H100: 6 GiB in and 6 GiB out, the reference's trial 36 GiB;
+    ten contenders together ran the reference out of memory (55 s lost before the split)."""
+    from bot.engine.evaluation.worker_pool import Split, TooLargeTogether
+
+    check = _session(Split(finalists=4, replicas=2), _budget())  # 71 GiB usable
+    with pytest.raises(TooLargeTogether, match=r"10 contenders together would hold up to 1\d\d\.\d GiB"):
+        check(36 * GIB, 12 * GIB, 10)
+    # 40_LayerNorm's 1 GiB in and out: all ten fit, in its trials and its timing's ten workers.
+    check(6 * GIB, 2 * GIB, 10)
+    # One candidate and its baseline are what a split would run anyway: never raised.
+    _session(None, _budget())(36 * GIB, 12 * GIB, 10)
+
+
+def test_together_the_timing_phase_can_be_the_larger():
+    from bot.core.memory import together_bytes
+
+    ctx = 512 << 20
+    # A small reference peak, many timed workers: the timing's workers hold the most.
+    assert together_bytes(3 * GIB, 2 * GIB, 3, 10, ctx) == 12 * 2 * GIB + 11 * ctx
+    # The reference's float64 trial beside every waiting contender: the trials hold the most.
+    assert together_bytes(40 * GIB, 2 * GIB, 3, 4, ctx) == 46 * GIB + 5 * ctx

@@ -101,6 +101,23 @@ def contenders_at_once(
     return max(1, min(wanted, room // each))
 
 
+def together_bytes(reference_peak: int, nbytes: int, contenders: int, timed_workers: int, context_bytes: int) -> int:
+    """What a problem's workers may hold at once with all its `contenders` in one evaluation,
+    the larger of its two phases (every worker with its context):
+
+    - trials: the reference at its peak beside every contender holding one call's inputs and
+      outputs (`nbytes`) while it waits, as a CUDA graph's static buffers are held;
+    - timing: `timed_workers` workers (every contender while they are screened, the finalists'
+      replicas after) each holding its staged inputs and its last call's outputs, one call's
+      outputs beyond that, and the reference holding a call's inputs and outputs to check the
+      picked calls against.
+
+    Where this exceeds the device, contenders are evaluated one at a time from the start."""
+    trials = reference_peak + contenders * nbytes
+    timing = (timed_workers + 2) * nbytes
+    return max(trials, timing) + (1 + max(contenders, timed_workers)) * context_bytes
+
+
 def host_limit_bytes(footprint_bytes: int, machine_bytes: int, floor_bytes: int = HOST_FLOOR_BYTES) -> int:
     """A worker's resident-memory limit for a problem whose host footprint (inputs, outputs
     and the reference's float64 copies) is `footprint_bytes`, on a machine of `machine_bytes`."""

@@ -74,3 +74,6 @@ class Evaluation:
     environment: Environment
     baseline: ContenderOutcome | None
     candidates: tuple[ContenderOutcome, ...]
+    # Candidates never run: evaluated one at a time (too large for the GPU together), the
+    # budget ran out before their turn.
+    not_evaluated: tuple[CandidateSource, ...] = ()

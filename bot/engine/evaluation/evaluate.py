@@ -3,6 +3,7 @@ each in its own sandboxed worker, the verdicts judged here in the parent."""
 
 from __future__ import annotations
 
+import logging
 import random
 import secrets
 import time
@@ -18,7 +19,7 @@ from bot.engine.evaluation.cache import ResultCache, environment_key, protocol_o
 from bot.engine.evaluation.options import EvalOptions
 from bot.engine.evaluation.shape_run import ProblemRun, evaluate_shape
 from bot.engine.evaluation.simulated import simulated_reason
-from bot.engine.evaluation.worker_pool import Replicas, materialise, open_session
+from bot.engine.evaluation.worker_pool import Replicas, Split, TooLargeTogether, materialise, open_session
 from bot.engine.verification import verify
 from bot.engine.verification.trials import (
     failure_check,
@@ -26,6 +27,8 @@ from bot.engine.verification.trials import (
 )
 from bot.engine.workers.client import WorkerClient, WorkerFailure
 from bot.engine.workers.failures import problem_failure, ran_out_of_gpu_memory
+
+log = logging.getLogger(__name__)
 
 
 def evaluate(
@@ -58,10 +61,15 @@ def evaluate(
     by_candidate = {id(o.candidate): o for o in evaluation.candidates}
     for outcome in evaluation.candidates:
         cache.put(problem, baseline, outcome)
-    merged = tuple(hit if hit is not None else by_candidate[id(c)] for c, hit in zip(candidates, cached))
+    merged = tuple(
+        hit if hit is not None else by_candidate[id(c)]
+        for c, hit in zip(candidates, cached)
+        if hit is not None or id(c) in by_candidate
+    )
     # A cache written before a contender was known to be simulated may still hold its speedup.
     return untimed_where_simulated(
-        Evaluation(problem, evaluation.environment, evaluation.baseline, merged), options.device
+        Evaluation(problem, evaluation.environment, evaluation.baseline, merged, evaluation.not_evaluated),
+        options.device,
     )
 
 
@@ -110,10 +118,14 @@ def _evaluate_fresh(
     ran out beside them (and no other problem shares the GPU), every candidate is."""
     try:
         first = _evaluate_once(problem, candidates, baseline, options, progress)
-    except GpuOutOfMemory:
+    except TooLargeTogether as exc:
+        progress(Note(f"{exc}: evaluating each candidate beside the baseline alone", problem.name))
+        return _unless_still_short(_one_by_one(problem, candidates, baseline, options, progress), options)
+    except GpuOutOfMemory as exc:
         # Beside other problems the problem runs again after them, alone (bot.engine.loop.lanes).
         if options.device != Device.CUDA or options.beside_others or len(candidates) < 2:
             raise
+        log.info("%s: %s", problem.name, exc)  # who held the memory, for whoever reads the log
         progress(
             Note(
                 f"its reference ran out of GPU memory beside {len(candidates) + (baseline is not None)} "
@@ -159,7 +171,12 @@ def _one_by_one(
     alone = replace(options, parallel=1)
     runs: list[Evaluation] = []
     outcomes: list[ContenderOutcome] = []
-    for candidate in candidates:
+    left: list[CandidateSource] = []
+    for n, candidate in enumerate(candidates):
+        if runs and options.deadline is not None and time.monotonic() > options.deadline:
+            left = candidates[n:]
+            progress(Note(f"the budget ran out: {len(left)} candidate(s) not evaluated", problem.name))
+            break
         try:
             run = _evaluate_once(problem, [candidate], baseline, alone, progress)
         except GpuOutOfMemory as exc:
@@ -175,7 +192,7 @@ def _one_by_one(
         )
     fits = [r.baseline for r in runs if r.baseline is not None and not ran_out_of_gpu_memory(r.baseline)]
     base = fits[0] if fits else runs[0].baseline
-    return Evaluation(problem, runs[0].environment, base, tuple(outcomes))
+    return Evaluation(problem, runs[0].environment, base, tuple(outcomes), tuple(left))
 
 
 def _unless_still_short(evaluation: Evaluation, options: EvalOptions) -> Evaluation:
@@ -211,7 +228,13 @@ def _evaluate_once(
     per_shape: dict[str, list[ShapeOutcome]] = {n: [] for n in names}
     # Speedups compare timings from different processes: each contender gets replicas.
     replica_count = options.timing.replicas if baseline is not None else 1
-    with open_session(problem, options, 1 + len(contenders) * replica_count) as session:
+    # On a GPU, two or more candidates too large to hold at once go one at a time (_one_by_one).
+    split = (
+        Split(options.timing.finalists, replica_count)
+        if len(candidates) > 1 and options.device == Device.CUDA
+        else None
+    )
+    with open_session(problem, options, 1 + len(contenders) * replica_count, split) as session:
         ref_hash = source_hash(problem.source)
         workers: dict[str, WorkerClient] = {}
         replicas = Replicas(session, replica_count, options.parallel)

@@ -10,11 +10,19 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bot.core.domain import CandidateSource, CheckResult, Problem
-from bot.core.memory import host_footprint_bytes, host_limit_bytes, margin_bytes, problem_footprints
+from bot.core.errors import BotError
+from bot.core.memory import (
+    gib,
+    host_footprint_bytes,
+    host_limit_bytes,
+    margin_bytes,
+    problem_footprints,
+    together_bytes,
+)
 from bot.core.progress import MoreWorkersStarting, Progress, WorkersStarted
 from bot.core.settings import Device
 from bot.engine.evaluation.options import EvalOptions
@@ -40,11 +48,25 @@ def materialise(candidate: CandidateSource, folder: Path) -> Path:
     return path
 
 
+class TooLargeTogether(BotError):
+    """A GPU shape whose contenders cannot all be held at once: evaluate them one at a time."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """An evaluation whose candidates may be evaluated one at a time instead (two or more of
+    them): how many contenders its timing keeps after screening, and each one's workers."""
+
+    finalists: int
+    replicas: int
+
+
 class Session:
     """Workers of one evaluation; all of them are killed when it closes."""
 
-    def __init__(self, problem: Problem, options: EvalOptions, root: Path, workers: int):
+    def __init__(self, problem: Problem, options: EvalOptions, root: Path, workers: int, split: Split | None = None):
         self.problem, self.options, self.root = problem, options, root
+        self.split = split
         self.sandbox = make_sandbox(options.sandbox, workers, options.allow_uncontained)
         self.workers: list[WorkerClient] = []
         # Set once the reference's first trial has sized the shape (`admit`): the longest
@@ -142,10 +164,25 @@ class Session:
             options.device, info.nbytes, info.native_peak_bytes, info.peak_bytes, host_peak
         )
         contenders = max(1, len(self.workers) - 1)  # no more at once than there are
+        self._unless_too_large_together(reference, info.nbytes, contenders)
         # Where outputs are compared in the reference, each contender's call borrows a block
         # of them from it (bot.engine.verification.expected.ExpectedOutputs).
         each += info.lent_bytes
         return options.memory.grow(self.reservation, reference, each, min(options.parallel, contenders))
+
+    def _unless_too_large_together(self, reference_peak: int, nbytes: int, contenders: int) -> None:
+        """Raises TooLargeTogether where this evaluation's contenders, all in it together, would
+        hold more than the device has (bot.core.memory.together_bytes) and can be split."""
+        if self.split is None or self.options.memory is None:
+            return
+        budget = self.options.memory
+        timed = max(contenders, min(contenders, self.split.finalists + 1) * self.split.replicas)
+        need = together_bytes(reference_peak, nbytes, contenders, timed, budget.context_bytes)
+        if need > budget.usable:
+            raise TooLargeTogether(
+                f"its {contenders} contenders together would hold up to {gib(need)} of {budget.where}'s "
+                f"{gib(budget.usable)} (calls of {gib(nbytes)} each, the reference's trial {gib(reference_peak)})"
+            )
 
     def sizing(self) -> contextlib.AbstractContextManager[None]:
         """Held while the reference's trials measure a shape on a GPU: one problem's at a time
@@ -172,9 +209,9 @@ class Session:
 
 
 @contextlib.contextmanager
-def open_session(problem: Problem, options: EvalOptions, workers: int) -> Iterator[Session]:
+def open_session(problem: Problem, options: EvalOptions, workers: int, split: Split | None = None) -> Iterator[Session]:
     with tempfile.TemporaryDirectory(prefix="kernel-bot-") as tmp:
-        session = Session(problem, options, Path(tmp), workers)
+        session = Session(problem, options, Path(tmp), workers, split)
         try:
             yield session
         finally:

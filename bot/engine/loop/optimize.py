@@ -33,6 +33,10 @@ from bot.propose.split import input_bytes, plan_split, split_candidate
 from bot.propose.tuning import autotune_variants, setting_of, tunable_constants
 
 log = logging.getLogger(__name__)
+# Why a candidate has no outcome (bot.engine.evaluation.evaluate._one_by_one).
+NOT_EVALUATED = (
+    "not evaluated: the budget ran out before its turn (candidates went one at a time, too large for the GPU together)"
+)
 
 
 def problem_result(
@@ -205,6 +209,7 @@ def optimize(
         ev_opts = options.evaluation
         if remaining < ev_opts.timing.time_cap_s * 4:  # keep the timing inside the budget
             ev_opts = replace(ev_opts, timing=replace(ev_opts.timing, time_cap_s=max(remaining / 4, 0.5)))
+        ev_opts = replace(ev_opts, deadline=deadline)
         try:
             with recording(clock):
                 evaluation = evaluate(problem, cands, baseline, ev_opts, progress)
@@ -214,6 +219,7 @@ def optimize(
             raise
         evaluations.append(evaluation)
         attempts.extend(Attempt(round_, o) for o in evaluation.candidates)
+        skipped.extend(Skipped(c.name, NOT_EVALUATED) for c in evaluation.not_evaluated)
 
     def descend(bases: list[Base], round_: int) -> None:
         # On a CPU Triton runs interpreted: which setting is faster there says nothing of a GPU.
