@@ -18,7 +18,8 @@ from bot.engine.workers.failures import ran_out_of_gpu_memory
 from bot.engine.workspace.problems import load_problem
 
 REFERENCE_SHORT = {"the reference"}  # scripted: the reference itself runs out of memory
-TOO_LARGE = {"all together"}  # scripted: the shape's contenders cannot all be held at once
+TOO_LARGE = {"all together"}  # scripted: the shape's contenders cannot all be held at once; two can
+THREE_FIT = {"three fit"}  # scripted: as TOO_LARGE, where three contenders can
 OOM = CheckResult("call", False, "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB.")
 ENV = Environment("cuda", "H200", "2.11", None, None, None, "3.12")
 
@@ -36,8 +37,9 @@ def setup(monkeypatch):
     def fake(problem_, cands, baseline, options, progress):
         calls.append(([c.name for c in cands], options.parallel))
         short = scripted.pop(0)
-        if short == TOO_LARGE:
-            raise TooLargeTogether("its 3 contenders together would hold up to 168.0 GiB of GPU 0's 71.0 GiB")
+        if short in (TOO_LARGE, THREE_FIT):
+            message = "its 3 contenders together would hold up to 168.0 GiB of GPU 0's 71.0 GiB"
+            raise TooLargeTogether(message, 3 if short == THREE_FIT else 2)
         if short == REFERENCE_SHORT:
             raise GpuOutOfMemory(f"{problem_.path}: reference worker ran out of GPU memory: OutOfMemoryError")
         return Evaluation(
@@ -292,3 +294,25 @@ def test_a_candidate_the_budget_left_out_is_reported_as_skipped_with_why(monkeyp
     left = [s for s in run.result.skipped if s.reason == optimize_module.NOT_EVALUATED]
     attempted = {a.name for a in run.result.attempts}
     assert left and attempted.isdisjoint(s.transformation for s in left)
+
+
+def test_a_shape_too_large_together_goes_as_many_at_a_time_as_fit(setup):
+    problem, base, a, b, calls, scripted = setup
+    c = CandidateSource("c", "# c", Origin("search"))
+    scripted += [THREE_FIT, set(), set()]
+    notes = []
+    result = ev.evaluate(
+        problem, [a, b, c], base, EvalOptions(device="cuda", use_cache=False, parallel=8), notes.append
+    )
+    assert calls == [(["a", "b", "c"], 8), (["a", "b"], 8), (["c"], 1)]  # the baseline and two, then one
+    assert [o.candidate.name for o in result.candidates] == ["a", "b", "c"]
+    assert any("2 candidates at a time" in n.text for n in notes if isinstance(n, Note))
+
+
+def test_a_group_still_too_large_or_short_goes_one_at_a_time(setup):
+    problem, base, a, b, calls, scripted = setup
+    c = CandidateSource("c", "# c", Origin("search"))
+    scripted += [THREE_FIT, THREE_FIT, set(), {"b"}, set()]
+    result = ev.evaluate(problem, [a, b, c], base, EvalOptions(device="cuda", use_cache=False))
+    assert [names for names, _ in calls] == [["a", "b", "c"], ["a", "b"], ["a"], ["b"], ["c"]]
+    assert [o.verdict.accepted for o in result.candidates] == [True, False, True]

@@ -222,8 +222,13 @@ def test_a_shape_too_large_for_all_its_contenders_at_once_is_split_before_any_tr
     from bot.engine.evaluation.worker_pool import Split, TooLargeTogether
 
     check = _session(Split(finalists=4, replicas=2), _budget())  # 71 GiB usable
-    with pytest.raises(TooLargeTogether, match=r"10 contenders together would hold up to 1\d\d\.\d GiB"):
+    with pytest.raises(TooLargeTogether, match=r"10 contenders together would hold up to 1\d\d\.\d GiB") as relu:
         check(36 * GIB, 12 * GIB, 10)
+    assert relu.value.fits == 1  # the reference's trial and two calls' worth: one at a time
+    # 47_Sum's 8 GiB input: three contenders (the baseline and two candidates) fit at once.
+    with pytest.raises(TooLargeTogether) as reduction:
+        check(24 * GIB, 8 * GIB, 10)
+    assert reduction.value.fits == 3
     # 40_LayerNorm's 1 GiB in and out: all ten fit, in its trials and its timing's ten workers.
     check(6 * GIB, 2 * GIB, 10)
     # One candidate and its baseline are what a split would run anyway: never raised.

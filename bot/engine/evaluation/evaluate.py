@@ -119,8 +119,12 @@ def _evaluate_fresh(
     try:
         first = _evaluate_once(problem, candidates, baseline, options, progress)
     except TooLargeTogether as exc:
-        progress(Note(f"{exc}: evaluating each candidate beside the baseline alone", problem.name))
-        return _unless_still_short(_one_by_one(problem, candidates, baseline, options, progress), options)
+        size = max(1, exc.fits - (baseline is not None))
+        if size >= len(candidates):  # the figures moved between runs: one at a time
+            size = 1
+        alone = "each candidate beside the baseline alone" if size == 1 else f"{size} candidates at a time"
+        progress(Note(f"{exc}: evaluating {alone}", problem.name))
+        return _unless_still_short(_in_groups(problem, candidates, baseline, options, progress, size), options)
     except GpuOutOfMemory as exc:
         # Beside other problems the problem runs again after them, alone (bot.engine.loop.lanes).
         if options.device != Device.CUDA or options.beside_others or len(candidates) < 2:
@@ -168,23 +172,44 @@ def _one_by_one(
     12.8 GiB each on KernelBench's 19_ReLU on the H100). A candidate whose run still ran the
     reference out of memory is rejected for it; the baseline's outcome is from a run where it
     fit, if any did."""
+    return _in_groups(problem, candidates, baseline, options, progress, 1)
+
+
+def _in_groups(
+    problem: Problem,
+    candidates: list[CandidateSource],
+    baseline: CandidateSource | None,
+    options: EvalOptions,
+    progress: Progress,
+    size: int,
+) -> Evaluation:
+    """Candidates evaluated `size` at a time with the reference and the baseline (see
+    _one_by_one); a group of several gets _evaluate_fresh's own fallbacks, down to one at a
+    time. After the first group, the problem's budget (`options.deadline`) stops new ones."""
     alone = replace(options, parallel=1)
     runs: list[Evaluation] = []
     outcomes: list[ContenderOutcome] = []
     left: list[CandidateSource] = []
-    for n, candidate in enumerate(candidates):
+    for start in range(0, len(candidates), size):
         if runs and options.deadline is not None and time.monotonic() > options.deadline:
-            left = candidates[n:]
-            progress(Note(f"the budget ran out: {len(left)} candidate(s) not evaluated", problem.name))
+            left.extend(candidates[start:])
+            progress(Note(f"the budget ran out: {len(candidates) - start} candidate(s) not evaluated", problem.name))
             break
+        group = candidates[start : start + size]
         try:
-            run = _evaluate_once(problem, [candidate], baseline, alone, progress)
+            if len(group) > 1:
+                run = _evaluate_fresh(problem, group, baseline, options, progress)
+            else:
+                run = _evaluate_once(problem, group, baseline, alone, progress)
         except GpuOutOfMemory as exc:
+            if options.beside_others and len(group) > 1:
+                raise  # the problem runs again after the others, alone (bot.engine.loop.lanes)
             failed = CheckResult("call", False, f"beside the baseline alone, the reference ran out: {exc}")
-            outcomes.append(ContenderOutcome(candidate, "candidate", Verdict("rejected", (failed,)), ()))
+            outcomes.extend(ContenderOutcome(c, "candidate", Verdict("rejected", (failed,)), ()) for c in group)
             continue
         runs.append(run)
         outcomes.extend(run.candidates)
+        left.extend(run.not_evaluated)
     if not runs:  # not one candidate fits beside the reference: the problem's own failure
         raise GpuOutOfMemory(
             f"{problem.path}: its reference ran out of GPU memory beside every candidate alone "

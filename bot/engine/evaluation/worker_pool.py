@@ -49,16 +49,25 @@ def materialise(candidate: CandidateSource, folder: Path) -> Path:
 
 
 class TooLargeTogether(BotError):
-    """A GPU shape whose contenders cannot all be held at once: evaluate them one at a time."""
+    """A GPU shape whose contenders cannot all be held at once: `fits` of them can (at least 1)."""
+
+    def __init__(self, message: str, fits: int):
+        super().__init__(message)
+        self.fits = fits
 
 
 @dataclass(frozen=True)
 class Split:
-    """An evaluation whose candidates may be evaluated one at a time instead (two or more of
+    """An evaluation whose candidates may be evaluated a few at a time instead (two or more of
     them): how many contenders its timing keeps after screening, and each one's workers."""
 
     finalists: int
     replicas: int
+
+    def timed_workers(self, contenders: int) -> int:
+        """The most workers `contenders` keep in the timing: each one while they are screened,
+        the baseline's and the finalists' replicas after (bot.engine.timing.interleaved)."""
+        return max(contenders, min(contenders, self.finalists + 1) * self.replicas)
 
 
 class Session:
@@ -173,15 +182,21 @@ class Session:
     def _unless_too_large_together(self, reference_peak: int, nbytes: int, contenders: int) -> None:
         """Raises TooLargeTogether where this evaluation's contenders, all in it together, would
         hold more than the device has (bot.core.memory.together_bytes) and can be split."""
-        if self.split is None or self.options.memory is None:
+        split, budget = self.split, self.options.memory
+        if split is None or budget is None:
             return
-        budget = self.options.memory
-        timed = max(contenders, min(contenders, self.split.finalists + 1) * self.split.replicas)
-        need = together_bytes(reference_peak, nbytes, contenders, timed, budget.context_bytes)
-        if need > budget.usable:
+
+        def need(at_once: int) -> int:
+            timed = split.timed_workers(at_once)
+            return together_bytes(reference_peak, nbytes, at_once, timed, budget.context_bytes)
+
+        if need(contenders) > budget.usable:
+            fits = max((m for m in range(1, contenders) if need(m) <= budget.usable), default=1)
             raise TooLargeTogether(
-                f"its {contenders} contenders together would hold up to {gib(need)} of {budget.where}'s "
-                f"{gib(budget.usable)} (calls of {gib(nbytes)} each, the reference's trial {gib(reference_peak)})"
+                f"its {contenders} contenders together would hold up to {gib(need(contenders))} of "
+                f"{budget.where}'s {gib(budget.usable)} (calls of {gib(nbytes)} each, the reference's "
+                f"trial {gib(reference_peak)}); {fits} would fit",
+                fits,
             )
 
     def sizing(self) -> contextlib.AbstractContextManager[None]:
