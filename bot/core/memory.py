@@ -112,7 +112,7 @@ def together_bytes(reference_peak: int, nbytes: int, contenders: int, timed_work
       outputs beyond that, and the reference holding a call's inputs and outputs to check the
       picked calls against.
 
-    Where this exceeds the device, contenders are evaluated one at a time from the start."""
+    Where this exceeds the device, contenders are evaluated in groups that fit, from the start."""
     trials = reference_peak + contenders * nbytes
     timing = (timed_workers + 2) * nbytes
     return max(trials, timing) + (1 + max(contenders, timed_workers)) * context_bytes

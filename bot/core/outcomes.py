@@ -74,6 +74,6 @@ class Evaluation:
     environment: Environment
     baseline: ContenderOutcome | None
     candidates: tuple[ContenderOutcome, ...]
-    # Candidates never run: evaluated one at a time (too large for the GPU together), the
+    # Candidates never run: evaluated a few at a time (too large for the GPU together), the
     # budget ran out before their turn.
     not_evaluated: tuple[CandidateSource, ...] = ()

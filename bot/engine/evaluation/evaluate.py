@@ -253,7 +253,7 @@ def _evaluate_once(
     per_shape: dict[str, list[ShapeOutcome]] = {n: [] for n in names}
     # Speedups compare timings from different processes: each contender gets replicas.
     replica_count = options.timing.replicas if baseline is not None else 1
-    # On a GPU, two or more candidates too large to hold at once go one at a time (_one_by_one).
+    # On a GPU, two or more candidates too large to hold at once go a few at a time (_in_groups).
     split = (
         Split(options.timing.finalists, replica_count)
         if len(candidates) > 1 and options.device == Device.CUDA

@@ -44,7 +44,7 @@ class EvalOptions:
     # The device's memory shared with the other problems on it (bot.engine.workspace.memory_budget);
     # None: no admission, `parallel` contenders at once.
     memory: MemoryBudget | None = None
-    # time.monotonic() past which candidates evaluated one at a time (bot.engine.evaluation.evaluate)
+    # time.monotonic() past which candidates evaluated a few at a time (bot.engine.evaluation.evaluate)
     # start no more: the problem's budget. None: no limit.
     deadline: float | None = None
     cache_root: Path = field(default_factory=default_cache_root)  # $XDG_CACHE_HOME/kernel-bot
