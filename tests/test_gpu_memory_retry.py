@@ -316,3 +316,13 @@ def test_a_group_still_too_large_or_short_goes_one_at_a_time(setup):
     result = ev.evaluate(problem, [a, b, c], base, EvalOptions(device="cuda", use_cache=False))
     assert [names for names, _ in calls] == [["a", "b", "c"], ["a", "b"], ["a"], ["b"], ["c"]]
     assert [o.verdict.accepted for o in result.candidates] == [True, False, True]
+
+
+def test_a_candidate_short_of_memory_that_the_budget_leaves_out_is_not_evaluated_not_rejected(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [{"a", "b"}, set()]
+    options = EvalOptions(device="cuda", use_cache=False, deadline=time.monotonic() - 1)
+    result = ev.evaluate(problem, [a, b], base, options)
+    assert [names for names, _ in calls] == [["a", "b"], ["a"]]
+    assert [(o.candidate.name, o.verdict.accepted) for o in result.candidates] == [("a", True)]
+    assert [x.name for x in result.not_evaluated] == ["b"]

@@ -154,9 +154,12 @@ def _evaluate_fresh(
     )
     redone = _one_by_one(problem, again, baseline, options, progress)
     by_candidate = {id(o.candidate): o for o in redone.candidates}
-    merged = tuple(by_candidate.get(id(o.candidate), o) for o in first.candidates)
+    # One the budget left out has no outcome: its first, out of memory, says nothing of it.
+    left = {id(c) for c in redone.not_evaluated}
+    merged = tuple(by_candidate.get(id(o.candidate), o) for o in first.candidates if id(o.candidate) not in left)
     base = redone.baseline if any(o is first.baseline for o in short) else first.baseline
-    return _unless_still_short(Evaluation(problem, first.environment, base, merged), options)
+    evaluation = Evaluation(problem, first.environment, base, merged, redone.not_evaluated)
+    return _unless_still_short(evaluation, options)
 
 
 def _one_by_one(
