@@ -312,7 +312,7 @@ def test_a_shape_too_large_together_goes_as_many_at_a_time_as_fit(setup):
 def test_a_group_still_too_large_or_short_goes_one_at_a_time(setup):
     problem, base, a, b, calls, scripted = setup
     c = CandidateSource("c", "# c", Origin("search"))
-    scripted += [THREE_FIT, THREE_FIT, set(), {"b"}, set()]
+    scripted += [THREE_FIT, TOO_LARGE, set(), {"b"}, set()]
     result = ev.evaluate(problem, [a, b, c], base, EvalOptions(device="cuda", use_cache=False))
     assert [names for names, _ in calls] == [["a", "b", "c"], ["a", "b"], ["a"], ["b"], ["c"]]
     assert [o.verdict.accepted for o in result.candidates] == [True, False, True]

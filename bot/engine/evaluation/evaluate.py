@@ -115,13 +115,13 @@ def _evaluate_fresh(
     """One evaluation; on a GPU, contenders that ran out of memory beside the others are
     evaluated again, each beside the baseline alone, before that counts against them (a
     candidate that needs more than the GPU has fails again alone). Where the reference itself
-    ran out beside them (and no other problem shares the GPU), every candidate is."""
+    ran out beside them (and no other problem shares the GPU), every candidate is. Where the
+    reference's first trial shows that the contenders cannot all be held at once
+    (bot.engine.evaluation.worker_pool.TooLargeTogether), they go in groups that fit from the start."""
     try:
         first = _evaluate_once(problem, candidates, baseline, options, progress)
     except TooLargeTogether as exc:
-        size = max(1, exc.fits - (baseline is not None))
-        if size >= len(candidates):  # the figures moved between runs: one at a time
-            size = 1
+        size = max(1, exc.fits - (baseline is not None))  # fewer than all: fits < contenders
         alone = "each candidate beside the baseline alone" if size == 1 else f"{size} candidates at a time"
         progress(Note(f"{exc}: evaluating {alone}", problem.name))
         return _unless_still_short(_in_groups(problem, candidates, baseline, options, progress, size), options)
