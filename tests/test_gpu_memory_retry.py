@@ -8,12 +8,14 @@ import pytest
 from conftest import PROBLEMS
 
 import bot.engine.evaluation.evaluate as ev
+from bot.core.conclusive import conclusion
 from bot.core.domain import CandidateSource, CheckResult, Environment, Origin, Verdict
 from bot.core.errors import GpuOutOfMemory
 from bot.core.outcomes import ContenderOutcome, Evaluation
 from bot.core.progress import Note
 from bot.engine.evaluation.options import EvalOptions
 from bot.engine.evaluation.worker_pool import TooLargeTogether
+from bot.engine.loop.attempts import Attempt
 from bot.engine.workers.failures import ran_out_of_gpu_memory
 from bot.engine.workspace.problems import load_problem
 
@@ -326,3 +328,17 @@ def test_a_candidate_short_of_memory_that_the_budget_leaves_out_is_not_evaluated
     assert [names for names, _ in calls] == [["a", "b"], ["a"]]
     assert [(o.candidate.name, o.verdict.accepted) for o in result.candidates] == [("a", True)]
     assert [x.name for x in result.not_evaluated] == ["b"]
+
+
+def test_a_candidate_whose_run_lost_its_baseline_says_why_it_has_no_speedup(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [TOO_LARGE, set(), {"base"}]
+    result = ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False))
+    assert result.baseline.verdict.accepted  # the first run's
+    first, second = result.candidates
+    assert first.verdict.checks == () and second.verdict.accepted and second.not_timed is None
+    line = Attempt(0, second).reason
+    assert line.startswith("accepted (not timed against a baseline; its baseline failed beside it: call:")
+    assert "CUDA out of memory" in line
+    # Not a conclusion: the cache times it again rather than keep "no speedup".
+    assert not conclusion(second, 1.05).conclusive

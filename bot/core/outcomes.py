@@ -9,6 +9,10 @@ from bot.core import stats as bench
 from bot.core.domain import CandidateSource, Environment, Problem, Verdict
 from bot.core.measurement import Measurement, Speedup
 
+# The name of a passed check of a candidate whose run's baseline failed: why it has no speedup
+# (bot.engine.evaluation.evaluate adds it; a candidate's line in the report quotes it).
+BASELINE_LOST = "no baseline timed beside it"
+
 
 @dataclass(frozen=True)
 class ShapeOutcome:

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from bot.core.domain import CandidateSource, CheckResult, Environment, Problem, Verdict, source_hash
 from bot.core.errors import GpuOutOfMemory
-from bot.core.outcomes import ContenderOutcome, Evaluation, ShapeOutcome
+from bot.core.outcomes import BASELINE_LOST, ContenderOutcome, Evaluation, ShapeOutcome
 from bot.core.progress import EvaluationStarted, Note, Progress, silent
 from bot.core.settings import Device, TolerancePolicy
 from bot.engine.evaluation.cache import ResultCache, environment_key, protocol_of
@@ -211,7 +211,7 @@ def _in_groups(
             outcomes.extend(ContenderOutcome(c, "candidate", Verdict("rejected", (failed,)), ()) for c in group)
             continue
         runs.append(run)
-        outcomes.extend(run.candidates)
+        outcomes.extend(_timed_without_their_baseline(run))
         left.extend(run.not_evaluated)
     if not runs:  # not one candidate fits beside the reference: the problem's own failure
         raise GpuOutOfMemory(
@@ -221,6 +221,23 @@ def _in_groups(
     fits = [r.baseline for r in runs if r.baseline is not None and not ran_out_of_gpu_memory(r.baseline)]
     base = fits[0] if fits else runs[0].baseline
     return Evaluation(problem, runs[0].environment, base, tuple(outcomes), tuple(left))
+
+
+def _timed_without_their_baseline(run: Evaluation) -> tuple[ContenderOutcome, ...]:
+    """A run's candidates; where its baseline failed (the problem's baseline then comes from
+    another run), an accepted one has no speedup, and its verdict says why in a passed check
+    (BASELINE_LOST): on 47_Sum on the H100 one read only "not timed against a baseline". Not
+    `not_timed`, which would make the cache keep it as a conclusion."""
+    base = run.baseline
+    if base is None or base.verdict.accepted:
+        return run.candidates
+    why = CheckResult(BASELINE_LOST, True, f"its baseline failed beside it: {'; '.join(base.verdict.reasons)}")
+    return tuple(
+        replace(o, verdict=replace(o.verdict, checks=(*o.verdict.checks, why)))
+        if o.verdict.accepted and o.speedup is None
+        else o
+        for o in run.candidates
+    )
 
 
 def _unless_still_short(evaluation: Evaluation, options: EvalOptions) -> Evaluation:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from bot.core.judge import Thresholds, judge
-from bot.core.outcomes import ContenderOutcome
+from bot.core.outcomes import BASELINE_LOST, ContenderOutcome
 from bot.core.results_contenders import ContenderResult
 from bot.core.settings import DEFAULTS, Backend, Strategy
 from bot.engine.evaluation.options import EvalOptions
@@ -56,7 +56,8 @@ class Attempt:
             return f"correct; not timed: {self.outcome.not_timed}"
         ci = self.outcome.speedup_ci
         if ci is None:
-            return "accepted (not timed against a baseline)"
+            lost = [c.evidence for c in self.outcome.verdict.checks if c.name == BASELINE_LOST]
+            return "accepted (not timed against a baseline" + "".join(f"; {why}" for why in lost) + ")"
         slower = self.outcome.slower_shapes()
         return f"accepted: {self.outcome.speedup:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]" + (
             f"; significantly slower on {', '.join(slower)}" if slower else ""
