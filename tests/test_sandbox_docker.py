@@ -219,19 +219,14 @@ def test_writes_outside_the_work_folder_fail(engine, tmp_path):
     assert verdict.accepted, verdict.reasons  # every write failed, the work folder worked
 
 
-def _host_processes() -> int:
-    return sum(1 for p in os.listdir("/proc") if p.isdigit())
-
-
 def test_fork_bomb_is_contained(engine, tmp_path):
-    before = _host_processes()
     verdict = verify("docker_forkbomb.py", tmp_path, pids=64)
     assert not verdict.accepted
     reasons = " ".join(verdict.reasons)
     assert "fork bomb stopped" in reasons and "Resource temporarily unavailable" in reasons, reasons
-    assert _host_processes() < before + 20  # its processes went with its container
-    # Its own forks, by the name each gives itself: other modules' containers run as uid 65534
-    # beside this one under parallel tests.
+    # Its own forks, by the name each gives itself: a count of the host's processes moved by 20
+    # and more with other tests' workers running beside this one (CI runs them in parallel),
+    # and other modules' containers run as uid 65534 beside this one too.
     left = [p for p in os.listdir("/proc") if p.isdigit() and _uid(p) == 65534 and _comm(p) == "kb-forkbomb"]
     assert not left, f"the fork bomb's processes left on the host: {left}"
 
