@@ -243,3 +243,13 @@ def test_together_the_timing_phase_can_be_the_larger():
     assert together_bytes(3 * GIB, 2 * GIB, 3, 10, ctx) == 12 * 2 * GIB + 11 * ctx
     # The reference's float64 trial beside every waiting contender: the trials hold the most.
     assert together_bytes(40 * GIB, 2 * GIB, 3, 4, ctx) == 46 * GIB + 5 * ctx
+
+
+def test_a_second_shape_counts_each_contender_once_however_many_replicas_it_has():
+    from types import SimpleNamespace
+
+    from bot.engine.evaluation.worker_pool import Session
+
+    labels = ["reference", "c0", "c1", "c10", "c0-r2", "c1-r2", "c10-r2", "c10-r3"]
+    session = SimpleNamespace(workers=[SimpleNamespace(label=label) for label in labels])
+    assert Session.contenders(session) == 3

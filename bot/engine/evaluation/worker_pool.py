@@ -172,12 +172,18 @@ class Session:
         reference, each = problem_footprints(
             options.device, info.nbytes, info.native_peak_bytes, info.peak_bytes, host_peak
         )
-        contenders = max(1, len(self.workers) - 1)  # no more at once than there are
+        contenders = max(1, self.contenders())  # no more at once than there are
         self._unless_too_large_together(reference, info.nbytes, contenders)
         # Where outputs are compared in the reference, each contender's call borrows a block
         # of them from it (bot.engine.verification.expected.ExpectedOutputs).
         each += info.lent_bytes
         return options.memory.grow(self.reservation, reference, each, min(options.parallel, contenders))
+
+    def contenders(self) -> int:
+        """The contenders with workers here, each once, however many replicas it has (a
+        replica's label is its contender's and "-r<k>": Replicas.ready). A problem's second shape
+        is admitted after its first shape's replicas started."""
+        return len({w.label.rsplit("-r", 1)[0] for w in self.workers if w.label != "reference"})
 
     def _unless_too_large_together(self, reference_peak: int, nbytes: int, contenders: int) -> None:
         """Raises TooLargeTogether where this evaluation's contenders, all in it together, would
