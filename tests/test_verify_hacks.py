@@ -102,6 +102,9 @@ def test_patched_clocks_do_not_change_the_measurement(outcomes):
         assert shape.measurement.median_us > 18_000, shape.measurement.median_us
 
 
+# A figure of the parent's clock on the CPU: on CI's two shared cores, beside two other test
+# processes, the hidden 1 ms read 0.52 ms once; it runs with the timing tests, alone.
+@pytest.mark.timing
 def test_time_hidden_from_the_harness_clock_is_named_with_the_parents_figure_and_timed(outcomes):
     # The candidate spins 2 ms a call and halves the worker's own captured clock: the parent
     # sees about 1 ms a call that the worker's report leaves out, and times all 2 ms of it.
