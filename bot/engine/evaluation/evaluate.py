@@ -137,7 +137,7 @@ def _evaluate_fresh(
                 problem.name,
             )
         )
-        return _unless_still_short(_one_by_one(problem, candidates, baseline, options, progress), options)
+        return _unless_still_short(_in_groups(problem, candidates, baseline, options, progress, 1), options)
     if options.device != Device.CUDA or len(candidates) + (baseline is not None) < 2:
         return first
     short = _short_of_memory(first)
@@ -152,7 +152,7 @@ def _evaluate_fresh(
             problem.name,
         )
     )
-    redone = _one_by_one(problem, again, baseline, options, progress)
+    redone = _in_groups(problem, again, baseline, options, progress, 1)
     by_candidate = {id(o.candidate): o for o in redone.candidates}
     # One the budget left out has no outcome: its first, out of memory, says nothing of it.
     left = {id(c) for c in redone.not_evaluated}
@@ -160,22 +160,6 @@ def _evaluate_fresh(
     base = redone.baseline if any(o is first.baseline for o in short) else first.baseline
     evaluation = Evaluation(problem, first.environment, base, merged, redone.not_evaluated)
     return _unless_still_short(evaluation, options)
-
-
-def _one_by_one(
-    problem: Problem,
-    candidates: list[CandidateSource],
-    baseline: CandidateSource | None,
-    options: EvalOptions,
-    progress: Progress,
-) -> Evaluation:
-    """Each candidate evaluated with the reference and the baseline only, its speedups against
-    that run's own timing of the baseline (as every speedup is). Fewer at once is not enough:
-    every contender's worker holds memory while it waits (its CUDA graphs' static buffers,
-    12.8 GiB each on KernelBench's 19_ReLU on the H100). A candidate whose run still ran the
-    reference out of memory is rejected for it; the baseline's outcome is from a run where it
-    fit, if any did."""
-    return _in_groups(problem, candidates, baseline, options, progress, 1)
 
 
 def _in_groups(
@@ -186,9 +170,14 @@ def _in_groups(
     progress: Progress,
     size: int,
 ) -> Evaluation:
-    """Candidates evaluated `size` at a time with the reference and the baseline (see
-    _one_by_one); a group of several gets _evaluate_fresh's own fallbacks, down to one at a
-    time. After the first group, the problem's budget (`options.deadline`) stops new ones."""
+    """Candidates evaluated `size` at a time with the reference and the baseline only, their
+    speedups against that run's own timing of the baseline (as every speedup is). Fewer at once
+    in one run is not enough: every contender's worker holds memory while it waits (its CUDA
+    graphs' static buffers, 12.8 GiB each on KernelBench's 19_ReLU on the H100). A group of
+    several gets _evaluate_fresh's own fallbacks, down to one at a time; a candidate whose run
+    alone still ran the reference out of memory is rejected for it; the baseline's outcome is
+    from a run where it fit, if any did. After the first group, the problem's budget
+    (`options.deadline`) stops new ones."""
     alone = replace(options, parallel=1)
     runs: list[Evaluation] = []
     outcomes: list[ContenderOutcome] = []

@@ -33,9 +33,10 @@ from bot.propose.split import input_bytes, plan_split, split_candidate
 from bot.propose.tuning import autotune_variants, setting_of, tunable_constants
 
 log = logging.getLogger(__name__)
-# Why a candidate has no outcome (bot.engine.evaluation.evaluate._one_by_one).
+# Why a candidate has no outcome (bot.engine.evaluation.evaluate._in_groups).
 NOT_EVALUATED = (
-    "not evaluated: the budget ran out before its turn (candidates went one at a time, too large for the GPU together)"
+    "not evaluated: the budget ran out before its turn (candidates went a few at a time, "
+    "too large for the GPU together)"
 )
 
 
