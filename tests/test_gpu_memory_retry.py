@@ -342,3 +342,44 @@ def test_a_candidate_whose_run_lost_its_baseline_says_why_it_has_no_speedup(setu
     assert "CUDA out of memory" in line
     # Not a conclusion: the cache times it again rather than keep "no speedup".
     assert not conclusion(second, 1.05).conclusive
+
+
+def test_groups_after_one_that_accepted_the_baseline_do_not_trial_it_again(setup, monkeypatch):
+    problem, base, a, b, calls, scripted = setup
+    c = CandidateSource("c", "# c", Origin("search"))
+    trialled = []
+    scripted_once = ev._evaluate_once
+
+    def recording(problem_, cands, baseline, options, progress):
+        trialled.append(options.baseline_trialled)
+        return scripted_once(problem_, cands, baseline, options, progress)
+
+    monkeypatch.setattr(ev, "_evaluate_once", recording)
+    # a's run loses its baseline (out of memory): b's run trials it again and accepts it; c's need not.
+    scripted += [TOO_LARGE, {"base"}, set(), set()]
+    result = ev.evaluate(problem, [a, b, c], base, EvalOptions(device="cuda", use_cache=False))
+    assert [names for names, _ in calls] == [["a", "b", "c"], ["a"], ["b"], ["c"]]
+    assert trialled == [False, False, False, True]
+    assert result.baseline is not None and result.baseline.verdict.accepted
+
+
+def test_a_baseline_trialled_in_an_earlier_run_is_built_and_timed_without_trials(quick_options):
+    from conftest import CANDIDATES
+
+    from bot.core.progress import TrialsStarted
+    from bot.engine.workspace.candidates import default_baseline, load_candidate
+
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    candidate = load_candidate(CANDIDATES / "honest.py")
+    for trialled, contenders in ((False, 2), (True, 1)):
+        events = []
+        result = ev._evaluate_once(
+            problem, [candidate], default_baseline(problem), quick_options(baseline_trialled=trialled), events.append
+        )
+        started = [e for e in events if isinstance(e, TrialsStarted)]
+        assert started and all(e.contenders == contenders for e in started), started
+        base = result.baseline
+        assert base is not None and base.verdict.accepted, (trialled, base.verdict.reasons)
+        # Timed against it: the candidate has a speedup on every shape.
+        shapes = result.candidates[0].shapes
+        assert shapes and all(s.speedup is not None for s in shapes), shapes

@@ -47,6 +47,10 @@ class EvalOptions:
     # time.monotonic() past which candidates evaluated a few at a time (bot.engine.evaluation.evaluate)
     # start no more: the problem's budget. None: no limit.
     deadline: float | None = None
+    # The baseline's trials passed in an earlier run of this evaluation, on the same problem and
+    # shapes (bot.engine.evaluation.evaluate._in_groups): its workers are built and timed, and
+    # its timed calls checked, but it takes no trials again.
+    baseline_trialled: bool = False
     cache_root: Path = field(default_factory=default_cache_root)  # $XDG_CACHE_HOME/kernel-bot
     # Reuse conclusive verdicts and timings of candidates judged before (bot.engine.evaluation.cache). No
     # default: the settings' (on) would let a test or script read and fill the user's cache unasked.

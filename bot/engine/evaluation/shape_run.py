@@ -55,6 +55,7 @@ class ProblemRun:
     progress: Progress
     self_tuning: frozenset[str]
     untimed: frozenset[str]
+    untrialled: frozenset[str]  # built and timed, trialled in an earlier run (EvalOptions.baseline_trialled)
     checks: dict[str, list[CheckResult]]
     per_shape: dict[str, list[ShapeOutcome]]
 
@@ -84,7 +85,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
                 sizing=run.replicas.session.sizing,
                 lend_over=trials.LEND_OVER_BYTES,  # read here, so that tests can lower it
             ),
-            alive,
+            {n: w for n, w in alive.items() if n not in run.untrialled},
             run.progress,
             DeviceHolds(
                 alone=run.self_tuning, shared=lambda: gpu_shared(lock_key), exclusive=lambda: gpu_exclusive(lock_key)
