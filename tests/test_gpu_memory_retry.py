@@ -22,6 +22,7 @@ from bot.engine.workspace.problems import load_problem
 REFERENCE_SHORT = {"the reference"}  # scripted: the reference itself runs out of memory
 TOO_LARGE = {"all together"}  # scripted: the shape's contenders cannot all be held at once; two can
 THREE_FIT = {"three fit"}  # scripted: as TOO_LARGE, where three contenders can
+ONE_FITS = {"all, one fits"}  # scripted: as TOO_LARGE, where the baseline alone can
 OOM = CheckResult("call", False, "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB.")
 ENV = Environment("cuda", "H200", "2.11", None, None, None, "3.12")
 
@@ -39,9 +40,9 @@ def setup(monkeypatch):
     def fake(problem_, cands, baseline, options, progress):
         calls.append(([c.name for c in cands], options.parallel))
         short = scripted.pop(0)
-        if short in (TOO_LARGE, THREE_FIT):
+        if short in (TOO_LARGE, THREE_FIT, ONE_FITS):
             message = "its 3 contenders together would hold up to 168.0 GiB of GPU 0's 71.0 GiB"
-            raise TooLargeTogether(message, 3 if short == THREE_FIT else 2)
+            raise TooLargeTogether(message, 3 if short == THREE_FIT else 1 if short == ONE_FITS else 2)
         if short == REFERENCE_SHORT:
             raise GpuOutOfMemory(f"{problem_.path}: reference worker ran out of GPU memory: OutOfMemoryError")
         return Evaluation(
@@ -252,6 +253,17 @@ def test_a_shape_too_large_together_goes_one_at_a_time_even_beside_other_problem
     assert [o.verdict.accepted for o in result.candidates] == [True, True]
     texts = [n.text for n in notes if isinstance(n, Note)]
     assert any("168.0 GiB" in t and "each candidate beside the baseline alone" in t for t in texts), texts
+    assert not any("even that exceeds it" in t for t in texts), texts  # two fit: the baseline and one
+
+
+def test_a_split_that_the_estimate_says_cannot_fit_even_one_candidate_says_so(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [ONE_FITS, set(), set()]
+    notes = []
+    ev.evaluate(problem, [a, b], base, EvalOptions(device="cuda", use_cache=False), notes.append)
+    assert [names for names, _ in calls] == [["a", "b"], ["a"], ["b"]]
+    texts = [n.text for n in notes if isinstance(n, Note)]
+    assert any("each candidate beside the baseline alone (by this estimate even that exceeds it)" in t for t in texts)
 
 
 def test_one_at_a_time_the_budget_stops_new_candidates_after_the_first(setup):

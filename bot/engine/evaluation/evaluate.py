@@ -121,8 +121,11 @@ def _evaluate_fresh(
     try:
         first = _evaluate_once(problem, candidates, baseline, options, progress)
     except TooLargeTogether as exc:
-        size = max(1, exc.fits - (baseline is not None))  # fewer than all: fits < contenders
+        room = exc.fits - (baseline is not None)  # fewer than all: fits < contenders
+        size = max(1, room)
         alone = "each candidate beside the baseline alone" if size == 1 else f"{size} candidates at a time"
+        if room < 1:  # what a split can do; a run that still runs out rejects its candidate for it
+            alone += " (by this estimate even that exceeds it)"
         progress(Note(f"{exc}: evaluating {alone}", problem.name))
         return _unless_still_short(_in_groups(problem, candidates, baseline, options, progress, size), options)
     except GpuOutOfMemory as exc:
