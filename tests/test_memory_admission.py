@@ -253,3 +253,95 @@ def test_a_second_shape_counts_each_contender_once_however_many_replicas_it_has(
     labels = ["reference", "c0", "c1", "c10", "c0-r2", "c1-r2", "c10-r2", "c10-r3"]
     session = SimpleNamespace(workers=[SimpleNamespace(label=label) for label in labels])
     assert Session.contenders(session) == 3
+
+
+def test_the_timing_keeps_two_workers_per_contender_only_where_they_fit():
+    """By what each worker holds after the trials: on KernelBench's 19_ReLU on an H100 (6 GiB in
+    and out, the reference's trial 36 GiB) the baseline and one plain candidate, two workers
+    each, would hold 77.5 GiB in the timing (each timed worker its last 6 GiB output); one each,
+    63 GiB. 47_Sum's 8 GiB input with a scalar-sized output keeps two beside two candidates."""
+    from bot.core.memory import replicas_that_fit, timing_bytes
+
+    usable = 71 * GIB
+
+    def fits(reference: int, contenders: list[int], call_in: int, call_out: int) -> int:
+        need = lambda r: timing_bytes(reference, contenders, r, 4, call_in, call_out)  # noqa: E731
+        return replicas_that_fit(lambda r: need(r) <= usable, 2)
+
+    relu = (36 * GIB + (512 << 20), [GIB, GIB], 6 * GIB, 6 * GIB)
+    assert timing_bytes(*relu[:2], 2, 4, *relu[2:]) == int(77.5 * GIB)
+    assert timing_bytes(*relu[:2], 1, 4, *relu[2:]) == 63 * GIB
+    assert fits(*relu) == 1
+    assert fits(24 * GIB, [GIB, GIB, GIB], 8 * GIB, 4 << 20) == 2
+    # A candidate that holds its CUDA graphs' 12 GiB of static buffers: not even one each fits,
+    # and one is what the timing gets (the out-of-memory fallback judges the rest).
+    assert fits(relu[0], [GIB, 13 * GIB], *relu[2:]) == 1
+
+    # Asked for four, the most that fit: 30.5, 43, 55.5 and 68 GiB for one to four, 50 GiB free.
+    def four(r: int) -> int:
+        return timing_bytes(10 * GIB, [2 * GIB, 2 * GIB], r, 4, 4 * GIB, 4 * GIB)
+
+    assert [four(r) / GIB for r in (1, 2, 3, 4)] == [30.5, 43, 55.5, 68]
+    assert replicas_that_fit(lambda r: four(r) <= 50 * GIB, 4) == 2
+
+
+def test_a_session_times_in_fewer_workers_by_what_the_driver_counts_and_says_why(monkeypatch):
+    from types import SimpleNamespace
+
+    import bot.engine.evaluation.worker_pool as pool
+    from bot.engine.timing.records import TimingOptions
+    from bot.engine.verification.trials import ReferenceInfo
+
+    def worker(*pids):
+        return SimpleNamespace(holder=lambda: SimpleNamespace(pids=pids))
+
+    meta = [{"shape": [4096, 393216], "dtype": "float32"}]
+    info = ReferenceInfo(meta=meta, nbytes=12 * GIB, peak_bytes=36 * GIB)
+    budget = _budget()
+    session = SimpleNamespace(
+        options=SimpleNamespace(device="cuda", memory=budget, gpu_index=0, timing=TimingOptions()),
+        reservation=None,
+    )
+    passed = {"c0": worker(11), "c1": worker(12, 13)}
+    used = {10: 30 * GIB, 11: GIB, 12: GIB // 2, 13: GIB // 2, 99: 5 * GIB}  # 99: not the bot's
+    monkeypatch.setattr(pool, "gpu_process_memory", lambda gpu: used)
+    count, why = pool.Session.timing_replicas(session, info, worker(10), passed, 2)
+    assert count == 1
+    assert why is not None and "not 2" in why and "77.5 GiB" in why and "do not carry" in why
+    # A shape whose outputs are small keeps its replicas, without a word.
+    small = ReferenceInfo(meta=[{"shape": [1024, 1024], "dtype": "float32"}], nbytes=8 << 20, peak_bytes=GIB)
+    assert pool.Session.timing_replicas(session, small, worker(10), passed, 2) == (2, None)
+    # Where the driver cannot say, as before.
+    monkeypatch.setattr(pool, "gpu_process_memory", lambda gpu: None)
+    assert pool.Session.timing_replicas(session, info, worker(10), passed, 2) == (2, None)
+
+
+def test_a_shape_timed_in_fewer_workers_says_so_in_every_timed_contenders_checks(monkeypatch, quick_options):
+    from conftest import CANDIDATES, PROBLEMS
+
+    import bot.engine.evaluation.evaluate as ev
+    import bot.engine.evaluation.worker_pool as pool
+    from bot.engine.evaluation.shape_run import REPLICAS
+    from bot.engine.workspace.candidates import default_baseline, load_candidate
+    from bot.engine.workspace.problems import load_problem
+
+    why = "timed in 1 worker(s) per contender, not 2: (the figures)"
+    asked = []
+
+    def one(self, info, reference, passed, wanted):
+        asked.append(wanted)
+        return 1, why
+
+    monkeypatch.setattr(pool.Session, "timing_replicas", one)
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    result = ev.evaluate(
+        problem, [load_candidate(CANDIDATES / "honest.py")], default_baseline(problem), quick_options()
+    )
+    assert asked and set(asked) == {2}  # the settings' two, asked again for every shape
+    for outcome in (result.baseline, *result.candidates):
+        assert outcome is not None and outcome.verdict.accepted, outcome
+        said = [c for c in outcome.verdict.checks if c.name == REPLICAS]
+        assert said and said[0].passed and said[0].evidence == why
+        # Every batch from the contender's one worker (two would number theirs 0 and 1).
+        assert all(set(s.measurement.batch_workers) <= {0} for s in outcome.shapes if s.measurement)
+    assert all(s.speedup is not None for s in result.candidates[0].shapes)

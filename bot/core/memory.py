@@ -8,7 +8,7 @@ the host (bot.engine.workspace.memory_budget reads them). docs/scale-out.md stat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bot.core.settings import Device
@@ -21,6 +21,9 @@ MARGIN_MIN_BYTES = 1 * GIB
 # A worker's CUDA context and torch's kernels, which torch.cuda.max_memory_allocated does not
 # count: about 500 MiB a process on an H100 with torch 2.x.
 CONTEXT_BYTES = 512 << 20
+# What every timed worker on a GPU reads before each call to flush the L2 (bot.harness.timing),
+# held from its first timed batch on: larger than the 60 MB L2 of an H200, as in KernelBench.
+FLUSH_BYTES = 256 << 20
 # A contender may hold twice the eager model's peak: a CUDA graph's private pool beside the
 # eager tensors, or the outputs of one call while the next is made.
 CONTENDER_FACTOR = 2
@@ -116,6 +119,33 @@ def together_bytes(reference_peak: int, nbytes: int, contenders: int, timed_work
     trials = reference_peak + contenders * nbytes
     timing = (timed_workers + 2) * nbytes
     return max(trials, timing) + (1 + max(contenders, timed_workers)) * context_bytes
+
+
+def timing_bytes(
+    reference: int, contenders: Sequence[int], replicas: int, finalists: int, call_in: int, call_out: int
+) -> int:
+    """What a shape's timing may hold at once on a GPU, from what its workers hold after its
+    trials, as the driver counts each process (a CUDA graph's static buffers included, which
+    only the candidate's code decides):
+
+    - `reference`: the reference worker at its most (its trial's peak with its context, or what
+      it holds now where that is more): it answers for every timed call in float64;
+    - `contenders`: each contender's worker now; the finalists' further replicas (the
+      `finalists` and the baseline, the largest holders counted) hold what their first does;
+    - every timed worker (TimingOptions.finalists, bot.engine.timing.interleaved) holds its last
+      call's outputs (`call_out`, kept to see outputs reused across batches) and its L2 flush;
+    - the active call's inputs and new outputs beside them."""
+    n = len(contenders)
+    kept = min(n, finalists + 1)
+    timed = max(n, kept * replicas)
+    largest = sorted(contenders, reverse=True)[:kept]
+    held = sum(contenders) + (replicas - 1) * sum(largest)
+    return reference + held + timed * (call_out + FLUSH_BYTES) + call_in + call_out
+
+
+def replicas_that_fit(fits: Callable[[int], bool], replicas: int) -> int:
+    """The most replicas per contender, `replicas` at most and 1 at least, whose timing `fits`."""
+    return next((r for r in range(replicas, 1, -1) if fits(r)), 1)
 
 
 def host_limit_bytes(footprint_bytes: int, machine_bytes: int, floor_bytes: int = HOST_FLOOR_BYTES) -> int:

@@ -16,12 +16,11 @@ from typing import Any
 
 import torch
 
+from bot.core.memory import FLUSH_BYTES
 from bot.core.settings import Device, TimingMode
 from bot.harness import held, shared
 from bot.protocol.batches import Quiet, QuietReply, Time, TimeReply
 from bot.protocol.typed import Failure
-
-FLUSH_BYTES = 256 << 20  # larger than the 60 MB L2 of an H200, as in KernelBench
 
 # Mode "graph" replays several captured copies of a call in turn, each with its own input and
 # output tensors: a few-us kernel's replay time depends on where its tensors lie

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from bot.core import stats as bench
 from bot.core.domain import CheckResult, Environment, Problem, Shape
 from bot.core.outcomes import ShapeOutcome
-from bot.core.progress import Progress, ShapeTimed, ShapeVerified
+from bot.core.progress import Note, Progress, ShapeTimed, ShapeVerified
 from bot.core.roofline import floor_us, peaks_for
 from bot.core.settings import Device
 from bot.engine.evaluation.options import EvalOptions
@@ -36,6 +36,7 @@ from bot.protocol.messages import Construct, Run
 from bot.sandbox import freezer
 
 _log = logging.getLogger(__name__)
+REPLICAS = "replicas"  # a passed check: timed in fewer worker processes than asked, and why
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,14 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
     )
     clock = current()
     if passed:
+        # Fewer workers per contender where all of them would not fit the GPU in the timing
+        # (KernelBench's 6 GiB elementwise shapes on an H100), said in each one's checks.
+        count, why = run.replicas.session.timing_replicas(info, run.reference, passed, run.replicas.wanted)
+        run.replicas.count = count
+        if why is not None:
+            run.progress(Note(why, run.problem.name, shape.name))
+            for name in passed:
+                run.checks[name].append(CheckResult(REPLICAS, True, why))
         try:
             records = time_interleaved(
                 TimedShape(run.problem, shape, run.reference, info, run.options.timing, limits.call_timeout_s, run.rng),

@@ -8,7 +8,7 @@ import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,6 +21,8 @@ from bot.core.memory import (
     host_limit_bytes,
     margin_bytes,
     problem_footprints,
+    replicas_that_fit,
+    timing_bytes,
     together_bytes,
 )
 from bot.core.progress import MoreWorkersStarting, Progress, WorkersStarted
@@ -29,10 +31,12 @@ from bot.engine.evaluation.options import EvalOptions
 from bot.engine.verification import verify
 from bot.engine.verification.trials import ReferenceInfo, failure_check, release_cache
 from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
+from bot.engine.workers.gpu_memory import gpu_process_memory
 from bot.engine.workers.gpulock import gpu_shared
 from bot.engine.workers.phase_clock import current
 from bot.engine.workspace.memory_budget import Reservation
 from bot.protocol.channel import machine_memory_bytes, outputs_bound
+from bot.protocol.measures import output_nbytes
 from bot.protocol.messages import Construct, Load
 from bot.sandbox import WorkerLaunch
 from bot.sandbox.backends import make_sandbox
@@ -205,6 +209,41 @@ class Session:
                 fits,
             )
 
+    def timing_replicas(
+        self, info: ReferenceInfo, reference: WorkerClient, passed: Mapping[str, WorkerClient], wanted: int
+    ) -> tuple[int, str | None]:
+        """How many workers each contender is timed in on this shape: `wanted`, or fewer where
+        the timing would not fit the GPU by what its workers hold after the trials, as the
+        driver counts them (bot.core.memory.timing_bytes); with the note that says why."""
+        budget = self.options.memory
+        if self.options.device != Device.CUDA or budget is None or wanted < 2 or len(passed) < 2:
+            return wanted, None
+        used = gpu_process_memory(self.options.gpu_index)
+        if used is None:
+            return wanted, None
+
+        def holds(worker: WorkerClient) -> int:
+            return sum(used.get(pid, 0) for pid in worker.holder().pids)
+
+        most = max(holds(reference), (info.peak_bytes or 0) + budget.context_bytes)
+        each = [holds(w) for w in passed.values()]
+        call_out = sum(output_nbytes(m) for m in info.meta)
+        room = budget.usable - budget.held_bytes(but=self.reservation)
+        finalists = self.options.timing.finalists
+
+        def need(replicas: int) -> int:
+            return timing_bytes(most, each, replicas, finalists, max(0, info.nbytes - call_out), call_out)
+
+        count = replicas_that_fit(lambda r: need(r) <= room, wanted)
+        if count == wanted:
+            return wanted, None
+        return count, (
+            f"timed in {count} worker(s) per contender, not {wanted}: the timing would hold up to "
+            f"{gib(need(wanted))} of {budget.where}'s {gib(room)} (the reference {gib(most)}, the "
+            f"contenders {gib(sum(each))} after their trials, calls of {gib(call_out)} out); the intervals "
+            "then do not carry how far processes of one code differ"
+        )
+
     def sizing(self) -> contextlib.AbstractContextManager[None]:
         """Held while the reference's trials measure a shape on a GPU: one problem's at a time
         (bot.engine.workspace.memory_budget.MemoryBudget.sizing). On the host each worker's own
@@ -285,6 +324,7 @@ class Replicas:
 
     def __init__(self, session: Session, count: int, parallel: int):
         self.session, self.count, self.parallel = session, max(1, count), parallel
+        self.wanted = self.count  # the settings'; `count` is the current shape's (Session.timing_replicas)
         self.modules: dict[str, tuple[Path, CandidateSource]] = {}
         self.extra: dict[str, list[WorkerClient]] = {}
 
