@@ -298,22 +298,26 @@ def test_a_session_times_in_fewer_workers_by_what_the_driver_counts_and_says_why
     meta = [{"shape": [4096, 393216], "dtype": "float32"}]
     info = ReferenceInfo(meta=meta, nbytes=12 * GIB, peak_bytes=36 * GIB)
     budget = _budget()
+    passed = {"c0": worker(11), "c1": worker(12, 13)}
+    reference, rejected = worker(10), worker(14)
     session = SimpleNamespace(
         options=SimpleNamespace(device="cuda", memory=budget, gpu_index=0, timing=TimingOptions()),
         reservation=None,
+        workers=[reference, *passed.values(), rejected],
     )
-    passed = {"c0": worker(11), "c1": worker(12, 13)}
-    used = {10: 30 * GIB, 11: GIB, 12: GIB // 2, 13: GIB // 2, 99: 5 * GIB}  # 99: not the bot's
+    used = {10: 30 * GIB, 11: GIB, 12: GIB // 2, 13: GIB // 2, 14: 2 * GIB, 99: 5 * GIB}  # 99: not the bot's
     monkeypatch.setattr(pool, "gpu_process_memory", lambda gpu: used)
-    count, why = pool.Session.timing_replicas(session, info, worker(10), passed, 2)
+    count, why = pool.Session.timing_replicas(session, info, reference, passed, 2)
     assert count == 1
-    assert why is not None and "not 2" in why and "77.5 GiB" in why and "do not carry" in why
+    # 77.5 GiB for the timing's own, and the rejected contender's worker, still alive, 2 GiB.
+    assert why is not None and "not 2" in why and "79.5 GiB" in why and "other workers 2.0 GiB" in why
+    assert "do not carry" in why
     # A shape whose outputs are small keeps its replicas, without a word.
     small = ReferenceInfo(meta=[{"shape": [1024, 1024], "dtype": "float32"}], nbytes=8 << 20, peak_bytes=GIB)
-    assert pool.Session.timing_replicas(session, small, worker(10), passed, 2) == (2, None)
+    assert pool.Session.timing_replicas(session, small, reference, passed, 2) == (2, None)
     # Where the driver cannot say, as before.
     monkeypatch.setattr(pool, "gpu_process_memory", lambda gpu: None)
-    assert pool.Session.timing_replicas(session, info, worker(10), passed, 2) == (2, None)
+    assert pool.Session.timing_replicas(session, info, reference, passed, 2) == (2, None)
 
 
 def test_a_shape_timed_in_fewer_workers_says_so_in_every_timed_contenders_checks(monkeypatch, quick_options):

@@ -227,12 +227,15 @@ class Session:
 
         most = max(holds(reference), (info.peak_bytes or 0) + budget.context_bytes)
         each = [holds(w) for w in passed.values()]
+        # Workers that stay alive untimed: rejected contenders', an earlier shape's replicas.
+        timed = {id(w) for w in passed.values()} | {id(reference)}
+        idle = sum(holds(w) for w in self.workers if id(w) not in timed)
         call_out = sum(output_nbytes(m) for m in info.meta)
         room = budget.usable - budget.held_bytes(but=self.reservation)
         finalists = self.options.timing.finalists
 
         def need(replicas: int) -> int:
-            return timing_bytes(most, each, replicas, finalists, max(0, info.nbytes - call_out), call_out)
+            return idle + timing_bytes(most, each, replicas, finalists, max(0, info.nbytes - call_out), call_out)
 
         count = replicas_that_fit(lambda r: need(r) <= room, wanted)
         if count == wanted:
@@ -240,7 +243,8 @@ class Session:
         return count, (
             f"timed in {count} worker(s) per contender, not {wanted}: the timing would hold up to "
             f"{gib(need(wanted))} of {budget.where}'s {gib(room)} (the reference {gib(most)}, the "
-            f"contenders {gib(sum(each))} after their trials, calls of {gib(call_out)} out); the intervals "
+            f"contenders {gib(sum(each))} after their trials, other workers {gib(idle)}, calls of "
+            f"{gib(call_out)} out); the intervals "
             "then do not carry how far processes of one code differ"
         )
 
