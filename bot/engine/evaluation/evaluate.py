@@ -267,9 +267,6 @@ def _evaluate_once(
     contenders = ([baseline] if baseline else []) + list(candidates)
     names = [f"c{i}" for i in range(len(contenders))]
     checks: dict[str, list[CheckResult]] = {n: [] for n in names}
-    untrialled = frozenset(names[:1]) if baseline is not None and options.baseline_trialled else frozenset()
-    for name in untrialled:  # its values were compared in that run; this one checks its timed calls
-        checks[name].append(CheckResult("values", True, "its trials passed in an earlier group of this evaluation"))
     per_shape: dict[str, list[ShapeOutcome]] = {n: [] for n in names}
     # Speedups compare timings from different processes: each contender gets replicas.
     replica_count = options.timing.replicas if baseline is not None else 1
@@ -335,10 +332,11 @@ def _evaluate_once(
             progress,
             self_tuning,
             untimed,
-            untrialled,
             checks,
             per_shape,
         )
+        for name in run.untrialled:  # its values were compared in that run; this one checks its timed calls
+            checks[name].append(CheckResult("values", True, "its trials passed in an earlier group of this evaluation"))
         for shape in problem.shapes_for(options.device):
             evaluate_shape(run, shape)
     outcomes = [

@@ -56,9 +56,14 @@ class ProblemRun:
     progress: Progress
     self_tuning: frozenset[str]
     untimed: frozenset[str]
-    untrialled: frozenset[str]  # built and timed, trialled in an earlier run (EvalOptions.baseline_trialled)
     checks: dict[str, list[CheckResult]]
     per_shape: dict[str, list[ShapeOutcome]]
+
+    @property
+    def untrialled(self) -> frozenset[str]:
+        """Built and timed, not trialled: the baseline where an earlier run of this evaluation
+        trialled it (EvalOptions.baseline_trialled)."""
+        return frozenset(self.names[:1]) if self.has_baseline and self.options.baseline_trialled else frozenset()
 
 
 def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
