@@ -317,14 +317,22 @@ class TimedCalls:
         return QuietReply(wall_us=wall_us, intervals_us=gaps).to_wire()
 
     def _gpu_cycles_per_us(self) -> float:
-        """The spin kernel counts clock cycles; how many make a microsecond, measured once."""
+        """The spin kernel counts clock cycles; how many make a microsecond, measured once: the
+        fastest of three spins after one that lets the clock ramp up. Sized by a single spin, one
+        reference's looks on an H100 lasted 570 us, another's 2.1 ms (both asked for 3 ms): the
+        first, shorter than the time slice a look must outlast, could miss work left running.
+        Spins sized from the fastest run longer, never shorter, wherever the clock is lower."""
         if self.cycles_per_us is None:
-            e0, e1 = shared.Event(enable_timing=True), shared.Event(enable_timing=True)
-            shared.ev_record(e0)
-            shared.gpu_sleep(2_000_000)
-            shared.ev_record(e1)
-            shared.cuda_sync()
-            self.cycles_per_us = 2_000_000 / max(shared.ev_elapsed(e0, e1) * 1e3, 1.0)
+            shared.gpu_sleep(20_000_000)
+            rates = []
+            for _ in range(3):
+                e0, e1 = shared.Event(enable_timing=True), shared.Event(enable_timing=True)
+                shared.ev_record(e0)
+                shared.gpu_sleep(2_000_000)
+                shared.ev_record(e1)
+                shared.cuda_sync()
+                rates.append(2_000_000 / max(shared.ev_elapsed(e0, e1) * 1e3, 1.0))
+            self.cycles_per_us = max(rates)
         return self.cycles_per_us
 
 
