@@ -13,7 +13,6 @@ from typing import Any
 from bot.core.domain import CheckResult
 from bot.core.settings import Device
 from bot.engine.timing.hidden import spread
-from bot.engine.timing.records import TimingRecord
 from bot.engine.verification import verify
 from bot.engine.workers.client import WorkerClient, ask, parse_reply
 from bot.protocol.batches import Outputs, Quiet, Stage, StageInto, Time
@@ -125,7 +124,7 @@ class HarnessCost:
         # The window alone and the staging alone (hidden time), and the whole batch (each sample).
         self.window, self.staging, self.span = Calibration(), Calibration(), Calibration(low=True)
         self._idle_quiet_us: float | None = None
-        self.last_timed: TimingRecord | None = None  # whose batch ran last, for gpu_left_busy
+        self._settled_first = False  # the look before the first window, for work the trials left
         # On the CPU the parent fills each batch's inputs from outside (bot.engine.timing.staging) until
         # it cannot; then `staging_note` says why and each worker stages its own.
         self.fills_from_outside = reference.device == Device.CPU and memory.supported()
@@ -147,6 +146,13 @@ class HarnessCost:
                 if verify.check_gpu_quiet(*self._look_against_idle()).passed:
                     break
         return found
+
+    def settle_before_first_window(self) -> None:
+        """Before the first window: a look, waited out where busy, that blames no one. Every
+        later window follows a batch whose contender was looked after (bot.engine.timing.timed_batch)."""
+        if not self._settled_first:
+            self._settled_first = True
+            self.gpu_left_busy()
 
     def _look_against_idle(self) -> tuple[float, float, list[float]]:
         """A look, against the quickest look so far: work a contender left running (its trials'

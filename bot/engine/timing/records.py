@@ -67,6 +67,7 @@ class TimingRecord:
     # On CUDA, set once timing is done: hidden time per call counted into the samples.
     counted_us: float = 0.0
     batch: int = 1  # calls in the next batch, drawn by the parent (next_batch_size)
+    busy_batches: int = 0  # batches after which a look found the GPU busy (verify.settle_busy_look)
     failed: bool = False
 
     def window_figures(self) -> list[tuple[float | None, ...]]:
