@@ -47,6 +47,8 @@ def _recording(checks):  # type: ignore[no-untyped-def]
             "noise_us",
             "wall_us",
             "op_us",
+            "staging_us",
+            "staging_noise_us",
         )
         seen_batches.append(
             {
