@@ -296,7 +296,7 @@ class TimedCalls:
         return Captured(graph, static, outputs)
 
     def op_quiet(self, msg: Quiet) -> dict:
-        """The reference's look at the GPU right before a contender's window (bot.engine.timing.harness_cost,
+        """The reference's look at the GPU right after a contender's batch (bot.engine.timing.harness_cost,
         `HarnessCost.gpu_left_busy`): a row of short spin kernels with an event between each,
         and the host's time for the whole row. Another process's work still on the GPU makes
         the row wait for a time slice, before it starts or between its kernels."""

@@ -1,7 +1,7 @@
 """The timed batches' requests and replies (bot.protocol.messages has the others): a batch's
 inputs staged in the worker, or empty buffers the parent fills from outside; the staged calls
 timed, each committing to its outputs inside the parent's window; the outputs of the calls the
-parent picked revealed after it; and the reference's look at the GPU before a window.
+parent picked revealed after it; and the reference's look at the GPU after a batch.
 
 Every reply is checked against its request (`Request.parse_reply`) before the parent reads
 it: as many commitments as calls timed, as many outputs as picks.
@@ -173,7 +173,7 @@ class QuietReply(Reply):
 
 @dataclass(frozen=True)
 class Quiet(Request):
-    """The reference's look at the GPU before a window: `chunks` spin kernels of `chunk_us`."""
+    """The reference's look at the GPU after a batch: `chunks` spin kernels of `chunk_us`."""
 
     op, Reply = "quiet", QuietReply
     chunks: int = wire(int_)

@@ -1,5 +1,5 @@
 """What the harness's own work costs the parent's clock, measured on the trusted reference
-worker (`HarnessCost`, `Calibration`), and the reference's look at the GPU before each window."""
+worker (`HarnessCost`, `Calibration`), and the reference's look at the GPU after each batch."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ class HarnessCost:
         self.fills_from_outside = reference.device == Device.CPU and memory.supported()
         self.staging_note = "" if self.fills_from_outside else "inputs staged in each worker"
 
-    QUIET_CHUNKS = 30  # the look at the GPU before each window on CUDA: longer than a time
+    QUIET_CHUNKS = 30  # the look at the GPU after each batch on CUDA: longer than a time
     QUIET_CHUNK_US = 100.0  # slice (2.4 ms on an H100), so work left running cannot hide in one
 
     def gpu_left_busy(self) -> CheckResult | None:
