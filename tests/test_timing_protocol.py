@@ -11,8 +11,12 @@ import pytest
 import torch
 from conftest import PROBLEMS
 
+from bot.core.domain import CheckResult
+from bot.engine.timing.batch_run import no_window
+from bot.engine.timing.harness_cost import HarnessCost
 from bot.engine.timing.interleaved import TimedShape, TimingHooks, screened_out, time_interleaved
 from bot.engine.timing.records import TimingOptions
+from bot.engine.verification import verify
 from bot.engine.verification.trials import ReferenceInfo
 from bot.engine.workspace.problems import load_problem
 from bot.protocol.measures import hash_tensor
@@ -62,6 +66,7 @@ class _Worker:
         self.modes: set[str] = set()
         self.staged = 0
         self.device = "cpu"
+        self.running = SimpleNamespace(freeze=lambda: None)  # frozen after each batch, in a window
 
     def pin(self, timed: bool) -> None:
         pass
@@ -120,6 +125,7 @@ def _time(
     options: TimingOptions,
     keep: frozenset[str] = frozenset(),
     stop=None,
+    window=no_window,
 ):
     """Times the contenders; a tuple is one contender's workers, the first one timed from the
     start and the others added by `replicate` before the final rounds."""
@@ -134,6 +140,7 @@ def _time(
             keep=keep,
             replicate=lambda chosen: {n: more.get(n, (w,)) for n, w in chosen.items()},
             stop=stop,
+            window=window,
         ),
     )
 
@@ -215,6 +222,33 @@ def test_every_replica_of_a_contender_is_visited_each_round_and_its_batches_are_
     # Each worker's median is its own calls' time on the parent's clock: 100 and 150 us a call.
     assert m.workers == 2 and m.worker_medians == pytest.approx((100.0, 150.0), abs=0.01)
     assert records["b"].measurement().workers == 1
+
+
+def test_a_contender_whose_first_kept_batch_left_the_gpu_busy_is_timed_again(monkeypatch):
+    # On the H100 the look after a contender's first kept batch found the GPU busy: that batch
+    # was dropped, the round ended with no measurement of it, and the stop rule read its median.
+    looks = iter(range(1_000))
+    first_kept = 1 + 2  # the look before the first window, then one after each warm-up batch
+
+    def look(self):
+        n = next(looks)
+        busy = n == first_kept
+        return CheckResult("GPU left busy", not busy, "busy" if busy else "", {"wall_us": 6e3 if busy else 3e3})
+
+    monkeypatch.setattr(HarnessCost, "gpu_left_busy", look)
+    records = _time(
+        {"a": _Worker(100.0), "b": _Worker(120.0)},
+        TimingOptions(time_cap_s=0.3, min_batches=4, batch_target_us=1_000),
+        window=lambda worker: None,
+    )
+    assert not any(r.failed for r in records.values())
+    dropped = [n for n, r in records.items() if r.busy_batches]
+    assert len(dropped) == 1
+    record = records[dropped[0]]
+    assert any(c.name == verify.BUSY_RETIMED and c.passed for c in record.checks)
+    assert record.measurement() is not None and len(record.batch_sizes) >= 4
+    other = records[({"a", "b"} - set(dropped)).pop()]
+    assert len(record.batch_sizes) == len(other.batch_sizes) - 1  # one round's batch of it not kept
 
 
 def test_a_failed_batch_on_any_replica_ends_the_contender():

@@ -185,11 +185,12 @@ def _time(
         if stop is not None:
             stopped = stop(records, active)
             active = {n: w for n, w in active.items() if n not in stopped}
+        # A contender whose only batches were timed again (GPU left busy) has no measurement yet.
+        measured = {n: records[n].measurement() for n in active}
         done = all(
-            bench.converged(
-                records[n].measurement(), run.options.target_rel_se, run.options.min_samples, run.options.min_batches
-            )
-            for n in active
+            m is not None
+            and bench.converged(m, run.options.target_rel_se, run.options.min_samples, run.options.min_batches)
+            for m in measured.values()
         )
         now = time.monotonic()
         if (
@@ -202,7 +203,7 @@ def _time(
         ):
             break
         if rounds % 5 == 0:
-            worst = max((records[n].measurement().rel_se for n in active), default=0.0)
+            worst = max((m.rel_se for m in measured.values() if m is not None), default=0.0)
             progress(TimingRound(run.problem.name, run.shape.name, rounds, len(active), worst))
     return records
 
@@ -223,6 +224,8 @@ def screened_out(medians: Mapping[str, float], keep: frozenset[str], finalists: 
 def _finalists(
     active: Workers, records: dict[str, TimingRecord], keep: frozenset[str], finalists: int
 ) -> dict[str, Sequence[WorkerClient]]:
-    medians = {n: records[n].measurement().median_us for n in active}
+    measured = {n: records[n].measurement() for n in active}
+    # One with no kept batch yet (its batches timed again) is not ranked, so not screened out.
+    medians = {n: m.median_us for n, m in measured.items() if m is not None}
     out = screened_out(medians, keep, finalists)
     return {n: w for n, w in active.items() if n not in out}
