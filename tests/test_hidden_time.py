@@ -4,9 +4,18 @@ cannot touch, and the window's part judged apart from the staging's."""
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace
 
-from bot.engine.timing.hidden import check_hidden_time, hidden_time, hidden_time_checks
+from bot.core.stats import speedup
+from bot.engine.timing.hidden import (
+    check_hidden_time,
+    counted_within_gain,
+    counts_within_gain,
+    hidden_time,
+    hidden_time_checks,
+)
+from bot.engine.timing.records import TimingRecord
 
 
 def test_gross_hiding_rejects_and_less_is_counted_into_the_times():
@@ -121,3 +130,61 @@ def test_scattering_its_own_staging_does_not_raise_what_it_may_hide_there():
     found = hidden_time_checks({"base": _drawn(WINDOW, STAGING), "mover": _drawn(WINDOW[::-1], moved)}, "base")
     mover = found["mover"]
     assert mover.counted_us > 930.0 or not check_hidden_time(mover, rejects=True).passed, mover.details()
+
+
+def test_a_count_goes_no_further_than_the_contenders_gain_over_the_baseline():
+    assert abs(counted_within_gain(3_060.0, own_median_us=5.0, baseline_median_us=5.06) - 0.06) < 1e-9
+    assert counted_within_gain(100.0, own_median_us=2_000.0, baseline_median_us=5_000.0) == 100.0  # within it
+    assert counted_within_gain(100.0, own_median_us=6_000.0, baseline_median_us=5_000.0) == 0.0  # no gain at all
+    assert counted_within_gain(100.0, own_median_us=6_000.0, baseline_median_us=None) == 100.0  # nothing to hold to
+
+
+def _timed(call_us: float, staging_us: float, seed: int) -> TimingRecord:
+    """Ten batches of CUDA figures: each call's event time near `call_us`, and a drawing of inputs
+    `staging_us` a call beyond the reference's, both scattered as on the H100."""
+    rng = random.Random(seed)
+    record = TimingRecord()
+    for n in (1, 2, 37, 38, 29, 50, 50, 30, 34, 40):
+        record.samples_us.extend([call_us * rng.uniform(0.98, 1.02)] * n)
+        record.batch_sizes.append(n)
+        record.batch_workers.append(len(record.batch_sizes) % 2)
+        record.unexplained_us.append(rng.uniform(-50.0, 50.0))
+        record.staging_us.append(staging_us + rng.uniform(-20.0, 20.0))
+        record.staging_noise_us.append(60.0)
+        record.reported_us.append(call_us + 700.0)
+        record.harness_us.append(300.0)
+        record.noise_us.append(40.0)
+    return record
+
+
+def _charged(records: dict[str, TimingRecord]) -> dict[str, TimingRecord]:
+    """What shape_run does on CUDA: counts held to each gain, then counted into the samples."""
+    for name, found in counts_within_gain(records, hidden_time_checks(records, "base"), "base").items():
+        records[name].counted_us = found.counted_us
+    return records
+
+
+def test_an_honest_copy_charged_its_drawings_noise_stays_the_baselines_twin():
+    # On the H100 one of two copies of gelu's 5 us decode call drew its inputs 3 ms a call slower
+    # than the baseline, in every batch: counted in full, the copy came out 45 to 600 times slower
+    # than itself.
+    records = _charged({"base": _timed(5.0, 0.0, 1), "copy": _timed(5.0, 3_000.0, 2)})
+    assert hidden_time_checks(records, "base")["copy"].counted_us > 2_000.0  # what would have been counted
+    ratio = speedup(records["base"].measurement(), records["copy"].measurement())
+    assert 0.95 < ratio.ratio < 1.05 and ratio.significance == "no significant difference", ratio
+
+
+def test_work_moved_into_the_drawing_is_charged_until_no_gain_is_left():
+    # The defeating candidate: 80 % of a 1 ms call computed while it draws its inputs, so its
+    # events show 200 us. Held to its gain, the count still takes all of it back: no claim.
+    records = _charged({"base": _timed(1_000.0, 0.0, 1), "mover": _timed(200.0, 800.0, 3)})
+    assert records["mover"].counted_us > 700.0, records["mover"].counted_us
+    result = speedup(records["base"].measurement(), records["mover"].measurement())
+    assert result.significance != "faster" and result.ratio < 1.05, result
+
+
+def test_a_real_gain_keeps_what_is_counted_below_it():
+    # Twice as fast, with 100 us of its 600 us a call moved into its drawing: all of it counted.
+    records = _charged({"base": _timed(1_000.0, 0.0, 1), "faster": _timed(500.0, 100.0, 4)})
+    result = speedup(records["base"].measurement(), records["faster"].measurement())
+    assert 1.6 < result.ratio < 1.75, result

@@ -16,7 +16,7 @@ from bot.core.settings import Device
 from bot.engine.evaluation.options import EvalOptions
 from bot.engine.evaluation.worker_pool import Replicas, construct_all, release_caches
 from bot.engine.timing.futility import Futility, bar
-from bot.engine.timing.hidden import check_hidden_time, hidden_time_checks
+from bot.engine.timing.hidden import check_hidden_time, counts_within_gain, hidden_time_checks
 from bot.engine.timing.interleaved import TimedShape, TimingHooks, time_interleaved
 from bot.engine.timing.records import TimingRecord
 from bot.engine.verification import trials, verify
@@ -177,6 +177,8 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         {n: r for n, r in records.items() if not r.failed}, run.names[0] if run.has_baseline else None
     )
     events = run.options.device == Device.CUDA
+    if events:
+        hidden = counts_within_gain(records, hidden, run.names[0] if run.has_baseline else None)
     for name, found in hidden.items():
         run.checks[name].append(check_hidden_time(found, rejects=events))
         if events:

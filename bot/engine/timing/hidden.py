@@ -146,6 +146,37 @@ def check_hidden_time(found: HiddenTime, rejects: bool) -> CheckResult:
     return CheckResult(name, False, f"{seen}: the worker's clocks were tampered with?", found.details())
 
 
+def counted_within_gain(counted_us: float, own_median_us: float, baseline_median_us: float | None) -> float:
+    """What of a contender's counted hidden time goes into its samples: no more than its
+    report's gain over the baseline (per call, the medians' difference), which already takes
+    every gain it shows away. Work it hid (moved into its drawing, or shaved off a clock) that is
+    charged up to that leaves it no faster than the baseline, so no claim; below it, it is
+    charged in full. What lies beyond is the harness's noise on honest code: on the H100 a copy
+    of gelu's 5 us decode call was charged 3,060 us a call, and a torch.compile build of
+    19_ReLU as fast as eager 14.7 ms of its 5.2 ms call, both out of their drawing of inputs
+    (docs/verifier.md, "Hidden time: the parent's clock"). Uncapped where no baseline was timed."""
+    if baseline_median_us is None:
+        return counted_us
+    return min(counted_us, max(baseline_median_us - own_median_us, 0.0))
+
+
+def counts_within_gain(
+    records: Mapping[str, Any], found: Mapping[str, HiddenTime], baseline: str | None
+) -> dict[str, HiddenTime]:
+    """`found` (hidden_time_checks') with each contender's count held to its gain over the
+    baseline (`counted_within_gain`), by the medians of its samples (TimingRecord-like objects,
+    before anything is counted into them)."""
+    base = records[baseline].measurement() if baseline in found else None
+    held = dict(found)
+    for name, hidden in found.items():
+        own = records[name].measurement()
+        if own is not None and base is not None:
+            held[name] = replace(
+                hidden, counted_us=counted_within_gain(hidden.counted_us, own.median_us, base.median_us)
+            )
+    return held
+
+
 def _batch_totals(sizes: Sequence[int], per_call_us: Sequence[float]) -> list[tuple[int, float]]:
     """Per kept batch: its calls and its time of one part (per call in `per_call_us`) in all."""
     return [(n, u * n) for n, u in zip(sizes, per_call_us)]
