@@ -140,10 +140,10 @@ def check_gpu_quiet(wall_us: float, idle_wall_us: float, intervals_us: Sequence[
 
 # A batch after which the GPU was still busy is not kept but timed again, up to one such batch
 # and one more for every BATCHES_PER_RETIME kept; past that the contender fails. Honest work met
-# busy looks on the H100: 40_LayerNorm's baseline reference after one of its batches, a torch.compile
-# build of 47_Sum after one of its 12, a copy of gelu in an A/A run. A contender that leaves work running after
-# the batches it chooses (its slowest, known from its own events) drops at most that share of
-# them: its median moves by that many ranks at most.
+# busy looks on the H100: 40_LayerNorm's baseline reference after one of its batches, a
+# torch.compile build of 47_Sum after one of its 12, a copy of gelu in an A/A run. A contender
+# that leaves work running after the batches it chooses (its slowest, known from its own
+# events) drops at most that share of them: its median moves by that many ranks at most.
 BATCHES_PER_RETIME = 20
 BUSY_RETIMED = "GPU busy after a batch"
 
