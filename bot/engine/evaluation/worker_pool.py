@@ -5,6 +5,7 @@ all of them killed when the evaluation ends."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import statistics
 import tempfile
 import time
@@ -40,6 +41,8 @@ from bot.protocol.measures import output_nbytes
 from bot.protocol.messages import Construct, Load
 from bot.sandbox import WorkerLaunch
 from bot.sandbox.backends import make_sandbox
+
+_log = logging.getLogger(__name__)
 
 
 def materialise(candidate: CandidateSource, folder: Path) -> Path:
@@ -238,13 +241,17 @@ class Session:
             return idle + timing_bytes(most, each, replicas, finalists, max(0, info.nbytes - call_out), call_out)
 
         count = replicas_that_fit(lambda r: need(r) <= room, wanted)
+        figures = (
+            f"the timing would hold up to {gib(need(wanted))} of {budget.where}'s {gib(room)} (the "
+            f"reference {gib(most)}, the contenders {gib(sum(each))} after their trials, other workers "
+            f"{gib(idle)}, calls of {gib(call_out)} out)"
+        )
+        # Where it fits too: what the estimate was, beside whatever runs out of memory later.
+        _log.debug("%d worker(s) per contender: %s", count, figures)
         if count == wanted:
             return wanted, None
         return count, (
-            f"timed in {count} worker(s) per contender, not {wanted}: the timing would hold up to "
-            f"{gib(need(wanted))} of {budget.where}'s {gib(room)} (the reference {gib(most)}, the "
-            f"contenders {gib(sum(each))} after their trials, other workers {gib(idle)}, calls of "
-            f"{gib(call_out)} out); the intervals "
+            f"timed in {count} worker(s) per contender, not {wanted}: {figures}; the intervals "
             "then do not carry how far processes of one code differ"
         )
 
