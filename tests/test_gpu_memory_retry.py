@@ -278,6 +278,24 @@ def test_one_at_a_time_the_budget_stops_new_candidates_after_the_first(setup):
     assert [x.name for x in result.not_evaluated] == ["b", "c"]
 
 
+def test_the_budget_note_counts_those_a_groups_own_split_left_out(setup):
+    # On the H100 47_Sum's groups of two ran the reference out of memory, split one at a time,
+    # and the budget ran out in both: "1 candidate(s) not evaluated", then "5", for 6 in all.
+    problem, base, a, b, calls, scripted = setup
+    c, d = (CandidateSource(n, f"# {n}", Origin("search")) for n in ("c", "d"))
+    scripted += [THREE_FIT, REFERENCE_SHORT, set()]
+    notes = []
+    options = EvalOptions(device="cuda", use_cache=False, deadline=time.monotonic() - 1)
+    result = ev.evaluate(problem, [a, b, c, d], base, options, notes.append)
+    assert [names for names, _ in calls] == [["a", "b", "c", "d"], ["a", "b"], ["a"]]
+    assert [x.name for x in result.not_evaluated] == ["b", "c", "d"]
+    texts = [n.text for n in notes if isinstance(n, Note) and "budget" in n.text]
+    assert texts == [
+        "the budget ran out: 1 candidate(s) not evaluated",
+        "the budget ran out: 2 more candidate(s) not evaluated (3 in all)",
+    ], texts
+
+
 def test_candidates_not_evaluated_are_not_cached_and_stay_named(setup, tmp_path):
     problem, base, a, b, calls, scripted = setup
     scripted += [TOO_LARGE, set()]

@@ -186,8 +186,16 @@ def _in_groups(
     left: list[CandidateSource] = []
     for start in range(0, len(candidates), size):
         if runs and options.deadline is not None and time.monotonic() > options.deadline:
+            # A group's own split may have left some out already, and said so: these are more.
+            more = "more " if left else ""
             left.extend(candidates[start:])
-            progress(Note(f"the budget ran out: {len(candidates) - start} candidate(s) not evaluated", problem.name))
+            in_all = f" ({len(left)} in all)" if more else ""
+            progress(
+                Note(
+                    f"the budget ran out: {len(candidates) - start} {more}candidate(s) not evaluated{in_all}",
+                    problem.name,
+                )
+            )
             break
         group = candidates[start : start + size]
         # Once a run has accepted the baseline, later groups build and time it (each group's
