@@ -1,5 +1,5 @@
-"""Bytes copied between two processes from outside both (bot.sandbox.memory): what the parent
-uses to fill a contender's staged inputs while it is frozen."""
+"""Bytes read from one process and written into another from outside both (bot.sandbox.memory):
+how the parent fills a contender's staged inputs while it is frozen, and reads them back."""
 
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ def _contents(proc: subprocess.Popen) -> bytes:
 
 
 def test_bytes_move_from_one_process_into_another():
-    size = memory.CHUNK_BYTES + 4099  # more than one pass through the parent's buffer
+    size = (16 << 20) + 4099
     source = bytes(range(256)) * (size // 256) + bytes(size % 256)
     src, src_addr = _holder(source)
     dst, dst_addr = _holder(bytes(size))
     try:
-        copied = memory.copy(src.pid, dst.pid, [(src_addr, dst_addr + 1, size - 1)])
-        assert copied == size - 1
+        data = memory.read(src.pid, [(src_addr, size - 1), (src_addr, 10)])
+        assert memory.write(dst.pid, [(dst_addr + 1, data[0]), (dst_addr, bytearray())]) == size - 1
         after = _contents(dst)
         assert after[0] == 0 and after[1:] == source[:-1]
         assert _contents(src) == source  # the source is only read
@@ -54,25 +54,39 @@ def test_bytes_move_from_one_process_into_another():
             proc.wait(10)
 
 
-def test_an_address_the_process_does_not_have_is_refused():
-    src, src_addr = _holder(b"x" * 64)
-    dst, _ = _holder(b"y" * 64)
+def test_more_regions_than_one_call_takes_are_written_in_order():
+    count = memory.IOV_MAX + 7
+    dst, addr = _holder(bytes(4 * count))
     try:
-        with pytest.raises(memory.MemoryCopyError):
-            memory.copy(src.pid, dst.pid, [(src_addr, 8, 64)])  # page zero is never mapped
-        with pytest.raises(memory.MemoryCopyError):
-            memory.copy(src.pid, dst.pid, [(src_addr, 0, 64)])
+        regions = [(addr + 4 * k, bytearray(k.to_bytes(4, "little"))) for k in range(count)]
+        assert memory.write(dst.pid, regions) == 4 * count
+        after = _contents(dst)
+        assert [int.from_bytes(after[4 * k : 4 * k + 4], "little") for k in range(count)] == list(range(count))
     finally:
-        for proc in (src, dst):
-            proc.stdin.close()
-            proc.wait(10)
+        dst.stdin.close()
+        dst.wait(10)
+
+
+def test_an_address_the_process_does_not_have_is_refused():
+    dst, addr = _holder(b"y" * 64)
+    try:
+        with pytest.raises(memory.MemoryCopyError, match="0x8"):
+            memory.write(dst.pid, [(addr, bytearray(b"z" * 8)), (8, bytearray(64))])  # page zero is never mapped
+        with pytest.raises(memory.MemoryCopyError):
+            memory.write(dst.pid, [(0, bytearray(64))])
+        assert _contents(dst) == b"z" * 8 + b"y" * 56  # the good region before the bad one is written
+    finally:
+        dst.stdin.close()
+        dst.wait(10)
 
 
 def test_a_process_that_is_gone_is_a_permission_error():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait(10)
     with pytest.raises(PermissionError):
-        memory.copy(proc.pid, proc.pid, [(4096, 4096, 8)])
+        memory.write(proc.pid, [(4096, bytearray(8))])
+    with pytest.raises(PermissionError):
+        memory.read(proc.pid, [(4096, 8)])
 
 
 def test_bytes_are_read_from_outside_a_process():

@@ -1,10 +1,12 @@
-"""Copying bytes from one worker's memory into another's, from outside both (Linux
-process_vm_readv/process_vm_writev, through a buffer of the parent's).
+"""Reading and writing a worker's memory from outside it (Linux process_vm_readv and
+process_vm_writev).
 
-The parent fills a contender's staged input buffers with inputs the trusted reference worker
-drew, while the contender is frozen (bot.engine.timing.staging): the contender never holds a timed call's
-inputs before the parent's window opens, so no answer can be computed ahead of it. The calls
-need the parent's right to trace both processes (root, or a descendant under Yama's default).
+The parent reads the inputs the trusted reference worker drew and writes them into a
+contender's staged input buffers while the contender is frozen (bot.engine.timing.staging): the
+contender never holds a timed call's inputs before the parent's window opens, so no answer can
+be computed ahead of it. After the batch it reads the contender's outputs and inputs back
+(bot.engine.timing.outside_checks). The calls need the parent's right to trace the process
+(root, or a descendant under Yama's default).
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ import ctypes.util
 import errno
 import os
 from collections.abc import Sequence
-
-CHUNK_BYTES = 16 << 20  # the parent's buffer: a batch's inputs pass through it in pieces
 
 
 class MemoryCopyError(Exception):
@@ -79,24 +79,6 @@ def _transfer(write: bool, pid: int, local: int, remote: int, nbytes: int) -> No
         done += n
 
 
-def copy(src_pid: int, dst_pid: int, regions: Sequence[tuple[int, int, int]]) -> int:
-    """Copy each (source address, destination address, bytes) from process `src_pid` to
-    process `dst_pid`; the bytes copied. PermissionError where the parent may not trace one
-    of them, MemoryCopyError for a bad region."""
-    buffer = ctypes.create_string_buffer(CHUNK_BYTES)
-    local = ctypes.addressof(buffer)
-    total = 0
-    for src, dst, nbytes in regions:
-        if nbytes < 0 or (nbytes and (src <= 0 or dst <= 0)):
-            raise MemoryCopyError(f"a region of {nbytes} bytes at {dst:#x} is not one to write")
-        for offset in range(0, nbytes, CHUNK_BYTES):
-            size = min(CHUNK_BYTES, nbytes - offset)
-            _transfer(False, src_pid, local, src + offset, size)
-            _transfer(True, dst_pid, local, dst + offset, size)
-            total += size
-    return total
-
-
 def read(pid: int, regions: Sequence[tuple[int, int]]) -> list[bytearray]:
     """The bytes of each (address, bytes) of process `pid`, read from outside it: how the parent
     checks a worker's timed outputs and inputs (bot.engine.timing.outside_checks). Up to IOV_MAX
@@ -108,7 +90,7 @@ def read(pid: int, regions: Sequence[tuple[int, int]]) -> list[bytearray]:
         out.append(bytearray(nbytes))
     todo = [(a, n, data) for (a, n), data in zip(regions, out) if n]
     for start in range(0, len(todo), IOV_MAX):
-        _read_vector(pid, todo[start : start + IOV_MAX])
+        _vector(False, pid, todo[start : start + IOV_MAX])
     return out
 
 
@@ -121,14 +103,29 @@ def _address(data: bytearray) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(data))
 
 
-def _read_vector(pid: int, regions: Sequence[tuple[int, int, bytearray]]) -> None:
+def write(pid: int, regions: Sequence[tuple[int, bytearray]]) -> int:
+    """Write each (address, bytes) into process `pid` from outside it; the bytes written. Up to
+    IOV_MAX regions a call, as `read`."""
+    todo = []
+    for address, data in regions:
+        if data and address <= 0:
+            raise MemoryCopyError(f"a region of {len(data)} bytes at {address:#x} is not one to write")
+        if data:
+            todo.append((address, len(data), data))
+    for start in range(0, len(todo), IOV_MAX):
+        _vector(True, pid, todo[start : start + IOV_MAX])
+    return sum(n for _, n, _ in todo)
+
+
+def _vector(write: bool, pid: int, regions: Sequence[tuple[int, int, bytearray]]) -> None:
     local = (_IoVec * len(regions))()
     remote = (_IoVec * len(regions))()
     for k, (address, nbytes, data) in enumerate(regions):
         local[k] = _IoVec(_address(data), nbytes)
         remote[k] = _IoVec(address, nbytes)
-    n = _calls().process_vm_readv(pid, local, len(regions), remote, len(regions), 0)
+    fn = _calls().process_vm_writev if write else _calls().process_vm_readv
+    n = fn(pid, local, len(regions), remote, len(regions), 0)
     if n == sum(nbytes for _, nbytes, _ in regions):
         return
-    for address, nbytes, data in regions:  # a short or failed read: region by region, to name the bad one
-        _transfer(False, pid, _address(data), address, nbytes)
+    for address, nbytes, data in regions:  # a short or failed call: region by region, to name the bad one
+        _transfer(write, pid, _address(data), address, nbytes)

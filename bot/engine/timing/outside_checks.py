@@ -4,7 +4,7 @@ After a timed batch the parent reads, with process_vm_readv
 (bot.sandbox.memory), the memory where each call named its outputs and where the parent
 itself wrote the batch's inputs. It checks there, by its own code:
 
-- the inputs are byte for byte what the parent staged (read back beside the reference's);
+- the inputs are byte for byte what the parent wrote into them when it staged the batch;
 - each output's bytes are those the call committed to by digest inside the parent's window
   (bytes written after the window cannot match a digest sent before it), for
   DIGESTS_PER_BATCH calls of each batch the parent chooses after it;
@@ -155,12 +155,11 @@ class OutsideChecks:
         # the digests sent inside the window, its inputs to the reference's bytes.
         try:
             mine = memory.read(worker.running.pid or 0, [tuple(r) for call in filled[1] for r in call])
-            theirs = memory.read(run.reference.running.pid or 0, [tuple(r) for call in filled[0] for r in call])
             raw = memory.read(worker.running.pid or 0, [s for call in spans for s in call])
         except (memory.MemoryCopyError, PermissionError) as exc:
             batch.failed.append(CheckResult(OUTPUTS, False, f"the parent could not read the batch from outside: {exc}"))
             return batch
-        batch.failed.extend(_inputs_unchanged(mine, theirs, filled[1], first))
+        batch.failed.extend(_inputs_unchanged(mine, filled[0], filled[1], first))
         batch.outputs = _as_tensors(raw, reply, meta)
         bound = set(run.rng.sample(range(len(spans)), min(len(spans), DIGESTS_PER_BATCH)))
         batch.failed.extend(_committed(batch.outputs, raw, reply, first, bound))
@@ -319,11 +318,12 @@ def _aliasing(
     return []
 
 
-def _inputs_unchanged(mine: list[bytearray], theirs: list[bytearray], regions: list, first: int) -> list[CheckResult]:
+def _inputs_unchanged(mine: list[bytearray], staged: list[bytearray], regions: list, first: int) -> list[CheckResult]:
+    """The worker's inputs as read back against the bytes the parent wrote into them."""
     k = 0
     for i, call in enumerate(regions):
         for j in range(len(call)):
-            if mine[k] != theirs[k]:
+            if mine[k] != staged[k]:
                 return [
                     CheckResult(
                         INPUTS,

@@ -31,8 +31,9 @@ def stage(run: Run, worker: WorkerClient, seeds: list[int], filled: list | None 
     Filled from outside where it can be: the reference draws them, the worker allocates empty
     buffers (on the parent's clock: it runs its own code there, bot.engine.timing.outside_clock), and
     the parent copies them in while it is frozen. Otherwise the worker draws them itself, on the
-    parent's clock too. Inputs filled from outside add (the reference's regions, the worker's)
-    to `filled`, for the parent to read back after the calls (bot.engine.timing.outside_checks)."""
+    parent's clock too. Inputs filled from outside add (the bytes the parent wrote, the worker's
+    regions) to `filled`, for the parent to check against what it reads back after the calls
+    (bot.engine.timing.outside_checks)."""
     timeout_s = run.call_timeout_s * len(seeds)
     drawn = Stage(seeds=seeds)
     if run.harness.fills_from_outside:
@@ -43,9 +44,9 @@ def stage(run: Run, worker: WorkerClient, seeds: list[int], filled: list | None 
         else:
             got = ask(worker, StageInto(layout=ref.layout), timeout_s, "call")
             try:
-                frozen_us = _fill(run.reference, worker, ref.regions, got.regions)
+                frozen_us, written = _fill(run.reference, worker, ref.regions, got.regions)
                 if filled is not None:
-                    filled.append((ref.regions, got.regions))
+                    filled.append((written, got.regions))
                 return Staged(others_us=drawing_us + frozen_us, drawn_us=None)
             except PermissionError as exc:
                 run.harness.stop_filling(f"inputs staged in each worker: {exc}")
@@ -56,9 +57,10 @@ class StagingRefused(Exception):
     """The worker's buffers do not take the batch's inputs (their sizes, or their addresses)."""
 
 
-def _fill(reference: WorkerClient, worker: WorkerClient, source: list, target: object) -> float:
-    """The reference's staged bytes into the worker's buffers, the worker frozen meanwhile; the
-    parent's time from freezing it to thawing it, in us."""
+def _fill(reference: WorkerClient, worker: WorkerClient, source: list, target: object) -> tuple[float, list[bytearray]]:
+    """The reference's staged bytes read, then written into the worker's buffers while it is
+    frozen; the parent's time from the read to the thaw, in us, and the bytes, region by region
+    (kept, the reference's copy need not be read again to check the worker's after the batch)."""
     if (
         not isinstance(target, list)
         or len(target) != len(source)
@@ -70,15 +72,16 @@ def _fill(reference: WorkerClient, worker: WorkerClient, source: list, target: o
         )
     ):
         raise StagingRefused("the worker's buffers are not the batch's layout")
-    regions = [(int(s[0]), int(t[0]), int(s[1])) for ts, ss in zip(target, source) for t, s in zip(ts, ss)]
     if reference.running.pid is None or worker.running.pid is None:
         raise PermissionError("no process id to copy between")
     started = time.perf_counter()
-    worker.running.freeze()
     try:
-        memory.copy(reference.running.pid, worker.running.pid, regions)
+        data = memory.read(reference.running.pid, [(int(s[0]), int(s[1])) for ss in source for s in ss])
+        worker.running.freeze()
+        try:
+            memory.write(worker.running.pid, [(int(t[0]), d) for t, d in zip((t for ts in target for t in ts), data)])
+        finally:
+            worker.running.thaw()
     except memory.MemoryCopyError as exc:
         raise StagingRefused(str(exc)) from exc
-    finally:
-        worker.running.thaw()
-    return (time.perf_counter() - started) * 1e6
+    return (time.perf_counter() - started) * 1e6, data
