@@ -21,9 +21,12 @@ from bot.core.settings import Device
 from bot.harness import shared, support
 from bot.harness.judge import write_into
 from bot.harness.own_error import CHUNK_ELEMENTS, own_error
+from bot.harness.tf32 import Tf32Convolutions
 from bot.harness.tuning_gate import TuningGate
 from bot.protocol.channel import close_fds
 from bot.protocol.messages import Fingerprints, FingerprintsReply, Run, RunReply
+
+TF32_DEVICES = (Device.CUDA,)  # where cuDNN may compute a float32 convolution in TF32
 
 
 class CheckedCalls:
@@ -40,6 +43,8 @@ class CheckedCalls:
     ch: Any  # the channel (bot.protocol.channel.Channel): descriptors that came with a request
     forget: Any  # bot.harness.judge.JudgedCalls.forget
     keep: Any  # bot.harness.judge.JudgedCalls.keep
+    # Whether the problem's Model has float32 convolutions TF32 could compute (None: not yet seen).
+    tf32_convolutions: bool | None
 
     def op_run(self, msg: Run) -> dict:
         """One checked call: full outputs (or fingerprints) for the parent to compare, or its
@@ -127,6 +132,8 @@ class CheckedCalls:
                 raise TypeError(f"Model.forward returned {[m['type'] for m in metas]}, expected tensors")
             # Only where the trial is a full one: the timed calls' checks hold the shape's rule.
             errors = [own_error(n, e) for n, e in zip(native, exact)] if oracle and msg.want is None else None
+            if errors is not None and self._convolutions_may_run_in_tf32():
+                errors = self._as_tf32_could_make_it(msg.seed, exact, errors)
             values = []
             for n, e in zip(native, exact):
                 dtype = support.transfer_dtype(n.dtype)
@@ -163,6 +170,30 @@ class CheckedCalls:
         # Kept: never sent, but fingerprinted where asked (a picked timed call's commitment).
         answered = self._answer(reply, values, msg)
         return (replace(answered, outputs=None) if kept else answered).to_wire()
+
+    def _convolutions_may_run_in_tf32(self) -> bool:
+        """On a GPU under cuDNN's default (TF32 allowed), unless the model was seen to have no
+        float32 convolution: then its trials need no second call."""
+        on_gpu = self.device in TF32_DEVICES
+        return on_gpu and bool(torch.backends.cudnn.allow_tf32) and self.tf32_convolutions is not False
+
+    def _as_tf32_could_make_it(
+        self, seed: int, exact: list[torch.Tensor], errors: list[list[float]]
+    ) -> list[list[float]]:
+        """The problem's own error, the larger of the call as it ran and the call with its float32
+        convolutions computed as cuDNN's TF32 algorithms compute them (bot.harness.tf32): which
+        of the two cuDNN takes moves with the memory free, from trial to trial and from the
+        reference to its baseline. Its inputs are drawn again (a Model may write to its own)."""
+        mode = Tf32Convolutions(self.device)
+        inputs = self._inputs(seed)
+        with torch.no_grad(), mode:
+            emulated = shared.as_outputs(self.native_model(*inputs))
+        del inputs
+        self.tf32_convolutions = mode.convolutions > 0
+        if not self.tf32_convolutions:
+            return errors
+        widened = [own_error(t, e) for t, e in zip(emulated, exact)]
+        return [[max(a, b) for a, b in zip(ran, tf32)] for ran, tf32 in zip(errors, widened)]
 
     def op_fingerprints(self, msg: Fingerprints) -> dict:
         """Reference fingerprints and full outputs for a list of seeds: the checks of the calls

@@ -76,6 +76,7 @@ class Harness(CheckedCalls, JudgedCalls, TimedCalls):
         self.cycles_per_us: float | None = None
         self.launch_us: deque[float] = deque(maxlen=LAUNCHES_KEPT)
         self.weights: dict[tuple, torch.Tensor] = {}
+        self.tf32_convolutions: bool | None = None
         # One batch at a time (ops "stage", "time", "outputs"): its inputs, drawn before the
         # parent's clock starts, and every call's outputs, kept until the parent has picked
         # the calls it checks in full.
