@@ -58,3 +58,27 @@ def test_outputs_larger_than_a_frame_pass_on_the_gpu():
     problem = load_problem(PROBLEMS / "large_output.py")  # float64 reference outputs: 4 frames
     result = evaluate(problem, [load_candidate(CANDIDATES / "honest_large_output.py")], None, _options())
     assert result.candidates[0].verdict.accepted, result.candidates[0].verdict.reasons
+
+
+# A CUDA worker's harness, then a freed 2 GiB tensor's segment with a small tensor carved from
+# it still held, then the cache given back after an op: what stays reserved, in bytes.
+PINNED = r"""
+import torch
+import bot.harness.worker as worker
+h = worker.Harness(None, "cuda", 1)
+big = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+del big
+small = torch.ones(4 << 20, dtype=torch.uint8, device="cuda")  # from the freed segment's cache
+h.give_back_cache()
+print(torch.cuda.memory_reserved())
+"""
+
+
+def test_a_small_tensor_held_does_not_keep_a_freed_input_reserved():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", PINNED], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.split()[-1]) < 1 << 30  # the 2 GiB went back; only what is in use stays

@@ -51,6 +51,11 @@ from bot.protocol.typed import Done, Message, ProtocolError
 # Cached and unused, this much goes back to the GPU after an op (Harness.give_back_cache);
 # less stays, so that small shapes' staging and calls allocate nothing anew.
 RELEASE_OVER_BYTES = 1 << 30
+# Freed GPU memory goes back page by page, not segment by segment: with whole segments one small
+# tensor still held (a fingerprint vector, carved from a freed input's segment) keeps the whole
+# segment reserved. Idle workers of KernelBench's 47_Sum and 46_Average_Pooling_3D on an H100
+# held 8.7 GiB each, their input's size, while the reference ran out of memory beside them.
+ALLOCATOR_SETTINGS = "expandable_segments:True"
 # Ops whose span the parent's clock measures (a batch's staging and calls, the reference's look
 # at the GPU before a window): no cache is given back inside them.
 ON_THE_PARENTS_CLOCK = frozenset({"stage", "time", "quiet"})
@@ -112,6 +117,9 @@ class Harness(CheckedCalls, JudgedCalls, TimedCalls):
         except Exception:
             pass
         if self.device == Device.CUDA:
+            # Before the first allocation: the settings apply to segments made after them.
+            settings = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+            (settings or torch.cuda.memory._set_allocator_settings)(ALLOCATOR_SETTINGS)
             torch.cuda.init()
             b = torch.randn(512, 512, device="cuda")
             (b @ b).sum().item()
