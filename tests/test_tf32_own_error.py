@@ -110,6 +110,21 @@ def test_a_model_without_convolutions_is_called_once_more_only_in_its_first_tria
     assert plain.op_run(Run(seed=5))["own_error"] == first["own_error"]
 
 
+def test_a_model_the_emulation_cannot_run_keeps_its_answer_and_its_own_bound(monkeypatch, capfd):
+    class Broken(tf32.Tf32Convolutions):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            raise NotImplementedError("no Python dispatch for this op")
+
+    monkeypatch.setattr(checked, "Tf32Convolutions", Broken)
+    as_it_ran = _reference("conv_f32.py").op_run(Run(seed=5))
+    monkeypatch.setattr(checked, "TF32_DEVICES", ("cpu",))
+    h = _reference("conv_f32.py")
+    reply = h.op_run(Run(seed=5))
+    assert reply["ok"] and reply["own_error"] == as_it_ran["own_error"]
+    assert h.tf32_convolutions is False
+    assert "not emulated in TF32: NotImplementedError" in capfd.readouterr().err
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_a_float32_convolution_is_held_to_tf32_whichever_algorithm_cudnn_took():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -185,10 +186,15 @@ class CheckedCalls:
         of the two cuDNN takes moves with the memory free, from trial to trial and from the
         reference to its baseline. Its inputs are drawn again (a Model may write to its own)."""
         mode = Tf32Convolutions(self.device)
-        inputs = self._inputs(seed)
-        with torch.no_grad(), mode:
-            emulated = shared.as_outputs(self.native_model(*inputs))
-        del inputs
+        try:
+            inputs = self._inputs(seed)
+            with torch.no_grad(), mode:
+                emulated = shared.as_outputs(self.native_model(*inputs))
+            del inputs
+        except Exception as exc:  # the problem's answer stands; only its bound is not widened
+            print(f"float32 convolutions not emulated in TF32: {type(exc).__name__}: {exc}", file=sys.stderr)
+            self.tf32_convolutions = False
+            return errors
         self.tf32_convolutions = mode.convolutions > 0
         if not self.tf32_convolutions:
             return errors
