@@ -27,6 +27,7 @@ from bot.core.progress import (
     ShapeTimed,
     ShapeVerified,
     TimingRound,
+    TrialDone,
     TrialsStarted,
     WorkersStarted,
 )
@@ -169,6 +170,7 @@ SAMPLES: dict[type[ProgressEvent], ProgressEvent] = {
     MoreWorkersStarting: MoreWorkersStarting("rmsnorm", 1, 2),
     ReferenceTrial: ReferenceTrial("rmsnorm", "large", 2, 8, "shifted"),
     TrialsStarted: TrialsStarted("rmsnorm", "large", 8, 2, gated=1),
+    TrialDone: TrialDone("rmsnorm", "large", 1, 8, 2, 1, "compile-max-autotune", 84.2),
     ShapeVerified: ShapeVerified("rmsnorm", "large", 1, 2),
     Screened: Screened("rmsnorm", "large", 3),
     TimingRound: TimingRound("rmsnorm", "large", 10, 2, 0.004),

@@ -33,6 +33,7 @@ from bot.core.progress import (
     ShapeTimed,
     ShapeVerified,
     TimingRound,
+    TrialDone,
     TrialsStarted,
     WorkersStarted,
     silent,
@@ -163,6 +164,7 @@ BAR_MOVES: dict[type[ProgressEvent], Callable[[LiveBars, Any], bool]] = {
     TrialsStarted: lambda bars, e: bars.phase(
         e.problem, f"verify {e.shape}: {e.trials} trials on {e.contenders} contender(s)"
     ),
+    TrialDone: lambda bars, e: bars.phase(e.problem, f"verify {e.shape}: trial {e.number}/{e.of}"),
     ShapeVerified: lambda bars, e: bars.phase(e.problem, f"time {e.shape}", advance=1),
     MoreWorkersStarting: lambda bars, e: bars.phase(e.problem, f"time: {e.more} more worker(s) each"),
     Screened: lambda bars, e: bars.phase(e.problem, f"time {e.shape}: screened"),

@@ -185,6 +185,28 @@ class TrialsStarted(ProgressEvent):
 
 
 @dataclass(frozen=True)
+class TrialDone(ProgressEvent):
+    """Trial `number` of `of` answered by the `contenders` that took it, `passing` of them
+    still passing; its slowest call was `slowest`'s, `seconds` long (the first trial's calls
+    build what each contender compiles: where a shape's verification time goes)."""
+
+    problem: str
+    shape: str
+    number: int
+    of: int
+    contenders: int
+    passing: int
+    slowest: str
+    seconds: float
+
+    def line(self) -> str:
+        return (
+            f"{_at(self.problem, self.shape)} trial {self.number}/{self.of}: {self.passing} of "
+            f"{self.contenders} contender(s) pass; slowest call {self.slowest}, {self.seconds:.1f} s"
+        )
+
+
+@dataclass(frozen=True)
 class ShapeVerified(ProgressEvent):
     """The trials of a shape are judged: `passed` of `contenders` pass."""
 

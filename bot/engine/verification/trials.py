@@ -5,14 +5,15 @@ from __future__ import annotations
 import contextlib
 import random
 import re
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.core.distributions import seed_for, timed_mix
 from bot.core.domain import CheckResult, Problem, Shape
-from bot.core.progress import Note, Progress, ReferenceTrial, TrialsStarted
+from bot.core.progress import Note, Progress, ReferenceTrial, TrialDone, TrialsStarted
 from bot.core.settings import DEFAULTS, Device, TolerancePolicy
 from bot.core.tolerance import Rule, distribution_rules, shape_rules, widening_notes
 from bot.engine.verification import verify
@@ -189,6 +190,7 @@ def run_trials(
         progress(Note(f"{note} (shape {trial.shape.name})"))
     checks: dict[str, list[CheckResult]] = {}
     stats: dict[str, TrialStats] = {}
+    call_s: dict[str, float] = {}  # each contender's latest trial call, the parent's wall time
 
     def call(name: str, n: int, expected: list[Any] | None, hold: Hold) -> list[CheckResult]:
         """Contender `name`'s trial n, checked; on a GPU its cache given back after it. Where
@@ -207,7 +209,7 @@ def run_trials(
             return [failure_check(WorkerFailure("call", f"no room for its outputs: {exc.reason}"))]
         try:
             # The first call builds what the contender compiles (torch.compile, Triton JIT).
-            with held, clock.phase("compile" if n == 0 else "verify"):
+            with held, clock.phase("compile" if n == 0 else "verify"), _timed(call_s, name):
                 got = ask(
                     worker,
                     Run(seed=seed, gate=gate is not None, into=lent.sizes if lent else None),
@@ -258,7 +260,21 @@ def run_trials(
                 expected = []  # where asked again, this trial's outputs go before the next's come
                 for name, results in zip(alive, found):
                     checks[name].extend(results)
+                took = alive
                 alive = [name for name, results in zip(alive, found) if all(r.passed for r in results)]
+                slowest = max(took, key=lambda name: call_s.get(name, 0.0))
+                progress(
+                    TrialDone(
+                        trial.problem.name,
+                        trial.shape.name,
+                        n + 1,
+                        len(plan),
+                        len(took),
+                        len(alive),
+                        slowest,
+                        call_s.get(slowest, 0.0),
+                    )
+                )
 
     def reference_trial(n: int) -> Any:
         dist, seed = plan[n - 1]
@@ -332,6 +348,16 @@ def run_trials(
         with holds.exclusive():
             in_turn([name], lambda _: contextlib.nullcontext, 1)
     return info, {name: checks[name] for name in contenders}, {name: stats[name] for name in contenders}
+
+
+@contextlib.contextmanager
+def _timed(seconds: dict[str, float], name: str) -> Iterator[None]:
+    """`seconds[name]`: how long the block took, failed or not."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[name] = time.perf_counter() - started
 
 
 def release_cache(worker: WorkerClient, timeout_s: float) -> None:
