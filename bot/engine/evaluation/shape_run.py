@@ -60,6 +60,11 @@ class ProblemRun:
     per_shape: dict[str, list[ShapeOutcome]]
 
     @property
+    def baseline(self) -> str | None:
+        """The baseline contender's name, where the run has one (always the first)."""
+        return self.names[0] if self.has_baseline else None
+
+    @property
     def untrialled(self) -> frozenset[str]:
         """Built and timed, not trialled: the baseline where an earlier run of this evaluation
         trialled it (EvalOptions.baseline_trialled)."""
@@ -173,12 +178,10 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
     # The worker's reports against the parent's clock: on the CPU evidence only, since the
     # samples are the parent's own (bot.engine.timing.outside_clock); on CUDA, whose samples are the
     # worker's events, what they left out is counted into them and gross hiding rejects.
-    hidden = hidden_time_checks(
-        {n: r for n, r in records.items() if not r.failed}, run.names[0] if run.has_baseline else None
-    )
+    hidden = hidden_time_checks({n: r for n, r in records.items() if not r.failed}, run.baseline)
     events = run.options.device == Device.CUDA
     if events:
-        hidden = counts_within_gain(records, hidden, run.names[0] if run.has_baseline else None)
+        hidden = counts_within_gain(records, hidden, run.baseline)
     for name, found in hidden.items():
         run.checks[name].append(check_hidden_time(found, rejects=events))
         if events:
