@@ -184,11 +184,58 @@ def test_no_secrets_in_environment_or_log(engine, tmp_path, monkeypatch):
             120,
             "import",
         )
+        # Killed first: a container's output reaches its log on the engine's schedule, and
+        # its log is whole only once the engine has seen it exit.
+        client.running.kill()
         log = client.running.log_tail(100_000)
     finally:
         client.close()
     assert "worker environment:" in log and "/kernel-bot/work" in log
     assert "secret" not in log.lower()
+
+
+def test_a_killed_workers_log_holds_all_it_printed(engine, tmp_path):
+    """The engine copies a container's output into its log on its own schedule: a log read
+    the moment a worker answers can miss what it printed just before. Read after the
+    worker is killed (as every failure does), it holds the last line."""
+    from bot.sandbox.docker import DockerSandbox
+
+    cand = tmp_path / "chatty.py"
+    cand.write_text(
+        "import sys\n"
+        "sys.stdout.write(''.join(f'line {i} ' + 'x' * 70 + '\\n' for i in range(100_000)))\n"
+        "print('LAST-LINE', flush=True)\n"
+        "from scale_add_model import ModelNew\n"
+    )
+    (tmp_path / "scale_add_model.py").write_text((PROBLEM.read_text()).replace("class Model(", "class ModelNew("))
+    client = WorkerClient(
+        DockerSandbox(),
+        "chatty",
+        WorkerLaunch(
+            workdir=tmp_path / "w",
+            cache_dir=tmp_path / "c",
+            readable=(PROBLEM, ROOT, tmp_path),
+            device="cpu",
+            limits=Limits(),
+        ),
+    )
+    try:
+        client.request(
+            {
+                "op": "load",
+                "problem": str(PROBLEM),
+                "module": str(cand),
+                "class_name": "ModelNew",
+                "precision": "native",
+            },
+            120,
+            "import",
+        )
+        client.running.kill()
+        log = client.running.log_tail(1000)
+    finally:
+        client.close()
+    assert log.rstrip().endswith("LAST-LINE")
 
 
 def test_writes_outside_the_work_folder_fail(engine, tmp_path):

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import docker
+import requests
 from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
@@ -53,6 +54,8 @@ CHAN_IN = "/chan"
 NOBODY = (65534, 65534)
 WORK_TMPFS_MB = 1024  # the work folder lives in memory and counts against the memory limit
 CONNECT_TIMEOUT_S = 120.0  # container start + `import torch` on a cold page cache
+STOP_WAIT_S = 10.0  # a killed container's exit, as the engine reports it
+LIVE_LOG_SETTLE_S = 1.0  # the longest a live log read waits for the engine's copy to catch up
 _FULL_IMAGE_DROPS = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH")  # the image's own apply
 
 
@@ -186,15 +189,26 @@ class DockerWorker(RunningWorker):
             pass
 
     def log_tail(self, limit: int = 4000) -> str:
+        """The log so far. The engine copies a running container's output into its log on its
+        own schedule, so a live read waits (briefly) for the log to stop growing; a killed
+        worker's log was saved after its exit, when the engine has copied all of it."""
         if not self._removed:
-            self._save_logs()
+            size, settled_by = -1, time.monotonic() + LIVE_LOG_SETTLE_S
+            while True:
+                self._save_logs()
+                now_size = self.log_path.stat().st_size if self.log_path.exists() else 0
+                if now_size == size or time.monotonic() > settled_by or self.exit_code() is not None:
+                    break
+                size = now_size
+                time.sleep(0.05)
         return super().log_tail(limit)
 
     def kill(self) -> None:
         if not self._removed:
             self._removed = True
             if self._inspect()["Status"] != "removed":
-                self._save_logs()
+                self._stop()
+                self._save_logs()  # after the exit: the engine has drained its output by then
             if self._state is None:  # still running: we kill it (an exit keeps its own state)
                 self._state = {"Status": "exited", "ExitCode": 137, "OOMKilled": False}
             try:
@@ -208,6 +222,17 @@ class DockerWorker(RunningWorker):
         except OSError:
             pass
         shutil.rmtree(self.chan_dir, ignore_errors=True)
+
+    def _stop(self) -> None:
+        """Kill the container and wait for the engine to report its exit (bounded)."""
+        try:
+            self.client.api.kill(self.id)
+        except (APIError, NotFound):
+            pass  # already exited, or gone
+        try:
+            self.client.api.wait(self.id, timeout=STOP_WAIT_S)
+        except (APIError, NotFound, requests.exceptions.RequestException):
+            log.info("worker container %s: no exit reported within %.0f s", self.id[:12], STOP_WAIT_S)
 
 
 def _host_pid(container_id: str, pid: int | None) -> int | None:

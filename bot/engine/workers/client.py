@@ -126,8 +126,7 @@ class WorkerClient:
                 self.close()
                 raise WorkerFailure("protocol", str(exc)) from None
             if gate is None:
-                tail = self.running.log_tail()
-                self.close()
+                tail = self._closed_with_tail()
                 raise WorkerFailure("channel", f"asked for the GPU ({asked.gate!r}) outside a gated trial", tail)
             began = time.monotonic()
             answer = gate(asked.gate)
@@ -211,16 +210,14 @@ class WorkerClient:
             now = time.monotonic()
             deadline += watch.update(now)
             if watch.mark is not None and now - watch.since > self.limits.stall_timeout_s:
-                tail = self.running.log_tail()
-                self.close()
+                tail = self._closed_with_tail()
                 raise WorkerFailure(
                     phase,
                     f"no progress for {now - watch.since:.0f} s ({watch.cpu_since():.1f} s of CPU; stopped, killed)",
                     tail,
                 )
             if now > deadline:
-                tail = self.running.log_tail()
-                self.close()
+                tail = self._closed_with_tail()
                 raise WorkerFailure(
                     phase,
                     f"timed out after {allowed_s or timeout_s:.0f} s (killed; it kept "
@@ -231,8 +228,7 @@ class WorkerClient:
             self.running.sock.settimeout(max(deadline - time.monotonic(), 5.0))
             return scrub(self.channel.recv(), self._secrets)
         except ChannelTampered as exc:
-            tail = self.running.log_tail()
-            self.close()
+            tail = self._closed_with_tail()
             raise WorkerFailure("channel", f"result channel tampered with: {exc}", tail) from None
         except (ChannelClosed, ChannelError, OSError):
             raise self._dead(phase) from None
@@ -243,8 +239,7 @@ class WorkerClient:
                 break
             time.sleep(0.02)
         reason = self.running.exit_reason()
-        tail = self.running.log_tail()
-        self.close()
+        tail = self._closed_with_tail()
         return WorkerFailure(phase, f"worker {reason} without a result", tail)
 
     def limit_memory(self, nbytes: int) -> None:
@@ -270,6 +265,14 @@ class WorkerClient:
             os.sched_setaffinity(pid, {core} if timed else worker_cores())
         except OSError:
             pass
+
+    def _closed_with_tail(self) -> str:
+        """Stop the worker, then read its log's tail: once it is killed, all it wrote is in the
+        log (a container's output reaches its log on the engine's schedule), then clean up."""
+        self.running.kill()
+        tail = self.running.log_tail()
+        self.close()
+        return tail
 
     def close(self) -> None:
         try:
