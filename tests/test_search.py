@@ -55,6 +55,22 @@ def test_catalogue_on_gpu_covers_compile_modes_graphs_and_tuning():
         assert cand.origin.strategy == "search" and cand.origin.parent
 
 
+def test_with_one_shape_the_shape_policies_are_skipped_and_their_tuned_compiles_kept():
+    # A KernelBench problem has one shape: dynamic=False compiles what the default does, and
+    # dynamic=True has no other shape to serve. Two fewer compiles a problem, each said why.
+    several = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
+    one = load_problem(ROOT / "tests" / "fixtures" / "kernelbench" / "level1" / "19_ReLU.py", root=ROOT)
+    assert len(several.shapes_for("cuda")) > 1 and len(one.shapes_for("cuda")) == 1
+    policies = {"compile-default-static-reference", "compile-default-dynamic-reference"}
+    assert policies <= _names(search_candidates(several, bases_for(several), "cuda")[0])
+    cands, skipped = search_candidates(one, bases_for(one), "cuda")
+    assert not policies & _names(cands)
+    assert {"compile-default-reference", "compile-default-static-multi-kernel-reference"} <= _names(cands)
+    reasons = {s.transformation: s.reason for s in skipped}
+    assert "the same kernels" in reasons["torch.compile(mode='default', dynamic=False) of reference"]
+    assert "no other shape" in reasons["torch.compile(mode='default', dynamic=True) of reference"]
+
+
 def test_under_graph_timing_the_paths_that_only_add_graph_replay_are_skipped():
     problem = load_problem(ROOT / "problems" / "rmsnorm.py", root=ROOT)
     graph_replaying = {"cuda-graph", "compile-reduce-overhead", "compile-max-autotune"}

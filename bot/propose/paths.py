@@ -112,6 +112,7 @@ class Path:
     helper: str = ""  # module-level code the expression needs
     needs_gpu: str = ""  # why it cannot run on a CPU, if it cannot
     replays_graphs: bool = False  # captures and replays CUDA graphs of its own
+    one_shape: str = ""  # why it adds nothing where the problem has one shape, if it does not
 
 
 def _compile_path(mode: str, dynamic: bool | None = None, tuning: str = "") -> Path:
@@ -130,6 +131,16 @@ def _compile_path(mode: str, dynamic: bool | None = None, tuning: str = "") -> P
         needs_gpu = "Inductor's tuning of its Triton kernels: GPUs only"
     elif suffix and not needs_gpu:
         needs_gpu = "a compile per shape policy: tried on GPUs only, so a CPU run stays short"
+    # With one shape torch.compile's own rule specialises to it as `dynamic=False` does, and no
+    # other shape is there for shape-generic kernels to serve: the two policies are the
+    # default's compile again, or a slower one (on GPUs the dynamic variant was the fastest
+    # compile of its base in none of 21 runs on record: docs/candidate-flow.md, "Proposal").
+    one_shape = ""
+    if suffix and not tuning:
+        one_shape = {
+            "static": "one shape here: torch.compile's default compiles the same kernels",
+            "dynamic": "one shape here: no other shape for shape-generic kernels to serve",
+        }[suffix]
     return Path(
         ":".join(filter(None, ("compile", mode, suffix, tuning))),
         "-".join(filter(None, ("compile", mode, suffix, tuning))),
@@ -137,6 +148,7 @@ def _compile_path(mode: str, dynamic: bool | None = None, tuning: str = "") -> P
         f"torch.compile(mode={mode!r}{arg})",
         needs_gpu=needs_gpu,
         replays_graphs=graphs,
+        one_shape=one_shape,
     )
 
 

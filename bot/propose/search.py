@@ -122,6 +122,9 @@ def search_candidates(
                     )
                 )
                 continue
+            if path.one_shape and len(problem.shapes_for(device)) == 1:
+                skipped.append(Skipped(f"{path.words} of {tag}", path.one_shape))
+                continue
             if path.replays_graphs and timing == TimingMode.GRAPH:
                 skipped.append(
                     Skipped(f"{path.words} of {tag}", "--timing graph replays every contender as a CUDA graph already")
