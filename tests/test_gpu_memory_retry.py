@@ -278,6 +278,27 @@ def test_one_at_a_time_the_budget_stops_new_candidates_after_the_first(setup):
     assert [x.name for x in result.not_evaluated] == ["b", "c"]
 
 
+def test_after_the_budget_a_group_short_of_memory_stops_new_ones_too(setup):
+    # On the H100 each of 46_Average_Pooling_3D's nine groups ran its reference out of memory
+    # beside the baseline and one candidate, about 33 s each, 300 s past a 60 s budget.
+    problem, base, a, b, calls, scripted = setup
+    c = CandidateSource("c", "# c", Origin("search"))
+    scripted += [TOO_LARGE, REFERENCE_SHORT, set(), set()]
+    options = EvalOptions(device="cuda", use_cache=False, deadline=time.monotonic() - 1)
+    with pytest.raises(GpuOutOfMemory, match=r"beside each of the 1 candidate\(s\) tried before the budget ran out"):
+        ev.evaluate(problem, [a, b, c], base, options)
+    assert [names for names, _ in calls] == [["a", "b", "c"], ["a"]]
+
+
+def test_within_the_budget_every_group_short_of_memory_is_tried(setup):
+    problem, base, a, b, calls, scripted = setup
+    scripted += [TOO_LARGE, REFERENCE_SHORT, REFERENCE_SHORT]
+    options = EvalOptions(device="cuda", use_cache=False, deadline=time.monotonic() + 3600)
+    with pytest.raises(GpuOutOfMemory, match="beside every candidate alone"):
+        ev.evaluate(problem, [a, b], base, options)
+    assert [names for names, _ in calls] == [["a", "b"], ["a"], ["b"]]
+
+
 def test_the_budget_note_counts_those_a_groups_own_split_left_out(setup):
     # On the H100 47_Sum's groups of two ran the reference out of memory, split one at a time,
     # and the budget ran out in both: "1 candidate(s) not evaluated", then "5", for 6 in all.
