@@ -87,6 +87,28 @@ def test_timings_in_one_process_take_turns_in_the_order_they_asked():
     assert order == ["busy0", "waiting", "busy1", "busy2", "busy3"]
 
 
+def test_each_hold_tells_how_long_it_waited_for_the_device():
+    # Where a problem's time goes (bot.core.time_split): a timing that waits behind a trial's
+    # shared hold says so, and a hold on a free lock waited for nothing.
+    key = f"test-waited-{time.time_ns()}"
+    waits: list[tuple[str, float]] = []
+    held = threading.Event()
+
+    def trial():
+        with gpu_shared(key, lambda began, got: waits.append(("shared", got - began))):
+            held.set()
+            time.sleep(0.3)
+
+    reader = threading.Thread(target=trial)
+    reader.start()
+    held.wait(5)
+    with gpu_exclusive(key, lambda began, got: waits.append(("exclusive", got - began))):
+        pass
+    reader.join(5)
+    assert [kind for kind, _ in waits] == ["shared", "exclusive"]
+    assert waits[0][1] < 0.1 and 0.2 < waits[1][1] < 5.0, waits
+
+
 def test_a_timing_interrupted_while_waiting_leaves_the_queue():
     key = f"test-leave-{time.time_ns()}"
     with gpu_shared(key):

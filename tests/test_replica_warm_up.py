@@ -21,8 +21,8 @@ def test_a_replicas_first_call_is_made_under_the_shared_hold_before_the_timing(q
 
     def holding(kind, real):
         @contextlib.contextmanager
-        def hold(key):
-            with real(key):
+        def hold(key, *waited):
+            with real(key, *waited):
                 held.append(kind)
                 try:
                     yield

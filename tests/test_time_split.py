@@ -16,7 +16,7 @@ from conftest import PROBLEMS, ROOT
 from stage_two_artifacts import honest_results
 
 from bot.core.results import Results
-from bot.core.time_split import PARTS, Segment, TimeSplit, run_line, split_wall_time
+from bot.core.time_split import PARTS, Segment, TimeSplit, covered_s, run_line, split_wall_time
 from bot.engine.workers import phase_clock
 from bot.engine.workers.phase_clock import PhaseClock, current, part_of, recording
 from bot.protocol.messages import Construct, Fingerprints, ReferenceRun, Release, Run
@@ -38,6 +38,25 @@ def test_overlapping_parts_share_each_instant_and_add_up_to_the_wall_time():
     assert (split.compile_s, split.verify_s, split.timing_s) == (3.0, 3.0, 2.0)
     assert split.other_s == 2.0 and split.wall_s == 10.0  # 6 to 8: nothing ran
     assert sum(split.parts().values()) == pytest.approx(split.wall_s)
+
+
+def test_waits_for_the_device_are_their_union_beside_the_parts(monkeypatch):
+    # Two threads waiting at once count once; a wait is not a part: the parts still add up.
+    assert covered_s([(1.0, 3.0), (2.0, 4.0), (6.0, 7.0), (9.0, 12.0)], 0.0, 10.0) == 5.0  # 1-4, 6-7, 9-10
+    assert covered_s([(5.0, 6.0), (0.0, 1.0)], 0.5, 10.0) == 1.5  # clipped, in any order
+    fake = FakeTime()
+    monkeypatch.setattr(phase_clock.time, "monotonic", fake.monotonic)
+    clock = PhaseClock()
+    clock.waited(101.0, 104.0)  # a trial's hold behind another problem's timing
+    clock.waited(103.0, 105.0)  # another contender's, at the same time
+    clock.waited(106.0, 106.0)  # no wait at all
+    with clock.phase("verify"):
+        fake.now = 110.0
+    split = clock.split(end=110.0)
+    assert split.device_wait_s == 4.0 and split.verify_s == 10.0
+    assert sum(split.parts().values()) == pytest.approx(split.wall_s)
+    assert split.line().endswith("; waiting for the device 4.0 s")
+    assert "waiting" not in TimeSplit(5.0, verify_s=5.0).line()
 
 
 def test_an_unknown_part_is_an_error():
@@ -115,6 +134,8 @@ def test_results_json_carries_the_split_and_older_documents_still_read():
     doc = honest_results()
     split = Results.from_json(doc).problems[0].time_split
     assert split == TimeSplit(12.5, 2.0, 3.0, 1.5, 2.5, 3.0, 0.5)
+    del doc["problems"][0]["time_split"]["device_wait_s"]  # documents before it was kept
+    assert Results.from_json(doc).problems[0].time_split == split
     del doc["problems"][0]["time_split"]
     older = Results.from_json(doc)
     assert older.problems[0].time_split is None and older.to_json() == doc
@@ -160,7 +181,7 @@ def _check_a_real_run(tmp_path, *options: str) -> TimeSplit:
     assert parts["other"] < 0.5 * split.wall_s, parts  # the phases cover most of the time
     shown = re.compile(
         r"^  time: [\d.]+ s \(start [\d.]+ s, compile [\d.]+ s, oracle [\d.]+ s, verify [\d.]+ s, "
-        r"timing [\d.]+ s, other [\d.]+ s\)$",
+        r"timing [\d.]+ s, other [\d.]+ s\)(; waiting for the device [\d.]+ s)?$",
         re.M,
     )
     assert shown.search(run.stdout), run.stdout[-2000:]

@@ -14,6 +14,7 @@ from bot.core.distributions import DISTRIBUTIONS
 from bot.core.errors import BotError
 from bot.core.settings import TolerancePolicy, choices
 from bot.core.time_split import FIELDS as TIME_SPLIT_FIELDS
+from bot.core.time_split import REQUIRED as TIME_SPLIT_REQUIRED
 
 RESULTS_SCHEMA_VERSION = 2
 
@@ -232,7 +233,7 @@ IMPLAUSIBLE = _obj(
 
 SECONDS = {"type": "number", "minimum": 0, "maximum": 1e7}
 # Where a problem's wall time went (bot.core.time_split.TimeSplit); optional: older documents lack it.
-TIME_SPLIT = _obj({name: SECONDS for name in TIME_SPLIT_FIELDS}, TIME_SPLIT_FIELDS)
+TIME_SPLIT = _obj({name: SECONDS for name in TIME_SPLIT_FIELDS}, TIME_SPLIT_REQUIRED)
 
 PROBLEM = _obj(
     {

@@ -38,15 +38,21 @@ class TimeSplit:
     verify_s: float = 0.0  # the contenders' later trial calls and the parent's comparisons
     timing_s: float = 0.0  # the timed phases, less the oracle's checks inside them
     other_s: float = 0.0  # none of the above
+    # Not a part: how much of the wall time some thread of the problem waited for the device
+    # (bot.engine.workers.gpulock: held by another problem's work, or this one's timing),
+    # whatever else ran meanwhile; absent (0) in older documents.
+    device_wait_s: float = 0.0
 
     def parts(self) -> dict[str, float]:
         """Part name -> seconds, "other" last."""
         return {**{p: float(getattr(self, f"{p}_s")) for p in PARTS}, "other": self.other_s}
 
     def line(self) -> str:
-        """`time: 41 s (start 6 s, compile 12 s, oracle 5 s, verify 8 s, timing 9 s, other 1 s)`"""
+        """`time: 41 s (start 6 s, compile 12 s, oracle 5 s, verify 8 s, timing 9 s, other 1 s)`,
+        and `; waiting for the device 7.5 s` where some of it was."""
         shown = ", ".join(f"{name} {_seconds(s)}" for name, s in self.parts().items())
-        return f"time: {_seconds(self.wall_s)} ({shown})"
+        waited = f"; waiting for the device {_seconds(self.device_wait_s)}" if self.device_wait_s >= 0.05 else ""
+        return f"time: {_seconds(self.wall_s)} ({shown}){waited}"
 
     def to_json(self) -> dict[str, float]:
         return {f.name: round(float(getattr(self, f.name)), 3) for f in fields(self)}
@@ -64,7 +70,8 @@ class TimeSplit:
         return cls(**{f.name: sum(float(getattr(s, f.name)) for s in listed) for f in fields(cls)})
 
 
-FIELDS = tuple(f.name for f in fields(TimeSplit))  # its keys in results.json, every one required
+FIELDS = tuple(f.name for f in fields(TimeSplit))  # its keys in results.json
+REQUIRED = tuple(f for f in FIELDS if f != "device_wait_s")  # every one but what older documents lack
 
 
 def run_line(splits: Iterable[TimeSplit | None]) -> str | None:
@@ -80,9 +87,22 @@ def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
 
-def split_wall_time(segments: Iterable[Segment], begin_s: float, end_s: float) -> TimeSplit:
+def covered_s(intervals: Iterable[tuple[float, float]], begin_s: float, end_s: float) -> float:
+    """How much of `begin_s`..`end_s` the union of `intervals` covers."""
+    total, reached = 0.0, begin_s
+    for lo, hi in sorted((max(lo, begin_s), min(hi, end_s)) for lo, hi in intervals):
+        if hi > reached:
+            total += hi - max(lo, reached)
+            reached = hi
+    return total
+
+
+def split_wall_time(
+    segments: Iterable[Segment], begin_s: float, end_s: float, waits: Iterable[tuple[float, float]] = ()
+) -> TimeSplit:
     """The split of the wall time from `begin_s` to `end_s`: each instant shared equally among
-    the distinct parts of `segments` running then (clipped to the window); the rest is other."""
+    the distinct parts of `segments` running then (clipped to the window); the rest is other.
+    `waits`: intervals some thread waited for the GPU, their union reported beside the parts."""
     wall = max(end_s - begin_s, 0.0)
     events: list[tuple[float, int, str]] = []
     for seg in segments:
@@ -102,4 +122,9 @@ def split_wall_time(segments: Iterable[Segment], begin_s: float, end_s: float) -
         running[part] += change
         last = when
     covered = sum(shares.values())
-    return TimeSplit(wall, **{f"{p}_s": s for p, s in shares.items()}, other_s=max(wall - covered, 0.0))
+    return TimeSplit(
+        wall,
+        **{f"{p}_s": s for p, s in shares.items()},
+        other_s=max(wall - covered, 0.0),
+        device_wait_s=covered_s(waits, begin_s, end_s),
+    )

@@ -81,6 +81,8 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         raise problem_failure(run.problem, exc) from None
     alive = construct_all(run.workers, construct, run.checks, limits.construct_timeout_s, run.options.parallel)
     lock_key = device_key(run.options.device, run.options.gpu_index)
+    clock = current()  # holds are taken on other threads: the problem's clock, taken here
+    waited = clock.waited  # how long each hold waited for the GPU, for the time split
     try:
         info, trial_checks, stats = run_trials(
             TrialRun(
@@ -99,7 +101,9 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
             {n: w for n, w in alive.items() if n not in run.untrialled},
             run.progress,
             DeviceHolds(
-                alone=run.self_tuning, shared=lambda: gpu_shared(lock_key), exclusive=lambda: gpu_exclusive(lock_key)
+                alone=run.self_tuning,
+                shared=lambda: gpu_shared(lock_key, waited),
+                exclusive=lambda: gpu_exclusive(lock_key, waited),
             ),
         )
     except WorkerFailure as exc:
@@ -117,7 +121,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         contender (phase "protocol"), never the problem."""
         if name in run.self_tuning:
             return []
-        with gpu_shared(lock_key):
+        with gpu_shared(lock_key, waited):
             seed = timed_seeds(run.problem, random.SystemRandom(), 1)[0]
             return ask(worker, Run(seed=seed), limits.first_call_timeout_s, "call").new_threads
 
@@ -133,7 +137,6 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         if run.has_baseline
         else None
     )
-    clock = current()
     if passed:
         # Fewer workers per contender where all of them would not fit the GPU in the timing
         # (KernelBench's 6 GiB elementwise shapes on an H100), said in each one's checks.
@@ -153,7 +156,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
                     replicate=lambda chosen: run.replicas.ready(
                         chosen, construct, run.checks, limits.construct_timeout_s, run.progress, warm
                     ),
-                    exclusive=lambda: gpu_exclusive(lock_key),  # one measurement at a time per device
+                    exclusive=lambda: gpu_exclusive(lock_key, waited),  # one measurement at a time per device
                     retire=lambda done: release_caches(done, lock_key, limits.call_timeout_s, run.options.parallel),
                     window=freezer.freeze_all_but,
                     phase=lambda: clock.around("timing", freezer.timing_phase()),  # the lock's wait is outside

@@ -294,7 +294,7 @@ def release_caches(workers: Sequence[WorkerClient], lock_key: str, timeout_s: fl
     their GPU memory back (captured graphs, the allocator's cache) before the next shape's
     trials: on the H200, swiglu's finished prefill timing, held by 15 workers, ran its decode
     trials out of memory beside another problem."""
-    with gpu_shared(lock_key), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+    with gpu_shared(lock_key, current().waited), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         list(pool.map(lambda w: release_cache(w, timeout_s), workers))
 
 

@@ -201,17 +201,28 @@ def _file_lock(key: str, mode: int) -> Iterator[None]:
         yield
 
 
+Waited = Callable[[float, float], None]  # told how long a hold waited: (began, got), monotonic
+
+
+def _no_record(began: float, got: float) -> None:
+    pass
+
+
 @contextlib.contextmanager
-def gpu_shared(key: str) -> Iterator[None]:
+def gpu_shared(key: str, waited: Waited = _no_record) -> Iterator[None]:
     """Verification work on this GPU (may run alongside other verification)."""
+    began = time.monotonic()
     with _lock_for(key).shared(), _file_lock(key, fcntl.LOCK_SH):
+        waited(began, time.monotonic())
         yield
 
 
 @contextlib.contextmanager
-def gpu_exclusive(key: str) -> Iterator[None]:
+def gpu_exclusive(key: str, waited: Waited = _no_record) -> Iterator[None]:
     """A measurement on this GPU: nothing else of ours runs on it meanwhile."""
+    began = time.monotonic()
     with _lock_for(key).exclusive(), _file_lock(key, fcntl.LOCK_EX):
+        waited(began, time.monotonic())
         yield
 
 

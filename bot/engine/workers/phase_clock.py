@@ -7,7 +7,8 @@ and hands it to the threads it starts (a new thread sees no current clock: that 
 nothing). On one thread phases nest and the innermost one counts (the oracle's checks inside a
 timing phase are the oracle's). A thread that only waits (for the threads it started, for the
 device another problem holds) is in no phase: that time is "other" unless another thread's
-phase covers it.
+phase covers it. Waits for the device's lock (bot.engine.workers.gpulock) are recorded besides,
+whatever phase encloses them: the split reports how much of the wall time they cover.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class PhaseClock:
         self.began = time.monotonic() if began is None else began
         self.enabled = enabled
         self._segments: list[Segment] = []
+        self._waits: list[tuple[float, float]] = []
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -75,13 +77,21 @@ class PhaseClock:
         with self.phase(part), hold:
             yield
 
+    def waited(self, began: float, ended: float) -> None:
+        """A thread of the problem waited for the device's lock from `began` to `ended`."""
+        if self.enabled and ended > began:
+            with self._lock:
+                self._waits.append((began, ended))
+
     def segments(self) -> list[Segment]:
         with self._lock:
             return list(self._segments)
 
     def split(self, end: float | None = None) -> TimeSplit:
         """The split from `began` to `end` (now by default)."""
-        return split_wall_time(self.segments(), self.began, time.monotonic() if end is None else end)
+        with self._lock:
+            waits = list(self._waits)
+        return split_wall_time(self.segments(), self.began, time.monotonic() if end is None else end, waits)
 
 
 # What the trusted reference worker is asked for that is the oracle's own float64 work; the rest
