@@ -152,44 +152,33 @@ SECRETS = {
 }
 
 
+def _log_after_import(tmp_path, name: str, cand: Path, readable: tuple[Path, ...], limit: int) -> str:
+    """A docker worker's log once it has imported `cand` and been killed: a container's output
+    reaches its log on the engine's schedule, and the log is whole only once the engine has
+    seen the container exit (as every failure that ends a worker reads it)."""
+    from bot.sandbox.docker import DockerSandbox
+
+    launch = WorkerLaunch(
+        workdir=tmp_path / "w", cache_dir=tmp_path / "c", readable=readable, device="cpu", limits=Limits()
+    )
+    client = WorkerClient(DockerSandbox(), name, launch)
+    try:
+        load = {"op": "load", "problem": str(PROBLEM), "module": str(cand), "class_name": "ModelNew"}
+        client.request({**load, "precision": "native"}, 120, "import")
+        client.running.kill()
+        return client.running.log_tail(limit)
+    finally:
+        client.close()
+
+
 def test_no_secrets_in_environment_or_log(engine, tmp_path, monkeypatch):
     for key, value in SECRETS.items():
         monkeypatch.setenv(key, value)
     verdict = verify("docker_secrets.py", tmp_path)
     assert verdict.accepted, verdict.reasons
     # The candidate prints its whole environment at import: read the worker's log.
-    from bot.sandbox.docker import DockerSandbox
-
     cand = CANDIDATES / "docker_secrets.py"
-    client = WorkerClient(
-        DockerSandbox(),
-        "secrets",
-        WorkerLaunch(
-            workdir=tmp_path / "w",
-            cache_dir=tmp_path / "c",
-            readable=(PROBLEM, ROOT, cand),
-            device="cpu",
-            limits=Limits(),
-        ),
-    )
-    try:
-        client.request(
-            {
-                "op": "load",
-                "problem": str(PROBLEM),
-                "module": str(cand),
-                "class_name": "ModelNew",
-                "precision": "native",
-            },
-            120,
-            "import",
-        )
-        # Killed first: a container's output reaches its log on the engine's schedule, and
-        # its log is whole only once the engine has seen it exit.
-        client.running.kill()
-        log = client.running.log_tail(100_000)
-    finally:
-        client.close()
+    log = _log_after_import(tmp_path, "secrets", cand, (PROBLEM, ROOT, cand), 100_000)
     assert "worker environment:" in log and "/kernel-bot/work" in log
     assert "secret" not in log.lower()
 
@@ -198,8 +187,6 @@ def test_a_killed_workers_log_holds_all_it_printed(engine, tmp_path):
     """The engine copies a container's output into its log on its own schedule: a log read
     the moment a worker answers can miss what it printed just before. Read after the
     worker is killed (as every failure does), it holds the last line."""
-    from bot.sandbox.docker import DockerSandbox
-
     cand = tmp_path / "chatty.py"
     cand.write_text(
         "import sys\n"
@@ -208,33 +195,7 @@ def test_a_killed_workers_log_holds_all_it_printed(engine, tmp_path):
         "from scale_add_model import ModelNew\n"
     )
     (tmp_path / "scale_add_model.py").write_text((PROBLEM.read_text()).replace("class Model(", "class ModelNew("))
-    client = WorkerClient(
-        DockerSandbox(),
-        "chatty",
-        WorkerLaunch(
-            workdir=tmp_path / "w",
-            cache_dir=tmp_path / "c",
-            readable=(PROBLEM, ROOT, tmp_path),
-            device="cpu",
-            limits=Limits(),
-        ),
-    )
-    try:
-        client.request(
-            {
-                "op": "load",
-                "problem": str(PROBLEM),
-                "module": str(cand),
-                "class_name": "ModelNew",
-                "precision": "native",
-            },
-            120,
-            "import",
-        )
-        client.running.kill()
-        log = client.running.log_tail(1000)
-    finally:
-        client.close()
+    log = _log_after_import(tmp_path, "chatty", cand, (PROBLEM, ROOT, tmp_path), 1000)
     assert log.rstrip().endswith("LAST-LINE")
 
 
