@@ -26,6 +26,7 @@ def test_each_trial_says_how_many_pass_and_whose_call_was_slowest():
     slow = contenders["slow"].harness
     real_run = slow.op_run
     slow.op_run = lambda msg: time.sleep(SLOW_S) or real_run(msg)  # noqa: E731  a compile's stand-in
+    contenders["slow"].owner = "scale_add slow_file"  # as the bot names a worker: problem and candidate
     events = []
     reference = _LoggedWorker("reference", log)
     trial = TrialRun(problem, problem.shapes_for("cpu")[0], reference, random.Random(0), 1, (20.0, 20.0), 1)
@@ -33,7 +34,7 @@ def test_each_trial_says_how_many_pass_and_whose_call_was_slowest():
     done = [e for e in events if isinstance(e, TrialDone)]
     assert [e.number for e in done] == list(range(1, len(DISTRIBUTIONS) + 1))
     assert all(e.of == len(DISTRIBUTIONS) and e.shape == problem.shapes_for("cpu")[0].name for e in done)
-    assert all(e.slowest == "slow" and e.seconds >= SLOW_S for e in done)
+    assert all(e.slowest == "slow_file" and e.seconds >= SLOW_S for e in done)  # the candidate, not a label
     assert not all(c.passed for c in checks["wrong"]) and all(c.passed for c in checks["honest"])
     counts = [(e.contenders, e.passing) for e in done]
     failed_at = next(i for i, (took, passing) in enumerate(counts) if passing < took)
@@ -41,5 +42,5 @@ def test_each_trial_says_how_many_pass_and_whose_call_was_slowest():
     assert all(c == (2, 2) for c in counts[failed_at + 1 :])
     assert done[0].line() == (
         f"scale_add [{done[0].shape}] trial 1/{len(DISTRIBUTIONS)}: {done[0].passing} of 3 contender(s) pass; "
-        f"slowest call slow, {done[0].seconds:.1f} s"
+        f"slowest call slow_file, {done[0].seconds:.1f} s"
     )

@@ -7,10 +7,12 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
+import time
 
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
+import bot.engine.verification.trials as trials_module
 from bot.engine.verification.trials import DeviceHolds, TrialRun, run_trials
 from bot.engine.workers.client import WorkerClient, WorkerFailure
 from bot.engine.workers.gpulock import GpuHandover, _RWLock
@@ -97,6 +99,20 @@ def test_a_handover_never_holds_shared_and_exclusive_at_once():
     ]
 
 
+def test_a_handover_counts_how_long_it_held_the_gpu_alone():
+    def hold():
+        return contextlib.nullcontext()
+
+    with GpuHandover(hold, hold) as untuned:
+        time.sleep(0.05)
+    assert untuned.alone_s == 0.0  # never asked: shared throughout
+    with GpuHandover(hold, hold) as tuned:
+        time.sleep(0.05)  # compiling, shared
+        tuned("want")
+        time.sleep(0.2)  # timing variants, and the rest of the call
+    assert 0.2 <= tuned.alone_s < 1.0
+
+
 def _worker(tmp_path, name, candidate=None):
     """A real worker on the CPU, built: a candidate's, or without one the float64 reference."""
     readable = (PROBLEM, PROBLEMS) + ((candidate,) if candidate else ())
@@ -127,7 +143,8 @@ def _worker(tmp_path, name, candidate=None):
     return client
 
 
-def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_to_itself(tmp_path):
+def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_to_itself(tmp_path, monkeypatch):
+    monkeypatch.setattr(trials_module, "ALONE_NOTE_S", 0.0)  # every hold alone said, however short
     problem = load_problem(PROBLEM)
     lock, state, log = _RWLock(), {"readers": 0}, []
     guard = threading.Lock()
@@ -171,6 +188,9 @@ def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_t
     assert log == [("exclusive", 0)]
     assert any("1 of them timing their kernel variants with the GPU to themselves" in s for s in said)
     assert not any("one at a time" in s for s in said)
+    # Where the others' time went: the tuning contender's hold alone, said once, by its name.
+    alone = [s for s in said if "with the GPU to itself for" in s]
+    assert len(alone) == 1 and "]: tuned timed its kernel variants" in alone[0], said
 
 
 def test_self_tuning_contenders_asking_at_once_take_turns_without_deadlock(tmp_path):

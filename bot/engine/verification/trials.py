@@ -192,6 +192,11 @@ def run_trials(
     stats: dict[str, TrialStats] = {}
     call_s: dict[str, float] = {}  # each contender's latest trial call, the parent's wall time
 
+    def called(name: str) -> str:
+        """A contender as people know it: the candidate its worker serves, else its label."""
+        owner = str(getattr(contenders[name], "owner", ""))
+        return owner.removeprefix(trial.problem.name).strip() or name
+
     def call(name: str, n: int, expected: list[Any] | None, hold: Hold) -> list[CheckResult]:
         """Contender `name`'s trial n, checked; on a GPU its cache given back after it. Where
         `expected` is None its outputs go into blocks the reference lends and are judged there."""
@@ -225,6 +230,15 @@ def run_trials(
         finally:
             close_fds(lent.fds if lent else [])
             release_cache(worker, trial.timeouts[1])
+        if gate is not None and gate.alone_s > 0 and gate.alone_s >= ALONE_NOTE_S:
+            progress(
+                Note(
+                    f"{called(name)} timed its kernel variants with the GPU to itself for {gate.alone_s:.0f} s "
+                    f"of its {call_s[name]:.0f} s call: other work on this GPU waited meanwhile",
+                    trial.problem.name,
+                    trial.shape.name,
+                )
+            )
         results = [
             verify.check_output_meta(info.meta, got.meta),
             verify.check_inputs_unchanged(inputs_before[n], got.inputs_before, got.inputs_after, label),
@@ -271,7 +285,7 @@ def run_trials(
                         len(plan),
                         len(took),
                         len(alive),
-                        slowest,
+                        called(slowest),
                         call_s.get(slowest, 0.0),
                     )
                 )
@@ -348,6 +362,9 @@ def run_trials(
         with holds.exclusive():
             in_turn([name], lambda _: contextlib.nullcontext, 1)
     return info, {name: checks[name] for name in contenders}, {name: stats[name] for name in contenders}
+
+
+ALONE_NOTE_S = 5.0  # a tuning contender's hold on the GPU alone worth a line: others waited it out
 
 
 @contextlib.contextmanager

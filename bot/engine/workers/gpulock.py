@@ -237,7 +237,8 @@ class GpuHandover:
     """A gated trial call's hold on the GPU (bot.harness.tuning_gate): shared while the contender
     verifies and compiles; exclusive, as a measurement is, from the moment its worker asks
     to time kernel variants until the call ends. Called with what the worker said, it
-    changes hands and returns the answer."""
+    changes hands and returns the answer. `alone_s`: how long it held the GPU to itself, which
+    every other trial and timing on the device waited out."""
 
     def __init__(
         self,
@@ -247,6 +248,8 @@ class GpuHandover:
         self._shared = shared
         self._exclusive = exclusive
         self._held: contextlib.ExitStack | None = None
+        self._granted_at: float | None = None
+        self.alone_s = 0.0
 
     def __enter__(self) -> GpuHandover:
         self._take(self._shared)
@@ -260,6 +263,7 @@ class GpuHandover:
             return f"unknown request {said!r}"
         self._let_go()  # never both at once: its own shared hold would keep the exclusive one waiting
         self._take(self._exclusive)
+        self._granted_at = time.monotonic()
         return "granted"
 
     def _take(self, hold: Callable[[], contextlib.AbstractContextManager]) -> None:
@@ -268,6 +272,9 @@ class GpuHandover:
         self._held = stack
 
     def _let_go(self) -> None:
+        if self._granted_at is not None:
+            self.alone_s += time.monotonic() - self._granted_at
+            self._granted_at = None
         held, self._held = self._held, None
         if held is not None:
             held.close()
