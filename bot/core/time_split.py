@@ -102,7 +102,7 @@ def split_wall_time(
 ) -> TimeSplit:
     """The split of the wall time from `begin_s` to `end_s`: each instant shared equally among
     the distinct parts of `segments` running then (clipped to the window); the rest is other.
-    `waits`: intervals some thread waited for the GPU, their union reported beside the parts."""
+    `waits`: intervals some thread waited for the device, their union reported beside the parts."""
     wall = max(end_s - begin_s, 0.0)
     events: list[tuple[float, int, str]] = []
     for seg in segments:
