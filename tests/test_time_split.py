@@ -44,6 +44,7 @@ def test_waits_for_the_device_are_their_union_beside_the_parts(monkeypatch):
     # Two threads waiting at once count once; a wait is not a part: the parts still add up.
     assert covered_s([(1.0, 3.0), (2.0, 4.0), (6.0, 7.0), (9.0, 12.0)], 0.0, 10.0) == 5.0  # 1-4, 6-7, 9-10
     assert covered_s([(5.0, 6.0), (0.0, 1.0)], 0.5, 10.0) == 1.5  # clipped, in any order
+    assert covered_s([(12.0, 15.0), (-3.0, -1.0), (2.0, 3.0)], 0.0, 10.0) == 1.0  # outside: nothing
     fake = FakeTime()
     monkeypatch.setattr(phase_clock.time, "monotonic", fake.monotonic)
     clock = PhaseClock()

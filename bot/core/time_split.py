@@ -90,7 +90,8 @@ def _seconds(value: float) -> str:
 def covered_s(intervals: Iterable[tuple[float, float]], begin_s: float, end_s: float) -> float:
     """How much of `begin_s`..`end_s` the union of `intervals` covers."""
     total, reached = 0.0, begin_s
-    for lo, hi in sorted((max(lo, begin_s), min(hi, end_s)) for lo, hi in intervals):
+    clipped = ((max(lo, begin_s), min(hi, end_s)) for lo, hi in intervals)
+    for lo, hi in sorted((lo, hi) for lo, hi in clipped if hi > lo):  # none outside the window
         if hi > reached:
             total += hi - max(lo, reached)
             reached = hi
