@@ -4,6 +4,7 @@ does, and not in the timing's exclusive warm-up, where every other problem waits
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from conftest import CANDIDATES, PROBLEMS
 
@@ -56,3 +57,15 @@ def test_a_replicas_first_call_is_made_under_the_shared_hold_before_the_timing(q
         assert calls[0] == ("run", ("shared",)), calls[:3]  # compiled beside others, not in the timing
         assert all(hold == ("exclusive",) for op, hold in calls if op == "time")
         assert sum(op == "run" for op, _ in calls) == len(problem.shapes_for("cpu"))  # once per shape
+
+
+def test_each_kind_of_hold_logs_its_wait_for_the_device(quick_options, monkeypatch, caplog):
+    # Which waits a problem's time goes to, for a -v run to tell (the split has only their union).
+    monkeypatch.setattr(shape_run_module, "WAIT_LOGGED_S", 0.0)  # every wait logged, however short
+    caplog.set_level(logging.DEBUG, logger=shape_run_module.__name__)
+    problem = load_problem(PROBLEMS / "scale_add.py")
+    honest = load_candidate(CANDIDATES / "honest.py")
+    evaluate(problem, [honest], honest, quick_options(timing=TimingOptions(time_cap_s=0.3, min_samples=5, replicas=2)))
+    waits = [r.getMessage() for r in caplog.records if "for the device" in r.getMessage()]
+    for what in ("a trial call", "a replica's first call", "a timing"):
+        assert any(m.startswith(f"{problem.name} [") and f"]: {what} waited " in m for m in waits), (what, waits)

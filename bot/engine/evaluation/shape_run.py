@@ -30,12 +30,13 @@ from bot.engine.verification.trials import (
 )
 from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
 from bot.engine.workers.failures import problem_failure
-from bot.engine.workers.gpulock import device_key, gpu_exclusive, gpu_shared
+from bot.engine.workers.gpulock import Waited, device_key, gpu_exclusive, gpu_shared
 from bot.engine.workers.phase_clock import current
 from bot.protocol.messages import Construct, Run
 from bot.sandbox import freezer
 
 _log = logging.getLogger(__name__)
+WAIT_LOGGED_S = 2.0  # a hold's wait for the device worth a debug line
 REPLICAS = "replicas"  # a passed check: timed in fewer worker processes than asked, and why
 
 
@@ -82,7 +83,18 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
     alive = construct_all(run.workers, construct, run.checks, limits.construct_timeout_s, run.options.parallel)
     lock_key = device_key(run.options.device, run.options.gpu_index)
     clock = current()  # holds are taken on other threads: the problem's clock, taken here
-    waited = clock.waited  # how long each hold waited for the GPU, for the time split
+
+    def waited(what: str) -> Waited:
+        """How long a hold for `what` waited for the device: into the time split, and into the
+        debug log where it was long, to tell which waits a problem's time goes to."""
+
+        def record(began: float, got: float) -> None:
+            clock.waited(began, got)
+            if got - began >= WAIT_LOGGED_S:
+                _log.debug("%s [%s]: %s waited %.1f s for the device", run.problem.name, shape.name, what, got - began)
+
+        return record
+
     try:
         info, trial_checks, stats = run_trials(
             TrialRun(
@@ -102,8 +114,8 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
             run.progress,
             DeviceHolds(
                 alone=run.self_tuning,
-                shared=lambda: gpu_shared(lock_key, waited),
-                exclusive=lambda: gpu_exclusive(lock_key, waited),
+                shared=lambda: gpu_shared(lock_key, waited("a trial call")),
+                exclusive=lambda: gpu_exclusive(lock_key, waited("a tuning contender's grant or trial alone")),
             ),
         )
     except WorkerFailure as exc:
@@ -121,7 +133,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
         contender (phase "protocol"), never the problem."""
         if name in run.self_tuning:
             return []
-        with gpu_shared(lock_key, waited):
+        with gpu_shared(lock_key, waited("a replica's first call")):
             seed = timed_seeds(run.problem, random.SystemRandom(), 1)[0]
             return ask(worker, Run(seed=seed), limits.first_call_timeout_s, "call").new_threads
 
@@ -156,7 +168,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
                     replicate=lambda chosen: run.replicas.ready(
                         chosen, construct, run.checks, limits.construct_timeout_s, run.progress, warm
                     ),
-                    exclusive=lambda: gpu_exclusive(lock_key, waited),  # one measurement at a time per device
+                    exclusive=lambda: gpu_exclusive(lock_key, waited("a timing")),  # one measurement at a time
                     retire=lambda done: release_caches(done, lock_key, limits.call_timeout_s, run.options.parallel),
                     window=freezer.freeze_all_but,
                     phase=lambda: clock.around("timing", freezer.timing_phase()),  # the lock's wait is outside
