@@ -182,25 +182,33 @@ class DockerWorker(RunningWorker):
             return f"killed by signal {code - 128} (exit code {code})"
         return f"exited with code {code}"
 
-    def _save_logs(self) -> None:
+    def _logs(self) -> bytes | None:
         try:  # the json-file driver caps them at 10 MB
-            self.log_path.write_bytes(self.client.api.logs(self.id, stdout=True, stderr=True))
-        except (APIError, OSError):
-            pass
+            return bytes(self.client.api.logs(self.id, stdout=True, stderr=True))
+        except APIError:
+            return None
+
+    def _save_logs(self, data: bytes | None = None) -> None:
+        data = self._logs() if data is None else data
+        if data is not None:
+            try:
+                self.log_path.write_bytes(data)
+            except OSError:
+                pass
 
     def log_tail(self, limit: int = 4000) -> str:
         """The log so far. The engine copies a running container's output into its log on its
         own schedule, so a live read waits (briefly) for the log to stop growing; a killed
         worker's log was saved after its exit, when the engine has copied all of it."""
         if not self._removed:
-            size, settled_by = -1, time.monotonic() + LIVE_LOG_SETTLE_S
-            while True:
-                self._save_logs()
-                now_size = self.log_path.stat().st_size if self.log_path.exists() else 0
-                if now_size == size or time.monotonic() > settled_by or self.exit_code() is not None:
-                    break
-                size = now_size
+            data, settled_by = self._logs(), time.monotonic() + LIVE_LOG_SETTLE_S
+            while data is not None and self.exit_code() is None and time.monotonic() < settled_by:
                 time.sleep(0.05)
+                again = self._logs()
+                if again is None or len(again) == len(data):
+                    break
+                data = again
+            self._save_logs(data)
         return super().log_tail(limit)
 
     def kill(self) -> None:
