@@ -135,8 +135,12 @@ def test_results_json_carries_the_split_and_older_documents_still_read():
     doc = honest_results()
     split = Results.from_json(doc).problems[0].time_split
     assert split == TimeSplit(12.5, 2.0, 3.0, 1.5, 2.5, 3.0, 0.5)
-    del doc["problems"][0]["time_split"]["device_wait_s"]  # documents before it was kept
-    assert Results.from_json(doc).problems[0].time_split == split
+    assert "device_wait_s" not in doc["problems"][0]["time_split"]  # not recorded: not written
+    assert split.device_wait_s is None  # and read as unknown, not as no wait
+    doc["problems"][0]["time_split"]["device_wait_s"] = 4.25
+    assert Results.from_json(doc).problems[0].time_split == TimeSplit(12.5, 2.0, 3.0, 1.5, 2.5, 3.0, 0.5, 4.25)
+    assert Results.from_json(doc).to_json() == doc
+    del doc["problems"][0]["time_split"]["device_wait_s"]
     del doc["problems"][0]["time_split"]
     older = Results.from_json(doc)
     assert older.problems[0].time_split is None and older.to_json() == doc
@@ -149,6 +153,13 @@ def test_the_line_per_problem_and_the_runs_sum():
     assert total is not None and total.startswith("run time: 82 s (start 12 s, compile 25 s")
     assert "summed over 2 problem(s)" in total
     assert run_line([None]) is None
+    # Waits sum over the problems that recorded one; none recorded is unknown, not zero.
+    waited = TimeSplit(10.0, verify_s=10.0, device_wait_s=2.5)
+    assert TimeSplit.total([a, waited, waited]).device_wait_s == 5.0
+    assert TimeSplit.total([a, a]).device_wait_s is None
+    assert run_line([a, waited]).endswith(
+        "; waiting for the device 2.5 s, summed over 2 problem(s) (problems run side by side add up)"
+    )
 
 
 def test_reports_show_the_split(tmp_path):

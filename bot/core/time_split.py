@@ -40,8 +40,8 @@ class TimeSplit:
     other_s: float = 0.0  # none of the above
     # Not a part: how much of the wall time some thread of the problem waited for the device
     # (bot.engine.workers.gpulock: held by another problem's work, or this one's timing),
-    # whatever else ran meanwhile; absent (0) in older documents.
-    device_wait_s: float = 0.0
+    # whatever else ran meanwhile; None where not recorded (older documents).
+    device_wait_s: float | None = None
 
     def parts(self) -> dict[str, float]:
         """Part name -> seconds, "other" last."""
@@ -51,23 +51,32 @@ class TimeSplit:
         """`time: 41 s (start 6 s, compile 12 s, oracle 5 s, verify 8 s, timing 9 s, other 1 s)`,
         and `; waiting for the device 7.5 s` where some of it was."""
         shown = ", ".join(f"{name} {_seconds(s)}" for name, s in self.parts().items())
-        waited = f"; waiting for the device {_seconds(self.device_wait_s)}" if self.device_wait_s >= 0.05 else ""
-        return f"time: {_seconds(self.wall_s)} ({shown}){waited}"
+        waited = self.device_wait_s or 0.0
+        shown_wait = f"; waiting for the device {_seconds(waited)}" if waited >= 0.05 else ""
+        return f"time: {_seconds(self.wall_s)} ({shown}){shown_wait}"
 
     def to_json(self) -> dict[str, float]:
-        return {f.name: round(float(getattr(self, f.name)), 3) for f in fields(self)}
+        """Every field; the wait only where recorded."""
+        return {f.name: round(float(v), 3) for f in fields(self) if (v := getattr(self, f.name)) is not None}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TimeSplit:
-        return cls(**{f.name: float(d.get(f.name, 0.0)) for f in fields(cls)})
+        waited = d.get("device_wait_s")
+        parts = {f.name: float(d.get(f.name, 0.0)) for f in fields(cls) if f.name != "device_wait_s"}
+        return cls(**parts, device_wait_s=None if waited is None else float(waited))
 
     @classmethod
     def total(cls, splits: Iterable[TimeSplit]) -> TimeSplit | None:
-        """The sum of `splits` (None for none): a run's time, summed over its problems."""
+        """The sum of `splits` (None for none): a run's time, summed over its problems; the
+        wait summed over the splits that recorded one (None where none did)."""
         listed = list(splits)
         if not listed:
             return None
-        return cls(**{f.name: sum(float(getattr(s, f.name)) for s in listed) for f in fields(cls)})
+        parts = {
+            f.name: sum(float(getattr(s, f.name)) for s in listed) for f in fields(cls) if f.name != "device_wait_s"
+        }
+        waits = [s.device_wait_s for s in listed if s.device_wait_s is not None]
+        return cls(**parts, device_wait_s=sum(waits) if waits else None)
 
 
 FIELDS = tuple(f.name for f in fields(TimeSplit))  # its keys in results.json
