@@ -32,6 +32,10 @@ than p times faster than the reference; an incorrect one counts as not fast):
   geometric mean is over correct, timed answers.
 - **% of floor**: the roofline floor's share of the answer's median time, per shape, as the
   results hold it (bot.core.roofline).
+- **Wall time**: each problem's, as its results hold it (a problem run again alone after
+  running out of GPU memory beside others: its last attempt's), with how much of it waited for
+  the device where recorded; per group the median, the 90th percentile (nearest rank) and the
+  sum, the figures a sweep's speed is judged by.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import re
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -96,6 +102,8 @@ class Row:
     accepted: int
     verified: int
     note: str = ""
+    wall_s: float | None = None  # the problem's wall time (its last attempt's, where run again)
+    device_wait_s: float | None = None  # of it, waiting for the device: None where not recorded
 
 
 def group_of(path: str | None) -> str:
@@ -140,9 +148,11 @@ def row(problem: ProblemResult) -> Row:
     attempts = {a.name: a for a in problem.attempts}
     accepted = sum(a.is_accepted for a in problem.attempts)
     group = group_of(problem.problem_path)
+    split = problem.time_split
+    times = {"wall_s": problem.wall_s, "device_wait_s": split.device_wait_s if split else None}
     if problem.failed or problem.baseline is None:
         note = (problem.error or "no baseline").splitlines()[0][:160]
-        return Row(problem.problem, group, False, "-", None, None, (), accepted, len(problem.attempts), note)
+        return Row(problem.problem, group, False, "-", None, None, (), accepted, len(problem.attempts), note, **times)
     best = problem.best
     base = problem.baseline
     shapes = best.shapes if best else base.shapes
@@ -169,7 +179,23 @@ def row(problem: ProblemResult) -> Row:
     answer = best.name if best else f"{base.name} (its own code)"
     floors = tuple((s.shape, s.pct_of_floor) for s in shapes)
     verified = len(problem.attempts)
-    return Row(problem.problem, group, correct, answer, over_eager, over_compile, floors, accepted, verified)
+    return Row(problem.problem, group, correct, answer, over_eager, over_compile, floors, accepted, verified, **times)
+
+
+def wall_times(rows: Sequence[Row]) -> dict[str, float | int | None]:
+    """The problems' wall times: how many have one, their median, 90th percentile (nearest
+    rank) and sum, and the sum of their waits for the device where recorded."""
+    walls = sorted(r.wall_s for r in rows if r.wall_s is not None)
+    if not walls:
+        return {"timed": 0, "median_s": None, "p90_s": None, "sum_s": None, "device_wait_s": None}
+    waits = [r.device_wait_s for r in rows if r.device_wait_s is not None]
+    return {
+        "timed": len(walls),
+        "median_s": statistics.median(walls),
+        "p90_s": walls[math.ceil(0.9 * len(walls)) - 1],
+        "sum_s": sum(walls),
+        "device_wait_s": sum(waits) if waits else None,
+    }
 
 
 def _fast(rows: Sequence[Row], over: str) -> dict[str, float | None]:
@@ -203,6 +229,7 @@ def summarize(rows: Sequence[Row]) -> list[dict]:
                     **_fast(members, "over_compile"),
                     "geomean": _geomean_ratio([r.over_compile for r in compiled if r.correct]),
                 },
+                "time": wall_times(members),
             }
         )
     return out
@@ -235,6 +262,10 @@ def _mean(value: Ratio | None) -> str:
     return "n/a" if value is None else "1x (itself)" if value is IDENTITY else str(value)
 
 
+def _secs(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f} s"
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "| --- " * len(header) + "|"]
     return lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows]
@@ -264,16 +295,25 @@ def markdown(rows: Sequence[Row], groups: Sequence[dict]) -> str:
             for g in groups
         ],
     )
+    time = _table(
+        ["group", "problems timed", "median wall time", "90th percentile", "sum", "of it waiting for the device"],
+        [
+            [g["group"], g["time"]["timed"]]
+            + [_secs(g["time"][k]) for k in ("median_s", "p90_s", "sum_s", "device_wait_s")]
+            for g in groups
+        ],
+    )
     problems = _table(
         ["problem", "group", "correct", "answer", "over eager [95 %]", "over compile default [95 %]"]
-        + ["% of roofline floor", "accepted / verified"],
+        + ["% of roofline floor", "accepted / verified", "wall time (waiting)"],
         [
             [r.problem, r.group, "yes" if r.correct else f"no ({r.note})" if r.note else "no", r.answer]
             + [_mean(r.over_eager), _mean(r.over_compile), _floors(r), f"{r.accepted} / {r.verified}"]
+            + [f"{_secs(r.wall_s)} ({_secs(r.device_wait_s)})"]
             for r in rows
         ],
     )
-    return "\n".join([DEFINITION, "", *eager, "", *compiled, "", *problems])
+    return "\n".join([DEFINITION, "", *eager, "", *compiled, "", *time, "", *problems])
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -4,6 +4,7 @@ faster. Expectations are computed here from the documents, never copied from the
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -20,6 +21,7 @@ from bot.core.results import ProblemResult, Results
 from bot.core.results_contenders import BestResult, ContenderResult
 from bot.core.results_shapes import Derivation, MeasurementResult, ShapeResult
 from bot.core.stats import WorkerSpread, speedup
+from bot.core.time_split import TimeSplit
 
 SCRIPT = ROOT / "benchmarks" / "kernelbench.py"
 RECORDED = FIXTURES / "results" / "kernelbench-cpu.json.gz"
@@ -96,18 +98,23 @@ def _problem(path: str, eager_us: float, best: tuple[str, float, tuple[float, fl
     )
 
 
+def _timed(problem: ProblemResult, wall_s: float, waited_s: float | None) -> ProblemResult:
+    split = TimeSplit(wall_s, verify_s=wall_s, device_wait_s=waited_s)
+    return dataclasses.replace(problem, wall_s=wall_s, time_split=split)
+
+
 def _documents() -> Results:
     failed = ProblemResult(
         "2_Broken", "failed", problem_path="kb/level1/2_Broken.py", error="reference raised\nTraceback"
     )
     return Results(
         (
-            _problem("kb/level1/1_Fast.py", 150.0, ("fast", 100.0, (1.2, 1.9)), compile_us=300.0),
-            failed,
-            _problem("kb/level2/3_Same.py", 50.0, None),
-            _problem("problems/wide.py", 250.0, ("wide", 100.0, (2.1, 3.0)), compile_us=100.0),
+            _timed(_problem("kb/level1/1_Fast.py", 150.0, ("fast", 100.0, (1.2, 1.9)), compile_us=300.0), 100.0, 10.0),
+            _timed(failed, 300.0, 40.0),  # a failed problem's time counts toward the sweep's too
+            _timed(_problem("kb/level2/3_Same.py", 50.0, None), 50.0, None),  # its wait not recorded
+            _timed(_problem("problems/wide.py", 250.0, ("wide", 100.0, (2.1, 3.0)), compile_us=100.0), 200.0, 20.0),
             # Its point estimate is 1.3x, over 1 as KernelBench reads it, but its interval holds 1.
-            _problem("problems/unsure.py", 130.0, ("unsure", 100.0, (0.95, 1.8))),
+            _problem("problems/unsure.py", 130.0, ("unsure", 100.0, (0.95, 1.8))),  # no wall time
         ),
         min_speedup=1.05,
     )
@@ -170,8 +177,38 @@ def test_over_torch_compile_default_comes_from_both_samples_and_is_n_a_where_it_
     assert groups["all"]["over_compile_default"]["fast_2"] == 0.5
     text = _run(documents)
     assert "| level2 | 0 | n/a | n/a | n/a | n/a | n/a |" in text
-    assert "| 2_Broken | level1 | no (reference raised) | - | n/a | n/a | n/a | 0 / 0 |" in text
+    assert "| 2_Broken | level1 | no (reference raised) | - | n/a | n/a | n/a | 0 / 0 | 300 s (40 s) |" in text
     assert "lower bound above p" in text
+
+
+def test_wall_times_per_group_are_the_sweeps_speed_figures(documents):
+    out = json.loads(_run(documents, "--json"))
+    docs = _documents().problems
+    rows = {r["problem"]: r for r in out["problems"]}
+    for problem in docs:
+        split = problem.time_split
+        assert rows[problem.problem]["wall_s"] == problem.wall_s
+        assert rows[problem.problem]["device_wait_s"] == (split.device_wait_s if split else None)
+    members = {"level1": ["1_Fast", "2_Broken"], "level2": ["3_Same"], "other": ["wide", "unsure"]}
+    members["all"] = [p.problem for p in docs]
+    groups = {g["group"]: g["time"] for g in out["groups"]}
+    for name, problems in members.items():
+        walls = sorted(rows[p]["wall_s"] for p in problems if rows[p]["wall_s"] is not None)
+        waits = [rows[p]["device_wait_s"] for p in problems if rows[p]["device_wait_s"] is not None]
+        nearest_rank = walls[math.ceil(0.9 * len(walls)) - 1]
+        assert groups[name] == {
+            "timed": len(walls),
+            "median_s": statistics.median(walls),
+            "p90_s": nearest_rank,
+            "sum_s": sum(walls),
+            "device_wait_s": sum(waits) if waits else None,
+        }, name
+    assert groups["all"]["p90_s"] == 300.0 and groups["level2"]["device_wait_s"] is None
+    text = _run(documents)
+    assert (
+        "| group | problems timed | median wall time | 90th percentile | sum | of it waiting for the device |" in text
+    )
+    assert "| 0 / 0 | 300 s (40 s) |" in text and "| 50 s (n/a) |" in text
 
 
 def test_the_table_of_a_recorded_cpu_run_follows_from_its_results():
