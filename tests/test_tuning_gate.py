@@ -144,7 +144,7 @@ def _worker(tmp_path, name, candidate=None):
 
 
 def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_to_itself(tmp_path, monkeypatch):
-    monkeypatch.setattr(trials_module, "ALONE_NOTE_S", 0.0)  # every hold alone said, however short
+    monkeypatch.setattr(trials_module, "ALONE_NOTE_S", 1e-9)  # every hold alone said, however short
     problem = load_problem(PROBLEM)
     lock, state, log = _RWLock(), {"readers": 0}, []
     guard = threading.Lock()

@@ -230,7 +230,7 @@ def run_trials(
         finally:
             close_fds(lent.fds if lent else [])
             release_cache(worker, trial.timeouts[1])
-        if gate is not None and gate.alone_s > 0 and gate.alone_s >= ALONE_NOTE_S:
+        if gate is not None and gate.alone_s >= ALONE_NOTE_S:
             progress(
                 Note(
                     f"{called(name)} timed its kernel variants with the GPU to itself for {gate.alone_s:.0f} s "
@@ -364,7 +364,7 @@ def run_trials(
     return info, {name: checks[name] for name in contenders}, {name: stats[name] for name in contenders}
 
 
-ALONE_NOTE_S = 5.0  # a tuning contender's hold on the GPU alone worth a line: others waited it out
+ALONE_NOTE_S = 5.0  # a tuning contender's hold on the GPU alone worth a line (> 0: a call never granted held none)
 
 
 @contextlib.contextmanager
