@@ -349,3 +349,109 @@ def test_a_shape_timed_in_fewer_workers_says_so_in_every_timed_contenders_checks
         # Every batch from the contender's one worker (two would number theirs 0 and 1).
         assert all(set(s.measurement.batch_workers) <= {0} for s in outcome.shapes if s.measurement)
     assert all(s.speedup is not None for s in result.candidates[0].shapes)
+
+
+def _in_thread(call):
+    """`call` on a thread of its own; (its result list, the event set when it returned, the thread)."""
+    got: list = []
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (got.append(call()), done.set()))
+    thread.start()
+    return got, done, thread
+
+
+def test_a_timing_widens_its_reservation_waiting_for_room_that_running_problems_hold():
+    """KernelBench's shards on an H100: a problem's timing held more than its trials reserved,
+    and another problem's reference, measuring its shape in that room, ran out of memory."""
+    budget = _budget()  # 71 GiB usable
+    a, b = budget.start("a", workers=2), budget.start("b", workers=2)
+    budget.grow(a, 30 * GIB, 5 * GIB, wanted=1)  # 36 GiB
+    budget.grow(b, 10 * GIB, 5 * GIB, wanted=1)  # 16 GiB
+    waits: list[tuple[float, float]] = []
+    got, done, thread = _in_thread(lambda: budget.widen(b, 40 * GIB, lambda began, at: waits.append((began, at))))
+    assert not done.wait(0.5)  # 40 GiB beside a's 36 do not fit: b waits, holding its 16
+    assert b.nbytes == 16 * GIB and b.waiting
+    # Meanwhile a problem measures its shape in what no one holds (b goes on only after it).
+    c = budget.start("c", workers=1)
+    with budget.sizing(c):
+        assert c.sizing_bytes == 71 * GIB - budget.held_bytes()
+    budget.release(a)
+    assert done.wait(5)
+    thread.join()
+    assert got == [True] and b.nbytes == 40 * GIB and not b.waiting
+    ((began, at),) = waits
+    assert at - began >= 0.5  # the wait, told to the problem's clock
+    for reservation in (b, c):
+        budget.release(reservation)
+
+
+def test_problems_that_only_wait_for_each_other_never_deadlock():
+    budget = _budget()  # 71 GiB usable
+    a, b = budget.start("a", workers=2), budget.start("b", workers=2)
+    budget.grow(a, 30 * GIB, 5 * GIB, wanted=1)
+    budget.grow(b, 20 * GIB, 5 * GIB, wanted=1)  # 36 and 26 GiB
+    # a widens past what fits beside b, which runs: a waits.
+    a_got, a_done, a_thread = _in_thread(lambda: budget.widen(a, 50 * GIB))
+    assert not a_done.wait(0.5)
+    # b widens too: the only other problem waits itself (for b to end), so b goes on,
+    # holding its figure though it does not fit; then a, once b is done.
+    b_got, b_done, b_thread = _in_thread(lambda: budget.widen(b, 40 * GIB))
+    assert b_done.wait(5) and b_got == [False] and b.nbytes == 40 * GIB
+    assert not a_done.wait(0.3)
+    budget.release(b)
+    assert a_done.wait(5) and a_got == [True]
+    for thread in (a_thread, b_thread):
+        thread.join()
+    # A problem waiting to grow (its second shape) beside one that widens: the widening goes
+    # on, since the waiting one frees nothing before it; the grow waits for it to end.
+    c = budget.start("c", workers=2)
+    budget.grow(c, 10 * GIB, 5 * GIB, wanted=1)  # beside a's 50: 66.5 GiB
+    c_got, c_done, c_thread = _in_thread(lambda: budget.grow(c, 30 * GIB, 5 * GIB, wanted=1))
+    assert not c_done.wait(0.5)
+    assert budget.widen(a, 60 * GIB) is False  # c waits: a goes on without waiting for it
+    budget.release(a)
+    assert c_done.wait(5) and c_got == [1]
+    c_thread.join()
+    budget.release(c)
+    assert budget.held_bytes(sizing=True) == 0
+
+
+def test_a_session_holds_its_timings_figure_and_counts_its_waits_for_memory(monkeypatch):
+    from types import SimpleNamespace
+
+    import bot.engine.evaluation.worker_pool as pool
+    from bot.core.memory import timing_bytes
+    from bot.engine.timing.records import TimingOptions
+    from bot.engine.verification.trials import ReferenceInfo
+    from bot.engine.workers.phase_clock import PhaseClock
+
+    def worker(*pids):
+        return SimpleNamespace(holder=lambda: SimpleNamespace(pids=pids))
+
+    budget = _budget()
+    clock = PhaseClock()
+    reference, passed = worker(10), {"c0": worker(11), "c1": worker(12)}
+    session = SimpleNamespace(
+        options=SimpleNamespace(device="cuda", memory=budget, gpu_index=0, timing=TimingOptions()),
+        problem=SimpleNamespace(name="relu"),
+        clock=clock,
+        workers=[reference, *passed.values()],
+    )
+    session._waits = lambda what: pool.Session._waits(session, what)
+    session.reservation = budget.start("relu", workers=3, waited=session._waits("its workers' start"))
+    budget.grow(session.reservation, 36 * GIB, 12 * GIB, wanted=1)
+    other = budget.start("other", workers=1)
+    budget.grow(other, 20 * GIB, GIB, wanted=1)  # 21.5 GiB: 49.5 left, the timing needs more
+    used = {10: 37 * GIB, 11: GIB, 12: GIB}
+    monkeypatch.setattr(pool, "gpu_process_memory", lambda gpu: used)
+    info = ReferenceInfo(meta=[{"shape": [4096, 393216], "dtype": "float32"}], nbytes=12 * GIB, peak_bytes=36 * GIB)
+    figure = timing_bytes(37 * GIB, [GIB, GIB], 1, TimingOptions().finalists, 6 * GIB, 6 * GIB)
+    assert figure > 49.5 * GIB
+    got, done, thread = _in_thread(lambda: pool.Session.timing_replicas(session, info, reference, passed, 2))
+    assert not done.wait(0.5)  # waiting for the other problem's room
+    budget.release(other)
+    assert done.wait(5)
+    thread.join()
+    assert got[0][0] == 1 and session.reservation.nbytes == figure
+    split = clock.split()
+    assert split.device_wait_s is not None and split.device_wait_s >= 0.5

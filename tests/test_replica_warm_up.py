@@ -11,6 +11,7 @@ from conftest import CANDIDATES, PROBLEMS
 from bot.engine.evaluation import shape_run as shape_run_module
 from bot.engine.evaluation.evaluate import evaluate
 from bot.engine.timing.records import TimingOptions
+from bot.engine.workers import phase_clock
 from bot.engine.workers.client import WorkerClient
 from bot.engine.workspace.candidates import load_candidate
 from bot.engine.workspace.problems import load_problem
@@ -61,8 +62,8 @@ def test_a_replicas_first_call_is_made_under_the_shared_hold_before_the_timing(q
 
 def test_each_kind_of_hold_logs_its_wait_for_the_device(quick_options, monkeypatch, caplog):
     # Which waits a problem's time goes to, for a -v run to tell (the split has only their union).
-    monkeypatch.setattr(shape_run_module, "WAIT_LOGGED_S", 0.0)  # every wait logged, however short
-    caplog.set_level(logging.DEBUG, logger=shape_run_module.__name__)
+    monkeypatch.setattr(phase_clock, "WAIT_LOGGED_S", 0.0)  # every wait logged, however short
+    caplog.set_level(logging.DEBUG, logger=phase_clock.__name__)
     problem = load_problem(PROBLEMS / "scale_add.py")
     honest = load_candidate(CANDIDATES / "honest.py")
     evaluate(problem, [honest], honest, quick_options(timing=TimingOptions(time_cap_s=0.3, min_samples=5, replicas=2)))

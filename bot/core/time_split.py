@@ -9,11 +9,19 @@ by other problems, the parent's bookkeeping, proposing) add up to the wall time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 PARTS = ("start", "compile", "oracle", "verify", "timing")  # in the order a problem meets them
+
+# Told how long a wait for the device lasted, (began, got) on the monotonic clock: a wait for its
+# lock (bot.engine.workers.gpulock) or for room in its memory (bot.engine.workspace.memory_budget).
+Waited = Callable[[float, float], None]
+
+
+def no_record(began: float, got: float) -> None:
+    """A wait nobody records."""
 
 
 @dataclass(frozen=True)
@@ -38,9 +46,10 @@ class TimeSplit:
     verify_s: float = 0.0  # the contenders' later trial calls and the parent's comparisons
     timing_s: float = 0.0  # the timed phases, less the oracle's checks inside them
     other_s: float = 0.0  # none of the above
-    # Not a part: how much of the wall time some thread of the problem waited for the device
-    # (bot.engine.workers.gpulock: held by another problem's work, or this one's timing),
-    # whatever else ran meanwhile; None where not recorded (older documents).
+    # Not a part: how much of the wall time some thread of the problem waited for the device,
+    # for its lock (bot.engine.workers.gpulock: held by another problem's work, or this one's
+    # timing) or for room in its memory that other problems held (bot.engine.workspace.
+    # memory_budget), whatever else ran meanwhile; None where not recorded (older documents).
     device_wait_s: float | None = None
 
     def parts(self) -> dict[str, float]:

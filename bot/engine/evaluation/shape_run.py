@@ -13,6 +13,7 @@ from bot.core.outcomes import ShapeOutcome
 from bot.core.progress import Note, Progress, ShapeTimed, ShapeVerified
 from bot.core.roofline import floor_us, peaks_for
 from bot.core.settings import Device
+from bot.core.time_split import Waited
 from bot.engine.evaluation.options import EvalOptions
 from bot.engine.evaluation.worker_pool import Replicas, construct_all, release_caches
 from bot.engine.timing.futility import Futility, bar
@@ -30,13 +31,12 @@ from bot.engine.verification.trials import (
 )
 from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
 from bot.engine.workers.failures import problem_failure
-from bot.engine.workers.gpulock import Waited, device_key, gpu_exclusive, gpu_shared
+from bot.engine.workers.gpulock import device_key, gpu_exclusive, gpu_shared
 from bot.engine.workers.phase_clock import current
 from bot.protocol.messages import Construct, Run
 from bot.sandbox import freezer
 
 _log = logging.getLogger(__name__)
-WAIT_LOGGED_S = 2.0  # a hold's wait for the device worth a debug line
 REPLICAS = "replicas"  # a passed check: timed in fewer worker processes than asked, and why
 
 
@@ -85,15 +85,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
     clock = current()  # holds are taken on other threads: the problem's clock, taken here
 
     def waited(what: str) -> Waited:
-        """How long a hold for `what` waited for the device: into the time split, and into the
-        debug log where it was long, to tell which waits a problem's time goes to."""
-
-        def record(began: float, got: float) -> None:
-            clock.waited(began, got)
-            if got - began >= WAIT_LOGGED_S:
-                _log.debug("%s [%s]: %s waited %.1f s for the device", run.problem.name, shape.name, what, got - began)
-
-        return record
+        return clock.waits(f"{run.problem.name} [{shape.name}]: {what}", "the device")
 
     try:
         info, trial_checks, stats = run_trials(

@@ -28,6 +28,7 @@ from bot.core.memory import (
 )
 from bot.core.progress import MoreWorkersStarting, Progress, WorkersStarted
 from bot.core.settings import Device
+from bot.core.time_split import Waited
 from bot.engine.evaluation.options import EvalOptions
 from bot.engine.verification import verify
 from bot.engine.verification.trials import ReferenceInfo, failure_check, release_cache
@@ -90,9 +91,9 @@ class Session:
         self.message_bound: int | None = None
         self.memory_limit: int | None = None
         self.reservation: Reservation | None = None
-        if options.memory is not None:
-            self.reservation = options.memory.start(problem.name, workers)
         self.clock = current()  # workers start on other threads: the problem's clock, taken here
+        if options.memory is not None:
+            self.reservation = options.memory.start(problem.name, workers, self._waits("its workers' start"))
 
     @property
     def worker_threads(self) -> int | None:
@@ -184,7 +185,13 @@ class Session:
         # Where outputs are compared in the reference, each contender's call borrows a block
         # of them from it (bot.engine.verification.expected.ExpectedOutputs).
         each += info.lent_bytes
-        return options.memory.grow(self.reservation, reference, each, min(options.parallel, contenders))
+        at_once = min(options.parallel, contenders)
+        return options.memory.grow(self.reservation, reference, each, at_once, self._waits("its trials"))
+
+    def _waits(self, what: str) -> Waited:
+        """A wait of this problem's `what` for room in the device's memory, told to its clock."""
+        where = self.options.memory.where if self.options.memory is not None else "the device"
+        return self.clock.waits(f"{self.problem.name}: {what}", f"room in {where}'s memory")
 
     def contenders(self) -> int:
         """The contenders with workers here, each once, however many replicas it has (a
@@ -241,6 +248,11 @@ class Session:
             return idle + timing_bytes(most, each, replicas, finalists, max(0, info.nbytes - call_out), call_out)
 
         count = replicas_that_fit(lambda r: need(r) <= room, wanted)
+        # Held from here, so that no other problem grows into what the timing holds (beside
+        # it, three problems' references ran out of memory in KernelBench's shards); where not
+        # even one worker each fits, it waits for room (bot.engine.workspace.memory_budget).
+        if self.reservation is not None:
+            budget.widen(self.reservation, need(count), self._waits("its timing"))
         figures = (
             f"the timing would hold up to {gib(need(wanted))} of {budget.where}'s {gib(room)} (the "
             f"reference {gib(most)}, the contenders {gib(sum(each))} after their trials, other workers "
@@ -261,7 +273,7 @@ class Session:
         memory limit bounds it."""
         if self.reservation is None or self.options.memory is None or self.options.device != Device.CUDA:
             return contextlib.nullcontext()
-        return self.options.memory.sizing(self.reservation)
+        return self.options.memory.sizing(self.reservation, self._waits("its reference's turn to measure a shape"))
 
     def started(self, wall_s: float) -> WorkersStarted:
         """Where the workers' start-up went (medians over the workers)."""

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from bot.core.errors import BotError
 from bot.core.settings import Device
+from bot.core.time_split import Waited, no_record
 
 # The longest a lock file is waited for. Another bot process holds it for one measurement
 # (shared: one verification call, up to the 900 s of a first call's compile), so twice that
@@ -201,15 +202,8 @@ def _file_lock(key: str, mode: int) -> Iterator[None]:
         yield
 
 
-Waited = Callable[[float, float], None]  # told how long a hold waited: (began, got), monotonic
-
-
-def _no_record(began: float, got: float) -> None:
-    pass
-
-
 @contextlib.contextmanager
-def gpu_shared(key: str, waited: Waited = _no_record) -> Iterator[None]:
+def gpu_shared(key: str, waited: Waited = no_record) -> Iterator[None]:
     """Verification work on this GPU (may run alongside other verification)."""
     began = time.monotonic()
     with _lock_for(key).shared(), _file_lock(key, fcntl.LOCK_SH):
@@ -218,7 +212,7 @@ def gpu_shared(key: str, waited: Waited = _no_record) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def gpu_exclusive(key: str, waited: Waited = _no_record) -> Iterator[None]:
+def gpu_exclusive(key: str, waited: Waited = no_record) -> Iterator[None]:
     """A measurement on this GPU: nothing else of ours runs on it meanwhile."""
     began = time.monotonic()
     with _lock_for(key).exclusive(), _file_lock(key, fcntl.LOCK_EX):

@@ -7,13 +7,15 @@ and hands it to the threads it starts (a new thread sees no current clock: that 
 nothing). On one thread phases nest and the innermost one counts (the oracle's checks inside a
 timing phase are the oracle's). A thread that only waits (for the threads it started, for the
 device another problem holds) is in no phase: that time is "other" unless another thread's
-phase covers it. Waits for the device's lock (bot.engine.workers.gpulock) are recorded besides,
-whatever phase encloses them: the split reports how much of the wall time they cover.
+phase covers it. Waits for the device, for its lock (bot.engine.workers.gpulock) or for room in
+its memory (bot.engine.workspace.memory_budget), are recorded besides, whatever phase encloses
+them: the split reports how much of the wall time they cover.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -21,9 +23,13 @@ from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import Any
 
-from bot.core.time_split import PARTS, Segment, TimeSplit, split_wall_time
+from bot.core.time_split import PARTS, Segment, TimeSplit, Waited, split_wall_time
 from bot.protocol.messages import Construct, Fingerprints, ReferenceRun
 from bot.protocol.typed import Request
+
+_log = logging.getLogger(__name__)
+
+WAIT_LOGGED_S = 2.0  # a wait for the device worth a debug line
 
 
 class PhaseClock:
@@ -78,10 +84,21 @@ class PhaseClock:
             yield
 
     def waited(self, began: float, ended: float) -> None:
-        """A thread of the problem waited for the device's lock from `began` to `ended`."""
+        """A thread of the problem waited for the device from `began` to `ended`."""
         if self.enabled and ended > began:
             with self._lock:
                 self._waits.append((began, ended))
+
+    def waits(self, who: str, what_for: str) -> Waited:
+        """Told each wait of `who` for `what_for`: into the split, and into the debug log where it
+        was long (`who waited S s for what_for`), to tell which waits a problem's time goes to."""
+
+        def record(began: float, got: float) -> None:
+            self.waited(began, got)
+            if got - began >= WAIT_LOGGED_S:
+                _log.debug("%s waited %.1f s for %s", who, got - began, what_for)
+
+        return record
 
     def segments(self) -> list[Segment]:
         with self._lock:

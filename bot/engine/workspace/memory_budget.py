@@ -7,7 +7,10 @@ their trials at once need (`grow`): as many contenders as fit beside the others,
 where not even one fits now, it waits for a running problem to finish. A problem that does not
 fit even alone is refused with one line. While a reference measures a shape (`sizing`), it
 allocates what the shape needs before anyone knows how much: one problem at a time does that,
-and no other problem grows beside it. docs/scale-out.md states the rule.
+and no other problem grows beside it. Before a shape's timing, which holds more than its trials
+(replicas, the timed calls' outputs), the problem widens its reservation to the timing's figure
+(`widen`), waiting as `grow` does. Every wait is told to its caller's `waited`, so that the
+problem's time split counts it. docs/scale-out.md states the rule.
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from bot.core.errors import BotError
 from bot.core.memory import CONTEXT_BYTES, Demand, admit, contenders_at_once, gib, margin_bytes, problem_demand
 from bot.core.settings import Device
+from bot.core.time_split import Waited, no_record
 from bot.engine.workspace.device_name import gpu_memory_bytes
 
 log = logging.getLogger(__name__)
@@ -40,6 +45,9 @@ class Reservation:
     # While its reference measures a shape (MemoryBudget.sizing): all the memory no other
     # problem holds, which no other problem may grow into; contexts may still start in it.
     sizing_bytes: int = 0
+    # Waiting for room (`grow`, `widen`): what it holds is not freed until that comes, so a
+    # problem widening its reservation does not wait for it (two waiting for each other).
+    waiting: bool = False
 
 
 class MemoryBudget:
@@ -60,16 +68,14 @@ class MemoryBudget:
         return sum(r.nbytes + (r.sizing_bytes if sizing else 0) for r in self._held if r is not but)
 
     @contextlib.contextmanager
-    def sizing(self, reservation: Reservation) -> Iterator[None]:
+    def sizing(self, reservation: Reservation, waited: Waited = no_record) -> Iterator[None]:
         """While `reservation`'s reference runs a shape's trials, which allocate the shape's
         inputs, outputs and float64 copies before any figure of them exists: one problem at a
         time (on the H100, five problems' first trials at once ran a 12 GiB one out of memory),
         holding all the memory no other problem holds, so that no other problem grows into
         it. Workers' contexts may still start: the margin is for them. A reference that needs
         more than is left still runs out of memory, and its problem runs again alone."""
-        with self._changed:
-            while self._sizing is not None:
-                self._changed.wait()
+        with self._when(reservation, lambda: self._sizing is None, waited):
             self._sizing = reservation
             reservation.sizing_bytes = max(0, self.usable - self.held_bytes())
         try:
@@ -80,10 +86,11 @@ class MemoryBudget:
                 self._sizing = None
                 self._changed.notify_all()
 
-    def start(self, name: str, workers: int) -> Reservation:
+    def start(self, name: str, workers: int, waited: Waited = no_record) -> Reservation:
         """A problem's `workers` contexts, in turn (first come, first admitted); blocks until
         they fit beside the others, raises DoesNotFit where they never can."""
         demand = Demand(name, workers * self.context_bytes)
+        began = time.monotonic()
         with self._changed:
             self._queue.append(demand)
             try:
@@ -95,13 +102,21 @@ class MemoryBudget:
                     if name in verdict.run:
                         reservation = Reservation(name, demand.nbytes)
                         self._held.append(reservation)
+                        waited(began, time.monotonic())
                         return reservation
                     self._changed.wait()
             finally:
                 self._queue.remove(demand)
                 self._changed.notify_all()
 
-    def grow(self, reservation: Reservation, reference_bytes: int, contender_bytes: int, wanted: int) -> int:
+    def grow(
+        self,
+        reservation: Reservation,
+        reference_bytes: int,
+        contender_bytes: int,
+        wanted: int,
+        waited: Waited = no_record,
+    ) -> int:
         """How many contenders run their trials at once, the reservation grown to cover them
         and the reference. Waits while not even one fits beside running problems; where only
         problems that hold their contexts remain, it goes on with one (their contexts are all
@@ -113,19 +128,57 @@ class MemoryBudget:
                 f"{reservation.name}: needs {gib(alone)} with one contender beside its reference, "
                 f"{self.where} has {gib(self.free_bytes)} free ({gib(self.margin)} of it kept as a margin)"
             )
+
+        def room() -> int:
+            return self.usable - self.held_bytes(but=reservation, sizing=True)
+
+        # A problem measuring its shape runs: nothing goes on beside it that does not fit.
+        with self._when(reservation, lambda: alone <= room() or not self._others_run(reservation, False), waited):
+            at_once = contenders_at_once(reference_bytes, contender_bytes, wanted, room(), ctx)
+            reservation.nbytes = max(reservation.nbytes, problem_demand(reference_bytes, contender_bytes, at_once, ctx))
+            reservation.grown = True
+        return at_once
+
+    def widen(self, reservation: Reservation, nbytes: int, waited: Waited = no_record) -> bool:
+        """`reservation` grown to hold `nbytes` (a shape's timing, by what its workers hold):
+        waits while that does not fit beside problems that run, and not while the others
+        only wait themselves (for room, or in turn to measure a shape), since none of them
+        frees anything before this one does. Returns whether it fit; where it did not, it
+        goes on all the same, holding the figure, so that no other problem grows into it."""
+
+        def fits() -> bool:
+            return nbytes <= self.usable - self.held_bytes(but=reservation, sizing=True)
+
+        with self._when(reservation, lambda: fits() or not self._others_run(reservation, True), waited):
+            fitted = fits()
+            reservation.nbytes = max(reservation.nbytes, nbytes)
+        return fitted
+
+    def _others_run(self, reservation: Reservation, but_waiting: bool) -> bool:
+        """Whether a problem other than `reservation` holds memory it will free by going on:
+        one grown (or measuring its shape); with `but_waiting`, not one that waits for room."""
+        return any(
+            (r.grown or r is self._sizing) and not (but_waiting and r.waiting)
+            for r in self._held
+            if r is not reservation
+        )
+
+    @contextlib.contextmanager
+    def _when(self, reservation: Reservation, ready: Callable[[], bool], waited: Waited) -> Iterator[None]:
+        """The block runs under the budget's lock once `ready()` (read under it too), so what
+        it takes is what `ready` saw; `reservation` is marked as waiting until then."""
+        began = time.monotonic()
         with self._changed:
-            while True:
-                room = self.usable - self.held_bytes(but=reservation, sizing=True)
-                # A problem measuring its shape runs: nothing goes on beside it that does not fit.
-                running = any(r.grown or r is self._sizing for r in self._held if r is not reservation)
-                if alone <= room or not running:
-                    at_once = contenders_at_once(reference_bytes, contender_bytes, wanted, room, ctx)
-                    need = problem_demand(reference_bytes, contender_bytes, at_once, ctx)
-                    reservation.nbytes = max(reservation.nbytes, need)
-                    reservation.grown = True
-                    self._changed.notify_all()
-                    return at_once
-                self._changed.wait()
+            reservation.waiting = True
+            self._changed.notify_all()  # a widening problem may go on now that this one waits
+            try:
+                while not ready():
+                    self._changed.wait()
+            finally:
+                reservation.waiting = False
+            waited(began, time.monotonic())
+            yield
+            self._changed.notify_all()
 
     def release(self, reservation: Reservation) -> None:
         with self._changed:
