@@ -47,9 +47,10 @@ import math
 import re
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -184,17 +185,19 @@ def row(problem: ProblemResult) -> Row:
 
 def wall_times(rows: Sequence[Row]) -> dict[str, float | int | None]:
     """The problems' wall times: how many have one, their median, 90th percentile (nearest
-    rank) and sum, and the sum of their waits for the device where recorded."""
+    rank) and sum, and the sum of their waits for the device where recorded, with how many
+    recorded one (older results record none)."""
     walls = sorted(r.wall_s for r in rows if r.wall_s is not None)
-    if not walls:
-        return {"timed": 0, "median_s": None, "p90_s": None, "sum_s": None, "device_wait_s": None}
     waits = [r.device_wait_s for r in rows if r.device_wait_s is not None]
+    if not walls:
+        return {"timed": 0, "median_s": None, "p90_s": None, "sum_s": None, "device_wait_s": None, "waits_recorded": 0}
     return {
         "timed": len(walls),
         "median_s": statistics.median(walls),
         "p90_s": walls[math.ceil(0.9 * len(walls)) - 1],
         "sum_s": sum(walls),
         "device_wait_s": sum(waits) if waits else None,
+        "waits_recorded": len(waits),
     }
 
 
@@ -266,6 +269,13 @@ def _secs(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f} s"
 
 
+def _waits(time: Mapping[str, Any]) -> str:
+    """The group's waits for the device, saying so where only some problems recorded theirs."""
+    recorded, timed = time["waits_recorded"], time["timed"]
+    part = f" ({recorded} of {timed} recorded)" if 0 < recorded < timed else ""
+    return _secs(time["device_wait_s"]) + part
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "| --- " * len(header) + "|"]
     return lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows]
@@ -299,7 +309,8 @@ def markdown(rows: Sequence[Row], groups: Sequence[dict]) -> str:
         ["group", "problems timed", "median wall time", "90th percentile", "sum", "of it waiting for the device"],
         [
             [g["group"], g["time"]["timed"]]
-            + [_secs(g["time"][k]) for k in ("median_s", "p90_s", "sum_s", "device_wait_s")]
+            + [_secs(g["time"][k]) for k in ("median_s", "p90_s", "sum_s")]
+            + [_waits(g["time"])]
             for g in groups
         ],
     )

@@ -202,6 +202,7 @@ def test_wall_times_per_group_are_the_sweeps_speed_figures(documents):
             "p90_s": nearest_rank,
             "sum_s": sum(walls),
             "device_wait_s": sum(waits) if waits else None,
+            "waits_recorded": len(waits),
         }, name
     assert groups["all"]["p90_s"] == 300.0 and groups["level2"]["device_wait_s"] is None
     text = _run(documents)
@@ -209,6 +210,10 @@ def test_wall_times_per_group_are_the_sweeps_speed_figures(documents):
         "| group | problems timed | median wall time | 90th percentile | sum | of it waiting for the device |" in text
     )
     assert "| 0 / 0 | 300 s (40 s) |" in text and "| 50 s (n/a) |" in text
+    # A sum over only some of the problems says so.
+    every = groups["all"]
+    assert 0 < every["waits_recorded"] < every["timed"]
+    assert f"| {every['device_wait_s']:.0f} s ({every['waits_recorded']} of {every['timed']} recorded) |" in text
 
 
 def test_the_table_of_a_recorded_cpu_run_follows_from_its_results():
