@@ -352,3 +352,20 @@ def test_blocks_lent_for_timed_picks_that_are_never_sent_leave_no_descriptor_her
     assert freed == ["t1"]
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+def test_on_a_gpu_trials_lend_from_the_size_at_which_timed_calls_do(monkeypatch):
+    """KernelBench's 47_Conv3d_Mish_Tanh: a 472 MB float32 output, 945 MB of float64 reference a
+    trial. On the H100 its outputs crossed the channel to be compared on the bot's CPU, 16 to
+    35 s a trial; on a GPU the reference judges them in device memory instead. On a CPU, where
+    the reference would compare on the same cores, they still travel below 1 GiB."""
+    from bot.engine.timing.harness_cost import HarnessCost
+    from bot.engine.verification import trials
+
+    conv3d = 16 * 64 * 30 * 62 * 62 * 8  # float64 bytes of its output
+    assert conv3d > trials.lend_over("cuda") and conv3d < trials.lend_over("cpu")
+    # The float64 of the largest float32 output whose timed calls still travel whole.
+    assert trials.lend_over("cuda") == 2 * HarnessCost.FULL_CHECK_BYTES
+    # Tests that lend everything (LEND_OVER_BYTES 0) lend everything on either device.
+    monkeypatch.setattr(trials, "LEND_OVER_BYTES", 0)
+    assert trials.lend_over("cuda") == trials.lend_over("cpu") == 0

@@ -100,7 +100,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
                 policy=run.options.tolerance,
                 admit=run.replicas.session.admit,
                 sizing=run.replicas.session.sizing,
-                lend_over=trials.LEND_OVER_BYTES,  # read here, so that tests can lower it
+                lend_over=trials.lend_over(run.options.device),  # read here, so that tests can lower it
             ),
             {n: w for n, w in alive.items() if n not in run.untrialled},
             run.progress,

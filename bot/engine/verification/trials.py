@@ -126,6 +126,17 @@ def tunes_on_first_call(source: str) -> bool:
 # stay in the reference and are compared there (bot.harness.judge): through the channel and the
 # bot's process they took tens of seconds a call.
 LEND_OVER_BYTES = 1 << 30
+# On a GPU the reference compares them in device memory, so from far less: the float64 of a
+# 64 MiB float32 output, the size above which timed calls are compared where they lie too
+# (bot.engine.timing.harness_cost). On the H100 KernelBench's 47_Conv3d_Mish_Tanh (945 MB of
+# float64 a trial, eight contenders) spent 16 to 35 s on each of its later trials, none of
+# whose calls took 2 s, its outputs crossing the channel to be compared on the bot's CPU.
+LEND_OVER_BYTES_CUDA = 128 << 20
+
+
+def lend_over(device: str) -> int:
+    """Above how many bytes of a trial's reference outputs they are judged where they lie."""
+    return min(LEND_OVER_BYTES, LEND_OVER_BYTES_CUDA) if device == Device.CUDA else LEND_OVER_BYTES
 
 
 @dataclass(frozen=True)
