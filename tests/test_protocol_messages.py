@@ -183,6 +183,18 @@ def test_a_malformed_time_reply_is_refused_naming_the_field(change, says):
             "missing field 'bytes'",
         ),
         (
+            m.Run(seed=1, gate=True),
+            {"ok": True, "meta": META, "inputs_before": [], "inputs_after": [], "new_threads": [], "outputs": [OUT]}
+            | {"tuning": [1.0, 2.0]},
+            "tuning: three figures",
+        ),
+        (
+            m.Run(seed=1, gate=True),
+            {"ok": True, "meta": META, "inputs_before": [], "inputs_after": [], "new_threads": [], "outputs": [OUT]}
+            | {"tuning": [1.0, float("inf"), 3.0]},
+            "a finite number",
+        ),
+        (
             m.Fingerprints(seeds=[1, 2], fp_seed=1),
             {"ok": True, "fingerprints": [None, None], "outputs": [[OUT], [OUT]]},
             "fingerprints: one is missing",

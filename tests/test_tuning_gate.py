@@ -12,7 +12,7 @@ import time
 import pytest
 from conftest import CANDIDATES, PROBLEMS
 
-import bot.engine.verification.trials as trials_module
+from bot.engine.verification import tuning_note
 from bot.engine.verification.trials import DeviceHolds, TrialRun, run_trials
 from bot.engine.workers.client import WorkerClient, WorkerFailure
 from bot.engine.workers.gpulock import GpuHandover, _RWLock
@@ -44,12 +44,17 @@ def test_the_gate_asks_once_per_gated_call_before_its_first_timing():
     timing = gate.wrap(lambda: "timed")
     assert timing() == "timed" and channel.said == []  # not in a gated call: a timing call, say
     with gate.gated_call():
+        assert gate.account() is None  # nothing timed yet
+        time.sleep(0.05)
         assert [timing() for _ in range(5)] == ["timed"] * 5  # an autotuner times many variants
     assert channel.said == ["want"] and synced == [0]  # once; its queued kernels done first
+    first, last, count = gate.account()
+    assert count == 5 and 0.05 <= first <= last < 5  # its own account: seconds from the call's start
     assert timing() == "timed" and channel.said == ["want"]  # the call over, no more asking
+    assert gate.account()[2] == 5  # a timing outside a gated call is not its account's
     with gate.gated_call():  # the next shape's first call tunes again
         timing()
-    assert channel.said == ["want", "want"]
+    assert channel.said == ["want", "want"] and gate.account()[2] == 1
 
 
 def test_the_gate_refuses_to_go_on_after_a_wrong_answer():
@@ -144,7 +149,7 @@ def _worker(tmp_path, name, candidate=None):
 
 
 def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_to_itself(tmp_path, monkeypatch):
-    monkeypatch.setattr(trials_module, "ALONE_NOTE_S", 1e-9)  # every hold alone said, however short
+    monkeypatch.setattr(tuning_note, "ALONE_NOTE_S", 1e-9)  # every hold alone said, however short
     problem = load_problem(PROBLEM)
     lock, state, log = _RWLock(), {"readers": 0}, []
     guard = threading.Lock()
@@ -191,6 +196,23 @@ def test_a_self_tuning_contender_runs_beside_the_others_and_times_with_the_gpu_t
     # Where the others' time went: the tuning contender's hold alone, said once, by its name.
     alone = [s for s in said if "with the GPU to itself for" in s]
     assert len(alone) == 1 and "]: tuned timed its kernel variants" in alone[0], said
+    # With what the worker says it spent timing: the fixture times once, at its first call.
+    assert "; by its own account it timed 1 variant(s) from 0 s to 0 s of the call" in alone[0], alone
+
+
+def test_the_note_of_a_hold_alone_quotes_the_workers_account_within_bounds():
+    from bot.engine.verification.tuning_note import ALONE_NOTE_S, alone_note
+
+    assert alone_note("mm", ALONE_NOTE_S / 2, 60.0, [1.0, 2.0, 3.0]) is None  # too short to say
+    line = alone_note("mm", 41.2, 74.0, [33.4, 52.0, 240.0])
+    assert line == (
+        "mm timed its kernel variants with the GPU to itself for 41 s of its 74 s call: other work on this "
+        "GPU waited meanwhile; by its own account it timed 240 variant(s) from 33 s to 52 s of the call"
+    )
+    assert alone_note("mm", 41.2, 74.0, None).endswith("waited meanwhile")
+    # A worker's figures are its own: absurd ones are clipped, never a line of 300 digits.
+    wild = alone_note("mm", 6.0, 7.0, [-5.0, 1e300, 1e300])
+    assert wild is not None and len(wild) < 250 and "from 0 s to 1000000000 s" in wild
 
 
 def test_self_tuning_contenders_asking_at_once_take_turns_without_deadlock(tmp_path):

@@ -85,7 +85,12 @@ class CheckedCalls:
         metas = [support.meta(o) for o in outputs]
         after = [shared.hash_tensor(x) if shared.is_tensor(x) else repr(x) for x in inputs]
         reply = RunReply(
-            meta=metas, inputs_before=before, inputs_after=after, host_us=host_us, new_threads=self._new_threads()
+            meta=metas,
+            inputs_before=before,
+            inputs_after=after,
+            host_us=host_us,
+            new_threads=self._new_threads(),
+            tuning=self.gate.account() if msg.gate and self.gate is not None else None,
         )
         if msg.into is not None:
             tensors = all(m["type"] == "Tensor" for m in metas)

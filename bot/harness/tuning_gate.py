@@ -12,7 +12,9 @@ grant per call, not one per timing: every grant waits for the other trials' curr
 end, and an autotuner times dozens of variants.
 
 Nothing here decides a verdict: a candidate that asks without cause only waits for the GPU,
-and one that asks outside a gated call is failed by the bot.
+and one that asks outside a gated call is failed by the bot. The call's reply carries the
+worker's own account of its timings (`account`): when the first began and the last ended, and
+how many; the bot only quotes it, beside its own clock's figure of the hold.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import contextlib
 import functools
 import importlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,26 +42,44 @@ class TuningGate:
         self._active = False  # only during a gated trial call; timing calls never ask
         self._granted = False
         self._lock = threading.Lock()
+        self._began = 0.0  # the gated call's start (perf_counter)
+        self._spans: list[tuple[float, float]] = []  # its timings', from the call's start
 
     @contextlib.contextmanager
     def gated_call(self) -> Iterator[None]:
         """Around one gated trial call: the first timing in it asks for the GPU, and the bot
         holds it for this worker until the call's reply."""
         self._active, self._granted = True, False
+        self._began, self._spans = time.perf_counter(), []
         try:
             yield
         finally:
             self._active = False
 
+    def account(self) -> list[float] | None:
+        """The last gated call's timings: [when the first began, when the last ended, how many],
+        seconds from the call's start; None where it timed nothing."""
+        with self._lock:
+            spans = list(self._spans)
+        if not spans:
+            return None
+        return [min(b for b, _ in spans), max(e for _, e in spans), float(len(spans))]
+
     def wrap(self, timing: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(timing)
         def timed_with_the_gpu_to_itself(*args: Any, **kwargs: Any) -> Any:
-            if self._active:
+            if not self._active:
+                return timing(*args, **kwargs)
+            with self._lock:
+                if self._active and not self._granted:
+                    self._ask_for_the_gpu()
+                    self._granted = True
+            began = time.perf_counter()
+            try:
+                return timing(*args, **kwargs)
+            finally:
                 with self._lock:
-                    if self._active and not self._granted:
-                        self._ask_for_the_gpu()
-                        self._granted = True
-            return timing(*args, **kwargs)
+                    self._spans.append((began - self._began, time.perf_counter() - self._began))
 
         timed_with_the_gpu_to_itself.kernel_bot_gated = True  # type: ignore[attr-defined]
         return timed_with_the_gpu_to_itself

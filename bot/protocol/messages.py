@@ -121,6 +121,10 @@ class RunReply(Reply):
     peak_bytes: int | None = wire(optional(int_), None)
     # The reference's outputs kept in its process for `Judge`, not sent (`Run.send_up_to`).
     kept: bool = wire(bool_, False)
+    # A gated call's timings of kernel variants, by the worker's own account (bot.harness.
+    # tuning_gate): [first began, last ended, how many], seconds from the call's start. Quoted
+    # in a progress note only; never a verdict or a time.
+    tuning: list[float] | None = wire(optional(list_of(finite)), None)
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,8 @@ class Run(Request):
             expect(reply.inputs_after is not None, "missing field 'inputs_after'")
             count("inputs_after", reply.inputs_after, len(reply.inputs_before))
             expect(reply.new_threads is not None, "missing field 'new_threads'")
+        if reply.tuning is not None:
+            expect(len(reply.tuning) == 3, "tuning: three figures")
 
 
 @dataclass(frozen=True)

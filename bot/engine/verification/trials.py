@@ -18,6 +18,7 @@ from bot.core.settings import DEFAULTS, Device, TolerancePolicy
 from bot.core.tolerance import Rule, distribution_rules, shape_rules, widening_notes
 from bot.engine.verification import verify
 from bot.engine.verification.expected import ExpectedOutputs, Hold
+from bot.engine.verification.tuning_note import alone_note
 from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
 from bot.engine.workers.failures import says_out_of_memory
 from bot.engine.workers.gpulock import GpuHandover
@@ -241,15 +242,9 @@ def run_trials(
         finally:
             close_fds(lent.fds if lent else [])
             release_cache(worker, trial.timeouts[1])
-        if gate is not None and gate.alone_s >= ALONE_NOTE_S:
-            progress(
-                Note(
-                    f"{called(name)} timed its kernel variants with the GPU to itself for {gate.alone_s:.0f} s "
-                    f"of its {call_s[name]:.0f} s call: other work on this GPU waited meanwhile",
-                    trial.problem.name,
-                    trial.shape.name,
-                )
-            )
+        alone = alone_note(called(name), gate.alone_s, call_s[name], got.tuning) if gate is not None else None
+        if alone is not None:
+            progress(Note(alone, trial.problem.name, trial.shape.name))
         results = [
             verify.check_output_meta(info.meta, got.meta),
             verify.check_inputs_unchanged(inputs_before[n], got.inputs_before, got.inputs_after, label),
@@ -373,9 +368,6 @@ def run_trials(
         with holds.exclusive():
             in_turn([name], lambda _: contextlib.nullcontext, 1)
     return info, {name: checks[name] for name in contenders}, {name: stats[name] for name in contenders}
-
-
-ALONE_NOTE_S = 5.0  # a tuning contender's hold on the GPU alone worth a line (> 0: a call never granted held none)
 
 
 @contextlib.contextmanager
