@@ -437,8 +437,8 @@ def test_a_session_holds_its_timings_figure_and_counts_its_waits_for_memory(monk
         clock=clock,
         workers=[reference, *passed.values()],
     )
-    session._waits = lambda what: pool.Session._waits(session, what)
-    session.reservation = budget.start("relu", workers=3, waited=session._waits("its workers' start"))
+    session._waits = lambda what, budget: pool.Session._waits(session, what, budget)
+    session.reservation = budget.start("relu", workers=3, waited=session._waits("its workers' start", budget))
     budget.grow(session.reservation, 36 * GIB, 12 * GIB, wanted=1)
     other = budget.start("other", workers=1)
     budget.grow(other, 20 * GIB, GIB, wanted=1)  # 21.5 GiB: 49.5 left, the timing needs more

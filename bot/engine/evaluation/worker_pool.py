@@ -36,7 +36,7 @@ from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
 from bot.engine.workers.gpu_memory import gpu_process_memory
 from bot.engine.workers.gpulock import gpu_shared
 from bot.engine.workers.phase_clock import current
-from bot.engine.workspace.memory_budget import Reservation
+from bot.engine.workspace.memory_budget import MemoryBudget, Reservation
 from bot.protocol.channel import machine_memory_bytes, outputs_bound
 from bot.protocol.measures import output_nbytes
 from bot.protocol.messages import Construct, Load
@@ -92,8 +92,8 @@ class Session:
         self.memory_limit: int | None = None
         self.reservation: Reservation | None = None
         self.clock = current()  # workers start on other threads: the problem's clock, taken here
-        if options.memory is not None:
-            self.reservation = options.memory.start(problem.name, workers, self._waits("its workers' start"))
+        if (budget := options.memory) is not None:
+            self.reservation = budget.start(problem.name, workers, self._waits("its workers' start", budget))
 
     @property
     def worker_threads(self) -> int | None:
@@ -185,13 +185,12 @@ class Session:
         # Where outputs are compared in the reference, each contender's call borrows a block
         # of them from it (bot.engine.verification.expected.ExpectedOutputs).
         each += info.lent_bytes
-        at_once = min(options.parallel, contenders)
-        return options.memory.grow(self.reservation, reference, each, at_once, self._waits("its trials"))
+        budget, at_once = options.memory, min(options.parallel, contenders)
+        return budget.grow(self.reservation, reference, each, at_once, self._waits("its trials", budget))
 
-    def _waits(self, what: str) -> Waited:
-        """A wait of this problem's `what` for room in the device's memory, told to its clock."""
-        where = self.options.memory.where if self.options.memory is not None else "the device"
-        return self.clock.waits(f"{self.problem.name}: {what}", f"room in {where}'s memory")
+    def _waits(self, what: str, budget: MemoryBudget) -> Waited:
+        """A wait of this problem's `what` for room in `budget`'s memory, told to its clock."""
+        return self.clock.waits(f"{self.problem.name}: {what}", f"room in {budget.where}'s memory")
 
     def contenders(self) -> int:
         """The contenders with workers here, each once, however many replicas it has (a
@@ -252,7 +251,7 @@ class Session:
         # it, three problems' references ran out of memory in KernelBench's shards); where not
         # even one worker each fits, it waits for room (bot.engine.workspace.memory_budget).
         if self.reservation is not None:
-            budget.widen(self.reservation, need(count), self._waits("its timing"))
+            budget.widen(self.reservation, need(count), self._waits("its timing", budget))
         figures = (
             f"the timing would hold up to {gib(need(wanted))} of {budget.where}'s {gib(room)} (the "
             f"reference {gib(most)}, the contenders {gib(sum(each))} after their trials, other workers "
@@ -273,7 +272,8 @@ class Session:
         memory limit bounds it."""
         if self.reservation is None or self.options.memory is None or self.options.device != Device.CUDA:
             return contextlib.nullcontext()
-        return self.options.memory.sizing(self.reservation, self._waits("its reference's turn to measure a shape"))
+        budget = self.options.memory
+        return budget.sizing(self.reservation, self._waits("its reference's turn to measure a shape", budget))
 
     def started(self, wall_s: float) -> WorkersStarted:
         """Where the workers' start-up went (medians over the workers)."""
