@@ -22,7 +22,9 @@ from bot.core.tolerance import (
     AllClose,
     Tolerance,
     distribution_rules,
+    noise_notes,
     shape_rules,
+    timed_rules,
     widening_notes,
 )
 from bot.engine.verification.compare import (
@@ -156,6 +158,55 @@ def test_a_row_off_by_its_whole_max_passes_its_own_baseline_but_loosens_no_other
     # Two trials of one distribution: the larger own error of the two widens its rule.
     both = distribution_rules(FLOAT32, None, own, ["limits", "limits"], TolerancePolicy.STRICT)
     assert both["limits"] == (loosest,)
+
+
+def _batchnorm_of_a_constant(rows: int = 256, cols: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float64 oracle, float32 answer) of a training-mode batch norm of columns that are each
+    one constant, as a linear layer gives on all-zero inputs: rounding, divided by sqrt(eps)."""
+    bias = torch.randn(cols, generator=torch.Generator().manual_seed(0)).expand(rows, cols).contiguous()
+    norm = torch.nn.functional.batch_norm
+    return norm(bias.double(), None, None, training=True), norm(bias, None, None, training=True)
+
+
+def test_where_the_problems_answer_is_its_rounding_noise_its_trials_pass_and_garbage_fails():
+    oracle, native = _batchnorm_of_a_constant()
+    standard, _ = _product(None, 0)
+    noise = own_error(native, oracle)
+    assert noise[0] > 1e6  # its error is a million times its whole answer: rounding noise
+    own = [[own_error(standard.float(), standard)], [noise]]
+    rules = distribution_rules(FLOAT32, None, own, ["standard", "zeros"], TolerancePolicy.STRICT)
+    # Capped at the ceiling (as it was), the problem fails its own baseline on those inputs.
+    (capped,) = shape_rules(FLOAT32, None, [[noise]], TolerancePolicy.STRICT)
+    assert not compare_values(oracle, native, "float32", capped, "x").passed
+    assert compare_values(oracle, native, "float32", rules["zeros"][0], "x").passed
+    # Zero is the answer there; anything of the scale of a real output is not.
+    assert compare_values(oracle, torch.zeros_like(native), "float32", rules["zeros"][0], "x").passed
+    stale = torch.randn(native.shape, generator=torch.Generator().manual_seed(1))  # a real answer's scale
+    for wrong in (torch.ones_like(native), native * 8, stale):
+        found = compare_values(oracle, wrong, "float32", rules["zeros"][0], "x")
+        assert not found.passed and "element" in found.evidence
+    # The other distribution keeps its own tight bound, and the timed calls, which never draw
+    # all-zero inputs, are held to the timed distributions' error alone.
+    assert rules["standard"][0].norm_rel < 1e-4
+    (timed,) = timed_rules(FLOAT32, None, own, ["standard", "zeros"], TolerancePolicy.STRICT)
+    assert timed == rules["standard"][0]
+    # Noise on a distribution the timed calls draw leaves their bound at the ceiling.
+    (drawn,) = timed_rules(FLOAT32, None, [[noise]], ["standard"], TolerancePolicy.STRICT)
+    assert drawn.norm_rel == NORM_CEILING
+    # Between the ceiling and its whole answer a reference is loose, not noise: capped as before.
+    half = distribution_rules(FLOAT32, None, [[[0.5, 0.5]]], ["zeros"], TolerancePolicy.STRICT)
+    assert half["zeros"][0].norm_rel == NORM_CEILING
+
+
+def test_noise_is_said_once_per_output_and_distribution():
+    oracle, native = _batchnorm_of_a_constant()
+    noise, fine = own_error(native, oracle), [1e-7, 1e-7]
+    notes = noise_notes(FLOAT32, [[fine], [noise], [noise]], ["standard", "zeros", "zeros"])
+    assert len(notes) == 1 and "output 0 (float32) on zeros inputs" in notes[0]
+    assert "rounding noise" in notes[0] and "timed calls" not in notes[0]
+    (drawn,) = noise_notes(FLOAT32, [[noise]], ["standard"])
+    assert "its timed calls draw such inputs and stay capped" in drawn
+    assert noise_notes(FLOAT32, [None, [fine]], ["zeros", "standard"]) == []
 
 
 def test_integer_outputs_stay_exact_under_both_policies():
@@ -292,7 +343,7 @@ def test_on_cuda_a_fingerprint_that_matched_and_a_reveal_that_does_not_is_a_reus
 # --- real workers --------------------------------------------------------------------------------
 
 
-def _evaluate(policy: TolerancePolicy, names: list[str]):
+def _evaluate(policy: TolerancePolicy, names: list[str], problem_file: str = "loose_matmul.py"):
     from pathlib import Path
 
     from bot.engine.evaluation.evaluate import evaluate
@@ -302,7 +353,7 @@ def _evaluate(policy: TolerancePolicy, names: list[str]):
     from bot.engine.workspace.problems import load_problem
     from bot.sandbox import Limits
 
-    problem = load_problem(PROBLEMS / "loose_matmul.py")
+    problem = load_problem(PROBLEMS / problem_file)
     options = EvalOptions(
         device="cpu",
         use_cache=False,
@@ -341,3 +392,13 @@ def test_under_kernelbench_the_problems_own_model_in_its_dtype_is_the_reference(
     assert "KernelBench's torch.allclose" in _values(by_name["honest_loose_matmul"]).evidence
     assert not by_name["cheat_loose_matmul_fp8"].verdict.accepted
     assert not any("off its oracle" in n for n in notes)
+
+
+def test_a_problem_whose_answer_on_zeros_is_its_rounding_noise_passes_its_baseline_and_no_cheat():
+    result, by_name, notes = _evaluate(
+        TolerancePolicy.STRICT, ["cheat_constant_batchnorm_garbage"], "constant_batchnorm.py"
+    )
+    assert result.baseline.verdict.accepted, result.baseline.verdict.reasons
+    assert any("on zeros inputs: the problem's own answer is its rounding noise" in n for n in notes), notes
+    cheat = by_name["cheat_constant_batchnorm_garbage"]
+    assert not cheat.verdict.accepted and "zeros" in _values(cheat).evidence

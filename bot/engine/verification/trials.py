@@ -15,7 +15,7 @@ from bot.core.distributions import seed_for, timed_mix
 from bot.core.domain import CheckResult, Problem, Shape
 from bot.core.progress import Note, Progress, ReferenceTrial, TrialDone, TrialsStarted
 from bot.core.settings import DEFAULTS, Device, TolerancePolicy
-from bot.core.tolerance import Rule, distribution_rules, shape_rules, widening_notes
+from bot.core.tolerance import Rule, distribution_rules, noise_notes, timed_rules, widening_notes
 from bot.engine.verification import verify
 from bot.engine.verification.expected import ExpectedOutputs, Hold
 from bot.engine.verification.tuning_note import alone_note
@@ -320,12 +320,13 @@ def run_trials(
     with holds.shared():
         refs.extend(reference_trial(n) for n in range(2, len(plan) + 1))
         dtypes = [m["dtype"] for m in info.meta]
-        own_errors = [r.own_error for r in refs]
-        info.rules = shape_rules(info.meta, trial.problem.tolerance, own_errors, trial.policy)
-        info.trial_rules = distribution_rules(
-            info.meta, trial.problem.tolerance, own_errors, [dist for dist, _ in plan], trial.policy
+        own_errors, dists = [r.own_error for r in refs], [dist for dist, _ in plan]
+        info.rules = timed_rules(info.meta, trial.problem.tolerance, own_errors, dists, trial.policy)
+        info.trial_rules = distribution_rules(info.meta, trial.problem.tolerance, own_errors, dists, trial.policy)
+        notes = widening_notes(info.meta, trial.problem.tolerance, info.rules) + noise_notes(
+            info.meta, own_errors, dists
         )
-        for note in widening_notes(info.meta, trial.problem.tolerance, info.rules):
+        for note in notes:
             progress(Note(note, trial.problem.name, trial.shape.name))
         release_cache(trial.reference, trial.timeouts[1])
     inputs_before = [r.inputs_before for r in refs]
