@@ -175,13 +175,14 @@ def test_a_reference_that_died_says_its_last_words_and_its_out_of_memory_is_seen
     )
 
 
-def test_jobs_auto_is_one_problem_per_core_on_a_cpu_and_half_the_cores_on_a_gpu():
+def test_jobs_auto_is_one_problem_per_core_on_a_cpu_and_one_per_gpu():
     from bot.engine.loop.lanes import resolve_jobs
 
     assert resolve_jobs(None, "cpu", problems=10, lanes=1, cores=2) == 2
-    assert resolve_jobs(None, "cuda", problems=10, lanes=1, cores=16) == 8
-    assert resolve_jobs(None, "cuda", problems=3, lanes=1, cores=16) == 3  # never more than the problems
-    assert resolve_jobs(None, "cuda", problems=10, lanes=4, cores=2) == 4  # never fewer than the lanes
+    assert resolve_jobs(None, "cuda", problems=10, lanes=1, cores=16) == 1  # one problem per GPU
+    assert resolve_jobs(None, "cuda", problems=10, lanes=4, cores=16) == 4
+    assert resolve_jobs(None, "cuda", problems=3, lanes=4, cores=16) == 3  # never more than the problems
+    assert resolve_jobs(2, "cuda", problems=10, lanes=4, cores=2) == 4  # never fewer than the lanes
     assert resolve_jobs(3, "cuda", problems=10, lanes=1, cores=16) == 3  # an explicit --jobs N stays N
 
 

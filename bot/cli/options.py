@@ -165,8 +165,8 @@ JOBS = click.option(
     default="auto",
     show_default=True,
     help="Problems optimised at once (compilation overlaps, each gets its share of the verification "
-    "workers; timing stays exclusive). auto: one per core on a CPU; on a GPU up to half the cores, "
-    "admitted by their measured memory footprints (docs/scale-out.md).",
+    "workers; timing stays exclusive). auto: one per core on a CPU, one per GPU on GPUs; more than "
+    "the GPUs are admitted by their measured memory footprints (docs/scale-out.md).",
 )
 
 
