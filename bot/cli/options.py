@@ -194,7 +194,8 @@ def tuning_options(func: F) -> F:
             type=float,
             default=DEFAULTS.budget_s,
             show_default=True,
-            help="Wall-clock budget per problem.",
+            help="Wall-clock budget per problem: no new round or group of candidates after it, and a "
+            "candidate's first call (compiling, autotuning) stopped at it, at least 30 s in (not evaluated).",
         ),
         click.option("--max-rounds", type=int, default=DEFAULTS.max_rounds, show_default=True),
         click.option("--max-tokens", type=int, default=DEFAULTS.max_tokens, help="LLM token budget per problem."),

@@ -21,6 +21,7 @@ from bot.engine.evaluation.shape_run import ProblemRun, evaluate_shape
 from bot.engine.evaluation.simulated import simulated_reason
 from bot.engine.evaluation.worker_pool import Replicas, Split, TooLargeTogether, materialise, open_session
 from bot.engine.verification import verify
+from bot.engine.verification.budget_cut import BUDGET_CUT
 from bot.engine.verification.trials import (
     failure_check,
     tunes_on_first_call,
@@ -161,7 +162,7 @@ def _evaluate_fresh(
     left = {id(c) for c in redone.not_evaluated}
     merged = tuple(by_candidate.get(id(o.candidate), o) for o in first.candidates if id(o.candidate) not in left)
     base = redone.baseline if any(o is first.baseline for o in short) else first.baseline
-    evaluation = Evaluation(problem, first.environment, base, merged, redone.not_evaluated)
+    evaluation = Evaluation(problem, first.environment, base, merged, first.not_evaluated + redone.not_evaluated)
     return _unless_still_short(evaluation, options)
 
 
@@ -353,6 +354,8 @@ def _evaluate_once(
             checks[name].append(CheckResult("values", True, "its trials passed in an earlier group of this evaluation"))
         for shape in problem.shapes_for(options.device):
             evaluate_shape(run, shape)
+    # A candidate whose first call the budget stopped was not evaluated, not rejected.
+    cut = {n for n in names if any(c.name == BUDGET_CUT and not c.passed for c in checks[n])}
     outcomes = [
         ContenderOutcome(
             c,
@@ -363,4 +366,6 @@ def _evaluate_once(
         for i, (n, c) in enumerate(zip(names, contenders))
     ]
     base = outcomes[0] if baseline is not None else None
-    return Evaluation(problem, environment, base, tuple(outcomes[1:] if base else outcomes))
+    kept = [o for n, o in zip(names, outcomes) if n not in cut and o is not base]
+    left = tuple(c for n, c in zip(names, contenders) if n in cut)
+    return Evaluation(problem, environment, base, tuple(kept), left)

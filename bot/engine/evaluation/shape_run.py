@@ -21,6 +21,7 @@ from bot.engine.timing.hidden import check_hidden_time, counts_within_gain, hidd
 from bot.engine.timing.interleaved import TimedShape, TimingHooks, time_interleaved
 from bot.engine.timing.records import TimingRecord
 from bot.engine.verification import trials, verify
+from bot.engine.verification.budget_cut import FirstCallBudget
 from bot.engine.verification.trials import (
     DeviceHolds,
     ReferenceInfo,
@@ -101,6 +102,7 @@ def evaluate_shape(run: ProblemRun, shape: Shape) -> None:
                 admit=run.replicas.session.admit,
                 sizing=run.replicas.session.sizing,
                 lend_over=trials.lend_over(run.options.device),  # read here, so that tests can lower it
+                budget=FirstCallBudget(run.options.deadline, frozenset(run.names[:1] if run.has_baseline else ())),
             ),
             {n: w for n, w in alive.items() if n not in run.untrialled},
             run.progress,

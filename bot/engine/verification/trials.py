@@ -17,6 +17,7 @@ from bot.core.progress import Note, Progress, ReferenceTrial, TrialDone, TrialsS
 from bot.core.settings import DEFAULTS, Device, TolerancePolicy
 from bot.core.tolerance import Rule, distribution_rules, noise_notes, timed_rules, widening_notes
 from bot.engine.verification import verify
+from bot.engine.verification.budget_cut import FirstCallBudget
 from bot.engine.verification.expected import ExpectedOutputs, Hold
 from bot.engine.verification.tuning_note import alone_note
 from bot.engine.workers.client import WorkerClient, WorkerFailure, ask
@@ -160,6 +161,7 @@ class TrialRun:
     # A trial's reference outputs (as sent: float64 for float32) over this many bytes are kept
     # in the reference and compared there, in blocks it lends each contender's call (ExpectedOutputs).
     lend_over: int | None = None  # None: outputs always travel to the bot
+    budget: FirstCallBudget = FirstCallBudget()  # the problem's budget at each first call
 
 
 @dataclass(frozen=True)
@@ -224,13 +226,15 @@ def run_trials(
             # The GPU full beside the other contenders' calls: this one runs again alone
             # (bot.engine.evaluation.evaluate), as one whose own call ran out of memory does.
             return [failure_check(WorkerFailure("call", f"no room for its outputs: {exc.reason}"))]
+        limit = timeout = trial.timeouts[0] if n == 0 else trial.timeouts[1]
         try:
             # The first call builds what the contender compiles (torch.compile, Triton JIT).
             with held, clock.phase("compile" if n == 0 else "verify"), _timed(call_s, name):
+                timeout = trial.budget.timeout(name, limit, time.monotonic()) if n == 0 else limit
                 got = ask(
                     worker,
                     Run(seed=seed, gate=gate is not None, into=lent.sizes if lent else None),
-                    trial.timeouts[0] if n == 0 else trial.timeouts[1],
+                    timeout,
                     "call",
                     gate=gate,
                     fds=lent.fds if lent else (),
@@ -238,7 +242,9 @@ def run_trials(
         except WorkerFailure as exc:
             if lent is not None:
                 outputs.judge(lent, None)
-            return [failure_check(exc)]
+            if (cut := trial.budget.cut(exc, timeout, limit)) is not None:
+                progress(Note(f"{called(name)}: {cut.evidence}", trial.problem.name, trial.shape.name))
+            return [cut or failure_check(exc)]
         finally:
             close_fds(lent.fds if lent else [])
             release_cache(worker, trial.timeouts[1])
