@@ -33,10 +33,12 @@ from bot.propose.split import input_bytes, plan_split, split_candidate
 from bot.propose.tuning import autotune_variants, setting_of, tunable_constants
 
 log = logging.getLogger(__name__)
-# Why a candidate has no outcome (bot.engine.evaluation.evaluate._in_groups).
+# Why a candidate has no outcome: the budget ran out before its group's turn
+# (bot.engine.evaluation.evaluate._in_groups) or while its first call was still compiling
+# (bot.engine.verification.budget_cut); the run's progress said which, when it happened.
 NOT_EVALUATED = (
-    "not evaluated: the budget ran out before its turn (candidates went a few at a time, "
-    "too large for the GPU together)"
+    "not evaluated: the budget ran out before its turn (candidates a few at a time, too large "
+    "for the GPU together) or during its first call (compiling, autotuning)"
 )
 
 
