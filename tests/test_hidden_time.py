@@ -188,3 +188,21 @@ def test_a_real_gain_keeps_what_is_counted_below_it():
     records = _charged({"base": _timed(1_000.0, 0.0, 1), "faster": _timed(500.0, 100.0, 4)})
     result = speedup(records["base"].measurement(), records["faster"].measurement())
     assert 1.6 < result.ratio < 1.75, result
+
+
+def test_two_spiked_batches_are_charged_in_full_not_called_tampering_and_three_are():
+    # KernelBench's 11_4D_tensor_matrix_multiplication on the H100: the torch.compile default
+    # build's two screening batches each had a 26 to 30 ms spike in the drawing of its inputs
+    # (18.5 ms calls), as a fifth of every contender's batches did; two are a spike's median.
+    reported, harness, noise = [18_500.0] * 3, [42_000.0] * 3, [900.0] * 3
+    two = hidden_time([28_000.0, 27_000.0], reported[:2], harness[:2], noise[:2])
+    check = check_hidden_time(two, rejects=True)
+    assert check.passed and "in 2 batch(es), too few to tell" in check.evidence, check.evidence
+    assert two.counted_us == two.hidden_us == 27_500.0  # all of it charged, not what stands out
+    # Charged up to its gain, it is no faster than the baseline: hiding in two batches pays nothing.
+    assert counted_within_gain(two.counted_us, 12_000.0, 18_500.0) == 6_500.0
+    three = hidden_time([28_000.0, 27_000.0, 27_500.0], reported, harness, noise)
+    assert not check_hidden_time(three, rejects=True).passed
+    # Within the bound two batches are as any: nothing more charged.
+    calm = hidden_time([100.0, -100.0], reported[:2], harness[:2], noise[:2])
+    assert check_hidden_time(calm, rejects=True).passed and calm.counted_us == 0.0

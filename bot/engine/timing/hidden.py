@@ -25,6 +25,13 @@ from bot.core.domain import CheckResult
 # hold whatever a report left out: this check is evidence of tampering, never a time.
 HIDDEN_SHARE = 0.5
 HARNESS_SHARE = 0.25
+# Batches a rejection needs. A worker's drawing of its inputs spikes now and then (on the H100,
+# by 19 to 45 ms in one of five batches of three honest contenders of KernelBench's
+# 11_4D_tensor_matrix_multiplication), and a median of two spiked batches is a spike: that
+# problem's torch.compile default build, screened out after two, was called tampered. Fewer
+# batches than this are charged what they hid in full instead (up to their gain over the
+# baseline, counted_within_gain), which leaves them no claim: hiding in them pays nothing.
+MIN_BATCHES_TO_REJECT = 3
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,7 @@ class HiddenTime:
     allowed_us: float
     counted_us: float  # each part of `hidden_us` out of its noise: on CUDA added to the samples (the CPU's hold it)
     staging_us: float = 0.0  # of `hidden_us`: the part from inputs the worker drew itself
+    batches: int = MIN_BATCHES_TO_REJECT  # kept batches behind the medians
 
     def details(self) -> dict[str, float]:
         return {
@@ -121,7 +129,10 @@ def hidden_time(
     noise = math.hypot(window.noise_us, drawn.noise_us)
     allowed = HIDDEN_SHARE * claimed + HARNESS_SHARE * harness + 3 * noise
     counted = max(window.counted_us + drawn.counted_us, 0.0)
-    return HiddenTime(hidden, claimed, harness, noise, allowed, counted, drawn.hidden_us)
+    batches = len(unexplained_us)
+    if batches < MIN_BATCHES_TO_REJECT and hidden > allowed:
+        counted = hidden  # too few batches to reject on: all of it charged instead
+    return HiddenTime(hidden, claimed, harness, noise, allowed, counted, drawn.hidden_us, batches)
 
 
 def check_hidden_time(found: HiddenTime, rejects: bool) -> CheckResult:
@@ -143,6 +154,14 @@ def check_hidden_time(found: HiddenTime, rejects: bool) -> CheckResult:
     )
     if not rejects:
         return CheckResult(name, True, f"{seen}: in its times, which are the parent's own", found.details())
+    if found.batches < MIN_BATCHES_TO_REJECT:
+        return CheckResult(
+            name,
+            True,
+            f"{seen} in {found.batches} batch(es), too few to tell from a spike in its drawing of "
+            "inputs: counted into its times up to its gain over the baseline",
+            found.details(),
+        )
     return CheckResult(name, False, f"{seen}: the worker's clocks were tampered with?", found.details())
 
 
