@@ -5,7 +5,6 @@ rejected); the baseline's is never cut, and a call that starts late still gets F
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from conftest import CANDIDATES, PROBLEMS
 
@@ -36,25 +35,17 @@ def test_only_a_timeout_at_the_budgets_own_limit_is_a_cut():
     assert budget.cut(crashed, 12.0, 900.0) is None
 
 
-def test_a_first_call_past_the_budget_leaves_its_candidate_not_evaluated_and_the_rest_stand(monkeypatch):
+def test_a_first_call_past_the_budget_leaves_its_candidate_not_evaluated_and_the_rest_stand(monkeypatch, quick_options):
     from bot.engine.evaluation.evaluate import evaluate
-    from bot.engine.evaluation.options import EvalOptions
     from bot.engine.timing.records import TimingOptions
     from bot.engine.workspace.candidates import default_baseline, load_candidate
     from bot.engine.workspace.problems import load_problem
-    from bot.sandbox import Limits
 
     monkeypatch.setattr(budget_cut, "FLOOR_S", 1.0)
     problem = load_problem(PROBLEMS / "scale_add.py")
     slow, honest = (load_candidate(CANDIDATES / f"{n}.py") for n in ("slow_first_call_cpu", "honest"))
-    options = EvalOptions(
-        device="cpu",
-        use_cache=False,
-        limits=Limits(memory_mb=4096, call_timeout_s=20),
-        timing=TimingOptions(time_cap_s=0.3, min_samples=3, min_batches=2, replicas=1),
-        cache_root=Path("/tmp/kernel-bot-test-cache"),
-        deadline=time.monotonic() + 1.0,
-    )
+    timing = TimingOptions(time_cap_s=0.3, min_samples=3, min_batches=2, replicas=1)
+    options = quick_options(timing=timing, deadline=time.monotonic() + 1.0)
     notes: list[str] = []
     result = evaluate(problem, [slow, honest], default_baseline(problem), options, lambda e: notes.append(e.line()))
     assert [c.name for c in result.not_evaluated] == [slow.name]
