@@ -72,7 +72,7 @@ NORM_CEILING = 0.05
 # Except where the problem's own answer is its rounding noise: its normwise error reaches its
 # whole answer, as where a normalisation divides a constant input's cancellation by its epsilon
 # (KernelBench's 11_ConvTranspose2d_BatchNorm_Tanh_MaxPool_GroupNorm on 'zeros' inputs: float32
-# gives elements up to 2e-4 where the float64 oracle's are near 1e-38, 5.6e33 times its norm).
+# gives elements up to 2e-4 where the float64 oracle's are all but zero: 5.6e33 times its norm).
 # On that distribution's trials the normwise bound is not capped, so the problem passes its own
 # baseline; the uncapped elementwise bound still holds a candidate within four times that noise
 # of the oracle's answer (near zero, which a zero output meets: it is the answer). The shape's

@@ -19,6 +19,8 @@ FLOOR_S = 30.0
 
 @dataclass(frozen=True)
 class FirstCallBudget:
+    """When the problem's budget ends, and whose first call it may stop."""
+
     ends: float | None = None  # time.monotonic() when the problem's budget ends; None: no budget
     spared: frozenset[str] = frozenset()  # contenders whose first call is never cut
 
