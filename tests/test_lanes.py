@@ -170,9 +170,19 @@ def test_a_reference_that_died_says_its_last_words_and_its_out_of_memory_is_seen
         "RuntimeError: CUDA error: out of memory)"
     )
     said = problem_failure(problem, WorkerFailure("call", "ValueError: bad", "Traceback\nValueError: bad"))
-    assert isinstance(said, HarnessError) and str(said).endswith(
-        "reference worker failed: ValueError: bad (its last words: Traceback)"
+    assert isinstance(said, HarnessError) and str(said).endswith("reference worker failed: ValueError: bad")
+    # A harness fault whose reason the exception's own line says, module-qualified there: the
+    # frames above it are not quoted (66_Matmul_Dropout_Softmax's one-line reason).
+    frames = (
+        'File "/work/bot/harness/checked.py", line 299, in _same_answer\nraise fault(\n'
+        "bot.harness.checked.DrawsInForward: the problem's own Model answered differently"
     )
+    reason = "DrawsInForward: the problem's own Model answered differently"
+    drew = problem_failure(problem, WorkerFailure("problem", reason, frames))
+    assert isinstance(drew, ProblemError) and str(drew).endswith(f": {reason}"), drew
+    # Where the last line says something else, the last words stay.
+    other = problem_failure(problem, WorkerFailure("problem", reason, frames + "\nKeyError: 'x'"))
+    assert str(other).endswith("| KeyError: 'x')"), other
 
 
 def test_jobs_auto_is_one_problem_per_core_on_a_cpu_and_one_per_gpu():
